@@ -1,0 +1,45 @@
+# Two commands on a fresh machine: `make demo` (the main job) and `make test` (the suite).
+# Both install what they need first; every step is idempotent.
+SHELL := /bin/bash
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+APT_PKGS := zookeeper kcat
+
+.PHONY: setup system venv test demo lint typecheck bench clean
+
+setup: system venv
+
+system:
+	@missing=""; for p in $(APT_PKGS); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then \
+	  echo "installing Debian packages:$$missing"; \
+	  SUDO=""; [ "$$(id -u)" = 0 ] || SUDO=sudo; \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$missing; \
+	fi
+
+$(PY):
+	python3 -m venv $(VENV)
+
+$(STAMP): pyproject.toml | $(PY)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[spark,test,dev]'
+	touch $(STAMP)
+
+venv: $(STAMP)
+
+test: setup
+	PYSPARK_PYTHON=$(abspath $(PY)) $(PY) -m pytest -q $(PYTEST_ARGS)
+
+demo: setup
+	PYSPARK_PYTHON=$(abspath $(PY)) $(VENV)/bin/hmb demo $(DEMO_ARGS)
+
+lint: venv
+	$(VENV)/bin/ruff check hmbclient partitioners encoders rebalance spark_integration tests bench examples
+	$(VENV)/bin/mypy hmbclient partitioners encoders rebalance spark_integration
+
+bench: setup
+	$(PY) bench/codec.py
+
+clean:
+	rm -rf $(VENV) build *.egg-info
