@@ -1,0 +1,329 @@
+"""One error tree for the whole SDK.
+
+    HmbError
+    ├── ProtocolError          malformed bytes (local: we produced/would produce them;
+    │   └── RemoteProtocolError     remote: a peer sent them; decided at the inbound boundary)
+    ├── BrokerError            one subclass per Kafka error code: errno, retriable, invalid_metadata
+    ├── ConfigError            unknown or invalid configuration keys / values
+    ├── ConsumerTimeoutError   a KafkaStream saw no message within consumer_timeout_ms
+    ├── CoordinationError      ZooKeeper trouble in the consumer group machinery
+    ├── StorageError           the embedded broker's log (bad segment, failed recovery)
+    ├── ConnectionError_       cannot reach / lost a broker (KafkaConnectionError)
+    ├── RequestTimedOut        a request had no answer in time (names the API)
+    └── UnsupportedByBroker    the broker (or its dialect) cannot serve this API
+
+``for_code(errno)`` maps any int16 error code to a class; unknown codes map to a generated
+subclass of :class:`UnknownBrokerError`, so callers can always ``raise for_code(c)(...)``.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "HmbError",
+    "ProtocolError",
+    "RemoteProtocolError",
+    "CorruptRecordError",
+    "BrokerError",
+    "UnknownBrokerError",
+    "ConfigError",
+    "ConsumerTimeoutError",
+    "CoordinationError",
+    "StorageError",
+    "KafkaConnectionError",
+    "RequestTimedOutError",
+    "UnsupportedByBroker",
+    "ProducerClosedError",
+    "QueueFullError",
+    "for_code",
+    "raise_for_code",
+    "ERRORS_BY_CODE",
+]
+
+
+class HmbError(Exception):
+    """Root of every error hmbclient raises on purpose."""
+
+    retriable = False
+    invalid_metadata = False
+
+
+class ProtocolError(HmbError):
+    """Bytes that do not follow the Kafka wire protocol (or a frame over the size limit)."""
+
+
+class RemoteProtocolError(ProtocolError):
+    """A peer sent malformed bytes (the inbound boundary re-raises ProtocolError as this)."""
+
+
+class CorruptRecordError(ProtocolError):
+    """A message/record batch whose CRC does not match or whose layout is inconsistent."""
+
+
+class ConfigError(HmbError, ValueError):
+    """An unknown configuration key, or a value of the wrong type or range."""
+
+
+class ConsumerTimeoutError(HmbError):
+    """A KafkaStream had no message for consumer_timeout_ms."""
+
+
+class CoordinationError(HmbError):
+    """ZooKeeper coordination failed (registration, ownership claims, offsets)."""
+
+
+class StorageError(HmbError):
+    """The embedded broker's log is damaged or cannot be used."""
+
+
+class KafkaConnectionError(HmbError):
+    """A broker could not be reached, or the connection was lost."""
+
+    retriable = True
+    invalid_metadata = True
+
+
+class RequestTimedOutError(HmbError):
+    """A request got no answer within its timeout (the message names the API)."""
+
+    retriable = True
+
+
+class UnsupportedByBroker(HmbError):
+    """The broker, or the dialect chosen for it, cannot serve this API."""
+
+
+class ProducerClosedError(HmbError):
+    """send() after close()."""
+
+
+class QueueFullError(HmbError):
+    """The async producer's bounded queue stayed full past queue_enqueue_timeout_ms."""
+
+    retriable = True
+
+
+class BrokerError(HmbError):
+    """An error code returned by a broker. Subclasses set errno/retriable/invalid_metadata."""
+
+    errno: int = -1
+    message: str = "UNKNOWN"
+    description: str = ""
+
+    def __str__(self) -> str:
+        base = f"[Error {self.errno}] {self.message}"
+        extra = super().__str__()
+        return f"{base}: {extra}" if extra else base
+
+
+class UnknownBrokerError(BrokerError):
+    """An error code this version of hmbclient has no name for."""
+
+
+# (code, NAME, retriable, invalid_metadata, description)
+_TABLE: tuple[tuple[int, str, bool, bool, str], ...] = (
+    (-1, "UNKNOWN_SERVER_ERROR", False, False, "The server experienced an unexpected error."),
+    (1, "OFFSET_OUT_OF_RANGE", False, False, "The requested offset is not within the range of offsets maintained by the server."),
+    (2, "CORRUPT_MESSAGE", True, False, "The message contents does not match the message CRC or the message is otherwise corrupt."),
+    (3, "UNKNOWN_TOPIC_OR_PARTITION", True, True, "This server does not host this topic-partition."),
+    (4, "INVALID_FETCH_SIZE", False, False, "The requested fetch size is invalid."),
+    (5, "LEADER_NOT_AVAILABLE", True, True, "There is no leader for this topic-partition."),
+    (6, "NOT_LEADER_FOR_PARTITION", True, True, "This server is not the leader for that topic-partition."),
+    (7, "REQUEST_TIMED_OUT", True, False, "The request timed out."),
+    (8, "BROKER_NOT_AVAILABLE", False, False, "The broker is not available."),
+    (9, "REPLICA_NOT_AVAILABLE", True, True, "The replica is not available for the requested topic-partition."),
+    (10, "MESSAGE_TOO_LARGE", False, False, "The request included a message larger than the max message size the server will accept."),
+    (11, "STALE_CONTROLLER_EPOCH", False, False, "The controller moved to another broker."),
+    (12, "OFFSET_METADATA_TOO_LARGE", False, False, "The metadata field of the offset request was too large."),
+    (13, "NETWORK_EXCEPTION", True, True, "The server disconnected before a response was received."),
+    (14, "COORDINATOR_LOAD_IN_PROGRESS", True, False, "The coordinator is loading and hence can't process requests."),
+    (15, "COORDINATOR_NOT_AVAILABLE", True, False, "The coordinator is not available."),
+    (16, "NOT_COORDINATOR", True, False, "This is not the correct coordinator."),
+    (17, "INVALID_TOPIC_EXCEPTION", False, False, "The request attempted to perform an operation on an invalid topic."),
+    (18, "RECORD_LIST_TOO_LARGE", False, False, "The request included message batch larger than the configured segment size on the server."),
+    (19, "NOT_ENOUGH_REPLICAS", True, False, "Messages are rejected since there are fewer in-sync replicas than required."),
+    (20, "NOT_ENOUGH_REPLICAS_AFTER_APPEND", True, False, "Messages are written to the log, but to fewer in-sync replicas than required."),
+    (21, "INVALID_REQUIRED_ACKS", False, False, "Produce request specified an invalid value for required acks."),
+    (22, "ILLEGAL_GENERATION", False, False, "Specified group generation id is not valid."),
+    (23, "INCONSISTENT_GROUP_PROTOCOL", False, False, "The group member's supported protocols are incompatible with those of existing members."),
+    (24, "INVALID_GROUP_ID", False, False, "The configured groupId is invalid."),
+    (25, "UNKNOWN_MEMBER_ID", False, False, "The coordinator is not aware of this member."),
+    (26, "INVALID_SESSION_TIMEOUT", False, False, "The session timeout is not within the range allowed by the broker."),
+    (27, "REBALANCE_IN_PROGRESS", False, False, "The group is rebalancing, so a rejoin is needed."),
+    (28, "INVALID_COMMIT_OFFSET_SIZE", False, False, "The committing offset data size is not valid."),
+    (29, "TOPIC_AUTHORIZATION_FAILED", False, False, "Topic authorization failed."),
+    (30, "GROUP_AUTHORIZATION_FAILED", False, False, "Group authorization failed."),
+    (31, "CLUSTER_AUTHORIZATION_FAILED", False, False, "Cluster authorization failed."),
+    (32, "INVALID_TIMESTAMP", False, False, "The timestamp of the message is out of acceptable range."),
+    (33, "UNSUPPORTED_SASL_MECHANISM", False, False, "The broker does not support the requested SASL mechanism."),
+    (34, "ILLEGAL_SASL_STATE", False, False, "Request is not valid given the current SASL state."),
+    (35, "UNSUPPORTED_VERSION", False, False, "The version of API is not supported."),
+    (36, "TOPIC_ALREADY_EXISTS", False, False, "Topic with this name already exists."),
+    (37, "INVALID_PARTITIONS", False, False, "Number of partitions is below 1."),
+    (38, "INVALID_REPLICATION_FACTOR", False, False, "Replication factor is below 1 or larger than the number of available brokers."),
+    (39, "INVALID_REPLICA_ASSIGNMENT", False, False, "Replica assignment is invalid."),
+    (40, "INVALID_CONFIG", False, False, "Configuration is invalid."),
+    (41, "NOT_CONTROLLER", True, False, "This is not the correct controller for this cluster."),
+    (42, "INVALID_REQUEST", False, False, "This most likely occurs because of a request being malformed by the client library or the message was sent to an incompatible broker."),
+    (43, "UNSUPPORTED_FOR_MESSAGE_FORMAT", False, False, "The message format version on the broker does not support the request."),
+    (44, "POLICY_VIOLATION", False, False, "Request parameters do not satisfy the configured policy."),
+    (45, "OUT_OF_ORDER_SEQUENCE_NUMBER", False, False, "The broker received an out of order sequence number."),
+    (46, "DUPLICATE_SEQUENCE_NUMBER", False, False, "The broker received a duplicate sequence number."),
+    (47, "INVALID_PRODUCER_EPOCH", False, False, "Producer attempted to produce with an old epoch."),
+    (48, "INVALID_TXN_STATE", False, False, "The producer attempted a transactional operation in an invalid state."),
+    (49, "INVALID_PRODUCER_ID_MAPPING", False, False, "The producer attempted to use a producer id which is not currently assigned to its transactional id."),
+    (50, "INVALID_TRANSACTION_TIMEOUT", False, False, "The transaction timeout is larger than the maximum value allowed by the broker."),
+    (51, "CONCURRENT_TRANSACTIONS", True, False, "The producer attempted to update a transaction while another concurrent operation on the same transaction was ongoing."),
+    (52, "TRANSACTION_COORDINATOR_FENCED", False, False, "Indicates that the transaction coordinator sending a WriteTxnMarker is no longer the current coordinator."),
+    (53, "TRANSACTIONAL_ID_AUTHORIZATION_FAILED", False, False, "Transactional Id authorization failed."),
+    (54, "SECURITY_DISABLED", False, False, "Security features are disabled."),
+    (55, "OPERATION_NOT_ATTEMPTED", False, False, "The broker did not attempt to execute this operation."),
+    (56, "KAFKA_STORAGE_ERROR", True, True, "Disk error when trying to access log file on the disk."),
+    (57, "LOG_DIR_NOT_FOUND", False, False, "The user-specified log directory is not found in the broker config."),
+    (58, "SASL_AUTHENTICATION_FAILED", False, False, "SASL Authentication failed."),
+    (59, "UNKNOWN_PRODUCER_ID", False, False, "This exception is raised by the broker if it could not locate the producer metadata."),
+    (60, "REASSIGNMENT_IN_PROGRESS", False, False, "A partition reassignment is in progress."),
+    (61, "DELEGATION_TOKEN_AUTH_DISABLED", False, False, "Delegation Token feature is not enabled."),
+    (62, "DELEGATION_TOKEN_NOT_FOUND", False, False, "Delegation Token is not found on server."),
+    (63, "DELEGATION_TOKEN_OWNER_MISMATCH", False, False, "Specified Principal is not valid Owner/Renewer."),
+    (64, "DELEGATION_TOKEN_REQUEST_NOT_ALLOWED", False, False, "Delegation Token requests are not allowed on PLAINTEXT/1-way SSL channels."),
+    (65, "DELEGATION_TOKEN_AUTHORIZATION_FAILED", False, False, "Delegation Token authorization failed."),
+    (66, "DELEGATION_TOKEN_EXPIRED", False, False, "Delegation Token is expired."),
+    (67, "INVALID_PRINCIPAL_TYPE", False, False, "Supplied principalType is not supported."),
+    (68, "NON_EMPTY_GROUP", False, False, "The group is not empty."),
+    (69, "GROUP_ID_NOT_FOUND", False, False, "The group id does not exist."),
+    (70, "FETCH_SESSION_ID_NOT_FOUND", True, False, "The fetch session ID was not found."),
+    (71, "INVALID_FETCH_SESSION_EPOCH", True, False, "The fetch session epoch is invalid."),
+    (72, "LISTENER_NOT_FOUND", True, True, "There is no listener on the leader broker that matches the listener on which metadata request was processed."),
+    (73, "TOPIC_DELETION_DISABLED", False, False, "Topic deletion is disabled."),
+    (74, "FENCED_LEADER_EPOCH", True, True, "The leader epoch in the request is older than the epoch on the broker."),
+    (75, "UNKNOWN_LEADER_EPOCH", True, True, "The leader epoch in the request is newer than the epoch on the broker."),
+    (76, "UNSUPPORTED_COMPRESSION_TYPE", False, False, "The requesting client does not support the compression type of given partition."),
+    (77, "STALE_BROKER_EPOCH", False, False, "Broker epoch has changed."),
+    (78, "OFFSET_NOT_AVAILABLE", True, True, "The leader high watermark has not caught up from a recent leader election so the offsets cannot be guaranteed to be monotonically increasing."),
+    (79, "MEMBER_ID_REQUIRED", False, False, "The group member needs to have a valid member id before actually entering a consumer group."),
+    (80, "PREFERRED_LEADER_NOT_AVAILABLE", True, True, "The preferred leader was not available."),
+    (81, "GROUP_MAX_SIZE_REACHED", False, False, "The consumer group has reached its max size."),
+    (82, "FENCED_INSTANCE_ID", False, False, "The broker rejected this static consumer since another consumer with the same group.instance.id has registered with a different member.id."),
+    (83, "ELIGIBLE_LEADERS_NOT_AVAILABLE", True, True, "Eligible topic partition leaders are not available."),
+    (84, "ELECTION_NOT_NEEDED", True, True, "Leader election not needed for topic partition."),
+    (85, "NO_REASSIGNMENT_IN_PROGRESS", False, False, "No partition reassignment is in progress."),
+    (86, "GROUP_SUBSCRIBED_TO_TOPIC", False, False, "Deleting offsets of a topic is forbidden while the consumer group is actively subscribed to it."),
+    (87, "INVALID_RECORD", False, False, "This record has failed the validation on broker and hence will be rejected."),
+    (88, "UNSTABLE_OFFSET_COMMIT", True, False, "There are unstable offsets that need to be cleared."),
+    (89, "THROTTLING_QUOTA_EXCEEDED", True, False, "The throttling quota has been exceeded."),
+    (90, "PRODUCER_FENCED", False, False, "There is a newer producer with the same transactionalId which fences the current one."),
+    (91, "RESOURCE_NOT_FOUND", False, False, "A request illegally referred to a resource that does not exist."),
+    (92, "DUPLICATE_RESOURCE", False, False, "A request illegally referred to the same resource twice."),
+    (93, "UNACCEPTABLE_CREDENTIAL", False, False, "Requested credential would not meet criteria for acceptability."),
+    (94, "INCONSISTENT_VOTER_SET", False, False, "Indicates that the either the sender or recipient of a voter-only request is not one of the expected voters."),
+    (95, "INVALID_UPDATE_VERSION", False, False, "The given update version was invalid."),
+    (96, "FEATURE_UPDATE_FAILED", False, False, "Unable to update finalized features due to an unexpected server error."),
+    (97, "PRINCIPAL_DESERIALIZATION_FAILURE", False, False, "Request principal deserialization failed during forwarding."),
+    (98, "SNAPSHOT_NOT_FOUND", False, False, "Requested snapshot was not found."),
+    (99, "POSITION_OUT_OF_RANGE", False, False, "Requested position is not greater than or equal to zero, and less than the size of the snapshot."),
+    (100, "UNKNOWN_TOPIC_ID", True, True, "This server does not host this topic ID."),
+    (101, "DUPLICATE_BROKER_REGISTRATION", False, False, "This broker ID is already in use."),
+    (102, "BROKER_ID_NOT_REGISTERED", False, False, "The given broker ID was not registered."),
+    (103, "INCONSISTENT_TOPIC_ID", True, True, "The log's topic ID did not match the topic ID in the request."),
+    (104, "INCONSISTENT_CLUSTER_ID", False, False, "The clusterId in the request does not match that found on the server."),
+    (105, "TRANSACTIONAL_ID_NOT_FOUND", False, False, "The transactionalId could not be found."),
+    (106, "FETCH_SESSION_TOPIC_ID_ERROR", True, False, "The fetch session encountered inconsistent topic ID usage."),
+    (107, "INELIGIBLE_REPLICA", False, False, "The new ISR contains at least one ineligible replica."),
+    (108, "NEW_LEADER_ELECTED", False, False, "The AlterPartition request successfully updated the partition state but the leader has changed."),
+    (109, "OFFSET_MOVED_TO_TIERED_STORAGE", False, False, "The requested offset is moved to tiered storage."),
+    (110, "FENCED_MEMBER_EPOCH", False, False, "The member epoch is fenced by the group coordinator."),
+    (111, "UNRELEASED_INSTANCE_ID", False, False, "The instance ID is still used by another member in the consumer group."),
+    (112, "UNSUPPORTED_ASSIGNOR", False, False, "The assignor or its version range is not supported by the consumer group."),
+    (113, "STALE_MEMBER_EPOCH", False, False, "The member epoch is stale."),
+    (114, "MISMATCHED_ENDPOINT_TYPE", False, False, "The request was sent to an endpoint of the wrong type."),
+    (115, "UNSUPPORTED_ENDPOINT_TYPE", False, False, "This endpoint type is not supported yet."),
+    (116, "UNKNOWN_CONTROLLER_ID", False, False, "This controller ID is not known."),
+    (117, "UNKNOWN_SUBSCRIPTION_ID", False, False, "Client sent a push telemetry request with an invalid or outdated subscription ID."),
+    (118, "TELEMETRY_TOO_LARGE", False, False, "Client sent a push telemetry request larger than the maximum size the broker will accept."),
+    (119, "INVALID_REGISTRATION", False, False, "The controller has considered the broker registration to be invalid."),
+)
+
+
+def _class_name(name: str) -> str:
+    return "".join(part.capitalize() for part in name.split("_")) + "Error"
+
+
+ERRORS_BY_CODE: dict[int, type[BrokerError]] = {}
+
+for _code, _name, _retriable, _invalid, _desc in _TABLE:
+    _cls = type(
+        _class_name(_name),
+        (BrokerError,),
+        {
+            "errno": _code,
+            "message": _name,
+            "description": _desc,
+            "retriable": _retriable,
+            "invalid_metadata": _invalid,
+            "__module__": __name__,
+            "__doc__": f"Kafka error {_code} {_name}: {_desc}",
+        },
+    )
+    ERRORS_BY_CODE[_code] = _cls
+    globals()[_cls.__name__] = _cls
+    __all__.append(_cls.__name__)
+
+# Common aliases under the names the Kafka 0.8 client and kafka-python users know.
+OffsetOutOfRangeError = ERRORS_BY_CODE[1]
+CorruptMessageError = ERRORS_BY_CODE[2]
+UnknownTopicOrPartitionError = ERRORS_BY_CODE[3]
+LeaderNotAvailableError = ERRORS_BY_CODE[5]
+NotLeaderForPartitionError = ERRORS_BY_CODE[6]
+MessageSizeTooLargeError = ERRORS_BY_CODE[10]
+MessageSizeTooLarge = MessageSizeTooLargeError
+CoordinatorLoadInProgressError = ERRORS_BY_CODE[14]
+OffsetsLoadInProgressError = CoordinatorLoadInProgressError
+NotCoordinatorError = ERRORS_BY_CODE[16]
+InvalidTopicError = ERRORS_BY_CODE[17]
+UnsupportedVersionError = ERRORS_BY_CODE[35]
+UnknownServerError = ERRORS_BY_CODE[-1]
+__all__ += [
+    "OffsetOutOfRangeError",
+    "CorruptMessageError",
+    "UnknownTopicOrPartitionError",
+    "LeaderNotAvailableError",
+    "NotLeaderForPartitionError",
+    "MessageSizeTooLargeError",
+    "MessageSizeTooLarge",
+    "CoordinatorLoadInProgressError",
+    "OffsetsLoadInProgressError",
+    "NotCoordinatorError",
+    "InvalidTopicError",
+    "UnsupportedVersionError",
+    "UnknownServerError",
+]
+
+_UNKNOWN_CACHE: dict[int, type[BrokerError]] = {}
+
+
+def for_code(errno: int) -> type[BrokerError]:
+    """Return the BrokerError subclass for a wire error code (0 is not an error: ValueError).
+
+    Unknown codes get a (cached) subclass of UnknownBrokerError carrying that errno, so
+    ``except BrokerError`` and ``err.errno`` work for codes newer than this table.
+    """
+    cls = ERRORS_BY_CODE.get(errno)
+    if cls is not None:
+        return cls
+    if errno == 0:
+        raise ValueError("error code 0 means no error")
+    cls = _UNKNOWN_CACHE.get(errno)
+    if cls is None:
+        cls = type(
+            f"UnknownError{errno}",
+            (UnknownBrokerError,),
+            {"errno": errno, "message": f"UNKNOWN_CODE_{errno}", "__module__": __name__},
+        )
+        _UNKNOWN_CACHE[errno] = cls
+    return cls
+
+
+def raise_for_code(errno: int, detail: str = "") -> None:
+    """Raise the BrokerError for ``errno`` unless it is 0."""
+    if errno:
+        raise for_code(errno)(detail)

@@ -1,0 +1,124 @@
+"""Request/Response base classes and the (api_key, api_version) registry.
+
+One class per (API, version), as in kafka-python's protocol package: each class is a namedtuple
+of its schema's fields with class attributes ``API_KEY``, ``API_VERSION``, ``SCHEMA`` and, for
+requests, ``RESPONSE_TYPE``. A new version reuses the previous field list where nothing changed.
+
+    req = MetadataRequest[1](topics=["events"])
+    data = req.encode()                          # body only; frame.py adds size + header
+    resp = req.RESPONSE_TYPE.decode(body_bytes)  # -> MetadataResponse_v1 namedtuple
+
+``build(**fields)`` is the version-agnostic constructor the client uses: it keeps the fields
+this version has and drops the others (e.g. ``throttle_time_ms`` on v0), so one call site can
+build any version. The plain constructor stays strict.
+"""
+
+from __future__ import annotations
+
+from enum import IntEnum
+from typing import Any, ClassVar
+
+from hmbclient.protocol.types import FieldSpec, Struct
+
+__all__ = [
+    "ApiKey",
+    "Request",
+    "Response",
+    "define",
+    "REQUESTS",
+    "RESPONSES",
+    "request_class",
+    "response_class",
+    "supported_versions",
+]
+
+
+class ApiKey(IntEnum):
+    PRODUCE = 0
+    FETCH = 1
+    LIST_OFFSETS = 2
+    METADATA = 3
+    OFFSET_COMMIT = 8
+    OFFSET_FETCH = 9
+    FIND_COORDINATOR = 10
+    API_VERSIONS = 18
+    CREATE_TOPICS = 19
+
+
+class _Message:
+    API_KEY: ClassVar[int]
+    API_VERSION: ClassVar[int]
+    SCHEMA: ClassVar[Struct]
+    _fields: ClassVar[tuple[str, ...]]
+
+    def encode_parts(self) -> list[Any]:
+        out: list[Any] = []
+        self.SCHEMA.write(out, self)
+        return out
+
+    def encode(self) -> bytes:
+        return b"".join(self.encode_parts())
+
+    @classmethod
+    def decode(cls, buf: Any, pos: int = 0, *, exact: bool = True) -> Any:
+        return cls.SCHEMA.decode(buf, pos, exact=exact)
+
+    @classmethod
+    def build(cls, **fields: Any) -> Any:
+        names = cls._fields
+        return cls(**{k: v for k, v in fields.items() if k in names})  # type: ignore[call-arg]
+
+
+class Request(_Message):
+    RESPONSE_TYPE: ClassVar[type[Response]]
+
+
+class Response(_Message):
+    pass
+
+
+REQUESTS: dict[tuple[int, int], type[Request]] = {}
+RESPONSES: dict[tuple[int, int], type[Response]] = {}
+
+
+def define(
+    api_key: int,
+    version: int,
+    request_fields: list[FieldSpec],
+    response_fields: list[FieldSpec],
+) -> tuple[type[Request], type[Response]]:
+    """Create and register the request and response classes of one (API, version)."""
+    api_name = "".join(p.capitalize() for p in ApiKey(api_key).name.split("_"))
+    classes: list[type] = []
+    for kind, base, fields in (("Request", Request, request_fields), ("Response", Response, response_fields)):
+        name = f"{api_name}{kind}_v{version}"
+        schema = Struct(name, fields)
+        cls = type(
+            name,
+            (schema.values, base),
+            {"__slots__": (), "API_KEY": int(api_key), "API_VERSION": version, "SCHEMA": schema},
+        )
+        schema.values = cls  # decoding builds instances of the API class itself
+        classes.append(cls)
+    req, resp = classes
+    req.RESPONSE_TYPE = resp  # type: ignore[attr-defined]
+    REQUESTS[(int(api_key), version)] = req  # type: ignore[assignment]
+    RESPONSES[(int(api_key), version)] = resp  # type: ignore[assignment]
+    return req, resp  # type: ignore[return-value]
+
+
+def request_class(api_key: int, version: int) -> type[Request]:
+    """The request class for (api_key, version); KeyError if we do not implement it."""
+    return REQUESTS[(api_key, version)]
+
+
+def response_class(api_key: int, version: int) -> type[Response]:
+    return RESPONSES[(api_key, version)]
+
+
+def supported_versions(api_key: int) -> tuple[int, int]:
+    """(min, max) version implemented for an API key; KeyError if none."""
+    vs = [v for (k, v) in REQUESTS if k == api_key]
+    if not vs:
+        raise KeyError(api_key)
+    return min(vs), max(vs)

@@ -1,0 +1,251 @@
+"""Size-delimited frames, request/response headers, and the two sans-IO connection objects.
+
+Wire layout (non-flexible versions, which is all hmbclient speaks):
+
+    request  := size:int32 api_key:int16 api_version:int16 correlation_id:int32
+                client_id:nullable_string body
+    response := size:int32 correlation_id:int32 body
+
+``ClientConnection`` (client side, h11 style): ``send_request(req) -> (correlation_id, bytes)``
+records what response type to expect; ``receive_data(bytes)`` buffers; ``next_response()``
+returns ``(correlation_id, response)`` or ``NEED_DATA``. Responses arrive in request order on a
+Kafka connection, so a correlation id that is not the oldest one in flight is a ProtocolError.
+
+``ServerConnection`` (broker side, the mirror): ``receive_data``; ``next_request()`` returns
+``RequestEvent``, ``UnsupportedRequest`` (header parsed, api/version unknown: the broker decides
+between an error response and closing) or ``NEED_DATA``; ``encode_response(header, resp)``.
+
+The size field is checked against ``max_frame_bytes`` (default 100 MiB) *before* anything is
+buffered for it, so a hostile size cannot make us allocate. Once a ProtocolError was raised the
+connection is dead: every later call raises it again (a byte stream cannot be resynchronised).
+"""
+
+from __future__ import annotations
+
+import struct
+from collections import deque
+from typing import Any, NamedTuple
+
+from hmbclient.errors import ProtocolError
+from hmbclient.protocol.api.base import REQUESTS, Request, Response
+from hmbclient.protocol.types import NullableString
+
+__all__ = [
+    "NEED_DATA",
+    "DEFAULT_MAX_FRAME_BYTES",
+    "RequestHeader",
+    "RequestEvent",
+    "UnsupportedRequest",
+    "ClientConnection",
+    "ServerConnection",
+    "encode_request",
+    "FrameBuffer",
+]
+
+DEFAULT_MAX_FRAME_BYTES = 100 * 1024 * 1024
+
+_size = struct.Struct(">i")
+_req_hdr = struct.Struct(">hhi")
+_corr = struct.Struct(">i")
+
+
+class _NeedData:
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "NEED_DATA"
+
+
+NEED_DATA: Any = _NeedData()
+
+
+class RequestHeader(NamedTuple):
+    api_key: int
+    api_version: int
+    correlation_id: int
+    client_id: str | None
+
+
+class RequestEvent(NamedTuple):
+    header: RequestHeader
+    request: Request
+
+
+class UnsupportedRequest(NamedTuple):
+    """A frame whose header parsed but whose (api_key, api_version) we do not implement."""
+
+    header: RequestHeader
+    body: bytes
+
+
+def encode_request(request: Request, correlation_id: int, client_id: str | None) -> list[Any]:
+    """Frame one request: returns the parts (size + header + body parts) to write in order."""
+    out: list[Any] = [b"", _req_hdr.pack(request.API_KEY, request.API_VERSION, correlation_id)]
+    NullableString.write(out, client_id)
+    request.SCHEMA.write(out, request)
+    size = 0
+    for p in out:
+        size += len(p)
+    out[0] = _size.pack(size)
+    return out
+
+
+class FrameBuffer:
+    """Accumulates bytes and yields complete frames (without their size prefix)."""
+
+    __slots__ = ("_buf", "max_frame_bytes", "_error")
+
+    def __init__(self, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES) -> None:
+        self._buf = bytearray()
+        self.max_frame_bytes = max_frame_bytes
+        self._error: ProtocolError | None = None
+
+    def feed(self, data: bytes | bytearray | memoryview) -> None:
+        if self._error is not None:
+            raise self._error
+        self._buf += data
+
+    @property
+    def buffered(self) -> int:
+        return len(self._buf)
+
+    def peek_size(self) -> int | None:
+        """The size field of the next frame, validated, or None if fewer than 4 bytes."""
+        if self._error is not None:
+            raise self._error
+        buf = self._buf
+        if len(buf) < 4:
+            return None
+        (n,) = _size.unpack_from(buf, 0)
+        if n < 0 or n > self.max_frame_bytes:
+            self._error = ProtocolError(
+                f"frame size {n} is outside 0..{self.max_frame_bytes} (max_frame_bytes)"
+            )
+            raise self._error
+        return n
+
+    def next_frame(self) -> bytes | None:
+        n = self.peek_size()
+        if n is None or len(self._buf) < 4 + n:
+            return None
+        buf = self._buf
+        frame = bytes(buf[4 : 4 + n])
+        # bytearray deletion from the front is amortised O(1) in CPython (it moves a start
+        # pointer), so draining many small frames does not go quadratic.
+        del buf[: 4 + n]
+        return frame
+
+    def take(self, n: int) -> bytes:
+        """Remove and return exactly n raw bytes (the caller checked they are there)."""
+        data = bytes(self._buf[:n])
+        del self._buf[:n]
+        return data
+
+    def fail(self, err: ProtocolError) -> ProtocolError:
+        self._error = err
+        return err
+
+    @property
+    def raw(self) -> bytearray:
+        return self._buf
+
+
+class ClientConnection:
+    """Sans-IO client side of one broker connection."""
+
+    def __init__(self, client_id: str | None = "hmbclient", max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES) -> None:
+        self.client_id = client_id
+        self._frames = FrameBuffer(max_frame_bytes)
+        self._in_flight: deque[tuple[int, type[Response]]] = deque()
+        self._next_correlation_id = 0
+
+    @property
+    def in_flight(self) -> int:
+        return len(self._in_flight)
+
+    def next_correlation_id(self) -> int:
+        cid = self._next_correlation_id
+        self._next_correlation_id = (cid + 1) & 0x7FFFFFFF
+        return cid
+
+    def send_request(self, request: Request, *, expect_response: bool = True, correlation_id: int | None = None) -> tuple[int, bytes]:
+        """Frame a request. With ``expect_response`` False (Produce with acks=0) nothing is
+        queued: the broker sends no reply."""
+        cid = self.next_correlation_id() if correlation_id is None else correlation_id
+        data = b"".join(encode_request(request, cid, self.client_id))
+        if expect_response:
+            self._in_flight.append((cid, request.RESPONSE_TYPE))
+        return cid, data
+
+    def receive_data(self, data: bytes | bytearray | memoryview) -> None:
+        self._frames.feed(data)
+
+    def next_response(self) -> Any:
+        """``(correlation_id, response)`` for the oldest request in flight, or NEED_DATA."""
+        frame = self._frames.next_frame()
+        if frame is None:
+            return NEED_DATA
+        if not self._in_flight:
+            raise self._frames.fail(ProtocolError("response received with no request in flight"))
+        if len(frame) < 4:
+            raise self._frames.fail(ProtocolError(f"response frame of {len(frame)} bytes has no header"))
+        (cid,) = _corr.unpack_from(frame, 0)
+        want, rtype = self._in_flight[0]
+        if cid != want:
+            raise self._frames.fail(
+                ProtocolError(f"correlation id {cid} does not match the oldest request in flight ({want})")
+            )
+        self._in_flight.popleft()
+        try:
+            resp = rtype.decode(memoryview(frame)[4:])
+        except ProtocolError as e:
+            raise self._frames.fail(ProtocolError(f"{rtype.__name__}: {e}")) from None
+        return cid, resp
+
+    def fail_all(self) -> list[int]:
+        """Forget every request in flight (connection lost); returns their correlation ids."""
+        ids = [cid for cid, _ in self._in_flight]
+        self._in_flight.clear()
+        return ids
+
+
+class ServerConnection:
+    """Sans-IO broker side of one client connection."""
+
+    def __init__(self, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES) -> None:
+        self._frames = FrameBuffer(max_frame_bytes)
+
+    def receive_data(self, data: bytes | bytearray | memoryview) -> None:
+        self._frames.feed(data)
+
+    def next_request(self) -> Any:
+        frame = self._frames.next_frame()
+        if frame is None:
+            return NEED_DATA
+        if len(frame) < 10:
+            raise self._frames.fail(ProtocolError(f"request frame of {len(frame)} bytes has no header"))
+        api_key, api_version, cid = _req_hdr.unpack_from(frame, 0)
+        try:
+            client_id, pos = NullableString.read(frame, 8)
+        except ProtocolError as e:
+            raise self._frames.fail(ProtocolError(f"request header: {e}")) from None
+        header = RequestHeader(api_key, api_version, cid, client_id)
+        rtype = REQUESTS.get((api_key, api_version))
+        if rtype is None:
+            return UnsupportedRequest(header, frame[pos:])
+        try:
+            req = rtype.decode(memoryview(frame)[pos:])
+        except ProtocolError as e:
+            raise self._frames.fail(ProtocolError(f"{rtype.__name__} (correlation id {cid}): {e}")) from None
+        return RequestEvent(header, req)
+
+    @staticmethod
+    def encode_response(correlation_id: int, response: Response) -> list[Any]:
+        """Frame a response: the parts to write in order (a Records field may be a FileSlice)."""
+        out: list[Any] = [b"", _corr.pack(correlation_id)]
+        response.SCHEMA.write(out, response)
+        size = 0
+        for p in out:
+            size += len(p)
+        out[0] = _size.pack(size)
+        return out

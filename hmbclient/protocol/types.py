@@ -1,0 +1,447 @@
+"""Primitive wire types and declarative schemas. Sans-IO: bytes in, values out.
+
+Every type has two methods:
+
+* ``write(out, value)`` appends the encoded bytes of ``value`` to the list ``out`` (the caller
+  joins once; a ``Records`` field may append a non-bytes part such as the broker's
+  ``FileSlice`` so a response can be sent partly with ``os.sendfile``);
+* ``read(buf, pos) -> (value, new_pos)`` decodes from a ``bytes``/``memoryview`` at ``pos``.
+
+Readers bounds-check every length against the buffer before slicing (a slice past the end would
+silently truncate) and every array count against the bytes left, so a hostile count cannot make
+us loop or allocate past the frame. They raise :class:`ProtocolError`; ``struct.error`` and
+friends are turned into ``ProtocolError`` at :func:`Struct.decode`, the one entry point.
+
+Layout facts (Kafka protocol guide): integers are big-endian two's complement; ``string`` is an
+int16 length (-1 = null) + UTF-8; ``bytes`` is an int32 length (-1 = null); arrays are an int32
+count (-1 = null) followed by the elements; varints are zigzag (signed) or plain (unsigned) LEB128.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections import namedtuple
+from collections.abc import Sequence
+from typing import Any
+
+from hmbclient.errors import ProtocolError
+
+__all__ = [
+    "Type",
+    "Int8",
+    "Int16",
+    "Int32",
+    "Int64",
+    "UInt32",
+    "Boolean",
+    "String",
+    "NullableString",
+    "Bytes",
+    "NullableBytes",
+    "Records",
+    "VarInt",
+    "VarLong",
+    "UnsignedVarInt",
+    "Array",
+    "Struct",
+    "encode_varint",
+    "decode_varint",
+    "encode_unsigned_varint",
+    "decode_unsigned_varint",
+    "zigzag_encode",
+    "zigzag_decode",
+]
+
+_i8 = struct.Struct(">b")
+_i16 = struct.Struct(">h")
+_i32 = struct.Struct(">i")
+_i64 = struct.Struct(">q")
+_u32 = struct.Struct(">I")
+
+
+class Type:
+    """A wire type. ``min_size`` is the fewest bytes one value can take (array count checks)."""
+
+    min_size = 1
+    default: Any = None
+
+    def write(self, out: list[Any], value: Any) -> None:  # pragma: no cover - interface
+        raise NotImplementedError
+
+    def read(self, buf: Any, pos: int) -> tuple[Any, int]:  # pragma: no cover - interface
+        raise NotImplementedError
+
+    def encode(self, value: Any) -> bytes:
+        out: list[Any] = []
+        self.write(out, value)
+        return b"".join(out)
+
+
+class _Fixed(Type):
+    def __init__(self, name: str, st: struct.Struct, default: Any = 0) -> None:
+        self.name = name
+        self._st = st
+        self.min_size = st.size
+        self.default = default
+        self._pack = st.pack
+        self._unpack_from = st.unpack_from
+        self._size = st.size
+
+    def write(self, out: list[Any], value: Any) -> None:
+        try:
+            out.append(self._pack(value))
+        except struct.error as e:
+            raise ProtocolError(f"{self.name}: cannot encode {value!r}: {e}") from None
+
+    def read(self, buf: Any, pos: int) -> tuple[Any, int]:
+        end = pos + self._size
+        if end > len(buf):
+            raise ProtocolError(f"{self.name}: need {self._size} bytes at {pos}, have {len(buf) - pos}")
+        return self._unpack_from(buf, pos)[0], end
+
+    def __repr__(self) -> str:
+        return self.name
+
+
+Int8 = _Fixed("Int8", _i8)
+Int16 = _Fixed("Int16", _i16)
+Int32 = _Fixed("Int32", _i32)
+Int64 = _Fixed("Int64", _i64)
+UInt32 = _Fixed("UInt32", _u32)
+
+
+class _Boolean(Type):
+    default = False
+
+    def write(self, out: list[Any], value: Any) -> None:
+        out.append(b"\x01" if value else b"\x00")
+
+    def read(self, buf: Any, pos: int) -> tuple[Any, int]:
+        if pos >= len(buf):
+            raise ProtocolError("Boolean: no byte left")
+        return buf[pos] != 0, pos + 1
+
+    def __repr__(self) -> str:
+        return "Boolean"
+
+
+Boolean = _Boolean()
+
+
+class _String(Type):
+    """int16 length + UTF-8. ``nullable`` decides whether None (length -1) is legal."""
+
+    min_size = 2
+
+    def __init__(self, nullable: bool) -> None:
+        self.nullable = nullable
+        self.default = None if nullable else ""
+
+    def write(self, out: list[Any], value: Any) -> None:
+        if value is None:
+            if not self.nullable:
+                raise ProtocolError("String: None given for a non-nullable string")
+            out.append(b"\xff\xff")
+            return
+        data = value.encode("utf-8") if isinstance(value, str) else bytes(value)
+        if len(data) > 32767:
+            raise ProtocolError(f"String: {len(data)} bytes is over the int16 limit")
+        out.append(_i16.pack(len(data)))
+        out.append(data)
+
+    def read(self, buf: Any, pos: int) -> tuple[Any, int]:
+        if pos + 2 > len(buf):
+            raise ProtocolError("String: truncated length")
+        (n,) = _i16.unpack_from(buf, pos)
+        pos += 2
+        if n < 0:
+            if n == -1 and self.nullable:
+                return None, pos
+            raise ProtocolError(f"String: invalid length {n}")
+        end = pos + n
+        if end > len(buf):
+            raise ProtocolError(f"String: length {n} runs past the buffer")
+        try:
+            return str(buf[pos:end], "utf-8"), end
+        except UnicodeDecodeError as e:
+            raise ProtocolError(f"String: not UTF-8: {e}") from None
+
+    def __repr__(self) -> str:
+        return "NullableString" if self.nullable else "String"
+
+
+String = _String(nullable=False)
+NullableString = _String(nullable=True)
+
+
+class _Bytes(Type):
+    """int32 length + raw bytes. Reads return ``bytes`` (copy) unless ``view`` (memoryview)."""
+
+    min_size = 4
+
+    def __init__(self, nullable: bool, view: bool = False, name: str = "Bytes") -> None:
+        self.nullable = nullable
+        self.view = view
+        self.name = name
+        self.default = None if nullable else b""
+
+    def write(self, out: list[Any], value: Any) -> None:
+        if value is None:
+            if not self.nullable:
+                raise ProtocolError(f"{self.name}: None given for non-nullable bytes")
+            out.append(b"\xff\xff\xff\xff")
+            return
+        if isinstance(value, bytes | bytearray | memoryview):
+            out.append(_i32.pack(len(value)))
+            out.append(value)
+            return
+        # Anything else that knows its length and how to be sent (e.g. the broker's FileSlice,
+        # written with os.sendfile) travels as its own part.
+        length = len(value)
+        out.append(_i32.pack(length))
+        out.append(value)
+
+    def read(self, buf: Any, pos: int) -> tuple[Any, int]:
+        if pos + 4 > len(buf):
+            raise ProtocolError(f"{self.name}: truncated length")
+        (n,) = _i32.unpack_from(buf, pos)
+        pos += 4
+        if n < 0:
+            if n == -1 and self.nullable:
+                return None, pos
+            raise ProtocolError(f"{self.name}: invalid length {n}")
+        end = pos + n
+        if end > len(buf):
+            raise ProtocolError(f"{self.name}: length {n} runs past the buffer")
+        if self.view:
+            return memoryview(buf)[pos:end], end
+        return bytes(buf[pos:end]), end
+
+    def __repr__(self) -> str:
+        return self.name
+
+
+Bytes = _Bytes(nullable=False)
+NullableBytes = _Bytes(nullable=True, name="NullableBytes")
+# A record set (MessageSet v0/v1 or RecordBatch v2 bytes). Decoded as a zero-copy memoryview;
+# the records package parses it lazily.
+Records = _Bytes(nullable=True, view=True, name="Records")
+
+
+# --- varints -----------------------------------------------------------------------------
+
+
+def zigzag_encode(n: int) -> int:
+    return (n << 1) ^ (n >> 63)
+
+
+def zigzag_decode(n: int) -> int:
+    return (n >> 1) ^ -(n & 1)
+
+
+def encode_unsigned_varint(n: int) -> bytes:
+    if n < 0:
+        raise ProtocolError(f"unsigned varint: negative value {n}")
+    if n < 0x80:
+        return bytes((n,))
+    out = bytearray()
+    while n >= 0x80:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+def decode_unsigned_varint(buf: Any, pos: int, max_bytes: int = 10) -> tuple[int, int]:
+    """Decode an unsigned LEB128 varint. Raises ProtocolError if truncated or too long."""
+    result = 0
+    shift = 0
+    end = len(buf)
+    for i in range(max_bytes):
+        if pos >= end:
+            raise ProtocolError("varint: truncated")
+        b = buf[pos]
+        pos += 1
+        result |= (b & 0x7F) << shift
+        if not b & 0x80:
+            return result, pos
+        shift += 7
+        del i
+    raise ProtocolError(f"varint: longer than {max_bytes} bytes")
+
+
+def encode_varint(n: int) -> bytes:
+    """Zigzag varint of a signed 64-bit value."""
+    if not -(1 << 63) <= n < (1 << 63):
+        raise ProtocolError(f"varint: {n} is outside int64")
+    return encode_unsigned_varint(((n << 1) ^ (n >> 63)) & 0xFFFFFFFFFFFFFFFF)
+
+
+def decode_varint(buf: Any, pos: int, max_bytes: int = 10) -> tuple[int, int]:
+    raw, pos = decode_unsigned_varint(buf, pos, max_bytes)
+    return (raw >> 1) ^ -(raw & 1), pos
+
+
+class _VarInt(Type):
+    default = 0
+
+    def __init__(self, name: str, signed: bool, bits: int) -> None:
+        self.name = name
+        self.signed = signed
+        self.bits = bits
+        self.max_bytes = 5 if bits == 32 else 10
+
+    def write(self, out: list[Any], value: Any) -> None:
+        if self.signed:
+            lo, hi = -(1 << (self.bits - 1)), 1 << (self.bits - 1)
+            if not lo <= value < hi:
+                raise ProtocolError(f"{self.name}: {value} out of range")
+            out.append(encode_unsigned_varint(((value << 1) ^ (value >> (self.bits - 1))) & ((1 << self.bits) - 1)))
+        else:
+            if not 0 <= value < (1 << self.bits):
+                raise ProtocolError(f"{self.name}: {value} out of range")
+            out.append(encode_unsigned_varint(value))
+
+    def read(self, buf: Any, pos: int) -> tuple[Any, int]:
+        raw, pos = decode_unsigned_varint(buf, pos, self.max_bytes)
+        if raw >= (1 << self.bits):
+            raise ProtocolError(f"{self.name}: value overflows {self.bits} bits")
+        if self.signed:
+            return (raw >> 1) ^ -(raw & 1), pos
+        return raw, pos
+
+    def __repr__(self) -> str:
+        return self.name
+
+
+VarInt = _VarInt("VarInt", signed=True, bits=32)
+VarLong = _VarInt("VarLong", signed=True, bits=64)
+UnsignedVarInt = _VarInt("UnsignedVarInt", signed=False, bits=32)
+
+
+# --- composites ----------------------------------------------------------------------------
+
+FieldSpec = tuple[str, Any]
+
+
+def _as_type(spec: Any, name: str) -> Type:
+    """A field's type: a Type, or a sequence of (name, type) pairs meaning an inline Struct."""
+    if isinstance(spec, Type):
+        return spec
+    if isinstance(spec, list | tuple):
+        return Struct(_camel(name), spec)
+    raise TypeError(f"not a wire type: {spec!r}")
+
+
+def _camel(name: str) -> str:
+    return "".join(p.capitalize() for p in name.split("_")) or "Anon"
+
+
+class Array(Type):
+    """int32 count (-1 = null) + elements. ``Array(T)`` or ``Array(("f", T), ...)``."""
+
+    min_size = 4
+    default: Any = ()
+
+    def __init__(self, *spec: Any, nullable: bool = False, name: str = "item") -> None:
+        if len(spec) == 1 and isinstance(spec[0], Type):
+            self.item = spec[0]
+        else:
+            self.item = Struct(_camel(name), list(spec))
+        self.nullable = nullable
+        if nullable:
+            self.default = None
+
+    def write(self, out: list[Any], value: Any) -> None:
+        if value is None:
+            if not self.nullable:
+                # Kafka treats a null array as empty in non-nullable positions on encode.
+                out.append(b"\x00\x00\x00\x00")
+                return
+            out.append(b"\xff\xff\xff\xff")
+            return
+        out.append(_i32.pack(len(value)))
+        w = self.item.write
+        for v in value:
+            w(out, v)
+
+    def read(self, buf: Any, pos: int) -> tuple[Any, int]:
+        if pos + 4 > len(buf):
+            raise ProtocolError("Array: truncated count")
+        (n,) = _i32.unpack_from(buf, pos)
+        pos += 4
+        if n < 0:
+            if n == -1:
+                return (None if self.nullable else []), pos
+            raise ProtocolError(f"Array: invalid count {n}")
+        if n * self.item.min_size > len(buf) - pos:
+            raise ProtocolError(f"Array: count {n} cannot fit in {len(buf) - pos} bytes")
+        r = self.item.read
+        items = []
+        append = items.append
+        for _ in range(n):
+            v, pos = r(buf, pos)
+            append(v)
+        return items, pos
+
+    @property
+    def struct(self) -> Struct:
+        assert isinstance(self.item, Struct)
+        return self.item
+
+    def __repr__(self) -> str:
+        return f"Array({self.item!r})"
+
+
+class Struct(Type):
+    """A sequence of named fields. ``values`` is a namedtuple class whose fields default to the
+    type defaults, so ``struct.values(a=1)`` builds a value and decoding returns instances."""
+
+    def __init__(self, name: str, fields: Sequence[FieldSpec]) -> None:
+        self.name = name
+        self.fields: list[tuple[str, Type]] = [(fname, _as_type(ftype, fname)) for fname, ftype in fields]
+        self.names = [f for f, _ in self.fields]
+        self.types = [t for _, t in self.fields]
+        self.min_size = sum(t.min_size for t in self.types)
+        self.values: type = namedtuple(name, self.names, defaults=[t.default for t in self.types])  # type: ignore[misc]
+        self.default = None
+
+    def write(self, out: list[Any], value: Any) -> None:
+        if isinstance(value, dict):
+            value = self.values(**value)
+        try:
+            for t, v in zip(self.types, value, strict=True):
+                t.write(out, v)
+        except ValueError as e:
+            raise ProtocolError(f"{self.name}: expected {len(self.types)} fields: {e}") from None
+
+    def read(self, buf: Any, pos: int) -> tuple[Any, int]:
+        vals = []
+        append = vals.append
+        for t in self.types:
+            v, pos = t.read(buf, pos)
+            append(v)
+        return self.values._make(vals), pos
+
+    def field(self, name: str) -> Type:
+        for fname, t in self.fields:
+            if fname == name:
+                return t
+        raise KeyError(name)
+
+    def decode(self, buf: Any, pos: int = 0, *, exact: bool = True) -> Any:
+        """Decode one value. With ``exact``, trailing bytes are an error. Only ProtocolError
+        leaves this function, whatever the bytes."""
+        try:
+            value, end = self.read(buf, pos)
+        except ProtocolError:
+            raise
+        except (struct.error, IndexError, UnicodeDecodeError, ValueError, OverflowError, TypeError) as e:
+            raise ProtocolError(f"{self.name}: malformed: {e}") from None
+        if exact and end != len(buf):
+            raise ProtocolError(f"{self.name}: {len(buf) - end} trailing bytes")
+        return value
+
+    def __repr__(self) -> str:
+        return f"Struct({self.name})"
+
