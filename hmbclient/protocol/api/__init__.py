@@ -1,5 +1,19 @@
-"""Every (API, version) hmbclient implements, registered in ``base.REQUESTS``/``RESPONSES``."""
+"""Every (API, version) hmbclient implements, registered in ``base.REQUESTS``/``RESPONSES``.
 
+Legacy set (HMB / Kafka 0.8-0.10): Produce v0-2, Fetch v0-3, ListOffsets v0-1, Metadata v0-1,
+OffsetCommit v0-2, OffsetFetch v0-1, FindCoordinator (GroupCoordinator) v0, ApiVersions v0-1.
+Modern set (Kafka 2.1 - 4.x, Tansu; non-flexible versions only): Produce v3-7, Fetch v4-10,
+ListOffsets v1-5, Metadata v1-8, OffsetCommit v2-7, OffsetFetch v1-5, FindCoordinator v0-2.
+CreateTopics v0-4 for admin/test use. Each module maps version -> class, e.g.
+``FetchRequest[4]``.
+"""
+
+from hmbclient.protocol.api.admin import (
+    ApiVersionsRequest,
+    ApiVersionsResponse,
+    CreateTopicsRequest,
+    CreateTopicsResponse,
+)
 from hmbclient.protocol.api.base import (
     REQUESTS,
     RESPONSES,
@@ -9,6 +23,24 @@ from hmbclient.protocol.api.base import (
     request_class,
     response_class,
     supported_versions,
+)
+from hmbclient.protocol.api.fetch import FetchRequest, FetchResponse
+from hmbclient.protocol.api.list_offsets import (
+    EARLIEST_TIMESTAMP,
+    LATEST_TIMESTAMP,
+    ListOffsetsRequest,
+    ListOffsetsResponse,
+)
+from hmbclient.protocol.api.metadata import MetadataRequest, MetadataResponse
+from hmbclient.protocol.api.offsets import (
+    FindCoordinatorRequest,
+    FindCoordinatorResponse,
+    GroupCoordinatorRequest,
+    GroupCoordinatorResponse,
+    OffsetCommitRequest,
+    OffsetCommitResponse,
+    OffsetFetchRequest,
+    OffsetFetchResponse,
 )
 from hmbclient.protocol.api.produce import ProduceRequest, ProduceResponse
 
@@ -23,4 +55,24 @@ __all__ = [
     "supported_versions",
     "ProduceRequest",
     "ProduceResponse",
+    "FetchRequest",
+    "FetchResponse",
+    "ListOffsetsRequest",
+    "ListOffsetsResponse",
+    "LATEST_TIMESTAMP",
+    "EARLIEST_TIMESTAMP",
+    "MetadataRequest",
+    "MetadataResponse",
+    "OffsetCommitRequest",
+    "OffsetCommitResponse",
+    "OffsetFetchRequest",
+    "OffsetFetchResponse",
+    "FindCoordinatorRequest",
+    "FindCoordinatorResponse",
+    "GroupCoordinatorRequest",
+    "GroupCoordinatorResponse",
+    "ApiVersionsRequest",
+    "ApiVersionsResponse",
+    "CreateTopicsRequest",
+    "CreateTopicsResponse",
 ]

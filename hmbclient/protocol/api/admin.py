@@ -1,0 +1,40 @@
+"""ApiVersions (18) v0-2 and CreateTopics (19) v0-4 (all non-flexible).
+
+ApiVersions: empty request; response error_code + [api_key min_version max_version], v1 adds
+throttle_time_ms (v2 same). A broker answering a version it does not know replies in the v0
+layout with UNSUPPORTED_VERSION (35) and its ranges, so the client can retry lower (KIP-511).
+CreateTopics: v1 + validate_only in the request and error_message in the response;
+v2 + throttle_time_ms; v3, v4 same.
+"""
+
+from __future__ import annotations
+
+from hmbclient.protocol.api.base import ApiKey, define
+from hmbclient.protocol.types import Array, Boolean, Int16, Int32, NullableString, String
+
+_av_resp_v0 = [("error_code", Int16), ("api_keys", Array(("api_key", Int16), ("min_version", Int16), ("max_version", Int16), name="api_keys"))]
+_av_resp_v1 = [*_av_resp_v0, ("throttle_time_ms", Int32)]
+
+ApiVersionsRequest = {}
+ApiVersionsResponse = {}
+for _v, _rs in ((0, _av_resp_v0), (1, _av_resp_v1), (2, _av_resp_v1)):
+    ApiVersionsRequest[_v], ApiVersionsResponse[_v] = define(ApiKey.API_VERSIONS, _v, [], _rs)
+
+_ct_topic = Array(
+    ("topic", String),
+    ("num_partitions", Int32),
+    ("replication_factor", Int16),
+    ("assignments", Array(("partition", Int32), ("broker_ids", Array(Int32)), name="assignments")),
+    ("configs", Array(("name", String), ("value", NullableString), name="configs")),
+    name="topics",
+)
+_ct_v0 = [("topics", _ct_topic), ("timeout_ms", Int32)]
+_ct_v1 = [*_ct_v0, ("validate_only", Boolean)]
+_ctr_v0 = [("topics", Array(("topic", String), ("error_code", Int16), name="topics"))]
+_ctr_v1 = [("topics", Array(("topic", String), ("error_code", Int16), ("error_message", NullableString), name="topics"))]
+_ctr_v2 = [("throttle_time_ms", Int32), *_ctr_v1]
+
+CreateTopicsRequest = {}
+CreateTopicsResponse = {}
+for _v, _rq, _rs in ((0, _ct_v0, _ctr_v0), (1, _ct_v1, _ctr_v1), (2, _ct_v1, _ctr_v2), (3, _ct_v1, _ctr_v2), (4, _ct_v1, _ctr_v2)):
+    CreateTopicsRequest[_v], CreateTopicsResponse[_v] = define(ApiKey.CREATE_TOPICS, _v, _rq, _rs)
