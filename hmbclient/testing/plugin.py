@@ -1,0 +1,99 @@
+"""pytest plugin (entry point ``pytest11``): real servers as fixtures, no Docker, no JVM download.
+
+After ``pip install hmbclient`` a user's own suite can ask for:
+
+* ``zookeeper`` (session scope) – a :class:`~hmbclient.testing.LocalZooKeeper` on 127.0.0.1,
+  started from Debian's/Apache's ZooKeeper jars (``apt-get install zookeeper`` or
+  ``ZOOKEEPER_HOME``); a clear error names both when the jars are missing;
+* ``hmb_broker`` (module scope) – one :class:`~hmbclient.broker.EmbeddedBroker` on port 0 in a
+  temp dir;
+* ``hmb_cluster`` (module scope) – an :class:`~hmbclient.broker.EmbeddedCluster` of 3 brokers
+  registered in the ``zookeeper`` fixture;
+* ``hmb_broker_factory`` / ``zookeeper_factory`` (function scope) – call them to get more
+  servers with your own settings; everything they start is stopped at the end of the test.
+
+Imports are lazy so that loading the plugin costs nothing in suites that never use it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+__all__ = [
+    "zookeeper",
+    "zookeeper_factory",
+    "hmb_broker",
+    "hmb_broker_factory",
+    "hmb_cluster",
+]
+
+
+@pytest.fixture(scope="session")
+def zookeeper() -> Iterator[Any]:
+    """A LocalZooKeeper shared by the whole session (``zookeeper.connect`` is "127.0.0.1:PORT")."""
+    from hmbclient.testing.zookeeper import LocalZooKeeper
+
+    with LocalZooKeeper() as zk:
+        yield zk
+
+
+@pytest.fixture
+def zookeeper_factory() -> Iterator[Callable[..., Any]]:
+    """Start extra LocalZooKeeper servers (kwargs go to LocalZooKeeper); stopped after the test."""
+    from hmbclient.testing.zookeeper import LocalZooKeeper
+
+    started: list[Any] = []
+
+    def make(**kwargs: Any) -> Any:
+        zk = LocalZooKeeper(**kwargs)
+        zk.start()
+        started.append(zk)
+        return zk
+
+    yield make
+    for zk in reversed(started):
+        zk.stop()
+
+
+@pytest.fixture
+def hmb_broker_factory(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[..., Any]]:
+    """Start extra EmbeddedBrokers (kwargs are BrokerConfig fields); stopped after the test."""
+    from hmbclient.broker import EmbeddedBroker
+
+    started: list[Any] = []
+
+    def make(**kwargs: Any) -> Any:
+        kwargs.setdefault("log_dir", str(tmp_path_factory.mktemp("hmb-broker")))
+        broker = EmbeddedBroker(**kwargs)
+        broker.start()
+        started.append(broker)
+        return broker
+
+    yield make
+    for broker in reversed(started):
+        broker.stop()
+
+
+@pytest.fixture(scope="module")
+def hmb_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """One embedded broker on 127.0.0.1 (``hmb_broker.bootstrap``), shared by a test module."""
+    from hmbclient.broker import EmbeddedBroker
+
+    with EmbeddedBroker(port=0, log_dir=str(tmp_path_factory.mktemp("hmb-broker"))) as broker:
+        yield broker
+
+
+@pytest.fixture(scope="module")
+def hmb_cluster(zookeeper: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """Three embedded brokers registered in the session's ZooKeeper, shared by a test module."""
+    from hmbclient.broker import EmbeddedCluster
+
+    with EmbeddedCluster(
+        brokers=3,
+        zookeeper_connect=zookeeper.connect,
+        log_dir=str(tmp_path_factory.mktemp("hmb-cluster")),
+    ) as cluster:
+        yield cluster
