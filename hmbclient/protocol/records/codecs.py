@@ -1,0 +1,293 @@
+"""Compression codecs of the Kafka record formats, as Kafka frames them.
+
+    NONE 0, GZIP 1 (gzip container), SNAPPY 2 (xerial block framing), LZ4 3 (LZ4 frame),
+    ZSTD 4 (zstd frame; RecordBatch v2 only)
+
+``compress(codec, data, magic)`` / ``decompress(codec, data, magic)`` take any bytes-like object
+and return ``bytes``. Every decompression failure, whatever library raised it, leaves as
+:class:`CorruptRecordError`; nothing here retries.
+
+Snappy: Kafka (through xerial's snappy-java) writes ``b"\\x82SNAPPY\\x00"`` + int32 version 1 +
+int32 compat 1, then ``[int32 length][raw snappy block]...`` over 32 KiB chunks. Readers also
+accept one plain raw snappy block (librdkafka and some producers send that).
+
+LZ4: we write the frame ourselves around ``cramjam.lz4.compress_block`` so the descriptor is
+exactly Kafka's own (FLG 0x60: version 1, independent blocks, no checksums, no content size;
+BD 0x40: 64 KiB blocks). Kafka 0.8/0.9 (magic 0) computed the frame's header checksum over the
+magic number too (KAFKA-3160); for magic 0 we write that broken checksum, as kafka-python does,
+and on read we accept either checksum.
+"""
+
+from __future__ import annotations
+
+import struct
+import zlib
+from typing import Any
+
+import cramjam
+
+from hmbclient.errors import CorruptRecordError
+
+__all__ = [
+    "NONE",
+    "GZIP",
+    "SNAPPY",
+    "LZ4",
+    "ZSTD",
+    "CODEC_NAMES",
+    "codec_from_name",
+    "compress",
+    "decompress",
+    "xxh32",
+]
+
+NONE = 0
+GZIP = 1
+SNAPPY = 2
+LZ4 = 3
+ZSTD = 4
+
+CODEC_NAMES = {NONE: "none", GZIP: "gzip", SNAPPY: "snappy", LZ4: "lz4", ZSTD: "zstd"}
+_BY_NAME = {v: k for k, v in CODEC_NAMES.items()}
+# Names other clients and Kafka 0.8 configs use for the same codecs.
+_BY_NAME.update({"uncompressed": NONE, "nocompressioncodec": NONE, "": NONE})
+
+GZIP_LEVEL = 6  # java.util.zip.Deflater's default, which the Kafka producer uses
+ZSTD_LEVEL = 3  # Kafka's default zstd level (KIP-390)
+
+
+def codec_from_name(name: str | int | None) -> int:
+    """The codec id for a name (``"gzip"``, ``"snappy"``, ``"lz4"``, ``"zstd"``, ``"none"``).
+
+    Args:
+        name: a codec name (case-insensitive), ``None`` (no compression), or a codec id 0..4.
+
+    Returns:
+        The codec id, one of NONE, GZIP, SNAPPY, LZ4, ZSTD.
+
+    Raises:
+        ValueError: an unknown name or id.
+    """
+    if name is None:
+        return NONE
+    if isinstance(name, int) and not isinstance(name, bool):
+        if name in CODEC_NAMES:
+            return name
+        raise ValueError(f"unknown compression codec id {name}")
+    if isinstance(name, str):
+        codec = _BY_NAME.get(name.strip().lower())
+        if codec is not None:
+            return codec
+    raise ValueError(f"unknown compression codec {name!r}")
+
+
+# --- gzip ------------------------------------------------------------------------------------
+
+
+def _gzip_compress(data: Any) -> bytes:
+    c = zlib.compressobj(GZIP_LEVEL, zlib.DEFLATED, 31)
+    return c.compress(data) + c.flush()
+
+
+def _gzip_decompress(data: Any) -> bytes:
+    # wbits 47 = gzip or zlib header, detected. Concatenated gzip members are legal gzip.
+    d = zlib.decompressobj(47)
+    out = d.decompress(data)
+    if not d.eof:
+        raise CorruptRecordError("gzip: truncated stream")
+    rest = d.unused_data
+    if not rest:
+        return out
+    parts = [out]
+    while rest:
+        d = zlib.decompressobj(47)
+        parts.append(d.decompress(rest))
+        if not d.eof:
+            raise CorruptRecordError("gzip: truncated stream")
+        rest = d.unused_data
+    return b"".join(parts)
+
+
+# --- snappy (xerial framing) -----------------------------------------------------------------
+
+_XERIAL_MAGIC = b"\x82SNAPPY\x00"
+_XERIAL_HEADER = _XERIAL_MAGIC + struct.pack(">ii", 1, 1)
+_XERIAL_BLOCK = 32 * 1024
+_I32 = struct.Struct(">i")
+
+
+def _snappy_compress(data: Any) -> bytes:
+    mv = memoryview(data)
+    parts = [_XERIAL_HEADER]
+    compress_raw = cramjam.snappy.compress_raw
+    for i in range(0, len(mv), _XERIAL_BLOCK):
+        block = bytes(compress_raw(mv[i : i + _XERIAL_BLOCK]))
+        parts.append(_I32.pack(len(block)))
+        parts.append(block)
+    return b"".join(parts)
+
+
+def _snappy_decompress(data: Any) -> bytes:
+    mv = memoryview(data)
+    if len(mv) >= 16 and mv[:8] == _XERIAL_MAGIC:
+        # version/compat (bytes 8..16) are ignored: some producers write them little-endian.
+        parts = []
+        decompress_raw = cramjam.snappy.decompress_raw
+        pos = 16
+        end = len(mv)
+        while pos < end:
+            if pos + 4 > end:
+                raise CorruptRecordError("snappy: truncated xerial block length")
+            (n,) = _I32.unpack_from(mv, pos)
+            pos += 4
+            if n < 0 or pos + n > end:
+                raise CorruptRecordError("snappy: xerial block runs past the data")
+            parts.append(bytes(decompress_raw(mv[pos : pos + n])))
+            pos += n
+        return b"".join(parts)
+    return bytes(cramjam.snappy.decompress_raw(mv))
+
+
+# --- lz4 frame -------------------------------------------------------------------------------
+
+_P1, _P2, _P3, _P4, _P5 = 2654435761, 2246822519, 3266489917, 668265263, 374761393
+_M32 = 0xFFFFFFFF
+
+
+def xxh32(data: bytes, seed: int = 0) -> int:
+    """XXH32 (only ever run over a few frame-descriptor bytes, so pure Python is fine)."""
+
+    def rotl(x: int, r: int) -> int:
+        return ((x << r) | (x >> (32 - r))) & _M32
+
+    n = len(data)
+    i = 0
+    if n >= 16:
+        v = [(seed + _P1 + _P2) & _M32, (seed + _P2) & _M32, seed & _M32, (seed - _P1) & _M32]
+        while i <= n - 16:
+            for lane in range(4):
+                word = int.from_bytes(data[i : i + 4], "little")
+                v[lane] = (rotl((v[lane] + word * _P2) & _M32, 13) * _P1) & _M32
+                i += 4
+        h = (rotl(v[0], 1) + rotl(v[1], 7) + rotl(v[2], 12) + rotl(v[3], 18)) & _M32
+    else:
+        h = (seed + _P5) & _M32
+    h = (h + n) & _M32
+    while i + 4 <= n:
+        h = (h + int.from_bytes(data[i : i + 4], "little") * _P3) & _M32
+        h = (rotl(h, 17) * _P4) & _M32
+        i += 4
+    while i < n:
+        h = (h + data[i] * _P5) & _M32
+        h = (rotl(h, 11) * _P1) & _M32
+        i += 1
+    h ^= h >> 15
+    h = (h * _P2) & _M32
+    h ^= h >> 13
+    h = (h * _P3) & _M32
+    h ^= h >> 16
+    return h
+
+
+_LZ4_MAGIC = b"\x04\x22\x4d\x18"
+_LZ4_FLG = 0x60  # version 01, block independence, no checksums, no content size
+_LZ4_BD = 0x40  # 64 KiB maximum block size
+_LZ4_BLOCK = 64 * 1024
+_LZ4_HC = (xxh32(bytes((_LZ4_FLG, _LZ4_BD))) >> 8) & 0xFF
+_LZ4_HC_KAFKA_3160 = (xxh32(_LZ4_MAGIC + bytes((_LZ4_FLG, _LZ4_BD))) >> 8) & 0xFF
+_LZ4_HEADER = _LZ4_MAGIC + bytes((_LZ4_FLG, _LZ4_BD, _LZ4_HC))
+_LZ4_HEADER_V0 = _LZ4_MAGIC + bytes((_LZ4_FLG, _LZ4_BD, _LZ4_HC_KAFKA_3160))
+_U32LE = struct.Struct("<I")
+_LZ4_END = b"\x00\x00\x00\x00"
+
+
+def _lz4_compress(data: Any, magic: int) -> bytes:
+    mv = memoryview(data)
+    parts = [_LZ4_HEADER_V0 if magic == 0 else _LZ4_HEADER]
+    compress_block = cramjam.lz4.compress_block
+    for i in range(0, len(mv), _LZ4_BLOCK):
+        chunk = mv[i : i + _LZ4_BLOCK]
+        block = bytes(compress_block(chunk, store_size=False))
+        if len(block) >= len(chunk):
+            parts.append(_U32LE.pack(len(chunk) | 0x80000000))
+            parts.append(bytes(chunk))
+        else:
+            parts.append(_U32LE.pack(len(block)))
+            parts.append(block)
+    parts.append(_LZ4_END)
+    return b"".join(parts)
+
+
+def _lz4_fix_header_checksum(data: Any) -> bytes | None:
+    """The frame with the header checksum recomputed the correct way, or None if it has no
+    frame header to fix (Kafka 0.8/0.9 frames, KAFKA-3160)."""
+    raw = bytes(data)
+    if len(raw) < 7 or raw[:4] != _LZ4_MAGIC:
+        return None
+    flg = raw[4]
+    hc_pos = 15 if flg & 0x08 else 7  # FLG bit 3: an 8-byte content size follows BD
+    hc_pos -= 1
+    if len(raw) <= hc_pos:
+        return None
+    hc = (xxh32(raw[4:hc_pos]) >> 8) & 0xFF
+    if raw[hc_pos] == hc:
+        return None
+    return raw[:hc_pos] + bytes((hc,)) + raw[hc_pos + 1 :]
+
+
+def _lz4_decompress(data: Any) -> bytes:
+    try:
+        return bytes(cramjam.lz4.decompress(data))
+    except cramjam.DecompressionError:
+        fixed = _lz4_fix_header_checksum(data)
+        if fixed is None:
+            raise
+        return bytes(cramjam.lz4.decompress(fixed))
+
+
+# --- entry points ----------------------------------------------------------------------------
+
+
+def compress(codec: int, data: Any, magic: int = 2) -> bytes:
+    """Compress ``data`` the way Kafka frames ``codec`` for messages of ``magic``.
+
+    Raises:
+        ValueError: an unknown codec, or zstd for magic 0/1.
+    """
+    if codec == GZIP:
+        return _gzip_compress(data)
+    if codec == SNAPPY:
+        return _snappy_compress(data)
+    if codec == LZ4:
+        return _lz4_compress(data, magic)
+    if codec == ZSTD:
+        if magic < 2:
+            raise ValueError("zstd needs RecordBatch v2 (magic 2)")
+        return bytes(cramjam.zstd.compress(data, level=ZSTD_LEVEL))
+    if codec == NONE:
+        return bytes(data)
+    raise ValueError(f"unknown compression codec id {codec}")
+
+
+def decompress(codec: int, data: Any, magic: int = 2) -> bytes:
+    """Decompress a record set compressed with ``codec``.
+
+    Raises:
+        CorruptRecordError: the data does not decompress, or the codec id is unknown.
+    """
+    try:
+        if codec == GZIP:
+            return _gzip_decompress(data)
+        if codec == SNAPPY:
+            return _snappy_decompress(data)
+        if codec == LZ4:
+            return _lz4_decompress(data)
+        if codec == ZSTD:
+            return bytes(cramjam.zstd.decompress(data))
+        if codec == NONE:
+            return bytes(data)
+    except CorruptRecordError:
+        raise
+    except Exception as e:  # zlib.error, cramjam.DecompressionError, ValueError, ...
+        raise CorruptRecordError(f"{CODEC_NAMES[codec]}: cannot decompress: {e}") from None
+    raise CorruptRecordError(f"unknown compression codec id {codec}")

@@ -1,0 +1,405 @@
+"""RecordBatch v2 (magic 2): the Kafka 0.11+ record format.
+
+    RecordBatch => baseOffset:int64 batchLength:int32 partitionLeaderEpoch:int32 magic:int8
+                   crc:uint32 attributes:int16 lastOffsetDelta:int32 baseTimestamp:int64
+                   maxTimestamp:int64 producerId:int64 producerEpoch:int16 baseSequence:int32
+                   recordCount:int32 records
+    Record      => length:varint attributes:int8 timestampDelta:varlong offsetDelta:varint
+                   keyLength:varint key valueLength:varint value
+                   headerCount:varint [keyLength:varint key(utf-8) valueLength:varint value]
+
+``crc`` is CRC-32C over attributes..end, so a broker rewrites baseOffset and the leader epoch
+without touching it. With a codec (attributes bits 0-2) the bytes after recordCount are the
+compressed concatenation of the records; recordCount itself stays uncompressed. Attribute
+bit 3 = LogAppendTime (every record then has the batch's maxTimestamp), bit 4 = transactional
+(ignored by readers), bit 5 = control batch (skipped by readers: commit/abort markers).
+
+Performance: the record loop (``read_records``) is the consumer's hot path. It reads every
+varint that fits one byte (and lengths/offset deltas that fit two) inline through a zigzag
+lookup table, slices key and value straight out of ``bytes``, and builds one tuple per record
+with ``tuple.__new__``; only long varints and headers call a helper. Encoding appends each
+record's pieces (table-looked-up varints and the caller's key/value objects) to one list that is
+joined once, so there is no per-record concatenation.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Sequence
+from typing import Any
+
+from crc32c import crc32c
+
+from hmbclient.errors import CorruptRecordError
+
+from . import codecs
+from .base import (
+    CODEC_MASK,
+    CONTROL_MASK,
+    I32,
+    NULL_VARINT,
+    TIMESTAMP_TYPE_MASK,
+    U32,
+    VARINT,
+    VARINT_TABLE,
+    ZIGZAG,
+    Headers,
+    Record,
+    encode_varint,
+    read_uvarint,
+    read_varint,
+)
+
+__all__ = ["encode", "decode_run", "read_records", "HEADER", "MIN_SIZE"]
+
+HEADER = struct.Struct(
+    ">q"  # baseOffset
+    "i"  # batchLength
+    "i"  # partitionLeaderEpoch
+    "b"  # magic
+    "I"  # crc
+    "h"  # attributes
+    "i"  # lastOffsetDelta
+    "q"  # baseTimestamp
+    "q"  # maxTimestamp
+    "q"  # producerId
+    "h"  # producerEpoch
+    "i"  # baseSequence
+    "i"  # recordCount
+)
+LENGTH_OFFSET = struct.calcsize(">q")  # 8
+EPOCH_OFFSET = struct.calcsize(">qi")  # 12
+CRC_OFFSET = struct.calcsize(">qiib")  # 17
+ATTRIBUTES_OFFSET = struct.calcsize(">qiibI")  # 21: the CRC covers from here
+RECORDS_OFFSET = HEADER.size  # 61
+MIN_SIZE = HEADER.size - EPOCH_OFFSET  # 49: smallest batchLength
+MIN_RECORD_SIZE = 7  # length attrs tsDelta offsetDelta keyLen valueLen headerCount
+NO_PRODUCER_ID = -1
+NO_PRODUCER_EPOCH = -1
+NO_SEQUENCE = -1
+NO_PARTITION_LEADER_EPOCH = -1
+
+
+# --- encode ----------------------------------------------------------------------------------
+
+
+def _encode_headers(headers: Any) -> bytes:
+    out = [encode_varint(len(headers))]
+    for hk, hv in headers:
+        kb = hk.encode("utf-8") if isinstance(hk, str) else bytes(hk)
+        out.append(encode_varint(len(kb)))
+        out.append(kb)
+        if hv is None:
+            out.append(NULL_VARINT)
+        else:
+            out.append(encode_varint(len(hv)))
+            out.append(bytes(hv))
+    return b"".join(out)
+
+
+def write_records(
+    items: Sequence[Any], base_ts: int, default_ts: int, deltas: Sequence[int] | None
+) -> tuple[bytes, int]:
+    """The concatenated records for ``items``; returns (bytes, max timestamp)."""
+    parts: list[Any] = []
+    ext = parts.extend
+    V = VARINT
+    VN = VARINT_TABLE
+    null = NULL_VARINT
+    empty = b""
+    no_headers = b"\x00"
+    attrs = b"\x00"
+    max_ts = base_ts
+    od = -1
+    for i, it in enumerate(items):
+        key = it[0]
+        value = it[1]
+        ts = it[2]
+        if ts is None:
+            ts = default_ts
+        if ts > max_ts:
+            max_ts = ts
+        d = ts - base_ts
+        tsv = V[d] if 0 <= d < VN else encode_varint(d)
+        od = i if deltas is None else deltas[i]
+        odv = V[od] if od < VN else encode_varint(od)
+        if key is None:
+            kv = null
+            key = empty
+            n = 1
+        else:
+            kl = len(key)
+            kv = V[kl] if kl < VN else encode_varint(kl)
+            n = len(kv) + kl
+        if value is None:
+            vv = null
+            value = empty
+            n += 1
+        else:
+            vl = len(value)
+            vv = V[vl] if vl < VN else encode_varint(vl)
+            n += len(vv) + vl
+        if len(it) > 3 and it[3]:
+            hb = _encode_headers(it[3])
+        else:
+            hb = no_headers
+        n += 1 + len(tsv) + len(odv) + len(hb)
+        ext((V[n] if n < VN else encode_varint(n), attrs, tsv, odv, kv, key, vv, value, hb))
+    return b"".join(parts), max_ts
+
+
+def encode(
+    codec: int,
+    items: Sequence[Any],
+    base_offset: int,
+    default_ts: int,
+    offsets: Sequence[int] | None = None,
+) -> bytes:
+    """One RecordBatch holding ``items`` ((key, value, ts[, headers]) tuples).
+
+    ``offsets`` (absolute, ascending) default to ``base_offset``, ``base_offset + 1``, ...
+    Producer id/epoch/sequence and the partition leader epoch are written as -1.
+    """
+    n = len(items)
+    if not n:
+        return b""
+    deltas = None
+    if offsets is not None:
+        base_offset = offsets[0]
+        deltas = [o - base_offset for o in offsets]
+    base_ts = items[0][2]
+    if base_ts is None:
+        base_ts = default_ts
+    try:
+        records, max_ts = write_records(items, base_ts, default_ts, deltas)
+    except (TypeError, IndexError) as e:
+        raise ValueError(f"cannot encode record: {e}") from None
+    if codec:
+        records = codecs.compress(codec, records, 2)
+    last_delta = n - 1 if deltas is None else deltas[-1]
+    try:
+        header = HEADER.pack(
+            base_offset,
+            MIN_SIZE + len(records),
+            NO_PARTITION_LEADER_EPOCH,
+            2,
+            0,
+            codec & CODEC_MASK,
+            last_delta,
+            base_ts,
+            max_ts,
+            NO_PRODUCER_ID,
+            NO_PRODUCER_EPOCH,
+            NO_SEQUENCE,
+            n,
+        )
+    except struct.error as e:
+        raise ValueError(f"cannot encode record batch header: {e}") from None
+    crc = crc32c(records, crc32c(memoryview(header)[ATTRIBUTES_OFFSET:]))
+    return b"".join((header[:CRC_OFFSET], U32.pack(crc), header[ATTRIBUTES_OFFSET:], records))
+
+
+# --- decode ----------------------------------------------------------------------------------
+
+
+def _read_headers(data: bytes, pos: int) -> tuple[Headers, int]:
+    n, pos = read_varint(data, pos)
+    if n < 0:
+        raise CorruptRecordError(f"record header count {n}")
+    headers = []
+    for _ in range(n):
+        kl, pos = read_varint(data, pos)
+        if kl < 0:
+            raise CorruptRecordError(f"record header key length {kl}")
+        end = pos + kl
+        if end > len(data):
+            raise CorruptRecordError("record header key runs past the data")
+        hk = str(data[pos:end], "utf-8")
+        pos = end
+        vl, pos = read_varint(data, pos)
+        if vl < 0:
+            if vl != -1:
+                raise CorruptRecordError(f"record header value length {vl}")
+            hv = None
+        else:
+            end = pos + vl
+            hv = data[pos:end]
+            pos = end
+        headers.append((hk, hv))
+    return tuple(headers), pos
+
+
+def read_records(
+    data: bytes, pos: int, count: int, base_offset: int, base_ts: int, out: list[Record]
+) -> int:
+    """Decode ``count`` records at ``data[pos:]`` into ``out``; returns the end position.
+
+    ``data`` must be ``bytes`` (slicing it yields the key/value objects). Malformed input raises
+    CorruptRecordError or IndexError (past the data); the caller turns the latter into the
+    former and checks that the records end exactly where the batch does.
+    """
+    append = out.append
+    new = tuple.__new__
+    rec = Record
+    Z = ZIGZAG
+    uvarint = read_uvarint
+    for _ in range(count):
+        # length (then skip the attributes byte)
+        b = data[pos]
+        if b < 0x80:
+            rend = pos + 1 + (b >> 1)
+            pos += 2
+        else:
+            raw, pos = uvarint(data, pos)
+            rend = pos + (raw >> 1)
+            pos += 1
+        # timestampDelta
+        b = data[pos]
+        if b < 0x80:
+            ts = base_ts + Z[b]
+            pos += 1
+        else:
+            raw, pos = uvarint(data, pos)
+            ts = base_ts + ((raw >> 1) ^ -(raw & 1))
+        # offsetDelta
+        b = data[pos]
+        if b < 0x80:
+            off = base_offset + Z[b]
+            pos += 1
+        else:
+            b2 = data[pos + 1]
+            if b2 < 0x80:
+                off = base_offset + Z[(b & 0x7F) | (b2 << 7)]
+                pos += 2
+            else:
+                raw, pos = uvarint(data, pos)
+                off = base_offset + ((raw >> 1) ^ -(raw & 1))
+        # key
+        b = data[pos]
+        if b == 1:
+            key = None
+            pos += 1
+        elif b < 0x80:
+            pos += 1
+            e = pos + (b >> 1)
+            key = data[pos:e]
+            pos = e
+        else:
+            raw, pos = uvarint(data, pos)
+            if raw & 1:
+                raise CorruptRecordError(f"record at offset {off}: negative key length")
+            e = pos + (raw >> 1)
+            key = data[pos:e]
+            pos = e
+        # value
+        b = data[pos]
+        if b < 0x80:
+            if b == 1:
+                value = None
+                pos += 1
+            else:
+                pos += 1
+                e = pos + (b >> 1)
+                value = data[pos:e]
+                pos = e
+        else:
+            b2 = data[pos + 1]
+            if b2 < 0x80:
+                pos += 2
+                e = pos + (((b & 0x7F) | (b2 << 7)) >> 1)
+            else:
+                raw, pos = uvarint(data, pos)
+                if raw & 1:
+                    raise CorruptRecordError(f"record at offset {off}: negative value length")
+                e = pos + (raw >> 1)
+            value = data[pos:e]
+            pos = e
+        # headers
+        if data[pos] == 0:
+            pos += 1
+            headers: Headers = ()
+        else:
+            headers, pos = _read_headers(data, pos)
+        if pos != rend:
+            raise CorruptRecordError(f"record at offset {off}: fields do not fill its length")
+        append(new(rec, (off, ts, key, value, headers)))
+    return pos
+
+
+def batch_records(data: Any, pos: int, bend: int, header: tuple[Any, ...]) -> list[Record]:
+    """The records of the (CRC-checked) batch at ``data[pos:bend]`` whose header is given.
+
+    Control batches give ``[]``. Raises CorruptRecordError on any malformation.
+    """
+    base, _, _, _, _, attrs, _, base_ts, max_ts, _, _, _, count = header
+    if attrs & CONTROL_MASK:
+        return []
+    codec = attrs & CODEC_MASK
+    if codec:
+        rdata = codecs.decompress(codec, memoryview(data)[pos + RECORDS_OFFSET : bend])
+        rpos = 0
+        rend = len(rdata)
+    elif type(data) is bytes:
+        rdata = data
+        rpos = pos + RECORDS_OFFSET
+        rend = bend
+    else:
+        rdata = bytes(data[pos + RECORDS_OFFSET : bend])
+        rpos = 0
+        rend = len(rdata)
+    if count < 0 or count * MIN_RECORD_SIZE > rend - rpos:
+        raise CorruptRecordError(f"batch at offset {base}: record count {count}")
+    out: list[Record] = []
+    try:
+        rpos = read_records(rdata, rpos, count, base, base_ts, out)
+    except (IndexError, UnicodeDecodeError) as e:
+        raise CorruptRecordError(f"batch at offset {base}: malformed record: {e}") from None
+    if rpos != rend:
+        raise CorruptRecordError(f"batch at offset {base}: records do not fill the batch")
+    if attrs & TIMESTAMP_TYPE_MASK:
+        out = [r._replace(timestamp=max_ts) for r in out]
+    return out
+
+
+def decode_run(data: bytes, pos: int, end: int, out: list[Record]) -> int:
+    """Decode consecutive complete v2 batches of ``data[pos:end]`` into ``out``.
+
+    Returns the position of the first batch not decoded: ``end``, a partial entry, or an entry
+    of another magic (the caller dispatches on it).
+
+    Raises:
+        CorruptRecordError: a bad CRC, size or layout, or records that do not decompress.
+    """
+    mv = memoryview(data)
+    unpack = HEADER.unpack_from
+    unpack_i32 = I32.unpack_from
+    extend = out.extend
+    try:
+        while pos + 12 <= end:
+            (blen,) = unpack_i32(data, pos + 8)
+            if blen < 14:
+                raise CorruptRecordError(f"entry size {blen} at {pos} is below the minimum")
+            bend = pos + 12 + blen
+            if bend > end:
+                break
+            if data[pos + 16] != 2:
+                break
+            if blen < MIN_SIZE:
+                raise CorruptRecordError(f"record batch at {pos}: length {blen} is too small")
+            header = unpack(data, pos)
+            if crc32c(mv[pos + ATTRIBUTES_OFFSET : bend]) != header[4]:
+                raise CorruptRecordError(f"record batch at offset {header[0]}: CRC mismatch")
+            extend(batch_records(data, pos, bend, header))
+            pos = bend
+    except struct.error as e:
+        raise CorruptRecordError(f"malformed record batch at {pos}: {e}") from None
+    finally:
+        mv.release()
+    return pos
+
+
+def validate_records(data: Any, pos: int, bend: int, header: tuple[Any, ...]) -> int:
+    """Check that a batch's records (control batches too) parse and fill it exactly; returns
+    how many there are. The broker's append path: stricter and slower than trusting lengths."""
+    attrs = header[5] & ~CONTROL_MASK
+    return len(batch_records(data, pos, bend, header[:5] + (attrs,) + header[6:]))
