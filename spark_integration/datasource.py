@@ -1,0 +1,325 @@
+"""The ``"hmb"`` Spark 4 Python data source: batch and micro-batch streaming reads.
+
+Usage::
+
+    from spark_integration import register
+    register(spark)
+    df = (spark.read.format("hmb")
+          .option("metadata.broker.list", "127.0.0.1:9092")
+          .option("topic", "events")
+          .option("startingOffsets", "earliest")          # or "latest", or JSON per partition
+          .option("endingOffsets", '{"events": {"0": 100, "1": -1}}')
+          .load())
+    q = (spark.readStream.format("hmb")
+         .option("metadata.broker.list", "127.0.0.1:9092").option("topicPattern", r"events\\..*")
+         .option("maxOffsetsPerTrigger", 10000)
+         .load().writeStream.format("parquet").option("checkpointLocation", ...).start(out))
+
+Schema: ``key binary, value binary, topic string, partition int, offset long,
+timestamp timestamp`` (timestamp is null for messages that carry none, i.e. magic 0).
+
+Planning happens in Spark's planner worker on the driver (metadata and ListOffsets requests);
+each input partition is one topic-partition :class:`~spark_integration.offsets.OffsetRange`
+plus its leader, read on an executor by :func:`spark_integration._kafka.read_range` and handed
+to Spark as Arrow record batches (no per-row Python-to-Arrow conversion).
+
+Streaming contract (exactly-once reading):
+
+* Offsets are JSON ``{"topic": {"partition": next_offset}}`` in canonical order; they are the
+  only state. ``partitions(start, end)`` reads exactly ``[start, end)`` per partition, and a
+  task that cannot fill its range fails (never returns short), so a replayed batch after a
+  restart reads the same messages, and the next batch starts where the checkpoint says.
+* ``latestOffset(start, limit)`` lists partitions again each time, so new partitions (and
+  new topics matching ``topicPattern``) are picked up, starting at their earliest offset.
+  ``maxOffsetsPerTrigger`` (``ReadMaxRows``) is shared across partitions in proportion to their
+  backlog; ``ReadAllAvailable`` (which Spark passes for some triggers) is honoured as no limit.
+* ``Trigger.AvailableNow``: :meth:`HmbStreamReader.prepareForTriggerAvailableNow` records the
+  latest offsets at query start; later ``latestOffset`` calls never go beyond them.
+* Spark calls ``commit(end)`` late (when planning the next batch) and not at all for the last
+  batch of an availableNow run; nothing here depends on it. If ``zookeeper.connect`` and
+  ``group.id`` are set, processed offsets are also written to the group's ZooKeeper offsets
+  both from ``commit(end)`` and from ``latestOffset(start)`` (a ``start`` is the end of a batch
+  Spark has finished), purely for lag monitoring; the checkpoint stays the source of truth.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceReader,
+    DataSourceStreamReader,
+    InputPartition,
+)
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxRows,
+    SupportsTriggerAvailableNow,
+)
+from pyspark.sql.types import StructType
+
+from spark_integration import _kafka
+from spark_integration.offsets import (
+    EARLIEST,
+    LATEST,
+    OffsetRange,
+    TopicPartition,
+    limit_ends,
+    offsets_from_dict,
+    offsets_to_dict,
+    plan_ranges,
+    resolve_offsets,
+)
+from spark_integration.options import SourceOptions, parse_options
+from spark_integration.zk import commit_group_offsets
+
+__all__ = [
+    "SCHEMA",
+    "HmbDataSource",
+    "HmbBatchReader",
+    "HmbStreamReader",
+    "RangePartition",
+    "register",
+]
+
+log = logging.getLogger("hmbclient.spark")
+
+#: The DDL schema of every DataFrame this source returns.
+SCHEMA = (
+    "key binary, value binary, topic string, partition int, offset long, timestamp timestamp"
+)
+
+
+@dataclass
+class RangePartition(InputPartition):
+    """One Spark input partition: an offset range, its leader, and how to read it."""
+
+    range: OffsetRange
+    leader: tuple[str, int] | None
+    settings: _kafka.ReadSettings
+
+    def __init__(
+        self, range: OffsetRange, leader: tuple[str, int] | None, settings: _kafka.ReadSettings
+    ) -> None:
+        # InputPartition.__init__ would set .value; this subclass carries typed fields instead.
+        self.range = range
+        self.leader = leader
+        self.settings = settings
+
+
+def _settings(opts: SourceOptions) -> _kafka.ReadSettings:
+    return _kafka.ReadSettings(
+        brokers=opts.brokers,
+        fetch_message_max_bytes=opts.fetch_message_max_bytes,
+        socket_timeout_ms=opts.socket_timeout_ms,
+        client_id=opts.client_id,
+        api_version=opts.api_version,
+    )
+
+
+def _subscribed(cluster: _kafka.ClusterView, opts: SourceOptions) -> dict[TopicPartition, Any]:
+    """Partitions (with leaders) of every subscribed topic; named topics must exist."""
+    if opts.topics is not None:
+        return cluster.partitions(list(opts.topics))
+    return cluster.partitions(None, pattern=opts.topic_pattern)
+
+
+def _range_partitions(
+    ranges: Sequence[OffsetRange],
+    leaders: Mapping[TopicPartition, Any],
+    settings: _kafka.ReadSettings,
+) -> list[RangePartition]:
+    return [
+        RangePartition(r, leaders.get(r.topic_partition), settings) for r in ranges if r.count > 0
+    ]
+
+
+class HmbBatchReader(DataSourceReader):
+    """``spark.read.format("hmb")``: one input partition per non-empty topic-partition range."""
+
+    def __init__(self, opts: SourceOptions) -> None:
+        self.opts = opts
+        self.settings = _settings(opts)
+
+    def plan(self) -> tuple[list[OffsetRange], dict[TopicPartition, Any]]:
+        """Resolve the options against the cluster: every range (empty ones too) and leaders.
+
+        Raises:
+            ConfigError: Offsets JSON names unknown partitions or unavailable offsets, or an
+                ending offset lies before its starting offset.
+            UnknownTopicOrPartitionError: A named topic does not exist.
+        """
+        with _kafka.ClusterView(self.settings) as cluster:
+            leaders = _subscribed(cluster, self.opts)
+            parts = sorted(leaders)
+            earliest = cluster.offsets(parts, EARLIEST)
+            latest = cluster.offsets(parts, LATEST)
+        starts = resolve_offsets(
+            self.opts.starting, parts, earliest, latest, option="startingOffsets", default="earliest"
+        )
+        ends = resolve_offsets(
+            self.opts.ending, parts, earliest, latest, option="endingOffsets", default="latest"
+        )
+        return plan_ranges(starts, ends), leaders
+
+    def partitions(self) -> Sequence[InputPartition]:
+        ranges, leaders = self.plan()
+        planned = _range_partitions(ranges, leaders, self.settings)
+        log.info("batch read plans %d ranges: %s", len(planned), [str(p.range) for p in planned])
+        return planned
+
+    def read(self, partition: InputPartition) -> Iterator[Any]:
+        assert isinstance(partition, RangePartition)
+        return _kafka.read_range_arrow(partition.settings, partition.range, partition.leader)
+
+
+class HmbStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """``spark.readStream.format("hmb")``: micro-batches over planned offset ranges.
+
+    Lives in one long-running Python worker on the driver for the whole query, so it may keep
+    small caches (the availableNow target, start offsets of newly seen partitions), but every
+    decision that matters for exactly-once is a function of the offsets Spark checkpoints.
+    """
+
+    def __init__(self, opts: SourceOptions) -> None:
+        self.opts = opts
+        self.settings = _settings(opts)
+        self._target: dict[TopicPartition, int] | None = None
+        self._new_starts: dict[TopicPartition, int] = {}
+        self._committed: dict[TopicPartition, int] = {}
+        self._zk: Any = None
+
+    # -- offsets -----------------------------------------------------------------------------
+
+    def initialOffset(self) -> dict:
+        with _kafka.ClusterView(self.settings) as cluster:
+            parts = sorted(_subscribed(cluster, self.opts))
+            earliest = cluster.offsets(parts, EARLIEST)
+            latest = cluster.offsets(parts, LATEST)
+        starts = resolve_offsets(
+            self.opts.starting, parts, earliest, latest, option="startingOffsets", default="latest"
+        )
+        log.info("streaming query starts at %s", starts)
+        return offsets_to_dict(starts)
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        if self.opts.max_offsets_per_trigger is None:
+            return ReadAllAvailable()
+        return ReadMaxRows(self.opts.max_offsets_per_trigger)
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        with _kafka.ClusterView(self.settings) as cluster:
+            parts = sorted(_subscribed(cluster, self.opts))
+            self._target = cluster.offsets(parts, LATEST)
+        log.info("availableNow target offsets: %s", self._target)
+
+    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+        starts = offsets_from_dict(start, what="start offset")
+        # Spark plans the next batch only after the previous one finished, so ``start`` is
+        # processed data: a good moment to update the group's offsets for lag tools.
+        self._commit_group(starts)
+        with _kafka.ClusterView(self.settings) as cluster:
+            parts = sorted(_subscribed(cluster, self.opts))
+            if self._target is not None:
+                parts = [tp for tp in parts if tp in self._target]
+            latest = cluster.offsets(parts, LATEST)
+            new = [tp for tp in parts if tp not in starts]
+            if new:
+                earliest = cluster.offsets(new, EARLIEST)
+                for tp in new:
+                    self._new_starts.setdefault(tp, earliest[tp])
+        if self._target is not None:
+            latest = {tp: min(latest[tp], self._target[tp]) for tp in latest}
+        positions = dict(starts)
+        for tp in new:
+            positions[tp] = self._new_starts[tp]
+            log.info("picked up new partition %s-%d at offset %d", tp[0], tp[1], positions[tp])
+        # A partition that vanished (topic deleted) keeps its position and makes no progress.
+        available = {tp: latest.get(tp, positions[tp]) for tp in positions}
+        max_rows = limit.max_rows if isinstance(limit, ReadMaxRows) else None
+        return offsets_to_dict(limit_ends(positions, available, max_rows))
+
+    def reportLatestOffset(self) -> dict | None:
+        return None
+
+    def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
+        starts = offsets_from_dict(start, what="start offset")
+        ends = offsets_from_dict(end, what="end offset")
+        missing = [tp for tp in ends if tp not in starts and tp not in self._new_starts]
+        with _kafka.ClusterView(self.settings) as cluster:
+            if missing:
+                # A batch replayed after a restart that first saw these partitions: they were
+                # read from their earliest offset then, and still are.
+                earliest = cluster.offsets(missing, EARLIEST)
+                for tp in missing:
+                    self._new_starts[tp] = earliest[tp]
+            wanted = [
+                tp for tp in ends if ends[tp] > starts.get(tp, self._new_starts.get(tp, 0))
+            ]
+            leaders = cluster.leaders(wanted) if wanted else {}
+        full_starts = {tp: starts.get(tp, self._new_starts.get(tp, 0)) for tp in ends}
+        # plan_ranges raises if an end lies behind its start (a corrupt or foreign checkpoint).
+        return _range_partitions(plan_ranges(full_starts, ends), leaders, self.settings)
+
+    def read(self, partition: InputPartition) -> Iterator[Any]:
+        assert isinstance(partition, RangePartition)
+        return _kafka.read_range_arrow(partition.settings, partition.range, partition.leader)
+
+    def commit(self, end: dict) -> None:
+        self._commit_group(offsets_from_dict(end, what="end offset"))
+
+    def stop(self) -> None:
+        if self._zk is not None:
+            try:
+                self._zk.stop()
+                self._zk.close()
+            finally:
+                self._zk = None
+
+    # -- group offsets -----------------------------------------------------------------------
+
+    def _commit_group(self, offsets: Mapping[TopicPartition, int]) -> None:
+        if self.opts.group_id is None or not offsets:
+            return
+        # Only forward: a late commit(end) of an older batch must not move the group back.
+        todo = {tp: o for tp, o in offsets.items() if o > self._committed.get(tp, -1)}
+        if not todo:
+            return
+        if self._zk is None:
+            from kazoo.client import KazooClient
+
+            self._zk = KazooClient(hosts=self.opts.zookeeper_connect, timeout=15.0)
+            self._zk.start(timeout=15.0)
+        commit_group_offsets(self._zk, self.opts.group_id, todo)
+        self._committed.update(todo)
+
+
+class HmbDataSource(DataSource):
+    """Format ``"hmb"``: reads topics of Kafka-protocol brokers through hmbclient."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "hmb"
+
+    def schema(self) -> str:
+        return SCHEMA
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        return HmbBatchReader(parse_options(self.options, streaming=False))
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        return HmbStreamReader(parse_options(self.options, streaming=True))
+
+
+def register(spark: Any) -> None:
+    """Register the ``"hmb"`` data source with a SparkSession.
+
+    Args:
+        spark: The SparkSession (classic; Spark Connect sessions work the same way).
+    """
+    spark.dataSource.register(HmbDataSource)
