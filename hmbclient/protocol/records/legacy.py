@@ -34,6 +34,7 @@ from .base import (
     I32,
     LOG_OVERHEAD,
     NO_TIMESTAMP,
+    OFFSET_SIZE,
     TIMESTAMP_TYPE_MASK,
     U32,
     Record,
@@ -213,10 +214,13 @@ def encode(
 # --- decode ----------------------------------------------------------------------------------
 
 
-def decode_run(data: bytes, pos: int, end: int, out: list[Record]) -> int:
+def decode_run(
+    data: bytes, pos: int, end: int, out: list[Record], shift: int = 0, inner: bool = False
+) -> int:
     """Decode consecutive complete v0/v1 entries of ``data[pos:end]`` into ``out``.
 
-    Returns the position of the first entry not decoded: ``end``, a partial entry, or an entry
+    ``shift`` is added to every offset (a magic 1 wrapper's inner relative offsets); ``inner``
+    forbids compressed messages (a wrapper's inner set). Returns the position of the first entry not decoded: ``end``, a partial entry, or an entry
     of another magic (the caller dispatches on it).
 
     Raises:
@@ -254,6 +258,8 @@ def decode_run(data: bytes, pos: int, end: int, out: list[Record]) -> int:
             if crc32(mv[pos + 16 : ent_end]) != crc:
                 raise CorruptRecordError(f"message at offset {off}: CRC mismatch")
             if attrs & 7:
+                if inner:
+                    raise CorruptRecordError(f"message at offset {off}: nested compression")
                 out.extend(parse_wrapper(data, pos, ent_end, magic)[0])
                 pos = ent_end
                 continue
@@ -275,7 +281,7 @@ def decode_run(data: bytes, pos: int, end: int, out: list[Record]) -> int:
                 p += vlen
             if p != ent_end:
                 raise CorruptRecordError(f"message at offset {off}: fields do not fill its size")
-            append(new(rec, (off, ts, key, value, ())))
+            append(new(rec, (off + shift, ts, key, value, ())))
             pos = ent_end
     except struct.error as e:
         raise CorruptRecordError(f"malformed message at {pos}: {e}") from None
@@ -339,12 +345,10 @@ class Inner:
         self.records = records  # with absolute offsets and effective timestamps
 
 
-def parse_wrapper(
-    data: Any, pos: int, ent_end: int, magic: int, verify_crc: bool = True
-) -> tuple[list[Record], Inner]:
+def parse_wrapper(data: Any, pos: int, ent_end: int, magic: int) -> tuple[list[Record], Inner]:
     """Expand the compressed wrapper message at ``data[pos:ent_end]`` (its CRC already checked).
 
-    Returns the inner records (absolute offsets) and the parsed inner set.
+    Returns the inner records (absolute offsets, inner CRCs checked) and the parsed inner set.
 
     Raises:
         CorruptRecordError: no value, a value that does not decompress, partial or corrupt inner
@@ -354,34 +358,30 @@ def parse_wrapper(
     if value is None:
         raise CorruptRecordError(f"compressed message at offset {w_off} has a null value")
     inner = codecs.decompress(w_attrs & CODEC_MASK, value, w_magic)
-    log_append = w_magic == 1 and w_attrs & TIMESTAMP_TYPE_MASK
+    # Walk the inner sizes first: a magic 1 wrapper's offset belongs to its last inner message.
     positions: list[int] = []
     offsets: list[int] = []
-    raw: list[tuple[int, Any, Any]] = []
+    unpack_os = OFFSET_SIZE.unpack_from
     ipos = 0
     n = len(inner)
     try:
         while ipos < n:
-            if ipos + 12 > n:
-                raise CorruptRecordError(f"wrapper at offset {w_off}: truncated inner message")
-            (isize,) = I32.unpack_from(inner, ipos + 8)
-            iend = ipos + 12 + isize
-            if isize < MIN_SIZE[0] or iend > n:
+            i_off, isize = unpack_os(inner, ipos)
+            if isize < MIN_SIZE[0]:
                 raise CorruptRecordError(f"wrapper at offset {w_off}: inner size {isize}")
-            i_off, _, i_attrs, i_ts, key, value, _ = read_message(inner, ipos, iend, verify_crc)
-            if i_attrs & CODEC_MASK:
-                raise CorruptRecordError(f"wrapper at offset {w_off}: nested compression")
             positions.append(ipos)
             offsets.append(i_off)
-            raw.append((i_ts, key, value))
-            ipos = iend
-    except struct.error as e:
-        raise CorruptRecordError(f"wrapper at offset {w_off}: malformed inner set: {e}") from None
+            ipos += 12 + isize
+    except struct.error:
+        raise CorruptRecordError(f"wrapper at offset {w_off}: truncated inner message") from None
+    if ipos != n:
+        raise CorruptRecordError(f"wrapper at offset {w_off}: truncated inner message")
     if not offsets:
         raise CorruptRecordError(f"wrapper at offset {w_off} holds no messages")
     shift = w_off - offsets[-1] if w_magic == 1 else 0
-    records = [
-        Record(o + shift, w_ts if log_append else ts, k, v, ())
-        for o, (ts, k, v) in zip(offsets, raw, strict=True)
-    ]
+    records: list[Record] = []
+    if decode_run(inner, 0, n, records, shift, inner=True) != n:
+        raise CorruptRecordError(f"wrapper at offset {w_off}: inner set has other magics")
+    if w_magic == 1 and w_attrs & TIMESTAMP_TYPE_MASK:
+        records = [r._replace(timestamp=w_ts) for r in records]
     return records, Inner(inner, positions, offsets, records)

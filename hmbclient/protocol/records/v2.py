@@ -250,9 +250,14 @@ def read_records(
             rend = pos + 1 + (b >> 1)
             pos += 2
         else:
-            raw, pos = uvarint(data, pos)
-            rend = pos + (raw >> 1)
-            pos += 1
+            b2 = data[pos + 1]
+            if b2 < 0x80:
+                rend = pos + 2 + (((b & 0x7F) | (b2 << 7)) >> 1)
+                pos += 3
+            else:
+                raw, pos = uvarint(data, pos)
+                rend = pos + (raw >> 1)
+                pos += 1
         # timestampDelta
         b = data[pos]
         if b < 0x80:

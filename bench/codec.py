@@ -1,0 +1,144 @@
+"""Record codec throughput: hmbclient.protocol.records vs kafka-python's record builders/readers.
+
+    .venv/bin/python bench/codec.py            # ~1 minute
+    .venv/bin/python bench/codec.py --quick    # a few seconds
+    .venv/bin/python bench/codec.py --gzip     # add gzip rows
+
+Encode = a producer building one batch of BATCH records (key None, fixed-size value, one
+timestamp) into wire bytes: ``encode_records`` vs ``kafka.record.MemoryRecordsBuilder`` (which
+drives DefaultRecordBatchBuilder / LegacyRecordBatchBuilder). Decode = a consumer turning a
+fetched record set of FETCH_BATCHES such batches back into (offset, key, value) with every CRC
+checked: ``decode_records`` (and ``iter_records``) vs ``kafka.record.MemoryRecords`` with
+``validate_crc()`` per batch, as kafka-python's fetcher does by default. Both read the same bytes
+(built by kafka-python). Figures are the median of ROUNDS timed rounds, in records per second;
+compare the ratio column, absolute figures drift from run to run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from collections.abc import Callable
+
+from kafka.record import MemoryRecords, MemoryRecordsBuilder
+
+from hmbclient.protocol.records import GZIP, NONE, decode_records, encode_records, iter_records
+
+BATCH = 1000
+FETCH_BATCHES = 10
+TS = 1_700_000_000_000
+
+
+def _rate(fn: Callable[[], int], seconds: float, rounds: int) -> float:
+    fn()  # warm up
+    rates = []
+    for _ in range(rounds):
+        n = 0
+        t0 = time.perf_counter()
+        while True:
+            n += fn()
+            dt = time.perf_counter() - t0
+            if dt >= seconds:
+                break
+        rates.append(n / dt)
+    return statistics.median(rates)
+
+
+def _kp_build(magic: int, codec: int, value: bytes, n: int) -> bytes:
+    b = MemoryRecordsBuilder(magic, codec, batch_size=1 << 30)
+    append = b.append
+    for _ in range(n):
+        append(TS, None, value)
+    b.close()
+    return bytes(b.buffer())
+
+
+def _kp_read(buf: bytes) -> int:
+    n = 0
+    records = MemoryRecords(buf)
+    while records.has_next():
+        batch = records.next_batch()
+        if not batch.validate_crc():
+            raise RuntimeError("crc")
+        for r in batch:
+            r.offset, r.key, r.value  # noqa: B018 - touch what a consumer touches
+            n += 1
+    return n
+
+
+def _hmb_read(buf: bytes) -> int:
+    n = 0
+    for r in decode_records(buf):
+        r.offset, r.key, r.value  # noqa: B018
+        n += 1
+    return n
+
+
+def _hmb_iter(buf: bytes) -> int:
+    n = 0
+    for r in iter_records(buf):
+        r.offset, r.key, r.value  # noqa: B018
+        n += 1
+    return n
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--quick", action="store_true", help="short rounds")
+    ap.add_argument("--gzip", action="store_true", help="also gzip batches")
+    args = ap.parse_args(argv)
+    seconds, rounds = (0.15, 3) if args.quick else (0.6, 5)
+
+    codecs = [(NONE, "none")] + ([(GZIP, "gzip")] if args.gzip else [])
+    rows: list[tuple[str, float, float]] = []
+    for codec, cname in codecs:
+        for magic, fmt in ((1, "v1 MessageSet"), (2, "v2 RecordBatch")):
+            for size in (100, 1000):
+                value = bytes(range(256)) * (size // 256) + bytes(size % 256)
+                items = [(None, value, TS)] * BATCH
+                label = f"{fmt} {size} B {cname}"
+
+                def hmb_encode(magic: int = magic, codec: int = codec, items: list = items) -> int:
+                    encode_records(magic, codec, items, 0, TS)
+                    return BATCH
+
+                def kp_encode(magic: int = magic, codec: int = codec, value: bytes = value) -> int:
+                    _kp_build(magic, codec, value, BATCH)
+                    return BATCH
+
+                if encode_records(magic, codec, items, 0, TS) != _kp_build(
+                    magic, codec, value, BATCH
+                ) and (magic, codec) == (1, NONE):
+                    print(f"note: {label}: bytes differ from kafka-python's", file=sys.stderr)
+                rows.append(
+                    (
+                        f"encode {label}",
+                        _rate(hmb_encode, seconds, rounds),
+                        _rate(kp_encode, seconds, rounds),
+                    )
+                )
+
+                fetched = b"".join(
+                    _kp_build(magic, codec, value, BATCH) for _ in range(FETCH_BATCHES)
+                )
+                assert len(decode_records(fetched)) == BATCH * FETCH_BATCHES
+                assert _kp_read(fetched) == BATCH * FETCH_BATCHES
+                kp = _rate(lambda f=fetched: _kp_read(f), seconds, rounds)
+                rows.append(
+                    (f"decode {label}", _rate(lambda f=fetched: _hmb_read(f), seconds, rounds), kp)
+                )
+                rows.append(
+                    (f"iter   {label}", _rate(lambda f=fetched: _hmb_iter(f), seconds, rounds), kp)
+                )
+
+    w = max(len(r[0]) for r in rows)
+    print(f"{'workload':<{w}}  {'hmbclient':>12}  {'kafka-python':>12}  {'ratio':>6}")
+    for name, ours, theirs in rows:
+        print(f"{name:<{w}}  {ours:>10,.0f}/s  {theirs:>10,.0f}/s  {ours / theirs:>5.2f}x")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
