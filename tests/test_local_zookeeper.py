@@ -174,3 +174,13 @@ def test_classpath_discovery_prefers_zookeeper_home(
     assert str(home / "lib" / "zookeeper-3.9.0.jar") in entries
     default = find_zookeeper_classpath()
     assert default[0] == "/usr/share/java/zookeeper.jar", "Debian's zookeeper package is required"
+
+
+def test_port_taken_by_another_server_is_not_mistaken_for_ours() -> None:
+    with LocalZooKeeper() as first:
+        second = LocalZooKeeper(port=first.port)
+        with pytest.raises(LocalZooKeeperError, match="already served by another ZooKeeper"):
+            with second:
+                pass
+        assert not second.is_running()
+        assert first.mode() == "standalone"

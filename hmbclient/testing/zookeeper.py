@@ -343,6 +343,28 @@ class _ServerProcess:
             return "(no log)"
         return "\n".join(text.splitlines()[-lines:])
 
+    def serving(self, what: str) -> bool:
+        """True once *this* JVM serves; raise if another server answers on our port.
+
+        ``srvr`` alone cannot tell servers apart, so the first time it answers we also ask
+        ``conf`` for the dataDir: a server left over from elsewhere on the same port must
+        not pass for ours while our JVM fails to bind.
+        """
+        if self.mode() is None:
+            return False
+        try:
+            conf = four_letter_word("127.0.0.1", self.client_port, "conf", 1.0)
+        except OSError:
+            return False
+        if f"dataDir={self.data_dir}" in conf:
+            return True
+        self.kill()
+        raise LocalZooKeeperError(
+            f"{what}: port {self.client_port} is already served by another ZooKeeper "
+            f"({next((ln for ln in conf.splitlines() if ln.startswith('dataDir=')), '?')}); "
+            "pick another port (port=0 chooses a free one)"
+        )
+
     def check_alive(self, what: str) -> None:
         if self._proc is not None and self._proc.poll() is not None:
             code = self._proc.returncode
@@ -434,7 +456,7 @@ class _Base:
             with _REGISTRY_LOCK:
                 _TEMP_DIRS.add(str(self._root))
         else:
-            self._root = Path(data_dir)
+            self._root = Path(data_dir).resolve()
             self._root.mkdir(parents=True, exist_ok=True)
             self._owns_root = False
 
@@ -552,8 +574,9 @@ class LocalZooKeeper(_Base):
         self._server.launch()
         deadline = time.monotonic() + self.startup_timeout_s
         while True:
-            self._server.check_alive(f"ZooKeeper on port {self.port}")
-            if self._server.mode() is not None:
+            what = f"ZooKeeper on port {self.port}"
+            self._server.check_alive(what)
+            if self._server.serving(what):
                 return self
             if time.monotonic() > deadline:
                 tail = self._server.log_tail()
@@ -775,7 +798,10 @@ class LocalZooKeeperEnsemble(_Base):
         targets = range(self.size) if index is None else [index]
         for i in targets:
             self._members[i].launch()
-        self._wait(lambda: all(self._members[i].mode() is not None for i in targets), "serve")
+        self._wait(
+            lambda: all(self._members[i].serving(f"ensemble member {i}") for i in targets),
+            "serve",
+        )
         return self
 
     def wait_for_leader(self, timeout_s: float | None = None) -> int:
