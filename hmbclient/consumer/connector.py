@@ -1,0 +1,560 @@
+"""The high-level consumer: ``Consumer.create(config) -> ConsumerConnector`` (seed 003 §5.1, §5.6).
+
+Usage::
+
+    connector = Consumer.create({"zookeeper.connect": zk, "group.id": "billing",
+                                 "auto.offset.reset": "smallest", "consumer.timeout.ms": 5000})
+    streams = connector.create_message_streams({"events": 2}, value_decoder=StringDecoder())
+    for mam in streams["events"][0]:
+        handle(mam.message)
+    connector.shutdown()
+
+Pieces: a :class:`rebalance.rebalancer.ZkRebalancer` (membership, ownership, the rebalance
+loop), a :class:`~hmbclient.net.NetClient` with :class:`~hmbclient.net.Metadata`, a
+:class:`.fetcher.FetcherManager` (one fetcher thread per leader broker), one
+:class:`.stream.KafkaStream` per consuming thread, an offset store (:mod:`.offsets`) and an
+auto-commit thread. The connector is the rebalancer's :class:`OwnershipListener`.
+
+Invariant: a partition's messages are handed out only by its current owner, and its offsets
+are committed before its ownership is released. The connector's part: ``on_revoke`` first
+stops hand-out (under each stream's lock), then commits exactly the handed-out positions
+under ``_commit_lock`` -- the same lock ``commit_offsets`` (auto or manual) holds, so a
+periodic commit can never write an older position after the final one -- and raises if the
+commit failed, which keeps the rebalancer from releasing the owner node.
+
+Life cycle: nothing connects until ``create_message_streams`` (one call per connector, as
+in Kafka); ``shutdown`` stops the loop, revokes with a final commit, releases the owner
+nodes, removes the registration, closes the ZooKeeper session and the broker connections,
+and ends every stream's iteration.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Mapping
+from typing import Any, NamedTuple, Protocol
+
+from kazoo.exceptions import KazooException
+from kazoo.handlers.threading import KazooTimeoutError
+
+from hmbclient.config import ConsumerConfig
+from hmbclient.errors import ConfigError, CoordinationError
+from hmbclient.net.client import NetClient
+from hmbclient.net.metadata import Metadata
+from rebalance.filters import Blacklist, TopicFilter, Whitelist
+from rebalance.paths import make_consumer_id
+from rebalance.rebalancer import Subscription, ZkRebalancer
+from rebalance.registry import BrokerInfo, TopicPartition, thread_index
+
+from .fetcher import FetcherManager
+from .offsets import DualOffsetStorage, KafkaOffsetStorage, OffsetStorage, ZooKeeperOffsetStorage
+from .stream import KafkaStream, MessageAndMetadata, PartitionTopicInfo
+
+__all__ = [
+    "Consumer",
+    "ConsumerConnector",
+    "ConsumerRebalanceListener",
+    "ConsumerEvent",
+    "KafkaStream",
+    "MessageAndMetadata",
+    "TopicFilter",
+    "Whitelist",
+    "Blacklist",
+]
+
+log = logging.getLogger("hmbclient.consumer")
+
+
+class ConsumerRebalanceListener(Protocol):
+    """Callbacks around ownership changes (called on the rebalance thread; keep them short).
+
+    ``on_partitions_revoked`` runs after the partitions stopped being handed out and before
+    their offsets are committed and their ownership released; ``on_partitions_assigned`` runs
+    once they are owned and about to be fetched.
+    """
+
+    def on_partitions_revoked(self, partitions: list[TopicPartition]) -> None: ...
+
+    def on_partitions_assigned(self, partitions: list[TopicPartition]) -> None: ...
+
+
+class ConsumerEvent(NamedTuple):
+    """A status event: ``kind`` such as ``registered``, ``rebalance_started``,
+    ``rebalance_completed``, ``partitions_revoked``, ``partitions_assigned``,
+    ``claim_conflict``, ``rebalance_incomplete``, ``rebalance_failed``,
+    ``zookeeper_suspended``, ``zookeeper_connected``, ``zookeeper_lost``, ``committed``,
+    ``commit_failed``, ``closed``; ``fields`` carries the details."""
+
+    kind: str
+    consumer_id: str
+    fields: Mapping[str, Any]
+
+
+StatusListener = Callable[[ConsumerEvent], None]
+
+_CONNECTOR_ONLY = ("rebalance_listener", "status_listener")
+
+
+class Consumer:
+    """Factory for high-level consumers (Kafka's ``kafka.consumer.Consumer``)."""
+
+    @staticmethod
+    def create(
+        config: ConsumerConfig | Mapping[str, Any] | None = None,
+        /,
+        *,
+        rebalance_listener: ConsumerRebalanceListener | None = None,
+        status_listener: StatusListener | None = None,
+        **settings: Any,
+    ) -> ConsumerConnector:
+        """Create a ConsumerConnector.
+
+        Args:
+            config: a ConsumerConfig, or a dict of Kafka property names
+                (``{"zookeeper.connect": ..., "group.id": ...}``); or None and keyword settings.
+            rebalance_listener: optional revoked/assigned callbacks.
+            status_listener: optional ``fn(ConsumerEvent)``.
+            **settings: ConsumerConfig settings (any spelling); they override ``config``.
+
+        Returns:
+            The connector (nothing connects until streams are created).
+
+        Raises:
+            ConfigError: unknown keys or invalid values.
+        """
+        if isinstance(config, ConsumerConfig):
+            cfg = config.replace(**settings) if settings else config
+        elif config is None:
+            cfg = ConsumerConfig.from_properties(settings)
+        elif isinstance(config, Mapping):
+            cfg = ConsumerConfig.from_properties(config, **settings)
+        else:
+            raise ConfigError(
+                f"Consumer.create expects a ConsumerConfig or a mapping, not {type(config).__name__}"
+            )
+        return ConsumerConnector(
+            cfg, rebalance_listener=rebalance_listener, status_listener=status_listener
+        )
+
+
+class ConsumerConnector:
+    """A member of a ZooKeeper consumer group. Create it with :meth:`Consumer.create`.
+
+    Args:
+        config: the consumer configuration.
+        rebalance_listener: optional revoked/assigned callbacks.
+        status_listener: optional ``fn(ConsumerEvent)``.
+    """
+
+    def __init__(
+        self,
+        config: ConsumerConfig,
+        *,
+        rebalance_listener: ConsumerRebalanceListener | None = None,
+        status_listener: StatusListener | None = None,
+    ) -> None:
+        self.config = config
+        self.group = config.group_id
+        self.consumer_id = config.consumer_id or make_consumer_id(config.group_id)
+        self._rebalance_listener = rebalance_listener
+        self._status_listeners: list[StatusListener] = [status_listener] if status_listener else []
+        self._lock = threading.RLock()
+        self._commit_lock = threading.Lock()
+        self._rebalancer: ZkRebalancer | None = None
+        self._client: NetClient | None = None
+        self._metadata: Metadata | None = None
+        self._fetchers: FetcherManager | None = None
+        self._storage: OffsetStorage | None = None
+        self._streams_by_topic: dict[str, list[KafkaStream]] = {}
+        self._filter_streams: list[KafkaStream] | None = None
+        self._all_streams: list[KafkaStream] = []
+        self._ptis: dict[TopicPartition, PartitionTopicInfo] = {}
+        # Final positions of partitions taken away whose commit has not succeeded yet.
+        self._pending: dict[TopicPartition, int] = {}
+        self._paused = False
+        self._shutdown = False
+        self._auto_commit_stop = threading.Event()
+        self._auto_commit_thread: threading.Thread | None = None
+
+    # ------------------------------------------------------------------ public API
+
+    def create_message_streams(
+        self,
+        topic_count_map: Mapping[str, int],
+        key_decoder: Any = None,
+        value_decoder: Any = None,
+    ) -> dict[str, list[KafkaStream]]:
+        """Subscribe to topics with a number of streams each and join the group.
+
+        Args:
+            topic_count_map: ``{topic: number of streams}``.
+            key_decoder / value_decoder: ``encoders`` Decoders (default: bytes as stored).
+
+        Returns:
+            ``{topic: [KafkaStream, ...]}``.
+
+        Raises:
+            ConfigError: bad counts, or streams were already created on this connector.
+            CoordinationError: ZooKeeper could not be reached.
+        """
+        try:
+            sub = Subscription(topic_counts=dict(topic_count_map))
+        except (ValueError, TypeError) as exc:
+            raise ConfigError(str(exc)) from None
+        with self._lock:
+            self._check_fresh()
+            streams = {
+                topic: [self._new_stream(f"{topic}-{i}", key_decoder, value_decoder) for i in range(n)]
+                for topic, n in sub.topic_counts.items()  # type: ignore[union-attr]
+            }
+            self._streams_by_topic = streams
+            self._start(sub)
+            return {t: list(s) for t, s in streams.items()}
+
+    def create_message_streams_by_filter(
+        self,
+        topic_filter: TopicFilter,
+        num_streams: int = 1,
+        key_decoder: Any = None,
+        value_decoder: Any = None,
+    ) -> list[KafkaStream]:
+        """Subscribe to every topic a Whitelist/Blacklist allows, now and later.
+
+        Args:
+            topic_filter: ``Whitelist(regex)`` or ``Blacklist(regex)``.
+            num_streams: streams shared by all matching topics.
+            key_decoder / value_decoder: ``encoders`` Decoders.
+
+        Returns:
+            The streams; each may carry messages of several topics.
+
+        Raises:
+            ConfigError: bad arguments, or streams were already created on this connector.
+            CoordinationError: ZooKeeper could not be reached.
+        """
+        if not isinstance(topic_filter, TopicFilter):
+            raise ConfigError(f"expected a Whitelist or Blacklist, got {topic_filter!r}")
+        try:
+            sub = Subscription(topic_filter=topic_filter, num_streams=num_streams)
+        except (ValueError, TypeError) as exc:
+            raise ConfigError(str(exc)) from None
+        with self._lock:
+            self._check_fresh()
+            streams = [
+                self._new_stream(f"{topic_filter.regex}-{i}", key_decoder, value_decoder)
+                for i in range(num_streams)
+            ]
+            self._filter_streams = streams
+            self._start(sub)
+            return list(streams)
+
+    def commit_offsets(self) -> None:
+        """Commit the position of every owned partition (what has been handed out).
+
+        Raises:
+            HmbError / kazoo errors: the store refused the commit (nothing is lost: the next
+            commit writes the same or a later position).
+        """
+        storage = self._storage
+        if storage is None:
+            return
+        with self._commit_lock:
+            offsets: dict[TopicPartition, int] = {}
+            for tp, pti in list(self._ptis.items()):
+                pos = pti.consumed
+                if pos is not None and pos != pti.committed and not pti.revoked:
+                    offsets[tp] = pos
+            if not offsets:
+                return
+            try:
+                storage.commit(offsets)
+            except Exception as exc:
+                self._emit("commit_failed", error=repr(exc), partitions=len(offsets))
+                raise
+            for tp, off in offsets.items():
+                done = self._ptis.get(tp)
+                if done is not None:
+                    done.committed = off
+            self._emit("committed", partitions=len(offsets))
+
+    def await_rebalance(self, timeout: float | None = None) -> bool:
+        """Wait until this member owns its share of the current group and fetches it.
+
+        Args:
+            timeout: seconds (None: forever).
+
+        Returns:
+            True when settled, False on timeout (or before streams were created).
+        """
+        rb = self._rebalancer
+        if rb is None:
+            return False
+        return rb.await_rebalance(timeout)
+
+    def owned_partitions(self) -> dict[TopicPartition, str]:
+        """Partitions this member currently owns (``tp -> thread id``)."""
+        rb = self._rebalancer
+        return dict(rb.owned) if rb is not None else {}
+
+    def set_rebalance_listener(self, listener: ConsumerRebalanceListener | None) -> None:
+        """Set (or clear) the revoked/assigned callbacks (Java's setConsumerRebalanceListener)."""
+        self._rebalance_listener = listener
+
+    def add_status_listener(self, listener: StatusListener) -> None:
+        """Receive :class:`ConsumerEvent` status events (called on internal threads)."""
+        self._status_listeners = [*self._status_listeners, listener]
+
+    def shutdown(self) -> None:
+        """Stop consuming: commit what was handed out, release ownership, leave the group.
+
+        Idempotent. Streams end their iteration (StopIteration).
+        """
+        with self._lock:
+            if self._shutdown:
+                return
+            self._shutdown = True
+        self._auto_commit_stop.set()
+        if self._auto_commit_thread is not None:
+            self._auto_commit_thread.join(10)
+        try:
+            if self._rebalancer is not None:
+                self._rebalancer.close(release=True)
+        finally:
+            if self._fetchers is not None:
+                self._fetchers.close()
+            for s in self._all_streams:
+                s._close()
+            if self._client is not None:
+                self._client.close()
+
+    def __enter__(self) -> ConsumerConnector:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.shutdown()
+
+    # ------------------------------------------------------------------ set-up
+
+    def _check_fresh(self) -> None:
+        if self._shutdown:
+            raise ConfigError("this ConsumerConnector has been shut down")
+        if self._rebalancer is not None:
+            raise ConfigError(
+                "streams were already created on this ConsumerConnector (one subscription per "
+                "connector, as in Kafka); create another connector for another subscription"
+            )
+
+    def _new_stream(self, name: str, key_decoder: Any, value_decoder: Any) -> KafkaStream:
+        s = KafkaStream(
+            name,
+            queued_max_chunks=self.config.queued_max_message_chunks,
+            consumer_timeout_ms=self.config.consumer_timeout_ms,
+            key_decoder=key_decoder,
+            value_decoder=value_decoder,
+        )
+        self._all_streams.append(s)
+        return s
+
+    def _start(self, sub: Subscription) -> None:
+        cfg = self.config
+        rb = ZkRebalancer(
+            zookeeper_connect=cfg.zookeeper_connect,
+            group=self.group,
+            consumer_id=self.consumer_id,
+            subscription=sub,
+            listener=self,
+            assignor=cfg.partition_assignment_strategy,
+            session_timeout_ms=cfg.zookeeper_session_timeout_ms,
+            connection_timeout_ms=cfg.zookeeper_connection_timeout_ms,
+            rebalance_backoff_ms=cfg.rebalance_backoff_ms,
+            rebalance_max_retries=cfg.rebalance_max_retries,
+            exclude_internal_topics=cfg.exclude_internal_topics,
+            metadata_partitions=self._metadata_partitions if cfg.metadata_broker_list else None,
+            status=self._on_status,
+        )
+        self._rebalancer = rb
+        try:
+            rb.connect()
+            brokers = rb.registry.brokers()
+        except (KazooException, KazooTimeoutError) as exc:
+            rb.close(release=False)
+            self._rebalancer = None
+            raise CoordinationError(
+                f"cannot reach ZooKeeper at {cfg.zookeeper_connect!r}: {type(exc).__name__}: {exc}"
+            ) from exc
+        bootstrap: Any = list(cfg.metadata_broker_list)
+        if not bootstrap:
+            if not brokers:
+                rb.close(release=False)
+                self._rebalancer = None
+                raise ConfigError(
+                    "no brokers registered in ZooKeeper under /brokers/ids and no "
+                    "metadata.broker.list: set metadata_broker_list for brokers that do not "
+                    "register in ZooKeeper (Tansu, HMB)"
+                )
+            bootstrap = [(b.host, b.port) for b in brokers]
+        self._client = NetClient(
+            bootstrap,
+            client_id=cfg.client_id,
+            api_version=cfg.api_version,
+            request_timeout_ms=cfg.socket_timeout_ms,
+            receive_buffer_bytes=cfg.socket_receive_buffer_bytes if cfg.socket_receive_buffer_bytes > 0 else None,
+            name=f"hmb-consumer-io-{self.group}",
+        )
+        self._metadata = Metadata(self._client, allow_auto_topic_creation=False)
+        self._fetchers = FetcherManager(
+            self._client,
+            self._metadata,
+            fetch_max_bytes=cfg.fetch_message_max_bytes,
+            min_bytes=cfg.fetch_min_bytes,
+            max_wait_ms=cfg.fetch_wait_max_ms,
+            auto_offset_reset=cfg.auto_offset_reset,
+            refresh_leader_backoff_ms=cfg.refresh_leader_backoff_ms,
+            request_timeout_ms=cfg.socket_timeout_ms,
+        )
+        zk_storage = ZooKeeperOffsetStorage(rb.zk, self.group)
+        if cfg.offsets_storage == "kafka":
+            kafka = KafkaOffsetStorage(
+                self._client,
+                self.group,
+                max_retries=cfg.offsets_commit_max_retries,
+                backoff_ms=cfg.offsets_channel_backoff_ms,
+                timeout_ms=cfg.offsets_channel_socket_timeout_ms,
+            )
+            self._storage = DualOffsetStorage(kafka, zk_storage) if cfg.dual_commit_enabled else kafka
+        else:
+            self._storage = zk_storage
+        try:
+            rb.start()
+        except (KazooException, KazooTimeoutError) as exc:
+            raise CoordinationError(f"cannot register in group {self.group!r}: {exc}") from exc
+        if cfg.auto_commit_enable:
+            self._auto_commit_thread = threading.Thread(
+                target=self._auto_commit, name=f"hmb-autocommit-{self.group}", daemon=True
+            )
+            self._auto_commit_thread.start()
+
+    def _metadata_partitions(self, topics: list[str] | None) -> Mapping[str, list[int]]:
+        # Partition discovery for brokers that are not in ZooKeeper (Tansu, HMB): Metadata API.
+        md = self._metadata
+        if md is None:
+            raise CoordinationError("metadata is not available yet")
+        view = md.refresh(topics, timeout_ms=self.config.socket_timeout_ms)
+        out: dict[str, list[int]] = {}
+        for name, info in view.topics.items():
+            if topics is not None and name not in topics:
+                continue
+            if info.partitions and not info.error_code:
+                out[name] = sorted(info.partitions)
+        return out
+
+    def _auto_commit(self) -> None:
+        interval = self.config.auto_commit_interval_ms / 1000.0
+        while not self._auto_commit_stop.wait(interval):
+            try:
+                self.commit_offsets()
+            except Exception as exc:  # noqa: BLE001 - the next period tries again
+                log.warning("auto commit for %s failed: %s", self.consumer_id, exc)
+
+    # ------------------------------------------------------------------ OwnershipListener
+
+    def _stream_for(self, tp: TopicPartition, tid: str) -> KafkaStream:
+        idx = thread_index(self.consumer_id, tid)
+        if idx is None:
+            raise CoordinationError(f"thread id {tid!r} is not one of {self.consumer_id}'s")
+        if self._filter_streams is not None:
+            return self._filter_streams[idx]
+        return self._streams_by_topic[tp[0]][idx]
+
+    def on_pause(self) -> None:
+        self._paused = True
+        for s in self._all_streams:
+            s._pause(True)
+
+    def on_resume(self) -> None:
+        self._paused = False
+        for s in self._all_streams:
+            s._pause(False)
+
+    def on_revoke(self, partitions: Mapping[TopicPartition, str], commit: bool) -> None:
+        # 1. Stop hand-out: after _revoke returns, not one more message of tp leaves its stream.
+        stopped: list[TopicPartition] = []
+        for tp in partitions:
+            pti = self._ptis.pop(tp, None)
+            if pti is None:
+                continue
+            pos = pti.stream._revoke(pti)
+            stopped.append(tp)
+            if pos is not None and pos != pti.committed:
+                self._pending[tp] = pos
+        if self._fetchers is not None:
+            self._fetchers.remove(partitions)
+        if stopped and self._rebalance_listener is not None:
+            try:
+                self._rebalance_listener.on_partitions_revoked(sorted(stopped))
+            except Exception:  # noqa: BLE001 - user code must not break the rebalance
+                log.exception("on_partitions_revoked raised")
+        # 2. Commit exactly what was handed out, before the rebalancer releases ownership.
+        todo = {tp: self._pending[tp] for tp in partitions if tp in self._pending}
+        if not commit:
+            for tp in todo:
+                self._pending.pop(tp, None)
+            return
+        if not todo or self._storage is None:
+            return
+        with self._commit_lock:
+            try:
+                self._storage.commit(todo)
+            except Exception as exc:
+                self._emit("commit_failed", error=repr(exc), partitions=len(todo))
+                raise CoordinationError(
+                    f"could not commit offsets of {len(todo)} revoked partitions; keeping "
+                    f"ownership until they are committed: {exc}"
+                ) from exc
+        for tp in todo:
+            self._pending.pop(tp, None)
+        self._emit("committed", partitions=len(todo), reason="revoke")
+
+    def on_assign(self, partitions: Mapping[TopicPartition, str]) -> None:
+        storage = self._storage
+        assert storage is not None and self._fetchers is not None
+        # Read offsets only now that we own the partitions: the previous owner committed before
+        # it released them, so this read sees its final position.
+        fresh = [tp for tp in partitions if tp not in self._pending]
+        offsets: dict[TopicPartition, int | None] = dict(storage.fetch(fresh)) if fresh else {}
+        ptis = []
+        for tp, tid in partitions.items():
+            offset = self._pending.pop(tp, None)
+            if offset is None:
+                offset = offsets.get(tp)
+            pti = PartitionTopicInfo(tp[0], tp[1], self._stream_for(tp, tid), tid, offset)
+            self._ptis[tp] = pti
+            ptis.append(pti)
+        self._fetchers.add(ptis)
+        if self._rebalance_listener is not None:
+            try:
+                self._rebalance_listener.on_partitions_assigned(sorted(partitions))
+            except Exception:  # noqa: BLE001
+                log.exception("on_partitions_assigned raised")
+
+    def on_brokers_changed(self, brokers: list[BrokerInfo] | None) -> None:
+        if brokers and self._client is not None:
+            self._client.update_brokers({b.broker_id: (b.host, b.port) for b in brokers})
+        if self._metadata is not None:
+            self._metadata.invalidate()
+
+    # ------------------------------------------------------------------ status
+
+    def _on_status(self, kind: str, fields: Mapping[str, Any]) -> None:
+        self._emit(kind, **fields)
+
+    def _emit(self, kind: str, **fields: Any) -> None:
+        if not self._status_listeners:
+            return
+        event = ConsumerEvent(kind, self.consumer_id, fields)
+        for listener in self._status_listeners:
+            try:
+                listener(event)
+            except Exception:  # noqa: BLE001
+                log.exception("status listener failed on %s", kind)

@@ -1,0 +1,419 @@
+"""Fetchers of the high-level consumer: one thread per leader broker, filling stream queues.
+
+Contract
+--------
+* :class:`FetcherManager` receives owned partitions (:class:`PartitionTopicInfo`) from the
+  connector, finds each one's leader from Metadata and hands it to that broker's
+  :class:`_BrokerFetcher`. A broker fetcher sends one Fetch for all its partitions
+  (``fetch_min_bytes``, ``fetch_wait_max_ms``, ``fetch_message_max_bytes`` per partition),
+  decodes each partition's records once (CRC checked) and pushes them as one chunk into the
+  partition's stream; a full stream queue blocks it (bounded memory).
+* A partition whose position is unknown (nothing committed) or out of range is reset with
+  ListOffsets to the earliest (``smallest``) or latest (``largest``) offset, as
+  ``auto_offset_reset`` says; its consumed position moves with it.
+* Not-leader / unknown-partition / connection errors send the partition back to the leader
+  finder, which refreshes Metadata and retries after ``refresh_leader_backoff_ms``.
+* A message larger than ``fetch_message_max_bytes`` cannot make progress: the stream raises
+  MessageSizeTooLargeError when it reaches that point (as the Java consumer does), and the
+  partition is no longer fetched. A corrupt record set raises CorruptRecordError the same way.
+* Revocation never waits for a fetcher: a revoked partition's chunk is refused by the stream
+  (see :mod:`.stream`), and :meth:`FetcherManager.remove` just forgets the partition.
+
+Threads: the leader finder and the broker fetchers; the connector's rebalance thread calls
+``add``/``remove``. Shared maps are swapped whole (copy-on-write) under one small lock.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Iterable
+from typing import Any
+
+from hmbclient.errors import (
+    CorruptRecordError,
+    HmbError,
+    MessageSizeTooLargeError,
+    OffsetOutOfRangeError,
+    for_code,
+)
+from hmbclient.net.client import NetClient
+from hmbclient.net.metadata import Metadata
+from hmbclient.net.versions import BrokerVersions
+from hmbclient.protocol.api.base import ApiKey
+from hmbclient.protocol.api.list_offsets import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
+from hmbclient.protocol.records import decode_records
+from hmbclient.protocol.types import Array, Struct
+
+from .stream import FetchedChunk, PartitionTopicInfo
+
+__all__ = ["FetcherManager", "build_request", "list_offsets"]
+
+log = logging.getLogger("hmbclient.consumer")
+
+TopicPartition = tuple[str, int]
+
+
+def _fit(schema: Struct, value: Any) -> Any:
+    # Keep only the fields this version's struct has, recursively through arrays of structs,
+    # so one call site can describe a request for every version.
+    if not isinstance(value, dict):
+        return value
+    out = {}
+    for name, typ in schema.fields:
+        if name not in value:
+            continue
+        v = value[name]
+        if isinstance(typ, Array) and isinstance(typ.item, Struct) and v is not None:
+            v = [_fit(typ.item, x) for x in v]
+        out[name] = v
+    return out
+
+
+def build_request(versions: BrokerVersions, api_key: int, **fields: Any) -> Any:
+    """Build ``api_key`` at the connection's version from a superset of fields (nested dicts ok).
+
+    Raises:
+        UnsupportedByBroker: the broker/dialect lacks the API.
+    """
+    cls = versions.request_class(api_key)
+    return cls.build(**_fit(cls.SCHEMA, fields))
+
+
+def list_offsets(
+    client: NetClient, node_id: int, partitions: Iterable[TopicPartition], latest: bool, timeout_ms: float
+) -> dict[TopicPartition, int | BaseException]:
+    """Earliest or latest offset of each partition from its leader ``node_id``.
+
+    Returns:
+        ``{tp: offset}`` or ``{tp: error}`` per partition.
+    """
+    ts = LATEST_TIMESTAMP if latest else EARLIEST_TIMESTAMP
+    by_topic: dict[str, list[int]] = {}
+    for t, p in partitions:
+        by_topic.setdefault(t, []).append(p)
+
+    def build(versions: BrokerVersions) -> Any:
+        return build_request(
+            versions,
+            ApiKey.LIST_OFFSETS,
+            replica_id=-1,
+            isolation_level=0,
+            topics=[
+                {
+                    "topic": t,
+                    "partitions": [
+                        {"partition": p, "timestamp": ts, "max_num_offsets": 1, "current_leader_epoch": -1}
+                        for p in ps
+                    ],
+                }
+                for t, ps in by_topic.items()
+            ],
+        )
+
+    resp = client.call(node_id, build, timeout_ms=timeout_ms)
+    out: dict[TopicPartition, int | BaseException] = {}
+    for t in resp.topics:
+        for p in t.partitions:
+            tp = (t.topic, p.partition)
+            if p.error_code:
+                out[tp] = for_code(p.error_code)(f"ListOffsets {t.topic}-{p.partition}")
+            elif hasattr(p, "old_style_offsets"):
+                offs = list(p.old_style_offsets)
+                out[tp] = offs[0] if offs else 0
+            else:
+                out[tp] = int(p.offset)
+    return out
+
+
+class _BrokerFetcher:
+    """One thread fetching every partition led by one broker."""
+
+    def __init__(self, manager: FetcherManager, node_id: int) -> None:
+        self.manager = manager
+        self.node_id = node_id
+        self.partitions: dict[TopicPartition, PartitionTopicInfo] = {}
+        self._wake = threading.Event()
+        self._stop = manager._stop
+        self.thread = threading.Thread(target=self._run, name=f"hmb-fetcher-{node_id}", daemon=True)
+        self.thread.start()
+
+    def add(self, pti: PartitionTopicInfo) -> None:
+        with self.manager._lock:
+            self.partitions = {**self.partitions, pti.tp: pti}
+        self._wake.set()
+
+    def remove(self, tps: Iterable[TopicPartition]) -> None:
+        with self.manager._lock:
+            parts = dict(self.partitions)
+            for tp in tps:
+                parts.pop(tp, None)
+            self.partitions = parts
+
+    def _drop(self, pti: PartitionTopicInfo) -> None:
+        with self.manager._lock:
+            if self.partitions.get(pti.tp) is pti:
+                parts = dict(self.partitions)
+                del parts[pti.tp]
+                self.partitions = parts
+
+    def _run(self) -> None:
+        m = self.manager
+        while not self._stop.is_set():
+            parts = {tp: pti for tp, pti in self.partitions.items() if not pti.revoked}
+            if not parts:
+                self._wake.wait(0.5)
+                self._wake.clear()
+                continue
+            try:
+                need_reset = [pti for pti in parts.values() if pti.fetch_offset is None]
+                if need_reset:
+                    self._reset(need_reset)
+                    continue
+                self._fetch_once(parts)
+            except HmbError as exc:
+                if self._stop.is_set():
+                    return
+                log.info("fetcher for broker %s: %s; finding leaders again", self.node_id, exc)
+                m.metadata.invalidate()
+                for pti in parts.values():
+                    self._drop(pti)
+                    m._leaderless(pti)
+                self._stop.wait(m.refresh_leader_backoff_s)
+            except Exception:  # noqa: BLE001 - keep fetching other partitions
+                log.exception("fetcher for broker %s failed", self.node_id)
+                self._stop.wait(m.refresh_leader_backoff_s)
+
+    def _reset(self, ptis: list[PartitionTopicInfo]) -> None:
+        m = self.manager
+        got = list_offsets(m.client, self.node_id, [p.tp for p in ptis], m.reset_to_latest, m.request_timeout_ms)
+        for pti in ptis:
+            res = got.get(pti.tp)
+            if isinstance(res, int):
+                log.info(
+                    "%s-%s: no usable committed offset, starting at %s (%s)",
+                    pti.topic, pti.partition, res, "largest" if m.reset_to_latest else "smallest",
+                )
+                pti.stream._set_position(pti, res)
+                pti.fetch_offset = res
+            else:
+                self._drop(pti)
+                m._leaderless(pti)
+
+    def _fetch_once(self, parts: dict[TopicPartition, PartitionTopicInfo]) -> None:
+        m = self.manager
+        by_topic: dict[str, list[dict[str, Any]]] = {}
+        asked: dict[TopicPartition, int] = {}
+        for tp, pti in parts.items():
+            off = pti.fetch_offset
+            assert off is not None
+            asked[tp] = off
+            by_topic.setdefault(tp[0], []).append(
+                {
+                    "partition": tp[1],
+                    "fetch_offset": off,
+                    "log_start_offset": -1,
+                    "current_leader_epoch": -1,
+                    "partition_max_bytes": m.fetch_max_bytes,
+                }
+            )
+
+        def build(versions: BrokerVersions) -> Any:
+            return build_request(
+                versions,
+                ApiKey.FETCH,
+                replica_id=-1,
+                max_wait_ms=m.max_wait_ms,
+                min_bytes=m.min_bytes,
+                max_bytes=0x7FFFFFFF,
+                isolation_level=0,
+                session_id=0,
+                session_epoch=-1,
+                topics=[{"topic": t, "partitions": ps} for t, ps in by_topic.items()],
+                forgotten_topics_data=[],
+            )
+
+        resp = m.client.call(self.node_id, build, timeout_ms=m.request_timeout_ms + m.max_wait_ms)
+        top_error = getattr(resp, "error_code", 0)
+        if top_error:
+            raise for_code(top_error)(f"Fetch from broker {self.node_id}")
+        for t in resp.topics:
+            for p in t.partitions:
+                tp = (t.topic, p.partition)
+                found = parts.get(tp)
+                if found is None or found.revoked or self._stop.is_set():
+                    continue
+                pti = found
+                if p.error_code:
+                    self._partition_error(pti, for_code(p.error_code)(f"Fetch {t.topic}-{p.partition}"))
+                    continue
+                raw = p.records
+                if raw is None or len(raw) == 0:
+                    continue
+                start = asked[tp]
+                try:
+                    records = decode_records(raw)
+                except CorruptRecordError as exc:
+                    self._drop(pti)
+                    pti.stream._fail(pti, exc, self._stop)
+                    continue
+                if records and records[0].offset < start:
+                    records = [r for r in records if r.offset >= start]
+                if not records:
+                    if not decode_records(raw):
+                        # Bytes came back but not one whole message: it is bigger than
+                        # fetch_message_max_bytes and no retry can make progress.
+                        self._drop(pti)
+                        pti.stream._fail(
+                            pti,
+                            MessageSizeTooLargeError(
+                                f"{t.topic}-{p.partition} at offset {start}: a message is larger than "
+                                f"fetch.message.max.bytes ({m.fetch_max_bytes}); raise it to consume"
+                            ),
+                            self._stop,
+                        )
+                    continue
+                nxt = records[-1].offset + 1
+                if pti.stream._enqueue(FetchedChunk(pti, records), self._stop):
+                    # Only advance if nobody reset the position meanwhile.
+                    if pti.fetch_offset == start:
+                        pti.fetch_offset = nxt
+
+    def _partition_error(self, pti: PartitionTopicInfo, exc: BaseException) -> None:
+        m = self.manager
+        if isinstance(exc, OffsetOutOfRangeError):
+            log.warning("%s-%s: offset %s out of range; applying auto.offset.reset", pti.topic, pti.partition, pti.fetch_offset)
+            pti.fetch_offset = None
+            return
+        if getattr(exc, "retriable", False) or getattr(exc, "invalid_metadata", False):
+            m.metadata.invalidate(pti.topic)
+            self._drop(pti)
+            m._leaderless(pti)
+            return
+        log.error("%s-%s: fetch failed: %s", pti.topic, pti.partition, exc)
+        self._drop(pti)
+        pti.stream._fail(pti, exc if isinstance(exc, HmbError) else HmbError(str(exc)), self._stop)
+
+
+class FetcherManager:
+    """Leader finding and per-broker fetchers for one ConsumerConnector.
+
+    Args:
+        client / metadata: the connector's NetClient and Metadata.
+        fetch_max_bytes: ``fetch_message_max_bytes`` (per partition per fetch).
+        min_bytes / max_wait_ms: ``fetch_min_bytes`` / ``fetch_wait_max_ms``.
+        auto_offset_reset: ``"smallest"`` or ``"largest"``.
+        refresh_leader_backoff_ms: wait before retrying a leaderless partition.
+        request_timeout_ms: bound on one request (``socket_timeout_ms``).
+    """
+
+    def __init__(
+        self,
+        client: NetClient,
+        metadata: Metadata,
+        *,
+        fetch_max_bytes: int,
+        min_bytes: int,
+        max_wait_ms: int,
+        auto_offset_reset: str,
+        refresh_leader_backoff_ms: int,
+        request_timeout_ms: int,
+    ) -> None:
+        self.client = client
+        self.metadata = metadata
+        self.fetch_max_bytes = fetch_max_bytes
+        self.min_bytes = min_bytes
+        self.max_wait_ms = max_wait_ms
+        self.reset_to_latest = auto_offset_reset == "largest"
+        self.refresh_leader_backoff_s = refresh_leader_backoff_ms / 1000.0
+        self.request_timeout_ms = request_timeout_ms
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._fetchers: dict[int, _BrokerFetcher] = {}
+        self._no_leader: dict[TopicPartition, PartitionTopicInfo] = {}
+        self._finder_wake = threading.Event()
+        self._finder = threading.Thread(target=self._find_leaders, name="hmb-leader-finder", daemon=True)
+        self._finder.start()
+
+    def add(self, ptis: Iterable[PartitionTopicInfo]) -> None:
+        """Start fetching these partitions (their leaders are looked up first)."""
+        for pti in ptis:
+            self._leaderless(pti)
+
+    def remove(self, tps: Iterable[TopicPartition]) -> None:
+        """Stop fetching these partitions (a chunk already in flight is refused by the stream)."""
+        tps = list(tps)
+        with self._lock:
+            nl = dict(self._no_leader)
+            for tp in tps:
+                nl.pop(tp, None)
+            self._no_leader = nl
+        for f in list(self._fetchers.values()):
+            f.remove(tps)
+
+    def close(self) -> None:
+        """Stop every fetcher thread (waits briefly for them)."""
+        self._stop.set()
+        self._finder_wake.set()
+        for f in list(self._fetchers.values()):
+            f._wake.set()
+        deadline = time.monotonic() + 5
+        for t in [self._finder, *(f.thread for f in self._fetchers.values())]:
+            t.join(max(0.0, deadline - time.monotonic()))
+
+    def assigned(self) -> dict[TopicPartition, int | None]:
+        """Partitions per leader broker (``tp -> node id``, None while looking for a leader)."""
+        out: dict[TopicPartition, int | None] = {tp: None for tp in self._no_leader}
+        for nid, f in self._fetchers.items():
+            for tp in f.partitions:
+                out[tp] = nid
+        return out
+
+    def _leaderless(self, pti: PartitionTopicInfo) -> None:
+        if pti.revoked:
+            return
+        with self._lock:
+            self._no_leader = {**self._no_leader, pti.tp: pti}
+        self._finder_wake.set()
+
+    def _find_leaders(self) -> None:
+        while not self._stop.is_set():
+            self._finder_wake.wait(1.0)
+            self._finder_wake.clear()
+            if self._stop.is_set():
+                return
+            pending = {tp: pti for tp, pti in self._no_leader.items() if not pti.revoked}
+            if not pending:
+                continue
+            topics = sorted({tp[0] for tp in pending})
+            try:
+                if self.metadata.needs_refresh(topics) or any(
+                    self.metadata.leader(t, p) is None for t, p in pending
+                ):
+                    self.metadata.refresh(topics, timeout_ms=self.request_timeout_ms)
+            except HmbError as exc:
+                log.info("leader lookup for %s failed: %s", topics, exc)
+                self._stop.wait(self.refresh_leader_backoff_s)
+                self._finder_wake.set()
+                continue
+            placed = []
+            for tp, pti in pending.items():
+                leader = self.metadata.leader(*tp)
+                if leader is None:
+                    continue
+                fetcher = self._fetchers.get(leader)
+                if fetcher is None:
+                    fetcher = self._fetchers[leader] = _BrokerFetcher(self, leader)
+                if not pti.revoked:
+                    fetcher.add(pti)
+                placed.append((tp, pti))
+            with self._lock:
+                nl = dict(self._no_leader)
+                for tp, pti in placed:
+                    if nl.get(tp) is pti:
+                        del nl[tp]
+                self._no_leader = nl
+            if self._no_leader:
+                self._stop.wait(self.refresh_leader_backoff_s)
+                self._finder_wake.set()

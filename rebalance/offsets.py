@@ -1,0 +1,104 @@
+"""Consumer offsets in ZooKeeper: ``/consumers/<g>/offsets/<topic>/<partition>`` -> ``"<n>"``.
+
+Contract
+--------
+* The stored value is the decimal *next offset to consume* (Kafka 0.8 writes
+  ``offset.toString`` of the consumed position), persistent, readable by Java tools.
+* :meth:`ZkOffsetStore.fetch` returns None for a partition that has never been committed
+  or whose node holds something that is not a non-negative integer (logged, never raised:
+  the consumer then applies ``auto.offset.reset``).
+* :meth:`ZkOffsetStore.commit` writes every offset of the batch pipelined (``set``; a missing
+  node is created with its parents). It raises if any write failed, so the caller never
+  believes an offset durable that is not -- the rebalance loop relies on this to keep
+  "offsets are committed before ownership is released".
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Mapping
+
+from kazoo.client import KazooClient
+from kazoo.exceptions import NodeExistsError, NoNodeError
+
+from rebalance import paths
+
+__all__ = ["ZkOffsetStore"]
+
+log = logging.getLogger("hmbclient.rebalance")
+
+TopicPartition = tuple[str, int]
+
+
+class ZkOffsetStore:
+    """Read and write a group's committed offsets in ZooKeeper.
+
+    Args:
+        zk: a started KazooClient.
+        group: the consumer group id.
+        op_timeout_s: bound on one pipelined batch.
+    """
+
+    def __init__(self, zk: KazooClient, group: str, op_timeout_s: float = 10.0) -> None:
+        self.zk = zk
+        self.group = group
+        self.op_timeout_s = op_timeout_s
+
+    def path(self, tp: TopicPartition) -> str:
+        """``/consumers/<g>/offsets/<topic>/<partition>``."""
+        return paths.consumer_offset_path(self.group, tp[0], tp[1])
+
+    def fetch(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int | None]:
+        """Committed next offsets (None: nothing usable committed).
+
+        Args:
+            partitions: the partitions to read.
+
+        Returns:
+            ``{tp: offset or None}`` for every requested partition.
+        """
+        reads = [(tp, self.zk.get_async(self.path(tp))) for tp in partitions]
+        out: dict[TopicPartition, int | None] = {}
+        for tp, res in reads:
+            try:
+                data, _ = res.get(timeout=self.op_timeout_s)
+            except NoNodeError:
+                out[tp] = None
+                continue
+            text = data.decode("utf-8", "replace").strip()
+            if text.isdigit():
+                out[tp] = int(text)
+            else:
+                log.warning("offset node %s holds %r, not an offset: ignoring it", self.path(tp), text[:40])
+                out[tp] = None
+        return out
+
+    def commit(self, offsets: Mapping[TopicPartition, int]) -> None:
+        """Write every offset of the batch.
+
+        Args:
+            offsets: ``{tp: next offset to consume}``; negative values are refused.
+
+        Raises:
+            ValueError: a negative offset.
+            kazoo errors: a write failed (nothing is retried here).
+        """
+        for tp, off in offsets.items():
+            if off < 0:
+                raise ValueError(f"refusing to commit negative offset {off} for {tp}")
+        sets = [
+            (tp, str(off).encode(), self.zk.set_async(self.path(tp), str(off).encode()))
+            for tp, off in offsets.items()
+        ]
+        creates = []
+        for tp, payload, res in sets:
+            try:
+                res.get(timeout=self.op_timeout_s)
+            except NoNodeError:
+                creates.append((tp, payload, self.zk.create_async(self.path(tp), payload, makepath=True)))
+        for tp, payload, res in creates:
+            try:
+                res.get(timeout=self.op_timeout_s)
+            except NodeExistsError:
+                # Another writer created it between our set and our create: write ours.
+                self.zk.set(self.path(tp), payload)

@@ -1,0 +1,496 @@
+"""One consumer group's znodes, seen by one member: registration, ownership and brokers.
+
+Contract
+--------
+* :class:`GroupRegistry` writes only what belongs to its member: its ephemeral
+  ``/consumers/<g>/ids/<consumer_id>`` node and ephemeral ``/consumers/<g>/owners/<t>/<p>``
+  nodes holding one of its thread ids (``<consumer_id>-<n>``). It deletes another node only
+  when that node was left behind by one of *this member's own* earlier sessions (its
+  ``ephemeralOwner`` is a session id we held before a session loss) -- never a live peer's.
+* Claims are idempotent (the kazoo recipes' "node exists counts as success after a suspended
+  connection"): a create that fails with NodeExists on a node holding our thread id under
+  our current session counts as claimed, so a retried claim after a ConnectionLoss is safe.
+* Release deletes an owner node only if it still holds our thread id under our session.
+* Many small operations are pipelined: every request of a batch is queued before the first
+  answer is awaited, so claiming or releasing 100 partitions costs about one round trip.
+
+Nothing here retries on its own or watches anything for longer than one call: the rebalance
+loop (:mod:`rebalance.rebalancer`) owns retries, watches and the order of the steps.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from kazoo.client import KazooClient
+from kazoo.exceptions import NodeExistsError, NoNodeError
+from kazoo.protocol.states import ZnodeStat
+
+from rebalance import paths
+from rebalance.filters import STATIC, TopicFilter, filter_from_registration
+
+__all__ = [
+    "TopicPartition",
+    "Registration",
+    "BrokerInfo",
+    "ClaimOutcome",
+    "GroupRegistry",
+    "thread_id",
+    "thread_index",
+    "topic_partitions",
+]
+
+log = logging.getLogger("hmbclient.rebalance")
+
+#: ``(topic, partition)``.
+TopicPartition = tuple[str, int]
+
+Watch = Callable[[Any], None]
+
+
+def thread_id(consumer_id: str, index: int) -> str:
+    """The consumer thread id Java writes into owner znodes: ``<consumer_id>-<index>``."""
+    return f"{consumer_id}-{index}"
+
+
+def thread_index(consumer_id: str, tid: str) -> int | None:
+    """The stream index of ``tid`` if it is one of ``consumer_id``'s threads, else None."""
+    prefix = consumer_id + "-"
+    if not tid.startswith(prefix):
+        return None
+    rest = tid[len(prefix) :]
+    return int(rest) if rest.isdigit() else None
+
+
+@dataclass(frozen=True)
+class Registration:
+    """The JSON of ``/consumers/<g>/ids/<consumer_id>`` (Java 0.8 ``ZookeeperConsumerConnector``).
+
+    ``subscription`` maps a topic (static) or the filter's regex (wildcard) to a stream count;
+    ``pattern`` is ``"static"``, ``"white_list"`` or ``"black_list"``; ``timestamp`` is the
+    registration time in ms, *as a string*, as Java writes it.
+    """
+
+    consumer_id: str
+    subscription: Mapping[str, int]
+    pattern: str = STATIC
+    timestamp: str = field(default_factory=lambda: str(int(time.time() * 1000)))
+    version: int = 1
+
+    def to_json(self) -> bytes:
+        """The znode payload, byte for byte what Kafka 0.8's ``Json.encode`` writes."""
+        return paths.consumer_registration_json(
+            dict(self.subscription), self.pattern, self.timestamp
+        )
+
+    @classmethod
+    def from_json(cls, consumer_id: str, data: bytes) -> Registration:
+        """Parse another member's registration (any field order, see ``rebalance.paths``).
+
+        Raises:
+            ValueError: not a consumer registration.
+        """
+        reg = paths.decode_consumer_registration(data)
+        return cls(
+            consumer_id=consumer_id,
+            subscription=dict(reg.subscription),
+            pattern=reg.pattern,
+            timestamp=str(reg.timestamp_ms),
+            version=reg.version,
+        )
+
+    def topic_filter(self) -> TopicFilter | None:
+        """The wildcard filter of a white_list/black_list registration, None when static."""
+        if self.pattern == STATIC:
+            return None
+        (regex,) = self.subscription
+        return filter_from_registration(self.pattern, regex)
+
+    def threads_per_topic(
+        self, all_topics: Iterable[str], exclude_internal_topics: bool = True
+    ) -> dict[str, list[str]]:
+        """Thread ids per topic this member consumes (Java ``TopicCount``).
+
+        Args:
+            all_topics: every topic that exists (used only by wildcard registrations).
+            exclude_internal_topics: as the consumer config of the same name.
+
+        Returns:
+            ``{topic: [<consumer_id>-0, <consumer_id>-1, ...]}``.
+        """
+        flt = self.topic_filter()
+        if flt is None:
+            counts = dict(self.subscription)
+        else:
+            (n,) = self.subscription.values()
+            counts = {t: n for t in all_topics if flt.is_topic_allowed(t, exclude_internal_topics)}
+        return {t: [thread_id(self.consumer_id, i) for i in range(n)] for t, n in counts.items()}
+
+
+@dataclass(frozen=True)
+class BrokerInfo:
+    """A broker registered in ``/brokers/ids`` (``host``/``port`` of its plaintext listener)."""
+
+    broker_id: int
+    host: str
+    port: int
+
+
+@dataclass
+class ClaimOutcome:
+    """What one claim attempt achieved.
+
+    ``claimed``: partitions now owned by us (``tp -> thread id``), including ones we already
+    held. ``conflicts``: partitions still held by someone else (``tp -> their thread id``, or
+    None when the holder vanished between our create and our read: simply try again).
+    """
+
+    claimed: dict[TopicPartition, str] = field(default_factory=dict)
+    conflicts: dict[TopicPartition, str | None] = field(default_factory=dict)
+
+
+def _text(data: bytes | None) -> str | None:
+    return None if data is None else data.decode("utf-8", "replace")
+
+
+def topic_partitions(data: bytes) -> list[int]:
+    """Partition ids from a ``/brokers/topics/<topic>`` payload (``{"partitions": {"0": [...]}}``).
+
+    Raises:
+        ValueError: the payload has no partition map.
+    """
+    return sorted(paths.decode_topic_assignment(data))
+
+
+class GroupRegistry:
+    """Registration and ownership znodes of one member of one group.
+
+    Args:
+        zk: a started KazooClient (the caller owns its lifecycle and chroot).
+        group: the consumer group id.
+        consumer_id: this member's id (unique in the group).
+        op_timeout_s: how long one pipelined batch may take before it is abandoned.
+    """
+
+    def __init__(
+        self, zk: KazooClient, group: str, consumer_id: str, op_timeout_s: float = 10.0
+    ) -> None:
+        self.zk = zk
+        self.group = group
+        self.consumer_id = consumer_id
+        self.op_timeout_s = op_timeout_s
+        # Session ids this member held before (after a session loss). Nodes still owned by one
+        # of these are our own leftovers and may be deleted at once instead of waiting up to a
+        # whole session timeout for the server to expire them.
+        self.past_sessions: set[int] = set()
+
+    # ------------------------------------------------------------------ helpers
+
+    @property
+    def session_id(self) -> int:
+        """The current ZooKeeper session id (0 when there is none)."""
+        cid = self.zk.client_id
+        return int(cid[0]) if cid else 0
+
+    def _is_ours(self, data: bytes | None, stat: ZnodeStat, tid: str | None = None) -> bool:
+        if stat.ephemeralOwner != self.session_id:
+            return False
+        text = _text(data)
+        if tid is not None:
+            return text == tid
+        return text is not None and thread_index(self.consumer_id, text) is not None
+
+    def _is_our_leftover(self, stat: ZnodeStat) -> bool:
+        return stat.ephemeralOwner in self.past_sessions
+
+    # ------------------------------------------------------------------ membership
+
+    @property
+    def ids_path(self) -> str:
+        """``/consumers/<g>/ids``."""
+        return paths.consumer_ids_dir(self.group)
+
+    def register(self, registration: Registration) -> None:
+        """Create (or refresh) our ephemeral registration node.
+
+        Idempotent. A node left by one of our own earlier sessions is replaced at once.
+
+        Raises:
+            CoordinationError-worthy kazoo errors propagate (the caller retries); a live
+            foreign node with our id raises NodeExistsError.
+        """
+        path = paths.consumer_registration_path(self.group, self.consumer_id)
+        payload = registration.to_json()
+        for _ in range(5):
+            try:
+                self.zk.create(path, payload, ephemeral=True, makepath=True)
+                return
+            except NodeExistsError:
+                try:
+                    data, stat = self.zk.get(path)
+                except NoNodeError:
+                    continue
+                if stat.ephemeralOwner == self.session_id:
+                    if data != payload:
+                        self.zk.set(path, payload, version=stat.version)
+                    return
+                if self._is_our_leftover(stat):
+                    log.info("replacing registration %s left by our expired session", path)
+                    try:
+                        self.zk.delete(path, version=stat.version)
+                    except NoNodeError:
+                        pass
+                    continue
+                raise
+        raise NodeExistsError(f"could not register {path}")
+
+    def unregister(self) -> None:
+        """Delete our registration node if it is ours (no error when it is gone)."""
+        path = paths.consumer_registration_path(self.group, self.consumer_id)
+        try:
+            _, stat = self.zk.get(path)
+            if stat.ephemeralOwner == self.session_id or self._is_our_leftover(stat):
+                self.zk.delete(path, version=stat.version)
+        except NoNodeError:
+            pass
+
+    def members(self, watch: Watch | None = None) -> tuple[dict[str, Registration], int]:
+        """Every member's registration and the ids directory's child version.
+
+        Args:
+            watch: called once when the set of members changes (a kazoo child watch).
+
+        Returns:
+            ``({consumer_id: Registration}, cversion)``; a member whose node vanished while
+            we read is left out (the watch has fired, so the caller will read again).
+        """
+        self.zk.ensure_path(self.ids_path)
+        children, stat = self.zk.get_children(self.ids_path, watch=watch, include_data=True)
+        pending = [
+            (cid, self.zk.get_async(f"{self.ids_path}/{cid}")) for cid in sorted(children)
+        ]
+        out: dict[str, Registration] = {}
+        for cid, res in pending:
+            try:
+                data, _ = res.get(timeout=self.op_timeout_s)
+            except NoNodeError:
+                continue
+            try:
+                out[cid] = Registration.from_json(cid, data)
+            except ValueError as exc:
+                log.warning("ignoring unreadable registration of %s in %s: %s", cid, self.group, exc)
+        return out, stat.cversion
+
+    # ------------------------------------------------------------------ ownership
+
+    def owner_path(self, tp: TopicPartition) -> str:
+        """``/consumers/<g>/owners/<topic>/<partition>``."""
+        return paths.consumer_owner_path(self.group, tp[0], tp[1])
+
+    def claim(
+        self, wanted: Mapping[TopicPartition, str], watch: Watch | None = None
+    ) -> ClaimOutcome:
+        """Try once to own every partition in ``wanted`` (``tp -> our thread id``).
+
+        Every create is sent before any answer is awaited. For each NodeExists we read the
+        node: our own thread id under our session counts as claimed (idempotent); a leftover
+        of one of our past sessions is deleted and re-created; anything else is a conflict,
+        and ``watch`` (if given) is set on that node so the caller learns of its release.
+
+        Returns:
+            The :class:`ClaimOutcome`.
+        """
+        out = ClaimOutcome()
+        creates = [
+            (tp, tid, self.zk.create_async(self.owner_path(tp), tid.encode(), ephemeral=True, makepath=True))
+            for tp, tid in wanted.items()
+        ]
+        exists: list[tuple[TopicPartition, str]] = []
+        for tp, tid, res in creates:
+            try:
+                res.get(timeout=self.op_timeout_s)
+                out.claimed[tp] = tid
+            except NodeExistsError:
+                exists.append((tp, tid))
+        if not exists:
+            return out
+        reads = [(tp, tid, self.zk.get_async(self.owner_path(tp), watch=watch)) for tp, tid in exists]
+        retry: list[tuple[TopicPartition, str]] = []
+        for tp, tid, res in reads:
+            try:
+                data, stat = res.get(timeout=self.op_timeout_s)
+            except NoNodeError:
+                # Released between our create and our read: the caller retries at once.
+                out.conflicts[tp] = None
+                if watch is not None:
+                    # No watch was left on a missing node; make sure the caller wakes.
+                    watch(None)
+                continue
+            if self._is_ours(data, stat, tid):
+                out.claimed[tp] = tid
+            elif self._is_our_leftover(stat) or (
+                stat.ephemeralOwner == self.session_id and _text(data) != tid
+            ):
+                # Our own stale node (old session), or one of our other threads' (a partition
+                # moving between our own streams): replace it.
+                try:
+                    self.zk.delete(self.owner_path(tp), version=stat.version)
+                except NoNodeError:
+                    pass
+                retry.append((tp, tid))
+            else:
+                out.conflicts[tp] = _text(data)
+        if retry:
+            again = self.claim(dict(retry), watch)
+            out.claimed.update(again.claimed)
+            out.conflicts.update(again.conflicts)
+        return out
+
+    def release(self, owned: Mapping[TopicPartition, str]) -> list[TopicPartition]:
+        """Delete our owner nodes for ``owned`` (``tp -> our thread id``).
+
+        A node that no longer holds our thread id under our session is left alone.
+
+        Returns:
+            The partitions whose node we deleted.
+        """
+        reads = [(tp, tid, self.zk.get_async(self.owner_path(tp))) for tp, tid in owned.items()]
+        deletes = []
+        for tp, tid, res in reads:
+            try:
+                data, stat = res.get(timeout=self.op_timeout_s)
+            except NoNodeError:
+                continue
+            if self._is_ours(data, stat, tid) or (
+                self._is_our_leftover(stat) and _text(data) == tid
+            ):
+                deletes.append((tp, self.zk.delete_async(self.owner_path(tp), version=stat.version)))
+        done = []
+        for tp, res in deletes:
+            try:
+                res.get(timeout=self.op_timeout_s)
+                done.append(tp)
+            except NoNodeError:
+                pass
+        return done
+
+    def verify(self, owned: Mapping[TopicPartition, str]) -> dict[TopicPartition, str]:
+        """Which of ``owned`` still hold our thread id under our session (after a reconnect).
+
+        Returns:
+            The subset of ``owned`` that is still ours.
+        """
+        reads = [(tp, tid, self.zk.get_async(self.owner_path(tp))) for tp, tid in owned.items()]
+        still: dict[TopicPartition, str] = {}
+        for tp, tid, res in reads:
+            try:
+                data, stat = res.get(timeout=self.op_timeout_s)
+            except NoNodeError:
+                continue
+            if self._is_ours(data, stat, tid):
+                still[tp] = tid
+        return still
+
+    def purge_leftovers(self, partitions: Iterable[TopicPartition]) -> int:
+        """Delete owner nodes among ``partitions`` left by our past sessions.
+
+        Returns:
+            How many nodes were deleted.
+        """
+        reads = [(tp, self.zk.get_async(self.owner_path(tp))) for tp in partitions]
+        deletes = []
+        for tp, res in reads:
+            try:
+                _, stat = res.get(timeout=self.op_timeout_s)
+            except NoNodeError:
+                continue
+            if self._is_our_leftover(stat):
+                deletes.append(self.zk.delete_async(self.owner_path(tp), version=stat.version))
+        n = 0
+        for res in deletes:
+            try:
+                res.get(timeout=self.op_timeout_s)
+                n += 1
+            except NoNodeError:
+                pass
+        return n
+
+    def owners(self, topics: Iterable[str]) -> dict[TopicPartition, str]:
+        """Current owner thread id of every claimed partition of ``topics`` (for tools, tests)."""
+        out: dict[TopicPartition, str] = {}
+        for topic in topics:
+            base = paths.consumer_owners_dir(self.group, topic)
+            try:
+                children = self.zk.get_children(base)
+            except NoNodeError:
+                continue
+            reads = [(int(p), self.zk.get_async(f"{base}/{p}")) for p in children if p.isdigit()]
+            for p, res in reads:
+                try:
+                    data, _ = res.get(timeout=self.op_timeout_s)
+                except NoNodeError:
+                    continue
+                out[(topic, p)] = _text(data) or ""
+        return out
+
+    # ------------------------------------------------------------------ brokers and topics
+
+    def brokers(self, watch: Watch | None = None) -> list[BrokerInfo] | None:
+        """Brokers registered in ``/brokers/ids``; None when that directory does not exist.
+
+        Args:
+            watch: a child watch on ``/brokers/ids`` (or an exists watch when it is absent).
+        """
+        try:
+            ids = self.zk.get_children(paths.BROKER_IDS_PATH, watch=watch)
+        except NoNodeError:
+            self.zk.exists(paths.BROKER_IDS_PATH, watch=watch)
+            return None
+        reads = [(i, self.zk.get_async(f"{paths.BROKER_IDS_PATH}/{i}")) for i in ids if i.isdigit()]
+        out = []
+        for i, res in reads:
+            try:
+                data, _ = res.get(timeout=self.op_timeout_s)
+                reg = paths.decode_broker_registration(data)
+                out.append(BrokerInfo(int(i), reg.host, reg.port))
+            except NoNodeError:
+                continue
+            except ValueError as exc:
+                log.warning("ignoring unreadable broker registration %s: %s", i, exc)
+        return sorted(out, key=lambda b: b.broker_id)
+
+    def topics(self, watch: Watch | None = None) -> list[str] | None:
+        """Topics in ``/brokers/topics`` (None when the directory does not exist)."""
+        try:
+            return sorted(self.zk.get_children(paths.BROKER_TOPICS_PATH, watch=watch))
+        except NoNodeError:
+            self.zk.exists(paths.BROKER_TOPICS_PATH, watch=watch)
+            return None
+
+    def partitions(
+        self, topics: Iterable[str], watch: Watch | None = None
+    ) -> dict[str, list[int]]:
+        """Partition ids of each topic registered under ``/brokers/topics`` (absent topics omitted).
+
+        Args:
+            topics: topic names.
+            watch: a data watch on each topic node (partition count changes).
+        """
+        reads = [
+            (t, self.zk.get_async(f"{paths.BROKER_TOPICS_PATH}/{t}", watch=watch)) for t in topics
+        ]
+        out: dict[str, list[int]] = {}
+        for t, res in reads:
+            try:
+                data, _ = res.get(timeout=self.op_timeout_s)
+            except NoNodeError:
+                continue
+            try:
+                out[t] = topic_partitions(data)
+            except ValueError as exc:
+                log.warning("ignoring unreadable topic registration %s: %s", t, exc)
+        return out
