@@ -187,6 +187,9 @@ class ConfigBase:
     ``_validate`` for cross-field rules (call ``super()._validate()``).
     """
 
+    # Set by dataclass() on each decorated class; declared here so type checkers treat
+    # configs as dataclass instances (dataclasses.fields / replace / asdict).
+    __dataclass_fields__: ClassVar[dict[str, dataclasses.Field[Any]]]
     # Filled in by config_class for each decorated class: normalised spelling -> field.
     _index: ClassVar[dict[str, str]] = {}
     # normalised spelling -> how to show it in "did you mean" (dotted or snake form).
@@ -266,7 +269,7 @@ class ConfigBase:
         Raises:
             ConfigError: Unknown key or invalid value.
         """
-        return dataclasses.replace(self, **type(self)._resolve(changes))  # type: ignore[type-var]
+        return dataclasses.replace(self, **type(self)._resolve(changes))
 
     # ----------------------------------------------------------------- inspection
 
@@ -278,7 +281,7 @@ class ConfigBase:
             One :class:`SettingInfo` per field.
         """
         infos = []
-        for f in dataclasses.fields(cls):  # type: ignore[arg-type]
+        for f in dataclasses.fields(cls):
             spec = _spec(f)
             if f.default is not dataclasses.MISSING:
                 default = f.default
@@ -309,7 +312,7 @@ class ConfigBase:
             ``{"dotted.name": "value"}`` for every such setting.
         """
         out: dict[str, str] = {}
-        for f in dataclasses.fields(self):  # type: ignore[arg-type]
+        for f in dataclasses.fields(self):
             spec = _spec(f)
             value = getattr(self, f.name)
             if not spec.properties or spec.importable or value is None:
@@ -321,7 +324,7 @@ class ConfigBase:
 
     def __post_init__(self) -> None:
         cls = type(self)
-        for f in dataclasses.fields(self):  # type: ignore[arg-type]
+        for f in dataclasses.fields(self):
             spec = _spec(f)
             value = getattr(self, f.name)
             if value is _REQUIRED:
@@ -367,7 +370,7 @@ def config_class(cls: type[_C]) -> type[_C]:
         dotted = spelling if "." in spelling else spelling.replace("_", ".")
         spellings.setdefault(norm, (dotted, norm))
 
-    fields = dataclasses.fields(dc)  # type: ignore[arg-type]
+    fields = dataclasses.fields(dc)
     for f in fields:
         claim(_prop(f), f.name)
     for f in fields:
