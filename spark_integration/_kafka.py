@@ -2,7 +2,7 @@
 
 Two users:
 
-* the driver (planning): :class:`ClusterView` lists partitions with their leaders and asks
+* the driver (planning): :class:`Cluster` lists partitions with their leaders and asks
   leaders for earliest/latest offsets;
 * executors (reading): :func:`read_range` / :func:`read_range_arrow` read exactly one
   :class:`~spark_integration.offsets.OffsetRange` from the partition's leader, in fetches of
@@ -27,14 +27,16 @@ from __future__ import annotations
 import logging
 import re
 import time
+from bisect import bisect_left
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from hmbclient.errors import (
     BrokerError,
     HmbError,
     KafkaConnectionError,
+    MessageSizeTooLargeError,
     OffsetOutOfRangeError,
     RequestTimedOutError,
     UnknownTopicOrPartitionError,
@@ -44,7 +46,8 @@ from spark_integration.offsets import EARLIEST, LATEST, OffsetRange, TopicPartit
 __all__ = [
     "ReadSettings",
     "OffsetRangeError",
-    "ClusterView",
+    "Cluster",
+    "read_chunks",
     "read_range",
     "read_range_arrow",
     "ARROW_BATCH_ROWS",
@@ -86,7 +89,7 @@ class ReadSettings:
 
 
 def _simple_consumer(settings: ReadSettings, host: str, port: int) -> Any:
-    from hmbclient import SimpleConsumer
+    from hmbclient.consumer import SimpleConsumer
 
     return SimpleConsumer(
         host,
@@ -96,34 +99,44 @@ def _simple_consumer(settings: ReadSettings, host: str, port: int) -> Any:
         buffer_size=max(65_536, min(settings.fetch_message_max_bytes + 65_536, 4 << 20)),
         client_id=settings.client_id,
         api_version=settings.api_version,
+        fetch_message_max_bytes=settings.fetch_message_max_bytes,
     )
 
 
-@dataclass
-class ClusterView:
+class Cluster:
     """Driver-side planning view: partitions, leaders, offsets. Use as a context manager.
 
-    One SimpleConsumer per broker it talks to, closed on exit.
+    Metadata comes from hmbclient's ``net.Metadata`` over the bootstrap list (never creating
+    topics); offsets come from one SimpleConsumer per leader. Everything is closed on exit.
     """
 
-    settings: ReadSettings
-    _consumers: dict[Leader, Any] = field(default_factory=dict)
-    _leaders: dict[TopicPartition, Leader] = field(default_factory=dict)
+    def __init__(self, settings: ReadSettings) -> None:
+        from hmbclient.net import Metadata, NetClient
 
-    def __enter__(self) -> ClusterView:
+        self.settings = settings
+        self._net = NetClient(
+            list(settings.brokers),
+            client_id=settings.client_id,
+            api_version=settings.api_version,
+            request_timeout_ms=settings.socket_timeout_ms,
+            name="hmbclient-io-spark-planner",
+        )
+        self._metadata = Metadata(self._net, allow_auto_topic_creation=False)
+        self._consumers: dict[Leader, Any] = {}
+        self._leaders: dict[TopicPartition, Leader | None] = {}
+
+    def __enter__(self) -> Cluster:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
 
     def close(self) -> None:
-        """Close every consumer this view opened."""
+        """Close the metadata client and every consumer this view opened."""
         consumers, self._consumers = self._consumers, {}
-        for consumer in consumers.values():
-            try:
-                consumer.close()
-            except Exception:  # noqa: BLE001 - closing must not mask the real error
-                log.debug("closing a planning consumer failed", exc_info=True)
+        for leader in list(consumers):
+            _close_quietly(consumers[leader])
+        self._net.close()
 
     def _consumer(self, leader: Leader) -> Any:
         consumer = self._consumers.get(leader)
@@ -131,25 +144,18 @@ class ClusterView:
             consumer = self._consumers[leader] = _simple_consumer(self.settings, *leader)
         return consumer
 
-    def _metadata(self, topics: list[str] | None) -> dict[str, dict[int, Leader | None]]:
-        last: Exception | None = None
-        for host, port in self.settings.brokers:
-            try:
-                return _topic_metadata(self._consumer((host, port)), topics)
-            except (KafkaConnectionError, RequestTimedOutError, OSError) as exc:
-                last = exc
-                self._drop((host, port))
-        raise KafkaConnectionError(
-            f"no broker of {self.settings.brokers} answered a metadata request: {last!r}"
-        )
-
     def _drop(self, leader: Leader) -> None:
         consumer = self._consumers.pop(leader, None)
         if consumer is not None:
-            try:
-                consumer.close()
-            except Exception:  # noqa: BLE001
-                pass
+            _close_quietly(consumer)
+
+    def _refresh(self, topics: list[str] | None) -> Any:
+        view = self._metadata.refresh(topics)
+        for name, info in view.topics.items():
+            for p, pinfo in info.partitions.items():
+                node = pinfo.leader
+                self._leaders[(name, p)] = view.brokers.get(node) if node >= 0 else None
+        return view
 
     def partitions(
         self, topics: Sequence[str] | None, *, pattern: str | None = None
@@ -161,42 +167,36 @@ class ClusterView:
             pattern: A regex that must match a whole topic name (used when ``topics`` is None).
 
         Returns:
-            ``{(topic, partition): (host, port) or None when leaderless}``.
+            ``{(topic, partition): (host, port), or None while leaderless}``, sorted.
 
         Raises:
             UnknownTopicOrPartitionError: A named topic does not exist.
+            KafkaConnectionError / RequestTimedOutError: No broker answered.
         """
-        meta = self._metadata(list(topics) if topics is not None else None)
+        view = self._refresh(sorted(set(topics)) if topics is not None else None)
         if topics is not None:
-            missing = [t for t in topics if not meta.get(t)]
+            missing = [t for t in topics if t not in view.topics or not view.topics[t].partitions]
             if missing:
                 raise UnknownTopicOrPartitionError(
-                    f"topic(s) {', '.join(missing)} do not exist on {self.settings.brokers}"
+                    f"topic(s) {', '.join(missing)} do not exist on "
+                    + ",".join(f"{h}:{p}" for h, p in self.settings.brokers)
                 )
-            chosen = list(topics)
+            chosen = sorted(set(topics))
         else:
             assert pattern is not None
             rx = re.compile(pattern)
-            chosen = sorted(t for t in meta if rx.fullmatch(t))
-        result: dict[TopicPartition, Leader | None] = {}
-        for topic in chosen:
-            for partition, leader in sorted(meta[topic].items()):
-                result[(topic, partition)] = leader
-                if leader is not None:
-                    self._leaders[(topic, partition)] = leader
-        return result
+            chosen = sorted(t for t in view.topics if rx.fullmatch(t))
+        return {
+            (t, p): self._leaders.get((t, p))
+            for t in chosen
+            for p in sorted(view.topics[t].partitions)
+        }
 
     def leaders(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, Leader | None]:
-        """Leaders of ``partitions`` (asks for metadata of their topics)."""
+        """Fresh leaders of ``partitions`` (one metadata request for their topics)."""
         wanted = list(partitions)
-        meta = self._metadata(sorted({t for t, _ in wanted}))
-        out = {}
-        for topic, partition in wanted:
-            leader = meta.get(topic, {}).get(partition)
-            out[(topic, partition)] = leader
-            if leader is not None:
-                self._leaders[(topic, partition)] = leader
-        return out
+        self._refresh(sorted({t for t, _ in wanted}))
+        return {tp: self._leaders.get(tp) for tp in wanted}
 
     def offsets(self, partitions: Iterable[TopicPartition], time_: int) -> dict[TopicPartition, int]:
         """Earliest (``EARLIEST``) or latest (``LATEST``) offset of each partition.
@@ -209,23 +209,26 @@ class ClusterView:
             ``{(topic, partition): offset}``; latest is the next offset to be written.
 
         Raises:
-            BrokerError: A leader refused (after one metadata refresh for a moved leader).
-            KafkaConnectionError: A partition has no reachable leader.
+            BrokerError: A leader refused for a reason other than a moved leader.
+            KafkaConnectionError: A partition had no reachable leader after the retries.
         """
-        from hmbclient import EARLIEST_TIME, LATEST_TIME
+        from hmbclient.consumer import EARLIEST_TIME, LATEST_TIME
 
+        if time_ not in (EARLIEST, LATEST):
+            raise ValueError(f"time_ must be EARLIEST or LATEST, got {time_}")
         when = EARLIEST_TIME if time_ == EARLIEST else LATEST_TIME
-        assert time_ in (EARLIEST, LATEST)
         wanted = list(partitions)
-        unknown = [tp for tp in wanted if tp not in self._leaders]
+        unknown = [tp for tp in wanted if self._leaders.get(tp) is None]
         if unknown:
             self.leaders(unknown)
         result: dict[TopicPartition, int] = {}
         for tp in wanted:
-            for attempt in range(self.settings.max_retries + 1):
+            attempt = 0
+            while True:
                 leader = self._leaders.get(tp)
+                error: Exception
                 if leader is None:
-                    error: Exception = KafkaConnectionError(f"{tp[0]}-{tp[1]} has no leader")
+                    error = KafkaConnectionError(f"{tp[0]}-{tp[1]} has no leader")
                 else:
                     try:
                         offs = self._consumer(leader).get_offsets_before(
@@ -234,36 +237,45 @@ class ClusterView:
                         result[tp] = int(offs[0]) if offs else 0
                         break
                     except (BrokerError, KafkaConnectionError, RequestTimedOutError) as exc:
-                        if isinstance(exc, BrokerError) and not exc.invalid_metadata:
+                        if isinstance(exc, BrokerError) and not (
+                            exc.invalid_metadata or exc.retriable
+                        ):
                             raise
                         error = exc
                         self._drop(leader)
-                if attempt == self.settings.max_retries:
+                attempt += 1
+                if attempt > self.settings.max_retries:
                     raise error
                 time.sleep(self.settings.retry_backoff_ms / 1000)
                 self.leaders([tp])
         return result
 
 
-def _topic_metadata(consumer: Any, topics: list[str] | None) -> dict[str, dict[int, Leader | None]]:
-    """``{topic: {partition: leader (host, port) or None}}`` from one broker's metadata."""
-    raise NotImplementedError("waiting for the SimpleConsumer metadata call")
+def _close_quietly(consumer: Any) -> None:
+    try:
+        consumer.close()
+    except Exception:  # noqa: BLE001 - closing must not mask the error being handled
+        log.debug("closing a consumer failed", exc_info=True)
 
 
 def _find_leader(settings: ReadSettings, topic: str, partition: int) -> Leader:
-    with ClusterView(settings) as view:
+    with Cluster(settings) as view:
         leader = view.leaders([(topic, partition)])[(topic, partition)]
     if leader is None:
         raise KafkaConnectionError(f"{topic}-{partition} has no leader right now")
     return leader
 
 
-def read_range(settings: ReadSettings, r: OffsetRange, leader: Leader | None) -> Iterator[Any]:
-    """Yield the messages of ``r`` (hmbclient ``MessageAndOffset`` records), in order.
+def read_chunks(settings: ReadSettings, r: OffsetRange, leader: Leader | None) -> Iterator[list[Any]]:
+    """Yield the messages of ``r`` as lists (one per fetch), in offset order.
+
+    Each element is an hmbclient ``MessageAndOffset`` (a ``Record``: offset, timestamp, key,
+    value, headers; ``.message.key`` etc. also work). Lists let callers convert a whole fetch
+    with one comprehension instead of paying a generator step per message.
 
     Args:
         settings: Cluster and fetch settings.
-        r: The range; every offset in ``[from_offset, until_offset)`` that exists is yielded.
+        r: The range; every message the log holds in ``[from_offset, until_offset)``.
         leader: The leader found at planning time, or None to look it up here.
 
     Raises:
@@ -273,7 +285,7 @@ def read_range(settings: ReadSettings, r: OffsetRange, leader: Leader | None) ->
     """
     if r.count == 0:
         return
-    from hmbclient import FetchRequest
+    from hmbclient.consumer import FetchRequest
 
     offset = r.from_offset
     until = r.until_offset
@@ -286,14 +298,19 @@ def read_range(settings: ReadSettings, r: OffsetRange, leader: Leader | None) ->
                     if leader is None:
                         leader = _find_leader(settings, r.topic, r.partition)
                     consumer = _simple_consumer(settings, *leader)
-                message_set = consumer.fetch(
+                records = consumer.fetch(
                     FetchRequest(r.topic, r.partition, offset, settings.fetch_message_max_bytes)
-                )
+                ).messages()
             except OffsetOutOfRangeError as exc:
                 raise OffsetRangeError(
                     f"offset range {r}: the broker answered OffsetOutOfRange for offset {offset} "
                     "(the range is past the end of the log, or the log was truncated or deleted "
                     "by retention)"
+                ) from exc
+            except MessageSizeTooLargeError as exc:
+                raise OffsetRangeError(
+                    f"offset range {r}: the message at offset {offset} is larger than "
+                    f"fetch.message.max.bytes={settings.fetch_message_max_bytes}; raise it"
                 ) from exc
             except (BrokerError, KafkaConnectionError, RequestTimedOutError, OSError) as exc:
                 retriable = not isinstance(exc, BrokerError) or exc.invalid_metadata or exc.retriable
@@ -305,101 +322,100 @@ def read_range(settings: ReadSettings, r: OffsetRange, leader: Leader | None) ->
                     ) from exc
                 log.info("offset range %s: %r; retrying with a fresh leader", r, exc)
                 if consumer is not None:
-                    consumer.close()
+                    _close_quietly(consumer)
                 consumer = None
                 leader = None
                 time.sleep(settings.retry_backoff_ms / 1000)
                 continue
-            before = offset
-            for mo in message_set:
-                o = mo.offset
-                if o < offset:
-                    # A compressed wrapper decodes whole; skip what precedes our position.
-                    continue
-                if o >= until:
-                    offset = until
-                    break
-                offset = o + 1
-                yield mo
-            if offset == before:
-                _raise_no_progress(consumer, r, offset, settings)
             failures = 0
+            # The message set already dropped records below ``offset`` (compressed wrappers and
+            # v2 batches start early); cut at ``until`` with a binary search, not a scan.
+            if records and records[0].offset < offset:
+                records = records[bisect_left(records, offset, key=_offset_of):]
+            if not records:
+                _raise_no_progress(consumer, r, offset)
+            if records[-1].offset >= until:
+                records = records[: bisect_left(records, until, key=_offset_of)]
+                if records:
+                    yield records
+                # Everything below ``until`` that the log holds has been read: the broker
+                # returned a later offset, so any missing ones were compacted away.
+                return
+            offset = records[-1].offset + 1
+            yield records
     finally:
         if consumer is not None:
-            consumer.close()
+            _close_quietly(consumer)
 
 
-def _raise_no_progress(consumer: Any, r: OffsetRange, offset: int, settings: ReadSettings) -> None:
-    """A fetch at ``offset`` gave nothing usable: say why, naming the range."""
-    from hmbclient import LATEST_TIME
+def _offset_of(record: Any) -> int:
+    return record[0]
+
+
+def read_range(settings: ReadSettings, r: OffsetRange, leader: Leader | None) -> Iterator[Any]:
+    """Yield the messages of ``r`` one by one (see :func:`read_chunks` for the contract)."""
+    for chunk in read_chunks(settings, r, leader):
+        yield from chunk
+
+
+def _raise_no_progress(consumer: Any, r: OffsetRange, offset: int) -> None:
+    """A fetch at ``offset`` gave nothing: the log ends before ``until_offset``."""
+    from hmbclient.consumer import LATEST_TIME
 
     try:
         latest = consumer.get_offsets_before(r.topic, r.partition, LATEST_TIME, max_num_offsets=1)
-        end = int(latest[0]) if latest else None
+        end: int | None = int(latest[0]) if latest else None
     except HmbError:
         end = None
-    if end is not None and offset < end and end >= r.until_offset:
-        raise OffsetRangeError(
-            f"offset range {r}: the message at offset {offset} does not fit in "
-            f"fetch.message.max.bytes={settings.fetch_message_max_bytes}; raise it"
-        )
     raise OffsetRangeError(
         f"offset range {r}: ran out of messages at offset {offset} before reaching "
-        f"until_offset {r.until_offset} (log end offset is {end}); the range is past the end "
-        "of the log, or the log was compacted or truncated"
+        f"until_offset {r.until_offset} (log end offset: {end}); the range is past the end "
+        "of the log, or the log was truncated"
     )
 
 
 def read_range_arrow(
     settings: ReadSettings, r: OffsetRange, leader: Leader | None, rows: int = ARROW_BATCH_ROWS
 ) -> Iterator[Any]:
-    """:func:`read_range` as Arrow record batches of the data source schema.
+    """:func:`read_chunks` as Arrow record batches of the data source schema.
 
     Yields:
-        ``pyarrow.RecordBatch`` with columns key, value, topic, partition, offset, timestamp.
+        ``pyarrow.RecordBatch`` with columns key, value, topic, partition, offset, timestamp
+        (at most ``rows`` rows each).
     """
     import pyarrow as pa
+    import pyarrow.compute as pc
 
     schema = arrow_schema()
     ts_type = schema.field("timestamp").type
-    topic = r.topic
-    partition = r.partition
-    keys: list[bytes | None] = []
-    values: list[bytes | None] = []
-    offsets: list[int] = []
-    stamps: list[int | None] = []
+    pending: list[Any] = []
 
-    def flush() -> Any:
-        n = len(offsets)
-        batch = pa.RecordBatch.from_arrays(
+    def flush(recs: list[Any]) -> Any:
+        n = len(recs)
+        # Records are (offset, timestamp, key, value, headers) tuples: transpose once.
+        offsets, stamps, keys, values, _ = zip(*recs, strict=True)
+        ms = pa.array(stamps, pa.int64())
+        # Kafka's NO_TIMESTAMP (-1, magic 0 messages) becomes SQL NULL; ms -> us for Spark.
+        us = pc.if_else(pc.less(ms, 0), pa.scalar(None, pa.int64()), pc.multiply(ms, 1000))
+        return pa.RecordBatch.from_arrays(
             [
                 pa.array(keys, pa.binary()),
                 pa.array(values, pa.binary()),
-                pa.array([topic] * n, pa.string()),
-                pa.array([partition] * n, pa.int32()),
+                pa.array([r.topic] * n, pa.string()),
+                pa.array([r.partition] * n, pa.int32()),
                 pa.array(offsets, pa.int64()),
-                pa.array(stamps, pa.int64()).cast(ts_type),
+                us.cast(ts_type),
             ],
             schema=schema,
         )
-        keys.clear()
-        values.clear()
-        offsets.clear()
-        stamps.clear()
-        return batch
 
-    for mo in read_range(settings, r, leader):
-        m = mo.message
-        keys.append(m.key)
-        values.append(m.value)
-        offsets.append(mo.offset)
-        ts = m.timestamp
-        # Kafka's NO_TIMESTAMP (-1, magic 0 messages) becomes SQL NULL; ms -> us for Spark.
-        stamps.append(ts * 1000 if ts is not None and ts >= 0 else None)
-        if len(offsets) >= rows:
-            yield flush()
-    if offsets:
-        yield flush()
+    for chunk in read_chunks(settings, r, leader):
+        pending.extend(chunk)
+        while len(pending) >= rows:
+            yield flush(pending[:rows])
+            del pending[:rows]
+    if pending:
+        yield flush(pending)
 
 
 def arrow_schema() -> Any:

@@ -122,7 +122,7 @@ def _settings(opts: SourceOptions) -> _kafka.ReadSettings:
     )
 
 
-def _subscribed(cluster: _kafka.ClusterView, opts: SourceOptions) -> dict[TopicPartition, Any]:
+def _subscribed(cluster: _kafka.Cluster, opts: SourceOptions) -> dict[TopicPartition, Any]:
     """Partitions (with leaders) of every subscribed topic; named topics must exist."""
     if opts.topics is not None:
         return cluster.partitions(list(opts.topics))
@@ -154,7 +154,7 @@ class HmbBatchReader(DataSourceReader):
                 ending offset lies before its starting offset.
             UnknownTopicOrPartitionError: A named topic does not exist.
         """
-        with _kafka.ClusterView(self.settings) as cluster:
+        with _kafka.Cluster(self.settings) as cluster:
             leaders = _subscribed(cluster, self.opts)
             parts = sorted(leaders)
             earliest = cluster.offsets(parts, EARLIEST)
@@ -197,7 +197,7 @@ class HmbStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     # -- offsets -----------------------------------------------------------------------------
 
     def initialOffset(self) -> dict:
-        with _kafka.ClusterView(self.settings) as cluster:
+        with _kafka.Cluster(self.settings) as cluster:
             parts = sorted(_subscribed(cluster, self.opts))
             earliest = cluster.offsets(parts, EARLIEST)
             latest = cluster.offsets(parts, LATEST)
@@ -213,7 +213,7 @@ class HmbStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return ReadMaxRows(self.opts.max_offsets_per_trigger)
 
     def prepareForTriggerAvailableNow(self) -> None:
-        with _kafka.ClusterView(self.settings) as cluster:
+        with _kafka.Cluster(self.settings) as cluster:
             parts = sorted(_subscribed(cluster, self.opts))
             self._target = cluster.offsets(parts, LATEST)
         log.info("availableNow target offsets: %s", self._target)
@@ -223,7 +223,7 @@ class HmbStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         # Spark plans the next batch only after the previous one finished, so ``start`` is
         # processed data: a good moment to update the group's offsets for lag tools.
         self._commit_group(starts)
-        with _kafka.ClusterView(self.settings) as cluster:
+        with _kafka.Cluster(self.settings) as cluster:
             parts = sorted(_subscribed(cluster, self.opts))
             if self._target is not None:
                 parts = [tp for tp in parts if tp in self._target]
@@ -251,7 +251,7 @@ class HmbStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         starts = offsets_from_dict(start, what="start offset")
         ends = offsets_from_dict(end, what="end offset")
         missing = [tp for tp in ends if tp not in starts and tp not in self._new_starts]
-        with _kafka.ClusterView(self.settings) as cluster:
+        with _kafka.Cluster(self.settings) as cluster:
             if missing:
                 # A batch replayed after a restart that first saw these partitions: they were
                 # read from their earliest offset then, and still are.

@@ -31,6 +31,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from operator import itemgetter
 from typing import Any, NamedTuple
 
 from hmbclient.errors import ConfigError
@@ -59,6 +60,7 @@ __all__ = [
 log = logging.getLogger("hmbclient.spark")
 
 _ATTR = "_hmb_offset_ranges"
+_KEY_VALUE = itemgetter(2, 3)
 
 
 class MessageAndMetadata(NamedTuple):
@@ -176,36 +178,36 @@ class _ReadPartition:
             yield from self._read(r, leader)
 
     def _read(self, r: OffsetRange, leader: tuple[str, int] | None) -> Iterator[Any]:
-        messages = _kafka.read_range(self.settings, r, leader)
+        chunks = _kafka.read_chunks(self.settings, r, leader)
         kd = self.key_decoder.from_message if self.key_decoder is not None else None
         vd = self.value_decoder.from_message if self.value_decoder is not None else None
         handler = self.message_handler
-        # Separate loops so the common cases pay for no per-message branch they do not need.
+        # Records are (offset, timestamp, key, value, headers) tuples. Each fetch is converted
+        # with one C-level map, so the common path costs no Python bytecode per message.
         if handler is None and kd is None and vd is None:
-            for mo in messages:
-                m = mo.message
-                yield (m.key, m.value)
+            for chunk in chunks:
+                yield from map(_KEY_VALUE, chunk)
         elif handler is None:
-            for mo in messages:
-                m = mo.message
-                yield (
-                    kd(m.key) if kd is not None else m.key,
-                    vd(m.value) if vd is not None else m.value,
-                )
+            for chunk in chunks:
+                for m in chunk:
+                    yield (
+                        kd(m[2]) if kd is not None else m[2],
+                        vd(m[3]) if vd is not None else m[3],
+                    )
         else:
             topic, partition = r.topic, r.partition
-            for mo in messages:
-                m = mo.message
-                yield handler(
-                    MessageAndMetadata(
-                        topic,
-                        partition,
-                        mo.offset,
-                        kd(m.key) if kd is not None else m.key,
-                        vd(m.value) if vd is not None else m.value,
-                        m.timestamp,
+            for chunk in chunks:
+                for m in chunk:
+                    yield handler(
+                        MessageAndMetadata(
+                            topic,
+                            partition,
+                            m[0],
+                            kd(m[2]) if kd is not None else m[2],
+                            vd(m[3]) if vd is not None else m[3],
+                            m[1],
+                        )
                     )
-                )
 
 
 def _parallelize_with_locations(
@@ -228,7 +230,7 @@ def _parallelize_with_locations(
         for h in item_hosts:
             host_list.add(h)
         pairs.add(jvm.scala.Tuple2(bytearray(ser.dumps(item)), jvm.PythonUtils.toSeq(host_list)))
-    tag = jvm.org.apache.spark.api.java.JavaSparkContext.fakeClassTag()
+    tag = jvm.scala.reflect.ClassTag.apply(jvm.java.lang.Class.forName("[B"))
     scala_rdd = sc._jsc.sc().makeRDD(jvm.PythonUtils.toSeq(pairs), tag)
     return RDD(scala_rdd.toJavaRDD(), sc, ser)
 
@@ -273,7 +275,7 @@ def create_rdd(
         rdd = sc.emptyRDD()
         setattr(rdd, _ATTR, ())
         return rdd
-    with _kafka.ClusterView(params.settings) as view:
+    with _kafka.Cluster(params.settings) as view:
         topics = sorted({r.topic for r in ranges})
         known = view.partitions(topics)
     absent = sorted({r.topic_partition for r in ranges} - set(known))
@@ -313,7 +315,7 @@ def _topic_offsets(
     kafka_params: Mapping[str, Any], topics: Iterable[str], time_: int
 ) -> dict[TopicPartition, int]:
     params = parse_kafka_params(kafka_params)
-    with _kafka.ClusterView(params.settings) as view:
+    with _kafka.Cluster(params.settings) as view:
         parts = sorted(view.partitions(sorted(set(topics))))
         return view.offsets(parts, time_)
 
@@ -366,7 +368,7 @@ def ranges_from_group_offsets(
     params = parse_kafka_params(kafka_params)
     if params.zookeeper_connect is None or params.group_id is None:
         raise ConfigError("ranges_from_group_offsets needs zookeeper.connect and group.id")
-    with _kafka.ClusterView(params.settings) as view:
+    with _kafka.Cluster(params.settings) as view:
         parts = sorted(view.partitions(sorted(set(topics))))
         earliest = view.offsets(parts, EARLIEST)
         latest = view.offsets(parts, LATEST)
