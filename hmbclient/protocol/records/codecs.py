@@ -120,7 +120,8 @@ def _snappy_compress(data: Any) -> bytes:
     mv = memoryview(data)
     parts = [_XERIAL_HEADER]
     compress_raw = cramjam.snappy.compress_raw
-    for i in range(0, len(mv), _XERIAL_BLOCK):
+    # At least one block: readers tell xerial framing from raw snappy by a length over 16.
+    for i in range(0, max(len(mv), 1), _XERIAL_BLOCK):
         block = bytes(compress_raw(mv[i : i + _XERIAL_BLOCK]))
         parts.append(_I32.pack(len(block)))
         parts.append(block)

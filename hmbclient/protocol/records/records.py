@@ -17,7 +17,7 @@ from __future__ import annotations
 import gc
 import struct
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 from crc32c import crc32c
@@ -48,7 +48,7 @@ _MIN_ENTRY = 14  # smallest size field of any entry (a magic 0 message)
 def encode_records(
     magic: int,
     codec: int,
-    items: Sequence[Any],
+    items: Iterable[Any],
     base_offset: int = 0,
     timestamp_ms: int | None = None,
 ) -> bytes:
