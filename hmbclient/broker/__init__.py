@@ -1,0 +1,33 @@
+"""hmbclient.broker: an embedded Kafka-protocol broker (the seeds' design, in Python).
+
+    from hmbclient.broker import EmbeddedBroker, EmbeddedCluster, run_broker
+
+Layers (each a module): ``server`` (selectors network layer, sendfile) -> ``apis`` (thin
+dispatcher) -> ``replica_manager`` (+ ``purgatory``, ``delayed``) -> ``log`` (store, index,
+segment, log, manager); ``offset_manager`` (group offsets in ``__consumer_offsets``), ``topics``,
+``metadata`` (the cluster view), ``zk`` (ZooKeeper registration), ``broker`` (assembly),
+``embedded`` / ``cluster`` / ``process`` (ways to run one or several), ``main`` (command line).
+Imports ``hmbclient.protocol`` (and ``rebalance.paths`` for znodes), never the client packages.
+"""
+
+from hmbclient.broker.broker import Broker
+from hmbclient.broker.embedded import EmbeddedBroker
+
+__all__ = ["Broker", "EmbeddedBroker", "EmbeddedCluster", "BrokerProcess", "run_broker", "main"]
+
+
+def __getattr__(name: str) -> object:
+    # Lazy: the cluster, subprocess and CLI modules are not needed to run one broker.
+    if name == "EmbeddedCluster":
+        from hmbclient.broker.cluster import EmbeddedCluster
+
+        return EmbeddedCluster
+    if name == "BrokerProcess":
+        from hmbclient.broker.process import BrokerProcess
+
+        return BrokerProcess
+    if name in ("run_broker", "main"):
+        from hmbclient.broker import main as _main
+
+        return getattr(_main, name)
+    raise AttributeError(name)

@@ -1,0 +1,135 @@
+"""The two delayed operations of the replica manager: DelayedProduce and DelayedFetch.
+
+DelayedProduce (acks=-1) completes when, for every partition it appended to,
+  Case A: this broker no longer leads the partition (the partition fails NOT_LEADER), or
+  Case B: the high watermark reached the offset after the appended messages.
+With one replica Case B holds right after the append, so the op completes in
+``try_complete_else_watch``'s first check; replication would only change the high watermark.
+On expiry the partitions still waiting fail with REQUEST_TIMED_OUT.
+
+DelayedFetch completes when
+  Case A: this broker no longer leads one of the partitions,
+  Case B: a partition is gone or its fetch offset is no longer in the log (truncated/deleted),
+  Case C: the log rolled past the segment the fetch was waiting on,
+  Case D: the bytes available across the partitions reach ``min_bytes``.
+On completion (by a case or by the ``max_wait_ms`` expiry) it reads again and responds.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from hmbclient.broker.purgatory import DelayedOperation
+
+if TYPE_CHECKING:
+    from hmbclient.broker.log.segment import Segment
+    from hmbclient.broker.replica_manager import AppendResult, FetchInfo, ReplicaManager
+
+__all__ = ["DelayedProduce", "DelayedFetch", "ProduceStatus", "FetchWait"]
+
+REQUEST_TIMED_OUT = 7
+
+
+@dataclass
+class ProduceStatus:
+    required_offset: int
+    result: AppendResult
+    pending: bool = True
+
+
+class DelayedProduce(DelayedOperation):
+    """Waits for the acks of one produce request.
+
+    Args:
+        timeout_ms: the request's timeout.
+        statuses: per (topic, partition) the offset the high watermark must reach and the append
+            result to send; partitions that failed to append are not pending.
+        replica_manager: for leadership and high watermarks.
+        respond: called once with ``{(topic, partition): AppendResult}``.
+    """
+
+    def __init__(self, timeout_ms: int, statuses: dict[tuple[str, int], ProduceStatus], replica_manager: ReplicaManager, respond: Callable[[dict[tuple[str, int], AppendResult]], None]) -> None:
+        super().__init__(timeout_ms)
+        self.statuses = statuses
+        self.rm = replica_manager
+        self.respond = respond
+
+    def try_complete(self) -> bool:
+        waiting = False
+        for tp, st in self.statuses.items():
+            if not st.pending:
+                continue
+            code, lg = self.rm.leader_log(*tp)
+            if code or lg is None:  # Case A
+                st.result = st.result._replace(error_code=code or 6)
+                st.pending = False
+            elif lg.high_watermark >= st.required_offset:  # Case B
+                st.pending = False
+            else:
+                waiting = True
+        if waiting:
+            return False
+        return self.force_complete()
+
+    def on_complete(self) -> None:
+        out = {}
+        for tp, st in self.statuses.items():
+            if st.pending:
+                st.result = st.result._replace(error_code=REQUEST_TIMED_OUT)
+            out[tp] = st.result
+        self.respond(out)
+
+
+@dataclass
+class FetchWait:
+    """What a parked fetch watches on one partition: the segment its offset was at (the active
+    one when parked), that segment's size then, and the bytes the first read already found."""
+
+    segment: Segment | None
+    size_at_park: int
+    bytes_found: int
+
+
+class DelayedFetch(DelayedOperation):
+    """A Fetch waiting for ``min_bytes`` (or ``max_wait_ms``).
+
+    Args:
+        max_wait_ms: the request's max wait.
+        min_bytes: bytes to wait for across all partitions.
+        infos: the partitions asked for.
+        waits: per partition, what the first read saw (see FetchWait).
+        replica_manager: to check the logs and to read again on completion.
+        complete: called once, by whoever completes the op, to read and respond.
+    """
+
+    def __init__(self, max_wait_ms: int, min_bytes: int, infos: list[FetchInfo], waits: list[FetchWait], replica_manager: ReplicaManager, complete: Callable[[], Any]) -> None:
+        super().__init__(max_wait_ms)
+        self.min_bytes = min_bytes
+        self.infos = infos
+        self.waits = waits
+        self.rm = replica_manager
+        self._complete = complete
+
+    def try_complete(self) -> bool:
+        accumulated = 0
+        for info, wait in zip(self.infos, self.waits, strict=True):
+            code, lg = self.rm.leader_log(info.topic, info.partition)
+            if code or lg is None:  # Case A / B: not the leader any more, or gone
+                return self.force_complete()
+            if not lg.log_start_offset <= info.offset <= lg.log_end_offset:  # Case B
+                return self.force_complete()
+            seg = wait.segment
+            if seg is None:
+                accumulated += wait.bytes_found
+                continue
+            if lg.segments[-1] is not seg:  # Case C: rolled
+                return self.force_complete()
+            accumulated += wait.bytes_found + max(0, seg.size - wait.size_at_park)
+        if accumulated >= self.min_bytes:  # Case D
+            return self.force_complete()
+        return False
+
+    def on_complete(self) -> None:
+        self._complete()

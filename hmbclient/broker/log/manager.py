@@ -1,0 +1,130 @@
+"""LogManager: every partition log under one data directory.
+
+Layout: ``<log_dir>/<topic>-<partition>/`` per partition (the topic name is validated before it
+reaches here, so it cannot contain a path separator). Start-up loads every partition folder; a
+folder whose name is not ``<valid topic>-<number>`` is a StorageError, as is any segment problem
+(see ``Log``). Logs are created on demand and never deleted (no DeleteTopics).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import threading
+from collections.abc import Callable
+
+from hmbclient.broker.log.config import LogConfig
+from hmbclient.broker.log.log import Log
+from hmbclient.errors import StorageError
+
+__all__ = ["LogManager", "partition_dir_name"]
+
+log = logging.getLogger("hmbclient.broker.log")
+
+_PARTITION_DIR = re.compile(r"^([a-zA-Z0-9._-]{1,249})-(\d{1,9})$")
+
+
+def partition_dir_name(topic: str, partition: int) -> str:
+    return f"{topic}-{partition}"
+
+
+class LogManager:
+    """Owns the Log objects of one data directory.
+
+    Args:
+        log_dir: the data directory (created if missing).
+        default_config: LogConfig of ordinary topics.
+        config_for: optional ``topic -> LogConfig`` override (e.g. compaction for the offsets
+            topic); None means ``default_config``.
+    Raises:
+        StorageError: unreadable directory or a malformed partition folder or segment.
+    """
+
+    def __init__(self, log_dir: str, default_config: LogConfig, config_for: Callable[[str], LogConfig | None] | None = None) -> None:
+        self.log_dir = log_dir
+        self.default_config = default_config
+        self._config_for = config_for
+        self._logs: dict[tuple[str, int], Log] = {}
+        self._lock = threading.Lock()
+        try:
+            os.makedirs(log_dir, exist_ok=True)
+            names = sorted(os.listdir(log_dir))
+        except OSError as e:
+            raise StorageError(f"cannot use log directory {log_dir}: {e}") from e
+        for name in names:
+            path = os.path.join(log_dir, name)
+            if not os.path.isdir(path):
+                continue  # e.g. a lock or metadata file; partitions are folders
+            m = _PARTITION_DIR.match(name)
+            if m is None or m.group(1) in (".", ".."):
+                raise StorageError(f"{log_dir}: folder {name!r} is not <topic>-<partition>")
+            topic, part = m.group(1), int(m.group(2))
+            self._logs[(topic, part)] = Log(path, self._config(topic))
+        if self._logs:
+            log.info("loaded %d partition logs from %s", len(self._logs), log_dir)
+
+    def _config(self, topic: str) -> LogConfig:
+        if self._config_for is not None:
+            c = self._config_for(topic)
+            if c is not None:
+                return c
+        return self.default_config
+
+    def topics(self) -> dict[str, int]:
+        """Topics found or created, with their partition count (highest partition + 1)."""
+        out: dict[str, int] = {}
+        for topic, part in list(self._logs):
+            out[topic] = max(out.get(topic, 0), part + 1)
+        return out
+
+    def get(self, topic: str, partition: int) -> Log | None:
+        return self._logs.get((topic, partition))
+
+    def get_or_create(self, topic: str, partition: int) -> Log:
+        lg = self._logs.get((topic, partition))
+        if lg is not None:
+            return lg
+        with self._lock:
+            lg = self._logs.get((topic, partition))
+            if lg is None:
+                path = os.path.join(self.log_dir, partition_dir_name(topic, partition))
+                lg = Log(path, self._config(topic))
+                self._logs[(topic, partition)] = lg
+            return lg
+
+    def all_logs(self) -> list[tuple[tuple[str, int], Log]]:
+        return list(self._logs.items())
+
+    def run_retention(self, now_ms: int) -> int:
+        n = 0
+        for _, lg in self.all_logs():
+            try:
+                n += lg.apply_retention(now_ms)
+            except StorageError as e:
+                log.error("retention: %s", e)
+        return n
+
+    def run_flush(self, now_ms: int) -> None:
+        for _, lg in self.all_logs():
+            try:
+                lg.maybe_flush(now_ms)
+            except StorageError as e:
+                log.error("flush: %s", e)
+
+    def run_compaction(self) -> int:
+        """Compact every log configured with ``compact`` (the offsets topic)."""
+        n = 0
+        for _, lg in self.all_logs():
+            if lg.config.compact:
+                try:
+                    n += lg.compact()
+                except StorageError as e:
+                    log.error("compaction: %s", e)
+        return n
+
+    def close(self) -> None:
+        with self._lock:
+            for lg in self._logs.values():
+                lg.close()
+            self._logs.clear()

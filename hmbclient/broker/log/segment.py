@@ -1,0 +1,267 @@
+"""Segment: one ``<20-digit base offset>.log`` Store plus its sparse ``.index``.
+
+Entry layout shared by every stored format (MessageSet v0/v1 message or RecordBatch v2)::
+
+    offset:int64  size:int32  | v0/v1: crc:uint32 magic:int8 attributes:int8 [timestamp:int64]
+                              | v2:    leader_epoch:int32 magic:int8 crc:uint32 attributes:int16
+                              |        last_offset_delta:int32 first_ts:int64 max_ts:int64 ...
+
+``magic`` is always at byte 16, so one header walker serves all formats: the last offset of an
+entry is ``offset`` for v0/v1 (a compressed wrapper carries its last inner offset) and
+``offset + last_offset_delta`` for v2. The walker reads headers only (pread in 64 KiB chunks),
+never payloads, so locating an offset costs one index bisect plus at most
+``index_interval_bytes`` of headers (or one append's worth).
+
+Invariants: ``next_offset`` is one past the last offset stored (``base_offset`` when empty);
+entries are whole (recovery cuts a torn or corrupt tail); one writer at a time (the Log's lock),
+any number of readers.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+from collections.abc import Iterator
+from typing import NamedTuple
+
+from hmbclient.broker.log.index import OffsetIndex
+from hmbclient.broker.log.store import Store
+from hmbclient.errors import StorageError
+
+__all__ = ["Segment", "EntryHeader", "FileSlice", "segment_file_name", "walk_headers", "LOG_SUFFIX", "INDEX_SUFFIX"]
+
+LOG_SUFFIX = ".log"
+INDEX_SUFFIX = ".index"
+_off_size = struct.Struct(">qi")
+_i32 = struct.Struct(">i")
+_i64 = struct.Struct(">q")
+# offset(8) size(4) leader_epoch(4) magic(1) crc(4) attributes(2) last_offset_delta(4)
+# first_timestamp(8) max_timestamp(8) = 43 bytes: the most any format needs for the walker.
+_V2_HEADER = struct.calcsize(">qiibIhiqq")
+_V2_LAST_DELTA = struct.calcsize(">qiibIh")
+_V2_MAX_TS = struct.calcsize(">qiibIhiq")
+# offset(8) size(4) crc(4) magic(1) attributes(1) then the v1 timestamp.
+_V1_TS = struct.calcsize(">qiIbb")
+_MIN_ENTRY = struct.calcsize(">qiIbbii")  # a v0 message with null key and value
+_WALK_CHUNK = 64 * 1024
+
+
+def segment_file_name(base_offset: int, suffix: str) -> str:
+    return f"{base_offset:020d}{suffix}"
+
+
+class EntryHeader(NamedTuple):
+    position: int
+    size: int  # whole entry, 12-byte offset/size prefix included
+    magic: int
+    last_offset: int
+    max_timestamp: int
+
+
+class FileSlice:
+    """``length`` bytes of a segment file from ``position``: a Records value the network layer
+    sends with ``os.sendfile``. Holds the Store so the descriptor outlives a segment deletion."""
+
+    __slots__ = ("store", "position", "length")
+
+    def __init__(self, store: Store, position: int, length: int) -> None:
+        self.store = store
+        self.position = position
+        self.length = length
+
+    def __len__(self) -> int:
+        return self.length
+
+    def fileno(self) -> int:
+        return self.store.fileno()
+
+    def read(self) -> bytes:
+        """The bytes themselves (for down-conversion, tests, or a transport without sendfile)."""
+        data = self.store.read(self.position, self.length)
+        if len(data) != self.length:
+            raise StorageError(f"{self.store.path}: short read at {self.position}")
+        return data
+
+    def __repr__(self) -> str:
+        return f"FileSlice({self.store.path!r}, {self.position}, {self.length})"
+
+
+def walk_headers(store: Store, start: int, end: int) -> Iterator[EntryHeader]:
+    """Yield the headers of the whole entries in ``[start, end)``; stops at a partial entry or a
+    size field that cannot be right (the caller decides whether that is corruption)."""
+    pos = start
+    while pos + 12 <= end:
+        buf = store.read(pos, min(_WALK_CHUNK, end - pos))
+        n = len(buf)
+        i = 0
+        while i + 12 <= n:
+            offset, size = _off_size.unpack_from(buf, i)
+            total = 12 + size
+            if total < _MIN_ENTRY or pos + i + total > end:
+                return
+            need = _V2_HEADER if total >= _V2_HEADER else total
+            if i + need > n:
+                break
+            magic = buf[i + 16]
+            if magic >= 2:
+                last = offset + _i32.unpack_from(buf, i + _V2_LAST_DELTA)[0]
+                max_ts = _i64.unpack_from(buf, i + _V2_MAX_TS)[0]
+            elif magic == 1:
+                last = offset
+                max_ts = _i64.unpack_from(buf, i + _V1_TS)[0]
+            else:
+                last = offset
+                max_ts = -1
+            yield EntryHeader(pos + i, total, magic, last, max_ts)
+            i += total
+        if i == 0:
+            return
+        pos += i
+
+
+class Segment:
+    """One segment of a partition log.
+
+    Args:
+        directory: the partition folder.
+        base_offset: first offset this segment may hold (its file name).
+        index_interval_bytes: bytes of appends between sparse index entries.
+    """
+
+    def __init__(self, directory: str, base_offset: int, index_interval_bytes: int) -> None:
+        self.base_offset = base_offset
+        self.log_path = os.path.join(directory, segment_file_name(base_offset, LOG_SUFFIX))
+        self.index_path = os.path.join(directory, segment_file_name(base_offset, INDEX_SUFFIX))
+        self.store = Store(self.log_path)
+        self.index = OffsetIndex(self.index_path, base_offset)
+        self.index_interval_bytes = index_interval_bytes
+        self._bytes_since_index = 0
+        self.next_offset = base_offset
+        # None = not known yet (an older segment after a restart): computed by a header walk
+        # the first time a fetch or a timestamp lookup needs it.
+        self._max_magic: int | None = None
+        self._max_timestamp: int | None = None
+
+    # -- state -----------------------------------------------------------------------------
+    @property
+    def size(self) -> int:
+        return self.store.size
+
+    def _scan_meta(self) -> None:
+        mm, mt = -1, -1
+        for h in walk_headers(self.store, 0, self.store.size):
+            if h.magic > mm:
+                mm = h.magic
+            if h.max_timestamp > mt:
+                mt = h.max_timestamp
+        self._max_magic, self._max_timestamp = mm, mt
+
+    @property
+    def max_magic(self) -> int:
+        """Highest message format stored here (-1 when empty)."""
+        if self._max_magic is None:
+            self._scan_meta()
+        assert self._max_magic is not None
+        return self._max_magic
+
+    @property
+    def max_timestamp(self) -> int:
+        if self._max_timestamp is None:
+            self._scan_meta()
+        assert self._max_timestamp is not None
+        return self._max_timestamp
+
+    def mtime_ms(self) -> int:
+        return self.store.mtime_ms()
+
+    # -- writes ----------------------------------------------------------------------------
+    def append(self, data: bytes | bytearray | memoryview, first_offset: int, last_offset: int, max_timestamp: int, magic: int) -> int:
+        """Append whole entries holding ``first_offset..last_offset``; returns their position."""
+        if self._bytes_since_index >= self.index_interval_bytes:
+            self.index.append(first_offset, self.store.size)
+            self._bytes_since_index = 0
+        pos = self.store.append(data)
+        self._bytes_since_index += len(data)
+        self.next_offset = last_offset + 1
+        if self._max_magic is not None and magic > self._max_magic:
+            self._max_magic = magic
+        if self._max_timestamp is not None and max_timestamp > self._max_timestamp:
+            self._max_timestamp = max_timestamp
+        return pos
+
+    def mark_known_empty(self) -> None:
+        self._max_magic = -1
+        self._max_timestamp = -1
+
+    def recover(self, entries: list, valid_bytes: int) -> int:
+        """Adopt the result of a CRC scan of this (newest) segment: cut the file at
+        ``valid_bytes``, rebuild the index, set next_offset/max_magic/max_timestamp.
+        Returns the number of bytes cut."""
+        cut = self.store.size - valid_bytes
+        if cut:
+            self.store.truncate(valid_bytes)
+        self.index.reset()
+        mm, mt = -1, -1
+        since = 0
+        next_offset = self.base_offset
+        for e in entries:
+            if since >= self.index_interval_bytes:
+                self.index.append(e.base_offset, e.position)
+                since = 0
+            since += e.size
+            next_offset = e.last_offset + 1
+            if e.magic > mm:
+                mm = e.magic
+            if e.max_timestamp > mt:
+                mt = e.max_timestamp
+        self._bytes_since_index = since
+        self.next_offset = max(next_offset, self.base_offset)
+        self._max_magic, self._max_timestamp = mm, mt
+        return cut
+
+    def flush(self) -> None:
+        self.store.flush()
+        self.index.flush()
+
+    # -- reads -----------------------------------------------------------------------------
+    def locate(self, offset: int, end: int) -> EntryHeader | None:
+        """Header of the first entry in ``[0, end)`` whose last offset is >= ``offset``."""
+        _, pos = self.index.lookup(offset)
+        for h in walk_headers(self.store, pos, end):
+            if h.last_offset >= offset:
+                return h
+        return None
+
+    def read(self, offset: int, max_bytes: int, *, min_one_entry: bool) -> FileSlice | None:
+        """Bytes from the entry holding ``offset``: at most ``max_bytes`` (so possibly ending in a
+        partial entry, as Kafka's reads do), or the whole first entry if ``min_one_entry`` and it
+        is bigger. None if this segment holds nothing at or after ``offset``."""
+        end = self.store.size
+        h = self.locate(offset, end)
+        if h is None:
+            return None
+        length = min(max_bytes, end - h.position)
+        if min_one_entry and length < h.size:
+            length = h.size
+        if length <= 0:
+            return None
+        return FileSlice(self.store, h.position, length)
+
+    def find_timestamp(self, timestamp: int) -> EntryHeader | None:
+        """First entry whose max timestamp is >= ``timestamp``."""
+        for h in walk_headers(self.store, 0, self.store.size):
+            if h.max_timestamp >= timestamp:
+                return h
+        return None
+
+    # -- lifecycle -------------------------------------------------------------------------
+    def delete(self) -> None:
+        self.index.delete()
+        self.store.delete()
+
+    def close(self) -> None:
+        self.index.close()
+        self.store.close()
+
+    def __repr__(self) -> str:
+        return f"Segment({self.log_path!r}, next_offset={self.next_offset}, size={self.size})"

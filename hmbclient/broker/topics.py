@@ -1,0 +1,95 @@
+"""Topic names and topic creation (auto-create on first use, CreateTopics).
+
+A legal topic name is 1-249 characters of ``[a-zA-Z0-9._-]`` and is not ``.`` or ``..`` (Kafka's
+rule). It is checked before anything else touches it, so an illegal name (``../x``, ``a/b``, an
+empty or 250-character name) is an INVALID_TOPIC error and never reaches the filesystem.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import threading
+
+from hmbclient.broker.log.manager import LogManager
+from hmbclient.broker.metadata import ClusterView
+from hmbclient.errors import InvalidTopicError
+
+__all__ = ["validate_topic_name", "is_valid_topic_name", "TopicManager", "MAX_TOPIC_NAME_LENGTH"]
+
+log = logging.getLogger("hmbclient.broker.topics")
+
+MAX_TOPIC_NAME_LENGTH = 249
+_LEGAL = re.compile(r"[a-zA-Z0-9._-]+")
+
+NONE = 0
+UNKNOWN_TOPIC_OR_PARTITION = 3
+INVALID_TOPIC = 17
+TOPIC_ALREADY_EXISTS = 36
+INVALID_PARTITIONS = 37
+INVALID_REPLICATION_FACTOR = 38
+INVALID_REQUEST = 42
+
+
+def is_valid_topic_name(name: object) -> bool:
+    return (
+        isinstance(name, str)
+        and 0 < len(name) <= MAX_TOPIC_NAME_LENGTH
+        and name not in (".", "..")
+        and _LEGAL.fullmatch(name) is not None
+    )
+
+
+def validate_topic_name(name: object) -> None:
+    """Raise InvalidTopicError unless ``name`` is a legal topic name."""
+    if not is_valid_topic_name(name):
+        raise InvalidTopicError(
+            f"illegal topic name {name!r}: use 1-{MAX_TOPIC_NAME_LENGTH} of [a-zA-Z0-9._-], not '.' or '..'"
+        )
+
+
+class TopicManager:
+    """Creates topics in the cluster view and their partition logs on disk.
+
+    Args:
+        view: the cluster metadata.
+        logs: where partition logs live.
+        num_partitions: partitions of an auto-created topic.
+        auto_create: whether ``ensure`` creates unknown topics.
+    """
+
+    def __init__(self, view: ClusterView, logs: LogManager, num_partitions: int, auto_create: bool) -> None:
+        self.view = view
+        self.logs = logs
+        self.num_partitions = num_partitions
+        self.auto_create = auto_create
+        self._lock = threading.Lock()
+
+    def ensure(self, topic: str, *, allow_auto_create: bool = True) -> int:
+        """Error code for using ``topic``: 0 if it exists (or was just auto-created), 17 for an
+        illegal name, 3 when unknown and auto-creation is off."""
+        if self.view.has_topic(topic):
+            return NONE
+        if not is_valid_topic_name(topic):
+            return INVALID_TOPIC
+        if not (self.auto_create and allow_auto_create):
+            return UNKNOWN_TOPIC_OR_PARTITION
+        self.create(topic, self.num_partitions)
+        return NONE
+
+    def create(self, topic: str, num_partitions: int, *, internal: bool = False) -> int:
+        """Create a topic with ``num_partitions`` partitions; error code (36 if it exists)."""
+        if not is_valid_topic_name(topic):
+            return INVALID_TOPIC
+        if num_partitions < 1:
+            return INVALID_PARTITIONS
+        with self._lock:
+            if self.view.has_topic(topic):
+                return TOPIC_ALREADY_EXISTS
+            # Logs first: a topic is visible in metadata only once its folders exist, so a
+            # restart finds every topic a client was told about.
+            for p in range(num_partitions):
+                self.logs.get_or_create(topic, p)
+            self.view.add_topic(topic, num_partitions, internal=internal)
+        log.info("created topic %s with %d partitions", topic, num_partitions)
+        return NONE
