@@ -55,7 +55,7 @@ def zookeeper_factory() -> Iterator[Callable[..., Any]]:
 
     yield make
     for zk in reversed(started):
-        zk.stop()
+        zk.close()  # stop the server and remove its temp data dir
 
 
 @pytest.fixture
