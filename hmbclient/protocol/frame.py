@@ -13,7 +13,16 @@ Kafka connection, so a correlation id that is not the oldest one in flight is a 
 
 ``ServerConnection`` (broker side, the mirror): ``receive_data``; ``next_request()`` returns
 ``RequestEvent``, ``UnsupportedRequest`` (header parsed, api/version unknown: the broker decides
-between an error response and closing) or ``NEED_DATA``; ``encode_response(header, resp)``.
+between an error response and closing) or ``NEED_DATA``; ``encode_response(correlation_id, resp)``.
+The request header is parsed as header v1 whatever the version, which is also right for the
+first fields of a flexible header v2 (its client_id stays an int16 string; the tagged fields
+that follow are left at the start of ``UnsupportedRequest.body``). So an ApiVersions v3+ probe
+from librdkafka or the Java client is seen as api_key 18 with its version and correlation id,
+and the broker can answer with the v0 layout and UNSUPPORTED_VERSION (KIP-511).
+
+ApiVersions fallback (client side): a broker that does not know the ApiVersions version we sent
+answers in the v0 layout. As the Java client does, a response that does not decode as the
+version we asked for is decoded again as v0 and returned as ``ApiVersionsResponse[0]``.
 
 The size field is checked against ``max_frame_bytes`` (default 100 MiB) *before* anything is
 buffered for it, so a hostile size cannot make us allocate. Once a ProtocolError was raised the
@@ -27,7 +36,7 @@ from collections import deque
 from typing import Any, NamedTuple
 
 from hmbclient.errors import ProtocolError
-from hmbclient.protocol.api.base import REQUESTS, Request, Response
+from hmbclient.protocol.api.base import REQUESTS, RESPONSES, ApiKey, Request, Response
 from hmbclient.protocol.types import NullableString
 
 __all__ = [
@@ -60,6 +69,8 @@ NEED_DATA: Any = _NeedData()
 
 
 class RequestHeader(NamedTuple):
+    """The request header fields (v1; also the leading fields of header v2)."""
+
     api_key: int
     api_version: int
     correlation_id: int
@@ -67,6 +78,8 @@ class RequestHeader(NamedTuple):
 
 
 class RequestEvent(NamedTuple):
+    """A request we implement, decoded."""
+
     header: RequestHeader
     request: Request
 
@@ -79,8 +92,24 @@ class UnsupportedRequest(NamedTuple):
 
 
 def encode_request(request: Request, correlation_id: int, client_id: str | None) -> list[Any]:
-    """Frame one request: returns the parts (size + header + body parts) to write in order."""
-    out: list[Any] = [b"", _req_hdr.pack(request.API_KEY, request.API_VERSION, correlation_id)]
+    """Frame one request (request header v1).
+
+    Args:
+        request: any request instance (e.g. ``MetadataRequest[1](topics=None)``).
+        correlation_id: a signed int32 the response will echo.
+        client_id: the header's client id; None is written as a null string.
+
+    Returns:
+        The parts (size, header, body parts) to write in order; ``b"".join`` gives the frame.
+
+    Raises:
+        ProtocolError: a value does not fit its wire type (e.g. correlation_id outside int32).
+    """
+    try:
+        hdr = _req_hdr.pack(request.API_KEY, request.API_VERSION, correlation_id)
+    except struct.error as e:
+        raise ProtocolError(f"request header: {e}") from None
+    out: list[Any] = [b"", hdr]
     NullableString.write(out, client_id)
     request.SCHEMA.write(out, request)
     size = 0
@@ -91,7 +120,11 @@ def encode_request(request: Request, correlation_id: int, client_id: str | None)
 
 
 class FrameBuffer:
-    """Accumulates bytes and yields complete frames (without their size prefix)."""
+    """Accumulates bytes and yields complete frames (without their size prefix).
+
+    The size field is validated as soon as its 4 bytes are here (``peek_size``/``next_frame``),
+    before the frame body is waited for; an invalid size fails the buffer for good.
+    """
 
     __slots__ = ("_buf", "max_frame_bytes", "_error")
 
@@ -101,6 +134,7 @@ class FrameBuffer:
         self._error: ProtocolError | None = None
 
     def feed(self, data: bytes | bytearray | memoryview) -> None:
+        """Append received bytes. Raises the stored ProtocolError once the buffer has failed."""
         if self._error is not None:
             raise self._error
         self._buf += data
@@ -125,11 +159,19 @@ class FrameBuffer:
         return n
 
     def next_frame(self) -> bytes | None:
+        """The next complete frame's bytes (size prefix removed), or None if incomplete.
+
+        Raises:
+            ProtocolError: the size field is negative or over ``max_frame_bytes``.
+        """
         n = self.peek_size()
         if n is None or len(self._buf) < 4 + n:
             return None
         buf = self._buf
-        frame = bytes(buf[4 : 4 + n])
+        # One copy (bytes(buf[a:b]) would make two); the views are released before the
+        # bytearray is resized below, which a live export would forbid.
+        with memoryview(buf) as mv, mv[4 : 4 + n] as body:
+            frame = body.tobytes()
         # bytearray deletion from the front is amortised O(1) in CPython (it moves a start
         # pointer), so draining many small frames does not go quadratic.
         del buf[: 4 + n]
@@ -142,8 +184,14 @@ class FrameBuffer:
         return data
 
     def fail(self, err: ProtocolError) -> ProtocolError:
+        """Mark the stream dead with ``err`` (every later call raises it); returns ``err``."""
         self._error = err
         return err
+
+    @property
+    def failed(self) -> ProtocolError | None:
+        """The error that killed this stream, or None."""
+        return self._error
 
     @property
     def raw(self) -> bytearray:
@@ -151,7 +199,12 @@ class FrameBuffer:
 
 
 class ClientConnection:
-    """Sans-IO client side of one broker connection."""
+    """Sans-IO client side of one broker connection.
+
+    Invariants: responses are matched to requests in FIFO order by correlation id; once a
+    ProtocolError was raised (bad size, mismatched correlation id, undecodable response) every
+    later ``send_request``/``receive_data``/``next_response`` raises it again.
+    """
 
     def __init__(self, client_id: str | None = "hmbclient", max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES) -> None:
         self.client_id = client_id
@@ -169,8 +222,22 @@ class ClientConnection:
         return cid
 
     def send_request(self, request: Request, *, expect_response: bool = True, correlation_id: int | None = None) -> tuple[int, bytes]:
-        """Frame a request. With ``expect_response`` False (Produce with acks=0) nothing is
-        queued: the broker sends no reply."""
+        """Frame a request and remember which response type to expect.
+
+        Args:
+            request: the request to send.
+            expect_response: False for Produce with acks=0: the broker sends no reply, so
+                nothing is queued and the next response belongs to the next request.
+            correlation_id: use this id instead of the connection's counter.
+
+        Returns:
+            ``(correlation_id, frame_bytes)``.
+
+        Raises:
+            ProtocolError: the connection has failed, or a value does not fit its wire type.
+        """
+        if self._frames.failed is not None:
+            raise self._frames.failed
         cid = self.next_correlation_id() if correlation_id is None else correlation_id
         data = b"".join(encode_request(request, cid, self.client_id))
         if expect_response:
@@ -178,10 +245,17 @@ class ClientConnection:
         return cid, data
 
     def receive_data(self, data: bytes | bytearray | memoryview) -> None:
+        """Buffer bytes read from the socket (any split). Raises ProtocolError once failed."""
         self._frames.feed(data)
 
     def next_response(self) -> Any:
-        """``(correlation_id, response)`` for the oldest request in flight, or NEED_DATA."""
+        """``(correlation_id, response)`` for the oldest request in flight, or NEED_DATA.
+
+        Raises:
+            ProtocolError: frame size out of range, a response with nothing in flight, a
+                correlation id other than the oldest in flight, or an undecodable body. The
+                connection is then dead.
+        """
         frame = self._frames.next_frame()
         if frame is None:
             return NEED_DATA
@@ -196,10 +270,13 @@ class ClientConnection:
                 ProtocolError(f"correlation id {cid} does not match the oldest request in flight ({want})")
             )
         self._in_flight.popleft()
+        body = memoryview(frame)[4:]
         try:
-            resp = rtype.decode(memoryview(frame)[4:])
+            resp = rtype.decode(body)
         except ProtocolError as e:
-            raise self._frames.fail(ProtocolError(f"{rtype.__name__}: {e}")) from None
+            resp = _api_versions_v0_fallback(rtype, body)
+            if resp is None:
+                raise self._frames.fail(ProtocolError(f"{rtype.__name__}: {e}")) from None
         return cid, resp
 
     def fail_all(self) -> list[int]:
@@ -209,16 +286,42 @@ class ClientConnection:
         return ids
 
 
+def _api_versions_v0_fallback(rtype: type[Response], body: memoryview) -> Response | None:
+    # KIP-511: a broker that does not support the ApiVersions version we sent answers in the
+    # v0 layout (error_code + api_keys), like the Java client's ApiVersionsResponse.parse.
+    if rtype.API_KEY != ApiKey.API_VERSIONS or rtype.API_VERSION == 0:
+        return None
+    try:
+        return RESPONSES[(ApiKey.API_VERSIONS, 0)].decode(body)
+    except ProtocolError:
+        return None
+
+
 class ServerConnection:
-    """Sans-IO broker side of one client connection."""
+    """Sans-IO broker side of one client connection.
+
+    Invariant: once a ProtocolError was raised every later call raises it again.
+    """
 
     def __init__(self, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES) -> None:
         self._frames = FrameBuffer(max_frame_bytes)
 
     def receive_data(self, data: bytes | bytearray | memoryview) -> None:
+        """Buffer bytes read from the socket (any split). Raises ProtocolError once failed."""
         self._frames.feed(data)
 
     def next_request(self) -> Any:
+        """The next request: ``RequestEvent``, ``UnsupportedRequest`` or ``NEED_DATA``.
+
+        Returns:
+            ``RequestEvent(header, request)`` for an (api_key, api_version) we implement;
+            ``UnsupportedRequest(header, body)`` for any other, with the header parsed (the
+            broker answers UNSUPPORTED_VERSION or closes); NEED_DATA until a frame is complete.
+
+        Raises:
+            ProtocolError: frame size out of range, a frame too short for a header, a bad
+                client_id, or an undecodable request body. The connection is then dead.
+        """
         frame = self._frames.next_frame()
         if frame is None:
             return NEED_DATA
@@ -241,8 +344,19 @@ class ServerConnection:
 
     @staticmethod
     def encode_response(correlation_id: int, response: Response) -> list[Any]:
-        """Frame a response: the parts to write in order (a Records field may be a FileSlice)."""
-        out: list[Any] = [b"", _corr.pack(correlation_id)]
+        """Frame a response (response header v0: the correlation id).
+
+        Returns:
+            The parts to write in order (a Records field may be a FileSlice, sent with
+            ``os.sendfile``); for plain bytes ``b"".join`` gives the frame.
+
+        Raises:
+            ProtocolError: a value does not fit its wire type.
+        """
+        try:
+            out: list[Any] = [b"", _corr.pack(correlation_id)]
+        except struct.error as e:
+            raise ProtocolError(f"response header: {e}") from None
         response.SCHEMA.write(out, response)
         size = 0
         for p in out:

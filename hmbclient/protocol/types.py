@@ -143,7 +143,14 @@ class _String(Type):
                 raise ProtocolError("String: None given for a non-nullable string")
             out.append(b"\xff\xff")
             return
-        data = value.encode("utf-8") if isinstance(value, str) else bytes(value)
+        if isinstance(value, str):
+            data = value.encode("utf-8")
+        elif isinstance(value, bytes | bytearray | memoryview):
+            # Already-encoded UTF-8 (e.g. a topic name kept as bytes).
+            data = bytes(value)
+        else:
+            # bytes(5) would silently write five zero bytes: refuse anything that is not text.
+            raise ProtocolError(f"String: expected str, got {type(value).__name__}")
         if len(data) > 32767:
             raise ProtocolError(f"String: {len(data)} bytes is over the int16 limit")
         out.append(_i16.pack(len(data)))
@@ -191,10 +198,20 @@ class _Bytes(Type):
                 raise ProtocolError(f"{self.name}: None given for non-nullable bytes")
             out.append(b"\xff\xff\xff\xff")
             return
-        if isinstance(value, bytes | bytearray | memoryview):
+        if isinstance(value, bytes | bytearray):
             out.append(_i32.pack(len(value)))
             out.append(value)
             return
+        if isinstance(value, memoryview):
+            # len() of a view counts items, not bytes; frame sizes add up len() of the parts, so
+            # hand on a flat byte view.
+            if value.itemsize != 1 or value.ndim != 1:
+                value = value.cast("B") if value.c_contiguous else memoryview(value.tobytes())
+            out.append(_i32.pack(len(value)))
+            out.append(value)
+            return
+        if isinstance(value, str) or not hasattr(value, "__len__"):
+            raise ProtocolError(f"{self.name}: expected bytes, got {type(value).__name__}")
         # Anything else that knows its length and how to be sent (e.g. the broker's FileSlice,
         # written with os.sendfile) travels as its own part.
         length = len(value)
@@ -232,14 +249,17 @@ Records = _Bytes(nullable=True, view=True, name="Records")
 
 
 def zigzag_encode(n: int) -> int:
+    """Map a signed 64-bit int onto an unsigned one (0, -1, 1, -2 -> 0, 1, 2, 3)."""
     return (n << 1) ^ (n >> 63)
 
 
 def zigzag_decode(n: int) -> int:
+    """Inverse of :func:`zigzag_encode`."""
     return (n >> 1) ^ -(n & 1)
 
 
 def encode_unsigned_varint(n: int) -> bytes:
+    """Unsigned LEB128 of ``n`` (7 bits a byte, low group first). Raises ProtocolError if n < 0."""
     if n < 0:
         raise ProtocolError(f"unsigned varint: negative value {n}")
     if n < 0x80:
@@ -278,7 +298,11 @@ def encode_varint(n: int) -> bytes:
 
 
 def decode_varint(buf: Any, pos: int, max_bytes: int = 10) -> tuple[int, int]:
+    """Decode a zigzag varint (a signed 64-bit value). Raises ProtocolError if truncated,
+    longer than ``max_bytes`` or wider than 64 bits (a 10th byte above 0x01)."""
     raw, pos = decode_unsigned_varint(buf, pos, max_bytes)
+    if raw >> 64:
+        raise ProtocolError("varint: value overflows 64 bits")
     return (raw >> 1) ^ -(raw & 1), pos
 
 
@@ -292,6 +316,8 @@ class _VarInt(Type):
         self.max_bytes = 5 if bits == 32 else 10
 
     def write(self, out: list[Any], value: Any) -> None:
+        if not isinstance(value, int):
+            raise ProtocolError(f"{self.name}: expected int, got {type(value).__name__}")
         if self.signed:
             lo, hi = -(1 << (self.bits - 1)), 1 << (self.bits - 1)
             if not lo <= value < hi:
@@ -323,6 +349,18 @@ UnsignedVarInt = _VarInt("UnsignedVarInt", signed=False, bits=32)
 
 FieldSpec = tuple[str, Any]
 
+# Types whose encoding is one fixed-width struct format code: a run of them inside a Struct is
+# read and written with a single struct.Struct call (see Struct._compile).
+_FIXED_CODES: dict[int, str] = {
+    id(Int8): "b",
+    id(Int16): "h",
+    id(Int32): "i",
+    id(Int64): "q",
+    id(UInt32): "I",
+    # '?' unpacks any non-zero byte as True and packs truthiness as 1/0, as Boolean does.
+    id(Boolean): "?",
+}
+
 
 def _as_type(spec: Any, name: str) -> Type:
     """A field's type: a Type, or a sequence of (name, type) pairs meaning an inline Struct."""
@@ -338,7 +376,12 @@ def _camel(name: str) -> str:
 
 
 class Array(Type):
-    """int32 count (-1 = null) + elements. ``Array(T)`` or ``Array(("f", T), ...)``."""
+    """int32 count (-1 = null) + elements. ``Array(T)`` or ``Array(("f", T), ...)``.
+
+    Decoding returns a list (``None`` for a null nullable array; a null count in a non-nullable
+    position decodes leniently as ``[]``). Encoding accepts any sized iterable; ``None`` in a
+    non-nullable position is written as an empty array.
+    """
 
     min_size = 4
     default: Any = ()
@@ -351,6 +394,13 @@ class Array(Type):
         self.nullable = nullable
         if nullable:
             self.default = None
+        # Every element takes at least one byte as far as the count check is concerned, so a
+        # hostile count of zero-width elements cannot make us loop 2^31 times.
+        self._item_min = max(1, self.item.min_size)
+        # Arrays of one fixed-width primitive ([]int32 replicas, []int64 offsets) decode and
+        # encode with one struct call for the whole run.
+        self._code = _FIXED_CODES.get(id(self.item))
+        self._by_count: dict[int, struct.Struct] = {}
 
     def write(self, out: list[Any], value: Any) -> None:
         if value is None:
@@ -360,8 +410,21 @@ class Array(Type):
                 return
             out.append(b"\xff\xff\xff\xff")
             return
-        out.append(_i32.pack(len(value)))
+        try:
+            n = len(value)
+        except TypeError:
+            raise ProtocolError(f"Array: expected a sequence, got {type(value).__name__}") from None
+        if n > 0x7FFFFFFF:
+            raise ProtocolError(f"Array: {n} elements is over the int32 limit")
+        out.append(_i32.pack(n))
         w = self.item.write
+        if self._code is not None and n:
+            try:
+                st = self._by_count.get(n)
+                out.append(st.pack(*value) if st is not None else struct.pack(f">{n}{self._code}", *value))
+                return
+            except struct.error:
+                pass  # the element loop below names the bad value
         for v in value:
             w(out, v)
 
@@ -374,10 +437,18 @@ class Array(Type):
             if n == -1:
                 return (None if self.nullable else []), pos
             raise ProtocolError(f"Array: invalid count {n}")
-        if n * self.item.min_size > len(buf) - pos:
+        # Checked before looping or allocating anything: O(1) rejection of a hostile count.
+        if n * self._item_min > len(buf) - pos:
             raise ProtocolError(f"Array: count {n} cannot fit in {len(buf) - pos} bytes")
+        if self._code is not None:
+            st = self._by_count.get(n)
+            if st is None:
+                st = struct.Struct(f">{n}{self._code}")
+                if n <= 256:
+                    self._by_count[n] = st
+            return list(st.unpack_from(buf, pos)), pos + st.size
         r = self.item.read
-        items = []
+        items: list[Any] = []
         append = items.append
         for _ in range(n):
             v, pos = r(buf, pos)
@@ -395,7 +466,14 @@ class Array(Type):
 
 class Struct(Type):
     """A sequence of named fields. ``values`` is a namedtuple class whose fields default to the
-    type defaults, so ``struct.values(a=1)`` builds a value and decoding returns instances."""
+    type defaults, so ``struct.values(a=1)`` builds a value and decoding returns instances.
+
+    ``write`` accepts the namedtuple, any tuple in field order, or a dict of field names (missing
+    names take their defaults). ``read``/``write`` are compiled per struct when ``values`` is
+    set: consecutive fixed-width fields become one ``struct.Struct`` call, the other fields call
+    their type directly, and the tuple is built without ``_make``. Behaviour equals the plain
+    field-by-field loop (kept as ``_read_fields``/``_write_fields``, also used for error text).
+    """
 
     def __init__(self, name: str, fields: Sequence[FieldSpec]) -> None:
         self.name = name
@@ -403,35 +481,149 @@ class Struct(Type):
         self.names = [f for f, _ in self.fields]
         self.types = [t for _, t in self.fields]
         self.min_size = sum(t.min_size for t in self.types)
-        self.values: type = namedtuple(name, self.names, defaults=[t.default for t in self.types])  # type: ignore[misc]
         self.default = None
+        self.values = namedtuple(name, self.names, defaults=[t.default for t in self.types])  # type: ignore[misc]
 
-    def write(self, out: list[Any], value: Any) -> None:
+    @property
+    def values(self) -> type:
+        """The class decoded values are built from (the API class itself for messages)."""
+        return self._values
+
+    @values.setter
+    def values(self, cls: type) -> None:
+        self._values = cls
+        self._compile()
+
+    # -- compiled fast paths ----------------------------------------------------------------
+
+    def _compile(self) -> None:
+        # Groups: ("fixed", [field indexes], struct.Struct) or ("type", index, Type).
+        groups: list[tuple[str, Any, Any]] = []
+        run: list[int] = []
+
+        def close_run() -> None:
+            if run:
+                fmt = ">" + "".join(_FIXED_CODES[id(self.types[i])] for i in run)
+                groups.append(("fixed", list(run), struct.Struct(fmt)))
+                run.clear()
+
+        for i, t in enumerate(self.types):
+            if id(t) in _FIXED_CODES:
+                run.append(i)
+            else:
+                close_run()
+                groups.append(("type", i, t))
+        close_run()
+
+        env: dict[str, Any] = {
+            "_new": tuple.__new__,
+            "_cls": self._values,
+            "ProtocolError": ProtocolError,
+            "_struct_error": struct.error,
+            "_slow_write": self._write_fields,
+            "_name": self.name,
+        }
+        n = len(self.types)
+        f = [f"f{i}" for i in range(n)]
+        rd = ["def read(buf, pos):"]
+        wr = [
+            "def write(out, value):",
+            "    if isinstance(value, dict):",
+            "        try:",
+            "            value = _cls(**value)",
+            "        except TypeError as e:",
+            "            raise ProtocolError(f'{_name}: {e}') from None",
+            "    mark = len(out)",
+            "    try:",
+        ]
+        if n:
+            wr.append(f"        {', '.join(f)}, = value")
+        else:
+            wr.append("        () = value")
+        for g, (kind, idx, obj) in enumerate(groups):
+            if kind == "fixed":
+                env[f"_u{g}"] = obj.unpack_from
+                env[f"_p{g}"] = obj.pack
+                names = ", ".join(f[i] for i in idx)
+                rd += [
+                    f"    end = pos + {obj.size}",
+                    "    if end > len(buf):",
+                    f"        raise ProtocolError(f'{{_name}}: need {obj.size} bytes at {{pos}}, have {{len(buf) - pos}}')",
+                    f"    {names}, = _u{g}(buf, pos)",
+                    "    pos = end",
+                ]
+                wr.append(f"        out.append(_p{g}({names}))")
+            else:
+                env[f"_r{g}"] = obj.read
+                env[f"_w{g}"] = obj.write
+                rd.append(f"    {f[idx]}, pos = _r{g}(buf, pos)")
+                wr.append(f"        _w{g}(out, {f[idx]})")
+        rd.append(f"    return _new(_cls, ({''.join(x + ', ' for x in f)})), pos")
+        wr += [
+            "    except (_struct_error, ValueError, TypeError):",
+            "        # Redo the plain loop: it raises a ProtocolError naming the field.",
+            "        del out[mark:]",
+            "        _slow_write(out, value)",
+        ]
+        exec(compile("\n".join(rd) + "\n\n" + "\n".join(wr) + "\n", f"<Struct {self.name}>", "exec"), env)  # noqa: S102
+        self.read = env["read"]  # type: ignore[method-assign]
+        self.write = env["write"]  # type: ignore[method-assign]
+
+    # -- the plain (reference) implementations ---------------------------------------------
+
+    def _write_fields(self, out: list[Any], value: Any) -> None:
         if isinstance(value, dict):
-            value = self.values(**value)
+            try:
+                value = self._values(**value)
+            except TypeError as e:
+                raise ProtocolError(f"{self.name}: {e}") from None
         try:
-            for t, v in zip(self.types, value, strict=True):
-                t.write(out, v)
-        except ValueError as e:
+            pairs = list(zip(self.names, self.types, value, strict=True))
+        except (ValueError, TypeError) as e:
             raise ProtocolError(f"{self.name}: expected {len(self.types)} fields: {e}") from None
+        for fname, t, v in pairs:
+            try:
+                t.write(out, v)
+            except ProtocolError as e:
+                raise ProtocolError(f"{self.name}.{fname}: {e}") from None
+            except (ValueError, TypeError) as e:
+                raise ProtocolError(f"{self.name}.{fname}: cannot encode {v!r}: {e}") from None
 
-    def read(self, buf: Any, pos: int) -> tuple[Any, int]:
-        vals = []
+    def _read_fields(self, buf: Any, pos: int) -> tuple[Any, int]:
+        vals: list[Any] = []
         append = vals.append
         for t in self.types:
             v, pos = t.read(buf, pos)
             append(v)
-        return self.values._make(vals), pos
+        return self._values._make(vals), pos  # type: ignore[attr-defined]
+
+    def write(self, out: list[Any], value: Any) -> None:  # replaced per instance by _compile
+        self._write_fields(out, value)
+
+    def read(self, buf: Any, pos: int) -> tuple[Any, int]:  # replaced per instance by _compile
+        return self._read_fields(buf, pos)
 
     def field(self, name: str) -> Type:
+        """The type of field ``name``. Raises KeyError if the struct has no such field."""
         for fname, t in self.fields:
             if fname == name:
                 return t
         raise KeyError(name)
 
     def decode(self, buf: Any, pos: int = 0, *, exact: bool = True) -> Any:
-        """Decode one value. With ``exact``, trailing bytes are an error. Only ProtocolError
-        leaves this function, whatever the bytes."""
+        """Decode one value from ``buf`` at ``pos``.
+
+        Args:
+            buf: bytes, bytearray or memoryview. ``Records`` fields come back as memoryviews of it.
+            pos: where the value starts.
+            exact: if true, bytes left after the value are an error.
+
+        Returns:
+            The decoded value (an instance of ``values``).
+
+        Raises:
+            ProtocolError: whatever the bytes; nothing else leaves this function.
+        """
         try:
             value, end = self.read(buf, pos)
         except ProtocolError:
@@ -444,4 +636,3 @@ class Struct(Type):
 
     def __repr__(self) -> str:
         return f"Struct({self.name})"
-

@@ -10,7 +10,7 @@ v2 + throttle_time_ms; v3, v4 same.
 from __future__ import annotations
 
 from hmbclient.protocol.api.base import ApiKey, define
-from hmbclient.protocol.types import Array, Boolean, Int16, Int32, NullableString, String
+from hmbclient.protocol.types import Array, Boolean, FieldSpec, Int16, Int32, NullableString, String
 
 _av_resp_v0 = [("error_code", Int16), ("api_keys", Array(("api_key", Int16), ("min_version", Int16), ("max_version", Int16), name="api_keys"))]
 _av_resp_v1 = [*_av_resp_v0, ("throttle_time_ms", Int32)]
@@ -28,10 +28,10 @@ _ct_topic = Array(
     ("configs", Array(("name", String), ("value", NullableString), name="configs")),
     name="topics",
 )
-_ct_v0 = [("topics", _ct_topic), ("timeout_ms", Int32)]
+_ct_v0: list[FieldSpec] = [("topics", _ct_topic), ("timeout_ms", Int32)]
 _ct_v1 = [*_ct_v0, ("validate_only", Boolean)]
-_ctr_v0 = [("topics", Array(("topic", String), ("error_code", Int16), name="topics"))]
-_ctr_v1 = [("topics", Array(("topic", String), ("error_code", Int16), ("error_message", NullableString), name="topics"))]
+_ctr_v0: list[FieldSpec] = [("topics", Array(("topic", String), ("error_code", Int16), name="topics"))]
+_ctr_v1: list[FieldSpec] = [("topics", Array(("topic", String), ("error_code", Int16), ("error_message", NullableString), name="topics"))]
 _ctr_v2 = [("throttle_time_ms", Int32), *_ctr_v1]
 
 CreateTopicsRequest = {}

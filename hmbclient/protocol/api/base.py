@@ -16,7 +16,7 @@ build any version. The plain constructor stays strict.
 from __future__ import annotations
 
 from enum import IntEnum
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from hmbclient.protocol.types import FieldSpec, Struct
 
@@ -51,6 +51,17 @@ class _Message:
     SCHEMA: ClassVar[Struct]
     _fields: ClassVar[tuple[str, ...]]
 
+    if TYPE_CHECKING:
+        # At run time every class is a namedtuple of its schema's fields: constructors take
+        # those fields (positionally or by name) and each field is an attribute.
+        def __init__(self, *args: Any, **kwargs: Any) -> None: ...
+
+        def __getattr__(self, name: str) -> Any: ...
+
+        def _replace(self, **kwargs: Any) -> Any: ...
+
+        def _asdict(self) -> dict[str, Any]: ...
+
     def encode_parts(self) -> list[Any]:
         out: list[Any] = []
         self.SCHEMA.write(out, self)
@@ -66,7 +77,7 @@ class _Message:
     @classmethod
     def build(cls, **fields: Any) -> Any:
         names = cls._fields
-        return cls(**{k: v for k, v in fields.items() if k in names})  # type: ignore[call-arg]
+        return cls(**{k: v for k, v in fields.items() if k in names})
 
 
 class Request(_Message):
@@ -102,9 +113,9 @@ def define(
         classes.append(cls)
     req, resp = classes
     req.RESPONSE_TYPE = resp  # type: ignore[attr-defined]
-    REQUESTS[(int(api_key), version)] = req  # type: ignore[assignment]
-    RESPONSES[(int(api_key), version)] = resp  # type: ignore[assignment]
-    return req, resp  # type: ignore[return-value]
+    REQUESTS[(int(api_key), version)] = req
+    RESPONSES[(int(api_key), version)] = resp
+    return req, resp
 
 
 def request_class(api_key: int, version: int) -> type[Request]:

@@ -14,7 +14,16 @@ error_message.
 from __future__ import annotations
 
 from hmbclient.protocol.api.base import ApiKey, define
-from hmbclient.protocol.types import Array, Int8, Int16, Int32, Int64, NullableString, String
+from hmbclient.protocol.types import (
+    Array,
+    FieldSpec,
+    Int8,
+    Int16,
+    Int32,
+    Int64,
+    NullableString,
+    String,
+)
 
 
 def _topics(*partition_fields: tuple, nullable: bool = False) -> Array:
@@ -68,9 +77,9 @@ for _v, _rq, _rs in (
     OffsetFetchRequest[_v], OffsetFetchResponse[_v] = define(ApiKey.OFFSET_FETCH, _v, _rq, _rs)
 
 # --- FindCoordinator (GroupCoordinator v0) ---------------------------------------------------------
-_fc_v0 = [("group_id", String)]
+_fc_v0: list[FieldSpec] = [("group_id", String)]
 _fc_v1 = [("key", String), ("key_type", Int8)]
-_fcr_v0 = [("error_code", Int16), ("node_id", Int32), ("host", String), ("port", Int32)]
+_fcr_v0: list[FieldSpec] = [("error_code", Int16), ("node_id", Int32), ("host", String), ("port", Int32)]
 _fcr_v1 = [("throttle_time_ms", Int32), ("error_code", Int16), ("error_message", NullableString), ("node_id", Int32), ("host", String), ("port", Int32)]
 
 FindCoordinatorRequest = {}

@@ -16,7 +16,7 @@ from hmbclient.protocol.types import Array, Int16, Int32, Int64, NullableString,
 
 _KEY = ApiKey.PRODUCE
 
-_topics_req = Array(("topic", String), ("partitions", Array(("partition", Int32), ("records", Records))), name="topics")
+_topics_req = Array(("topic", String), ("partitions", Array(("partition", Int32), ("records", Records), name="partitions")), name="topics")
 _req_v0 = [("acks", Int16), ("timeout_ms", Int32), ("topics", _topics_req)]
 _req_v3 = [("transactional_id", NullableString), *_req_v0]
 
