@@ -112,6 +112,15 @@ class RangePartition(InputPartition):
         self.settings = settings
 
 
+def _read(partition: InputPartition) -> Iterator[Any]:
+    if isinstance(partition, RangePartition):
+        return _kafka.read_range_arrow(partition.settings, partition.range, partition.leader)
+    if type(partition) is InputPartition and partition.value is None:
+        # Spark runs one task with InputPartition(None) when a plan has no partitions.
+        return iter(())
+    raise TypeError(f"format 'hmb' cannot read {partition!r}")
+
+
 def _settings(opts: SourceOptions) -> _kafka.ReadSettings:
     return _kafka.ReadSettings(
         brokers=opts.brokers,
@@ -174,8 +183,7 @@ class HmbBatchReader(DataSourceReader):
         return planned
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
-        assert isinstance(partition, RangePartition)
-        return _kafka.read_range_arrow(partition.settings, partition.range, partition.leader)
+        return _read(partition)
 
 
 class HmbStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -267,8 +275,7 @@ class HmbStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return _range_partitions(plan_ranges(full_starts, ends), leaders, self.settings)
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
-        assert isinstance(partition, RangePartition)
-        return _kafka.read_range_arrow(partition.settings, partition.range, partition.leader)
+        return _read(partition)
 
     def commit(self, end: dict) -> None:
         self._commit_group(offsets_from_dict(end, what="end offset"))
