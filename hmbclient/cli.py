@@ -1,0 +1,522 @@
+"""The ``hmb`` command: local servers, produce/consume, offsets, topics, groups, and the demo.
+
+Built on argparse (standard library: no extra dependency, sub-commands and help for free) and
+tqdm (a small, well-kept progress bar that writes to stderr and turns itself off when stderr is
+not a terminal, so piping ``hmb consume`` stays clean).
+
+Errors are one line on stderr naming the problem, exit code 1; ``--debug`` shows the traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterable, Sequence
+from typing import IO, Any
+
+from hmbclient.errors import HmbError
+
+__all__ = ["main", "build_parser", "format_message"]
+
+log = logging.getLogger("hmbclient.cli")
+
+DEFAULT_BROKERS = "127.0.0.1:9092"
+
+
+class CliError(Exception):
+    """A problem the user can fix; printed as one line, exit code 1."""
+
+
+# --- output formatting (kcat -f style) -------------------------------------------------------
+
+_ESCAPES = {"n": "\n", "t": "\t", "r": "\r", "0": "\0", "\\": "\\"}
+
+
+def format_message(fmt: str, topic: str, partition: int, offset: int, key: bytes | None,
+                   value: bytes | None, timestamp: int | None) -> bytes:
+    """Render one message with kcat's ``-f`` tokens.
+
+    Tokens: ``%t`` topic, ``%p`` partition, ``%o`` offset, ``%k`` key, ``%s`` value,
+    ``%K`` key length, ``%S`` value length (-1 for null), ``%T`` timestamp (ms), ``%%`` a
+    percent sign; backslash escapes ``\\n``, ``\\t``, ``\\r``, ``\\0``, ``\\\\``.
+    Null keys/values render as empty.
+    """
+    out = bytearray()
+    i = 0
+    n = len(fmt)
+    while i < n:
+        c = fmt[i]
+        if c == "%" and i + 1 < n:
+            t = fmt[i + 1]
+            i += 2
+            if t == "t":
+                out += topic.encode()
+            elif t == "p":
+                out += str(partition).encode()
+            elif t == "o":
+                out += str(offset).encode()
+            elif t == "k":
+                out += key or b""
+            elif t == "s":
+                out += value or b""
+            elif t == "K":
+                out += str(-1 if key is None else len(key)).encode()
+            elif t == "S":
+                out += str(-1 if value is None else len(value)).encode()
+            elif t == "T":
+                out += str(-1 if timestamp is None else timestamp).encode()
+            elif t == "%":
+                out += b"%"
+            else:
+                raise CliError(f"unknown format token %{t} (known: %t %p %o %k %s %K %S %T %%)")
+        elif c == "\\" and i + 1 < n:
+            out += _ESCAPES.get(fmt[i + 1], fmt[i : i + 2]).encode()
+            i += 2
+        else:
+            out += c.encode()
+            i += 1
+    return bytes(out)
+
+
+def _table(headers: Sequence[str], rows: Iterable[Sequence[Any]], out: IO[str]) -> None:
+    rows = [[str(c) for c in r] for r in rows]
+    widths = [len(h) for h in headers]
+    for r in rows:
+        widths = [max(w, len(c)) for w, c in zip(widths, r, strict=True)]
+    line = "  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True))
+    out.write(line.rstrip() + "\n")
+    for r in rows:
+        out.write("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() + "\n")
+
+
+def _wait_for_signal() -> None:
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    while not stop.is_set():
+        stop.wait(0.5)
+
+
+# --- commands ---------------------------------------------------------------------------------
+
+
+def cmd_broker(args: argparse.Namespace) -> int:
+    from hmbclient.broker import EmbeddedBroker
+
+    kwargs: dict[str, Any] = {
+        "port": args.port,
+        "host": args.host,
+        "broker_id": args.broker_id,
+        "num_partitions": args.num_partitions,
+    }
+    if args.log_dir:
+        kwargs["log_dir"] = args.log_dir
+    if args.zookeeper:
+        kwargs["zookeeper_connect"] = args.zookeeper
+    with EmbeddedBroker(**kwargs) as broker:
+        print(f"hmb broker {args.broker_id} listening on {broker.host}:{broker.port}"
+              f" (log dir {broker.log_dir}); Ctrl-C stops it", file=sys.stderr, flush=True)
+        _wait_for_signal()
+    return 0
+
+
+def cmd_zookeeper(args: argparse.Namespace) -> int:
+    from hmbclient.testing.zookeeper import LocalZooKeeper
+
+    kwargs: dict[str, Any] = {}
+    if args.port:
+        kwargs["port"] = args.port
+    if args.data_dir:
+        kwargs["data_dir"] = args.data_dir
+    with LocalZooKeeper(**kwargs) as zk:
+        print(f"ZooKeeper serving on {zk.connect}; Ctrl-C stops it", file=sys.stderr, flush=True)
+        _wait_for_signal()
+    return 0
+
+
+def _split_line(line: bytes, delim: bytes | None) -> tuple[bytes | None, bytes]:
+    if delim is None:
+        return None, line
+    key, sep, value = line.partition(delim)
+    if not sep:
+        return None, line
+    return key, value
+
+
+def cmd_produce(args: argparse.Namespace) -> int:
+    from tqdm import tqdm
+
+    from hmbclient import Producer, ProducerData
+
+    delim = args.key_delimiter.encode() if args.key_delimiter is not None else None
+    producer = Producer(
+        metadata_broker_list=args.brokers,
+        producer_type="async",
+        request_required_acks=args.acks,
+        compression_codec=args.compression,
+        api_version=args.api_version,
+    )
+    count = 0
+    futures: list[Any] = []
+    try:
+        if args.file:
+            size = os.path.getsize(args.file)
+            stream: IO[bytes] = open(args.file, "rb")  # noqa: SIM115 - closed below
+            bar = tqdm(total=size, unit="B", unit_scale=True, desc=f"produce {args.topic}",
+                       disable=args.quiet or None)
+        else:
+            stream = sys.stdin.buffer
+            bar = None
+        try:
+            batch: list[bytes] = []
+            key_batch: dict[bytes | None, list[bytes]] = {}
+            for raw in stream:
+                line = raw.rstrip(b"\r\n")
+                if bar is not None:
+                    bar.update(len(raw))
+                if not line and args.skip_empty:
+                    continue
+                key, value = _split_line(line, delim)
+                if delim is None:
+                    batch.append(value)
+                else:
+                    key_batch.setdefault(key, []).append(value)
+                count += 1
+                if count % 1000 == 0:
+                    futures.extend(_send_batches(producer, ProducerData, args.topic, batch, key_batch))
+                    batch, key_batch = [], {}
+                    futures = [f for f in futures if not f.done() or f.exception() is not None]
+            futures.extend(_send_batches(producer, ProducerData, args.topic, batch, key_batch))
+        finally:
+            if bar is not None:
+                bar.close()
+            if stream is not sys.stdin.buffer:
+                stream.close()
+        producer.flush()
+        for f in futures:
+            f.result(timeout=args.timeout_ms / 1000)
+    finally:
+        producer.close()
+    print(f"produced {count} messages to {args.topic}", file=sys.stderr)
+    return 0
+
+
+def _send_batches(producer: Any, producer_data: Any, topic: str, batch: list[bytes],
+                  key_batch: dict[bytes | None, list[bytes]]) -> list[Any]:
+    futures: list[Any] = []
+    if batch:
+        futures.extend(producer.send(producer_data(topic, None, batch)))
+    for key, values in key_batch.items():
+        futures.extend(producer.send(producer_data(topic, key, values)))
+    return futures
+
+
+def _first_broker(brokers: str) -> tuple[str, int]:
+    from hmbclient.config import parse_broker_list
+
+    return parse_broker_list(brokers)[0]
+
+
+def _partitions(args: argparse.Namespace, topic: str) -> dict[int, tuple[str, int]]:
+    """partition -> leader (host, port) from a Metadata request."""
+    from hmbclient.admin import topic_partitions
+
+    try:
+        return topic_partitions(args.brokers, topic, api_version=args.api_version)
+    except KeyError:
+        raise CliError(f"unknown topic {topic!r} on {args.brokers}") from None
+
+
+def _resolve_start(consumer: Any, topic: str, partition: int, spec: str) -> int:
+    from hmbclient import EARLIEST_TIME, LATEST_TIME
+
+    if spec == "earliest":
+        return int(consumer.get_offsets_before(topic, partition, EARLIEST_TIME, 1)[0])
+    if spec == "latest":
+        return int(consumer.get_offsets_before(topic, partition, LATEST_TIME, 1)[0])
+    try:
+        value = int(spec)
+    except ValueError:
+        raise CliError(f"--offset must be earliest, latest or a number, not {spec!r}") from None
+    if value < 0:  # like kcat: -N is N messages before the end
+        end = int(consumer.get_offsets_before(topic, partition, LATEST_TIME, 1)[0])
+        return max(0, end + value)
+    return value
+
+
+def cmd_consume(args: argparse.Namespace) -> int:
+    fmt = args.format if args.format is not None else "%s\\n"
+    out = sys.stdout.buffer
+    if args.group:
+        return _consume_group(args, fmt, out)
+    from hmbclient import FetchRequest, SimpleConsumer
+
+    leaders = _partitions(args, args.topic)
+    wanted = [args.partition] if args.partition is not None else sorted(leaders)
+    for p in wanted:
+        if p not in leaders:
+            raise CliError(f"topic {args.topic!r} has no partition {p}")
+    consumers: dict[tuple[str, int], Any] = {}
+    remaining = args.count if args.count is not None else -1
+    try:
+        positions: dict[int, int] = {}
+        ends: dict[int, int] = {}
+        for p in wanted:
+            host, port = leaders[p]
+            c = consumers.get((host, port))
+            if c is None:
+                c = consumers[(host, port)] = SimpleConsumer(host, port, api_version=args.api_version,
+                                                              client_id="hmb-cli")
+            positions[p] = _resolve_start(c, args.topic, p, args.offset)
+        deadline = time.monotonic() + args.timeout_ms / 1000 if args.timeout_ms >= 0 else None
+        while remaining != 0:
+            got = 0
+            for p in wanted:
+                c = consumers[leaders[p]]
+                ms = c.fetch(FetchRequest(args.topic, partition=p, offset=positions[p], max_size=args.max_bytes))
+                for mo in ms:
+                    if mo.offset < positions[p]:
+                        continue
+                    m = mo.message
+                    out.write(format_message(fmt, args.topic, p, mo.offset, m.key, m.value, m.timestamp))
+                    positions[p] = mo.next_offset
+                    got += 1
+                    remaining -= 1
+                    if remaining == 0:
+                        break
+                if remaining == 0:
+                    break
+            out.flush()
+            if got:
+                if deadline is not None:
+                    deadline = time.monotonic() + args.timeout_ms / 1000
+                continue
+            if args.exit_at_end:
+                if not ends:
+                    from hmbclient import LATEST_TIME
+
+                    for p in wanted:
+                        ends[p] = int(consumers[leaders[p]].get_offsets_before(args.topic, p, LATEST_TIME, 1)[0])
+                if all(positions[p] >= ends[p] for p in wanted):
+                    break
+            if deadline is not None and time.monotonic() >= deadline:
+                break
+            time.sleep(0.05)
+    finally:
+        for c in consumers.values():
+            c.close()
+    return 0
+
+
+def _consume_group(args: argparse.Namespace, fmt: str, out: IO[bytes]) -> int:
+    from hmbclient import Consumer
+    from hmbclient.errors import ConsumerTimeoutError
+
+    if not args.zookeeper:
+        raise CliError("--group needs --zookeeper HOST:PORT")
+    props: dict[str, Any] = {
+        "zookeeper.connect": args.zookeeper,
+        "group.id": args.group,
+        "auto.offset.reset": "largest" if args.offset == "latest" else "smallest",
+        "consumer.timeout.ms": args.timeout_ms if args.timeout_ms >= 0 else -1,
+    }
+    if args.brokers_given:
+        props["metadata.broker.list"] = args.brokers
+    connector = Consumer.create(props)
+    remaining = args.count if args.count is not None else -1
+    try:
+        stream = connector.create_message_streams({args.topic: 1})[args.topic][0]
+        try:
+            for mam in stream:
+                out.write(format_message(fmt, mam.topic, mam.partition, mam.offset, mam.key, mam.message, None))
+                remaining -= 1
+                if remaining == 0:
+                    break
+        except ConsumerTimeoutError:
+            pass
+        out.flush()
+        connector.commit_offsets()
+    finally:
+        connector.shutdown()
+    return 0
+
+
+def cmd_offsets(args: argparse.Namespace) -> int:
+    from hmbclient import EARLIEST_TIME, LATEST_TIME, SimpleConsumer
+
+    leaders = _partitions(args, args.topic)
+    rows = []
+    for p in sorted(leaders):
+        host, port = leaders[p]
+        c = SimpleConsumer(host, port, api_version=args.api_version, client_id="hmb-cli")
+        try:
+            earliest = c.get_offsets_before(args.topic, p, EARLIEST_TIME, 1)[0]
+            latest = c.get_offsets_before(args.topic, p, LATEST_TIME, 1)[0]
+        finally:
+            c.close()
+        rows.append((p, earliest, latest, latest - earliest))
+    _table(("partition", "earliest", "latest", "messages"), rows, sys.stdout)
+    return 0
+
+
+def cmd_topics(args: argparse.Namespace) -> int:
+    from hmbclient.admin import list_topics
+
+    topics = list_topics(args.brokers, api_version=args.api_version)
+    _table(("topic", "partitions"), sorted(topics.items()), sys.stdout)
+    return 0
+
+
+def cmd_groups(args: argparse.Namespace) -> int:
+    from hmbclient.admin import describe_group, list_groups
+
+    if not args.zookeeper:
+        raise CliError("groups are read from ZooKeeper: give --zookeeper HOST:PORT")
+    if args.group is None:
+        for g in list_groups(args.zookeeper):
+            print(g)
+        return 0
+    info = describe_group(args.zookeeper, args.group,
+                          brokers=args.brokers if args.brokers_given else None,
+                          api_version=args.api_version)
+    print(f"group {args.group}: {len(info['members'])} member(s)")
+    for m in info["members"]:
+        print(f"  member {m}")
+    rows = [(r["topic"], r["partition"], r["owner"] or "-", _dash(r["committed"]), _dash(r["latest"]),
+             _dash(r["lag"])) for r in info["partitions"]]
+    _table(("topic", "partition", "owner", "committed", "latest", "lag"), rows, sys.stdout)
+    return 0
+
+
+def _dash(v: Any) -> str:
+    return "-" if v is None else str(v)
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from hmbclient.demo import run_demo
+
+    report = run_demo(
+        brokers=args.brokers if args.brokers_given else None,
+        zookeeper=args.zookeeper,
+        messages=args.messages,
+        spark=not args.no_spark,
+        out=sys.stdout,
+    )
+    return 0 if report.ok else 1
+
+
+# --- parser -----------------------------------------------------------------------------------
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="hmb", description="hmbclient: Kafka-protocol client tools")
+    parser.add_argument("--debug", action="store_true", help="show tracebacks and debug logging")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def client_opts(p: argparse.ArgumentParser) -> None:
+        p.add_argument("-b", "--brokers", default=None,
+                       help=f"bootstrap brokers host:port[,host:port] (default {DEFAULT_BROKERS})")
+        p.add_argument("--api-version", default="auto", choices=["auto", "0.8", "0.10", "2.1", "hmb"],
+                       help="protocol versions: auto probes ApiVersions; 'hmb' for the HMB broker")
+
+    p = sub.add_parser("broker", help="run an embedded broker")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=9092)
+    p.add_argument("--log-dir", default=None)
+    p.add_argument("--broker-id", type=int, default=0)
+    p.add_argument("--num-partitions", type=int, default=1)
+    p.add_argument("--zookeeper", default=None, help="register in ZooKeeper host:port")
+    p.set_defaults(func=cmd_broker)
+
+    p = sub.add_parser("zookeeper", help="run a LocalZooKeeper (Debian's zookeeper jars)")
+    p.add_argument("--port", type=int, default=2181)
+    p.add_argument("--data-dir", default=None)
+    p.set_defaults(func=cmd_zookeeper)
+
+    p = sub.add_parser("produce", help="produce lines from stdin or --file")
+    p.add_argument("topic")
+    client_opts(p)
+    p.add_argument("--file", "-f", default=None, help="read messages from this file (progress bar)")
+    p.add_argument("--key-delimiter", "-K", default=None, help="split each line into key<delim>value")
+    p.add_argument("--acks", type=int, default=1, choices=[-1, 0, 1])
+    p.add_argument("--compression", "-z", default="none", choices=["none", "gzip", "snappy", "lz4", "zstd"])
+    p.add_argument("--skip-empty", action="store_true", help="skip empty lines")
+    p.add_argument("--timeout-ms", type=int, default=30000)
+    p.add_argument("--quiet", "-q", action="store_true", help="no progress bar")
+    p.set_defaults(func=cmd_produce)
+
+    p = sub.add_parser("consume", help="print messages")
+    p.add_argument("topic")
+    client_opts(p)
+    p.add_argument("--offset", "-o", default="earliest", help="earliest | latest | N | -N (N before the end)")
+    p.add_argument("--partition", "-p", type=int, default=None)
+    p.add_argument("--count", "-c", type=int, default=None, help="stop after this many messages")
+    p.add_argument("--format", default=None, help="kcat-style: %%t %%p %%o %%k %%s %%K %%S %%T (default '%%s\\n')")
+    p.add_argument("--group", "-G", default=None, help="consume as this ZooKeeper consumer group")
+    p.add_argument("--zookeeper", default=None)
+    p.add_argument("--exit-at-end", "-e", action="store_true", help="stop at the end of every partition")
+    p.add_argument("--timeout-ms", type=int, default=-1, help="stop after this long without messages")
+    p.add_argument("--max-bytes", type=int, default=1 << 20)
+    p.set_defaults(func=cmd_consume)
+
+    p = sub.add_parser("offsets", help="earliest/latest offsets per partition")
+    p.add_argument("topic")
+    client_opts(p)
+    p.set_defaults(func=cmd_offsets)
+
+    p = sub.add_parser("topics", help="list topics")
+    client_opts(p)
+    p.set_defaults(func=cmd_topics)
+
+    p = sub.add_parser("groups", help="ZooKeeper consumer groups; with GROUP: owners, offsets, lag")
+    p.add_argument("group", nargs="?")
+    client_opts(p)
+    p.add_argument("--zookeeper", default=None)
+    p.set_defaults(func=cmd_groups)
+
+    p = sub.add_parser("demo", help="the main job: ZooKeeper + 3 brokers, produce, group consume, Spark")
+    client_opts(p)
+    p.add_argument("--zookeeper", default=None)
+    p.add_argument("--messages", type=int, default=100_000)
+    p.add_argument("--no-spark", action="store_true", help="skip the Spark step")
+    p.set_defaults(func=cmd_demo)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.DEBUG if args.debug else logging.WARNING,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if hasattr(args, "brokers"):
+        args.brokers_given = args.brokers is not None
+        if args.brokers is None:
+            args.brokers = DEFAULT_BROKERS
+    handler: Callable[[argparse.Namespace], int] = args.func
+    try:
+        return handler(args)
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:
+        return 0
+    except (CliError, HmbError, OSError, TimeoutError) as e:
+        if args.debug:
+            raise
+        print(f"hmb {args.command}: {_describe(e)}", file=sys.stderr)
+        return 1
+
+
+def _describe(e: BaseException) -> str:
+    text = str(e) or type(e).__name__
+    if isinstance(e, HmbError) and not isinstance(e, CliError):
+        return f"{type(e).__name__}: {text}"
+    return text.splitlines()[0]
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

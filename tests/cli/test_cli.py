@@ -1,0 +1,108 @@
+"""The ``hmb`` command, run as a subprocess against real servers (embedded broker, ZooKeeper)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+
+from hmbclient.cli import CliError, format_message
+
+HMB = [sys.executable, "-m", "hmbclient.cli"]
+
+
+def run(*args: str, input: bytes | None = None, timeout: float = 60) -> subprocess.CompletedProcess[bytes]:
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    return subprocess.run([*HMB, *args], input=input, capture_output=True, timeout=timeout, env=env)
+
+
+def test_format_tokens() -> None:
+    line = format_message("%t/%p@%o %k=%s (%K,%S) %T %%\\n", "t", 3, 42, b"key", b"value", 1700)
+    assert line == b"t/3@42 key=value (3,5) 1700 %\n"
+    assert format_message("%k|%s|%K|%S", "t", 0, 0, None, None, None) == b"||-1|-1"
+    with pytest.raises(CliError, match="%x"):
+        format_message("%x", "t", 0, 0, None, None, None)
+
+
+@pytest.fixture(scope="module")
+def topic() -> str:
+    return f"cli-{uuid.uuid4().hex[:8]}"
+
+
+def test_produce_file_then_consume_with_format(hmb_broker, topic: str, tmp_path: Path) -> None:
+    lines = [f"k{i % 3}:value {i}" for i in range(500)]
+    src = tmp_path / "input.txt"
+    src.write_text("\n".join(lines) + "\n")
+    r = run("produce", topic, "-b", hmb_broker.bootstrap, "--file", str(src), "--key-delimiter", ":")
+    assert r.returncode == 0, r.stderr.decode()
+    assert b"produced 500 messages" in r.stderr
+
+    r = run("consume", topic, "-b", hmb_broker.bootstrap, "--offset", "earliest", "--exit-at-end",
+            "--format", "%p %o %k %s\\n")
+    assert r.returncode == 0, r.stderr.decode()
+    got = [row.split(" ", 3) for row in r.stdout.decode().splitlines()]
+    assert len(got) == 500
+    assert sorted((k, v) for _, _, k, v in got) == sorted(tuple(x.split(":", 1)) for x in lines)
+    # per partition, offsets are consecutive from 0
+    by_part: dict[str, list[int]] = {}
+    for p, o, _, _ in got:
+        by_part.setdefault(p, []).append(int(o))
+    for offsets in by_part.values():
+        assert offsets == list(range(len(offsets)))
+
+
+def test_produce_stdin_count_and_offsets(hmb_broker) -> None:
+    topic = f"cli-stdin-{uuid.uuid4().hex[:8]}"
+    data = b"".join(b"line %d\n" % i for i in range(42))
+    r = run("produce", topic, "-b", hmb_broker.bootstrap, input=data)
+    assert r.returncode == 0, r.stderr.decode()
+    r = run("consume", topic, "-b", hmb_broker.bootstrap, "--count", "10", "--partition", "0")
+    assert r.returncode == 0, r.stderr.decode()
+    assert r.stdout.splitlines() == [b"line %d" % i for i in range(10)]
+    r = run("offsets", topic, "-b", hmb_broker.bootstrap)
+    assert r.returncode == 0, r.stderr.decode()
+    rows = [line.split() for line in r.stdout.decode().splitlines()]
+    assert rows[0] == ["partition", "earliest", "latest", "messages"]
+    assert sum(int(row[3]) for row in rows[1:]) == 42
+    r = run("topics", "-b", hmb_broker.bootstrap)
+    assert r.returncode == 0 and topic in r.stdout.decode()
+
+
+def test_errors_are_one_line_with_exit_1(hmb_broker, unused_port: int) -> None:
+    r = run("offsets", "no-such-topic-x", "-b", f"127.0.0.1:{unused_port}", timeout=60)
+    assert r.returncode == 1
+    err = r.stderr.decode().strip()
+    assert err.startswith("hmb offsets:") and "Traceback" not in err and len(err.splitlines()) == 1
+
+    r = run("produce", "../bad", "-b", hmb_broker.bootstrap, input=b"x\n")
+    assert r.returncode == 1
+    err = r.stderr.decode().strip()
+    assert "Traceback" not in err and "InvalidTopic" in err, err
+
+    r = run("groups", "--zookeeper", f"127.0.0.1:{unused_port}", timeout=60)
+    assert r.returncode == 1 and "Traceback" not in r.stderr.decode()
+
+
+def test_group_consume_and_lag(hmb_cluster, zookeeper) -> None:
+    topic = f"cli-group-{uuid.uuid4().hex[:8]}"
+    group = f"g-{uuid.uuid4().hex[:6]}"
+    data = b"".join(b"m%d\n" % i for i in range(300))
+    r = run("produce", topic, "-b", hmb_cluster.bootstrap, input=data)
+    assert r.returncode == 0, r.stderr.decode()
+    r = run("consume", topic, "-b", hmb_cluster.bootstrap, "--group", group, "--zookeeper", zookeeper.connect,
+            "--count", "100", "--timeout-ms", "5000", timeout=120)
+    assert r.returncode == 0, r.stderr.decode()
+    assert len(r.stdout.splitlines()) == 100
+    r = run("groups", "--zookeeper", zookeeper.connect)
+    assert r.returncode == 0 and group in r.stdout.decode().split()
+    r = run("groups", group, "--zookeeper", zookeeper.connect, "-b", hmb_cluster.bootstrap)
+    assert r.returncode == 0, r.stderr.decode()
+    rows = [line.split() for line in r.stdout.decode().splitlines() if line.startswith(topic)]
+    assert rows, r.stdout.decode()
+    committed = sum(int(row[3]) for row in rows if row[3] != "-")
+    lag = sum(int(row[5]) for row in rows if row[5] != "-")
+    assert committed >= 100 and committed + lag == 300
