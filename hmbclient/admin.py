@@ -122,6 +122,23 @@ def _brokers_from_zk(zk: KazooClient) -> str | None:
     return ",".join(addrs) or None
 
 
+def _partition_nodes(zk: KazooClient, base: str) -> Iterator[tuple[tuple[str, int], bytes]]:
+    """((topic, partition), data) for every ``base/<topic>/<partition>`` node that exists."""
+    try:
+        topics = zk.get_children(base)
+    except NoNodeError:
+        return
+    for topic in topics:
+        try:
+            parts = zk.get_children(f"{base}/{topic}")
+        except NoNodeError:
+            continue
+        for p in parts:
+            with contextlib.suppress(NoNodeError):
+                data, _ = zk.get(f"{base}/{topic}/{p}")
+                yield (topic, int(p)), data
+
+
 def describe_group(zookeeper: str, group: str, *, brokers: str | None = None,
                    api_version: str = "auto") -> dict[str, Any]:
     """Members, owners, committed offsets and lag of a ZooKeeper consumer group.
@@ -146,30 +163,16 @@ def describe_group(zookeeper: str, group: str, *, brokers: str | None = None,
             members = sorted(zk.get_children(paths.consumer_ids_path(group)))
         except NoNodeError:
             members = []
-        committed: dict[tuple[str, int], int] = {}
-        owners: dict[tuple[str, int], str] = {}
-        for base, store, decode in (
-            (paths.consumer_offsets_path(group), committed, paths.decode_offset),
-            (paths.consumer_owners_path(group), owners, paths.decode_owner),
-        ):
-            try:
-                topics = zk.get_children(base)
-            except NoNodeError:
-                continue
-            for topic in topics:
-                with contextlib.suppress(NoNodeError):
-                    for p in zk.get_children(f"{base}/{topic}"):
-                        with contextlib.suppress(NoNodeError):
-                            data, _ = zk.get(f"{base}/{topic}/{p}")
-                            store[(topic, int(p))] = decode(data)  # type: ignore[index]
+        committed = {k: paths.decode_offset(v) for k, v in _partition_nodes(zk, paths.consumer_offsets_path(group))}
+        owners = {k: paths.decode_owner(v) for k, v in _partition_nodes(zk, paths.consumer_owners_path(group))}
         if brokers is None:
             brokers = _brokers_from_zk(zk)
     latest: dict[tuple[str, int], int] = {}
     if brokers:
         for topic in sorted({t for t, _ in committed} | {t for t, _ in owners}):
             with contextlib.suppress(KeyError):
-                for p, end in latest_offsets(brokers, topic, api_version=api_version).items():
-                    latest[(topic, p)] = end
+                for p, log_end in latest_offsets(brokers, topic, api_version=api_version).items():
+                    latest[(topic, p)] = log_end
     keys = sorted(set(committed) | set(owners) | {k for k in latest if k[0] in {t for t, _ in committed}})
     rows = []
     for key in keys:
