@@ -1,0 +1,86 @@
+"""hmbclient: a pure-Python SDK for brokers that speak the Kafka wire protocol.
+
+Public names (see API.md) are imported lazily, so ``import hmbclient`` stays cheap and a
+component's dependencies load only when it is used::
+
+    from hmbclient import Producer, ProducerData, SimpleConsumer, FetchRequest
+
+To add a public name, add one line to ``_LAZY`` (name -> module) and to ``__all__``.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+__version__ = "0.1.0"
+
+_LAZY: dict[str, str] = {
+    # producer
+    "Producer": "hmbclient.producer",
+    "ProducerData": "hmbclient.producer",
+    "RecordMetadata": "hmbclient.producer",
+    "CallbackHandler": "hmbclient.producer",
+    "EventHandler": "hmbclient.producer",
+    # low-level consumer
+    "SimpleConsumer": "hmbclient.consumer.simple",
+    "FetchRequest": "hmbclient.consumer.simple",
+    "LATEST_TIME": "hmbclient.consumer.simple",
+    "EARLIEST_TIME": "hmbclient.consumer.simple",
+    "MessageAndOffset": "hmbclient.consumer.message_set",
+    "ByteBufferMessageSet": "hmbclient.consumer.message_set",
+    # configs
+    "ProducerConfig": "hmbclient.config",
+    "SimpleConsumerConfig": "hmbclient.config",
+    # status events
+    "BrokerEvent": "hmbclient.net.client",
+    # high-level consumer (Consumer, Whitelist, Blacklist, ...): add entries here.
+}
+
+__all__ = [
+    "errors",
+    "__version__",
+    "Producer",
+    "ProducerData",
+    "RecordMetadata",
+    "CallbackHandler",
+    "EventHandler",
+    "SimpleConsumer",
+    "FetchRequest",
+    "LATEST_TIME",
+    "EARLIEST_TIME",
+    "MessageAndOffset",
+    "ByteBufferMessageSet",
+    "ProducerConfig",
+    "SimpleConsumerConfig",
+    "BrokerEvent",
+]
+
+if TYPE_CHECKING:  # pragma: no cover
+    from hmbclient import errors
+    from hmbclient.config import ProducerConfig, SimpleConsumerConfig
+    from hmbclient.consumer.message_set import ByteBufferMessageSet, MessageAndOffset
+    from hmbclient.consumer.simple import EARLIEST_TIME, LATEST_TIME, FetchRequest, SimpleConsumer
+    from hmbclient.net.client import BrokerEvent
+    from hmbclient.producer import (
+        CallbackHandler,
+        EventHandler,
+        Producer,
+        ProducerData,
+        RecordMetadata,
+    )
+
+
+def __getattr__(name: str) -> Any:
+    if name == "errors":
+        return importlib.import_module("hmbclient.errors")
+    mod = _LAZY.get(name)
+    if mod is None:
+        raise AttributeError(f"module 'hmbclient' has no attribute {name!r}")
+    value = getattr(importlib.import_module(mod), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

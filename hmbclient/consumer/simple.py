@@ -1,0 +1,392 @@
+"""SimpleConsumer: Kafka 0.8's low-level, stateless consumer of one broker (seed 003, 5.1).
+
+    consumer = SimpleConsumer("127.0.0.1", 9092, so_timeout_ms=10_000, api_version="auto")
+    ms = consumer.fetch(FetchRequest("events", 0, offset, max_size=1_048_576))
+    for mo in ms:                       # MessageAndOffset, decoded lazily
+        handle(mo.offset, mo.message.key, mo.message.value)
+    offsets = consumer.get_offsets_before("events", 0, LATEST_TIME, 1)   # descending
+    consumer.close()
+
+Every call carries its offsets; the consumer keeps no position. It talks to the one broker it
+was given (no metadata, no leader lookup): a partition led elsewhere answers with
+NotLeaderForPartitionError, as in 0.8.
+
+Behaviour worth knowing:
+
+* ``fetch`` raises the partition's error (OffsetOutOfRangeError, ...). ``multifetch`` returns
+  one message set per request, in order; a set whose partition failed raises on iteration and
+  exposes ``.error``.
+* A single message larger than ``max_size`` (old brokers return just its first bytes): the
+  fetch is repeated with the size doubled, up to ``fetch_message_max_bytes``; then
+  MessageSizeTooLargeError.
+* Pipelining: when a fetch returns messages, the fetch that continues after the last of them is
+  sent at once (a header walk finds the next offset, no decoding), so the network round trip
+  overlaps the caller decoding this set. The next ``fetch`` for exactly that (topic,
+  partition, offset, max_size) uses the answer; any other request discards it. An empty or
+  failed speculative answer is never handed out: the fetch is repeated for real. Disabled for
+  the "hmb" dialect (one request in flight).
+* ``get_offsets_before`` uses ListOffsets v0 (0.8's answer: a descending list) on brokers whose
+  newest ListOffsets is v0 (Kafka 0.8/0.9, ``api_version="0.8"``); on newer brokers it builds
+  the list from v1+ answers (latest and earliest, or the offset for a timestamp), because
+  modern brokers drop v0 (Kafka 4) or answer it malformed (Tansu 0.6 omits the offsets array). Over "hmb" it raises UnsupportedByBroker without
+  sending anything.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from concurrent.futures import Future
+from typing import Any, NamedTuple
+
+from hmbclient.config import SimpleConsumerConfig
+from hmbclient.consumer.message_set import (
+    ByteBufferMessageSet,
+    first_entry_incomplete,
+    last_offset_of,
+)
+from hmbclient.errors import MessageSizeTooLargeError, for_code
+from hmbclient.net.client import NetClient
+from hmbclient.net.versions import BrokerVersions
+from hmbclient.protocol.api.base import REQUESTS, ApiKey
+
+__all__ = ["SimpleConsumer", "FetchRequest", "LATEST_TIME", "EARLIEST_TIME"]
+
+log = logging.getLogger("hmbclient.consumer")
+
+#: ``get_offsets_before`` time meaning "the log end offset".
+LATEST_TIME = -1
+#: ``get_offsets_before`` time meaning "the first offset still in the log".
+EARLIEST_TIME = -2
+
+_NODE = -1  # the one bootstrap broker
+
+
+class FetchRequest(NamedTuple):
+    """What to fetch: a partition, the offset to start at, and at most ``max_size`` bytes
+    (None: the consumer's ``fetch_message_max_bytes``)."""
+
+    topic: str
+    partition: int
+    offset: int
+    max_size: int | None = None
+
+
+_PART_FIELDS: dict[int, tuple[str, ...]] = {}
+
+
+def _partition_fields(version: int) -> tuple[str, ...]:
+    names = _PART_FIELDS.get(version)
+    if names is None:
+        cls = REQUESTS[(int(ApiKey.FETCH), version)]
+        names = tuple(cls.SCHEMA.field("topics").item.field("partitions").item.names)  # type: ignore[attr-defined]
+        _PART_FIELDS[version] = names
+    return names
+
+
+class SimpleConsumer:
+    """Stateless low-level consumer of one broker. See the module docstring."""
+
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        so_timeout_ms: int | None = None,
+        buffer_size: int | None = None,
+        client_id: str | None = None,
+        api_version: str | None = None,
+        *,
+        prefetch: bool = True,
+        **settings: Any,
+    ) -> None:
+        """Connect lazily to ``host:port``.
+
+        Args:
+            host, port: the broker.
+            so_timeout_ms: how long to wait for an answer (socket.timeout.ms).
+            buffer_size: socket receive buffer (socket.receive.buffer.bytes; -1 = OS default).
+            client_id: sent with each request.
+            api_version: "auto", "0.8", "0.10", "2.1" or "hmb".
+            prefetch: send the continuing fetch early (see the module docstring).
+            settings: other SimpleConsumerConfig fields (fetch_message_max_bytes,
+                fetch_min_bytes, fetch_wait_max_ms), in any spelling.
+
+        Raises:
+            ConfigError: an unknown setting or a bad value.
+        """
+        given: dict[str, Any] = dict(settings)
+        for k, v in (
+            ("so_timeout_ms", so_timeout_ms),
+            ("buffer_size", buffer_size),
+            ("client_id", client_id),
+            ("api_version", api_version),
+        ):
+            if v is not None:
+                given[k] = v
+        self.config = SimpleConsumerConfig(host=host, port=port, **given)
+        cfg = self.config
+        self._client = NetClient(
+            [(cfg.host, cfg.port)],
+            client_id=cfg.client_id,
+            api_version=cfg.api_version,
+            request_timeout_ms=cfg.so_timeout_ms,
+            connect_timeout_ms=cfg.so_timeout_ms,
+            receive_buffer_bytes=cfg.buffer_size if cfg.buffer_size > 0 else None,
+            name=f"hmbclient-io-simple-{cfg.host}:{cfg.port}",
+        )
+        self._dialect = self._client.dialect
+        self._prefetch_enabled = prefetch and self._dialect.max_in_flight != 1
+        self._prefetched: dict[tuple[str, int], tuple[int, int, Future[Any]]] = {}
+
+    @classmethod
+    def from_properties(cls, props: dict[str, Any], /, **overrides: Any) -> SimpleConsumer:
+        """Build from dotted 0.8 property names (``{"host": ..., "port": ..., "socket.timeout.ms": ...}``)."""
+        cfg = SimpleConsumerConfig.from_properties(props, **overrides)
+        fields = {f: getattr(cfg, f) for f in cfg.__dataclass_fields__}
+        host, port = fields.pop("host"), fields.pop("port")
+        return cls(host, port, **fields)
+
+    @property
+    def host(self) -> str:
+        return self.config.host
+
+    @property
+    def port(self) -> int:
+        return self.config.port
+
+    @property
+    def client(self) -> NetClient:
+        return self._client
+
+    # -- fetching --------------------------------------------------------------------------
+
+    def _timeout_ms(self) -> float:
+        return float(self.config.so_timeout_ms + self.config.fetch_wait_max_ms)
+
+    def _send_fetch(self, reqs: Sequence[tuple[str, int, int, int]]) -> Future[Any]:
+        cfg = self.config
+        by_topic: dict[str, list[tuple[int, int, int]]] = {}
+        total = 0
+        for topic, partition, offset, size in reqs:
+            by_topic.setdefault(topic, []).append((partition, offset, size))
+            total += size
+
+        def build(versions: BrokerVersions) -> Any:
+            v = versions.version(ApiKey.FETCH)
+            names = _partition_fields(v)
+            vals = {"current_leader_epoch": -1, "log_start_offset": -1}
+            topics = []
+            for topic, parts in by_topic.items():
+                plist = []
+                for partition, offset, size in parts:
+                    vals["partition"] = partition
+                    vals["fetch_offset"] = offset
+                    vals["partition_max_bytes"] = size
+                    plist.append(tuple(vals[n] for n in names))
+                topics.append((topic, plist))
+            return versions.build(
+                ApiKey.FETCH,
+                replica_id=-1,
+                # 0.8's SimpleConsumer asks min_bytes=0 / max_wait_ms=0: "answer at once". Tansu
+                # answers max_wait_ms=0 with nothing at all, and with min_bytes=0 it always
+                # waits the full max_wait_ms. min_bytes>=1 with max_wait_ms>=1 means the same
+                # on every broker: data at once if there is any, else an empty answer after 1 ms.
+                max_wait_ms=max(1, cfg.fetch_wait_max_ms),
+                min_bytes=max(1, cfg.fetch_min_bytes),
+                max_bytes=max(total, 1),
+                isolation_level=0,
+                session_id=0,
+                session_epoch=-1,
+                topics=topics,
+                forgotten_topics_data=[],
+            )
+
+        return self._client.send(_NODE, build, timeout_ms=self._timeout_ms())
+
+    def _wait(self, fut: Future[Any]) -> Any:
+        # The I/O thread enforces the request deadline; the margin guards against a hang.
+        return fut.result(timeout=self._timeout_ms() / 1000.0 + 2.0)
+
+    @staticmethod
+    def _sets(resp: Any, reqs: Sequence[tuple[str, int, int, int]]) -> list[ByteBufferMessageSet]:
+        found: dict[tuple[str, int], Any] = {}
+        for t in resp.topics:
+            for p in t.partitions:
+                found[(t.topic, p.partition)] = p
+        out = []
+        for topic, partition, offset, _size in reqs:
+            p = found.get((topic, partition))
+            if p is None:
+                # Some brokers (Tansu) leave a partition with nothing to return out of the answer.
+                out.append(ByteBufferMessageSet(topic, partition, offset, b"", -1, None))
+                continue
+            error = for_code(p.error_code)(f"fetch {topic}-{partition} at offset {offset}") if p.error_code else None
+            out.append(ByteBufferMessageSet(topic, partition, offset, p.records, p.high_watermark, error))
+        return out
+
+    def _norm(self, r: FetchRequest) -> tuple[str, int, int, int]:
+        size = self.config.fetch_message_max_bytes if r.max_size is None else int(r.max_size)
+        if size <= 0:
+            raise ValueError(f"FetchRequest.max_size must be > 0, got {size}")
+        return (r.topic, int(r.partition), int(r.offset), size)
+
+    def _grow(self, req: tuple[str, int, int, int], ms: ByteBufferMessageSet) -> ByteBufferMessageSet:
+        """Refetch while the set holds only part of one message, doubling the size."""
+        topic, partition, offset, size = req
+        cap = self.config.fetch_message_max_bytes
+        while ms.error is None and (need := first_entry_incomplete(ms.buffer)) is not None:
+            if size >= cap:
+                raise MessageSizeTooLargeError(
+                    f"{topic}-{partition}: the message at offset {offset} needs {need} bytes, more than "
+                    f"the fetch size {size} and fetch_message_max_bytes={cap}"
+                )
+            size = min(size * 2, cap)
+            log.debug("%s-%s@%s: message larger than the fetch size; retrying with %d", topic, partition, offset, size)
+            sub = (topic, partition, offset, size)
+            ms = self._sets(self._wait(self._send_fetch([sub])), [sub])[0]
+        return ms
+
+    def fetch(self, request: FetchRequest) -> ByteBufferMessageSet:
+        """Fetch one partition.
+
+        Args:
+            request: FetchRequest(topic, partition, offset, max_size).
+
+        Returns:
+            The message set (iterate for MessageAndOffset values; decoded lazily).
+
+        Raises:
+            OffsetOutOfRangeError, NotLeaderForPartitionError, UnknownTopicOrPartitionError, ...:
+                the partition's error.
+            MessageSizeTooLargeError: one message is larger than fetch_message_max_bytes.
+            KafkaConnectionError / RequestTimedOutError: the broker is unreachable or silent.
+        """
+        req = self._norm(request)
+        key = (req[0], req[1])
+        pf = self._prefetched.pop(key, None) if self._prefetched else None
+        ms: ByteBufferMessageSet | None = None
+        if pf is not None and pf[0] == req[2] and pf[1] == req[3]:
+            try:
+                cand = self._sets(self._wait(pf[2]), [req])[0]
+                if cand.error is None and len(cand.buffer):
+                    ms = cand
+            except Exception as e:  # the speculative fetch failed: ask again for real
+                log.debug("speculative fetch of %s failed: %s", key, e)
+        if ms is None:
+            ms = self._sets(self._wait(self._send_fetch([req])), [req])[0]
+        ms = self._grow(req, ms)
+        if ms.error is not None:
+            raise ms.error
+        if self._prefetch_enabled and len(ms.buffer):
+            last = last_offset_of(ms.buffer)
+            if last is not None and last >= req[2]:
+                nxt = (req[0], req[1], last + 1, req[3])
+                self._prefetched[key] = (last + 1, req[3], self._send_fetch([nxt]))
+        return ms
+
+    def multifetch(self, requests: Sequence[FetchRequest]) -> list[ByteBufferMessageSet]:
+        """Fetch several partitions in one round trip (duplicates go in separate requests).
+
+        Returns:
+            One message set per request, in the order asked. A set whose partition failed
+            has ``.error`` set and raises it when iterated.
+
+        Raises:
+            MessageSizeTooLargeError, KafkaConnectionError, RequestTimedOutError.
+        """
+        norm = [self._norm(r) for r in requests]
+        for r in norm:
+            self._prefetched.pop((r[0], r[1]), None)
+        # One Fetch may name a partition once: split duplicates into later requests.
+        rounds: list[list[int]] = []
+        for i, r in enumerate(norm):
+            for rnd in rounds:
+                if all((norm[j][0], norm[j][1]) != (r[0], r[1]) for j in rnd):
+                    rnd.append(i)
+                    break
+            else:
+                rounds.append([i])
+        futs = [(rnd, self._send_fetch([norm[i] for i in rnd])) for rnd in rounds]
+        out: list[ByteBufferMessageSet | None] = [None] * len(norm)
+        for rnd, fut in futs:
+            sub = [norm[i] for i in rnd]
+            for i, ms in zip(rnd, self._sets(self._wait(fut), sub), strict=True):
+                out[i] = self._grow(norm[i], ms)
+        return out  # type: ignore[return-value]
+
+    # -- offsets ---------------------------------------------------------------------------
+
+    def get_offsets_before(self, topic: str, partition: int, time: int, max_num_offsets: int) -> list[int]:
+        """Valid offsets before ``time``, newest first (Kafka 0.8 ``getOffsetsBefore``).
+
+        Args:
+            topic, partition: the partition.
+            time: LATEST_TIME (-1), EARLIEST_TIME (-2), or a timestamp in ms.
+            max_num_offsets: at most this many offsets.
+
+        Returns:
+            A descending list of offsets (at most ``max_num_offsets``).
+
+        Raises:
+            UnsupportedByBroker: the dialect has no ListOffsets (HMB); nothing was sent.
+            UnknownTopicOrPartitionError, NotLeaderForPartitionError, ...: the broker's error.
+            KafkaConnectionError / RequestTimedOutError.
+        """
+        if max_num_offsets < 1:
+            return []
+        timeout = float(self.config.so_timeout_ms)
+        versions: BrokerVersions = self._client.versions(_NODE).result(timeout=timeout / 1000.0 + 2.0)
+        top = versions.version(ApiKey.LIST_OFFSETS)  # raises UnsupportedByBroker (HMB)
+        if top == 0:
+            req = REQUESTS[(int(ApiKey.LIST_OFFSETS), 0)](
+                replica_id=-1, topics=[(topic, [(partition, int(time), int(max_num_offsets))])]
+            )
+            p = self._list_offsets(req, timeout)
+            return sorted((int(o) for o in p.old_style_offsets), reverse=True)[:max_num_offsets]
+        # Brokers without v0 (Kafka 4): one offset per query; compose 0.8's list from them.
+        latest = self._offset_v1(versions, top, topic, partition, LATEST_TIME, timeout)
+        if time == LATEST_TIME:
+            out = [latest]
+            if max_num_offsets > 1:
+                earliest = self._offset_v1(versions, top, topic, partition, EARLIEST_TIME, timeout)
+                if earliest < latest:
+                    out.append(earliest)
+            return out
+        earliest = self._offset_v1(versions, top, topic, partition, EARLIEST_TIME, timeout)
+        if time == EARLIEST_TIME:
+            return [earliest]
+        at = self._offset_v1(versions, top, topic, partition, int(time), timeout)
+        first = latest if at < 0 else at
+        out = [first]
+        if max_num_offsets > 1 and earliest < first:
+            out.append(earliest)
+        return out
+
+    def _list_offsets(self, req: Any, timeout: float) -> Any:
+        resp = self._wait(self._client.send(_NODE, req, timeout_ms=timeout))
+        for t in resp.topics:
+            for p in t.partitions:
+                if p.error_code:
+                    raise for_code(p.error_code)(f"ListOffsets {t.topic}-{p.partition}")
+                return p
+        raise for_code(3)("ListOffsets: the broker's answer named no partition")
+
+    def _offset_v1(self, versions: BrokerVersions, v: int, topic: str, partition: int, ts: int, timeout: float) -> int:
+        cls = REQUESTS[(int(ApiKey.LIST_OFFSETS), v)]
+        names = cls.SCHEMA.field("topics").item.field("partitions").item.names  # type: ignore[attr-defined]
+        vals = {"partition": partition, "current_leader_epoch": -1, "timestamp": ts}
+        req = cls.build(replica_id=-1, isolation_level=0, topics=[(topic, [tuple(vals[n] for n in names)])])
+        return int(self._list_offsets(req, timeout).offset)
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Close the connection; the consumer cannot be used afterwards."""
+        self._prefetched.clear()
+        self._client.close()
+
+    def __enter__(self) -> SimpleConsumer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

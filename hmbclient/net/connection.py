@@ -1,0 +1,612 @@
+"""One non-blocking connection to one broker, driven by the I/O thread of :mod:`.client`.
+
+Contract (the I/O thread is the only caller; nothing here is thread-safe by design):
+
+* ``enqueue(req, now_ms)`` queues a request; it is written once the connection is READY and
+  fewer than ``max_in_flight`` requests await an answer. Kafka answers a connection's requests
+  in order, so the in-flight queue is FIFO and the sans-IO ``ClientConnection`` checks each
+  correlation id against its head.
+* States: DISCONNECTED -> CONNECTING -> (PROBING) -> READY -> DISCONNECTED. PROBING exists only
+  for a dialect with ``probe=True``: an ApiVersions v0 request is the first thing written. If the
+  broker closes the connection or does not answer within the probe timeout (Kafka 0.8/0.9), the
+  connection reconnects at once without a probe and keeps the legacy version set for good.
+* A request whose deadline passes fails with RequestTimedOutError naming the API; since a late
+  answer would desynchronise the ordered stream, the connection is then closed and the other
+  requests in flight fail with KafkaConnectionError (retriable). Requests not yet written stay
+  queued across a reconnect; a failed connect attempt fails them (broker_unavailable) and
+  starts an exponential backoff, capped at ``reconnect_backoff_max_ms``.
+* Requests with ``expect_response=False`` (Produce acks=0) complete as soon as they are framed.
+
+HMB quirk (dialect ``fetch_frame_quirk``): its Fetch v0 replies carry size 0 and correlation id
+0 in the frame header. :class:`_HmbClientConnection` recognises that header while a Fetch is the
+request in flight, finds the end of the reply by walking the Fetch v0 body's length fields, and
+attributes it to that (single) request.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import socket
+import struct
+from collections import deque
+from collections.abc import Callable
+from concurrent.futures import Future
+from enum import Enum
+from typing import Any, Protocol
+
+from hmbclient.errors import (
+    HmbError,
+    KafkaConnectionError,
+    ProtocolError,
+    RemoteProtocolError,
+    RequestTimedOutError,
+    UnsupportedByBroker,
+)
+from hmbclient.net.versions import BrokerVersions, Dialect, api_name, pick_versions
+from hmbclient.protocol.api import ApiVersionsRequest, FetchResponse
+from hmbclient.protocol.api.base import Request
+from hmbclient.protocol.frame import NEED_DATA, ClientConnection
+
+__all__ = ["ConnState", "PendingRequest", "BrokerConnection", "ConnectionOwner", "RequestBuilder"]
+
+log = logging.getLogger("hmbclient.net")
+
+#: Builds the request once the connection knows its versions (called in the I/O thread).
+RequestBuilder = Callable[[BrokerVersions], Request]
+
+_RECV_BYTES = 256 * 1024
+_i16 = struct.Struct(">h")
+_i32 = struct.Struct(">i")
+
+
+class ConnState(Enum):
+    DISCONNECTED = "disconnected"
+    CONNECTING = "connecting"
+    PROBING = "probing"
+    READY = "ready"
+
+
+class ConnectionOwner(Protocol):
+    """What a connection needs from the selector owner (the NetClient's I/O thread)."""
+
+    def _watch(self, conn: BrokerConnection, sock: socket.socket, write: bool) -> None: ...
+    def _unwatch(self, conn: BrokerConnection, sock: socket.socket) -> None: ...
+    def _emit(self, kind: str, conn: BrokerConnection, error: BaseException | None) -> None: ...
+
+
+class PendingRequest:
+    """A request waiting to be written or answered. ``request`` may be a builder."""
+
+    __slots__ = ("request", "future", "deadline_ms", "timeout_ms", "expect_response", "api")
+
+    def __init__(
+        self,
+        request: Request | RequestBuilder,
+        future: Future[Any],
+        deadline_ms: float,
+        timeout_ms: float,
+        expect_response: bool = True,
+    ) -> None:
+        self.request = request
+        self.future = future
+        self.deadline_ms = deadline_ms
+        self.timeout_ms = timeout_ms
+        self.expect_response = expect_response
+        self.api = api_name(request.API_KEY) if isinstance(request, Request) else "request"
+
+
+def _fail(fut: Future[Any] | None, err: BaseException) -> None:
+    if fut is not None and not fut.done():
+        try:
+            fut.set_exception(err)
+        except Exception:  # a racing cancel(); nothing to deliver
+            pass
+
+
+def _succeed(fut: Future[Any] | None, value: Any) -> None:
+    if fut is not None and not fut.done():
+        try:
+            fut.set_result(value)
+        except Exception:
+            pass
+
+
+def _fetch_v0_body_end(buf: bytearray, pos: int) -> int | None:
+    """End offset of a Fetch v0 response body starting at ``pos``, or None if incomplete.
+
+    Walks only the length fields (topics, partitions, records size), so a large reply that
+    arrives in many pieces is not re-parsed from the start each time beyond this O(topics +
+    partitions) walk.
+    """
+    n = len(buf)
+
+    def need(k: int) -> bool:
+        return pos + k <= n
+
+    if not need(4):
+        return None
+    (topics,) = _i32.unpack_from(buf, pos)
+    pos += 4
+    if topics < 0:
+        raise ProtocolError(f"HMB fetch reply: negative topic count {topics}")
+    for _ in range(topics):
+        if not need(2):
+            return None
+        (slen,) = _i16.unpack_from(buf, pos)
+        if slen < 0:
+            raise ProtocolError("HMB fetch reply: null topic name")
+        pos += 2 + slen
+        if not need(4):
+            return None
+        (parts,) = _i32.unpack_from(buf, pos)
+        pos += 4
+        if parts < 0:
+            raise ProtocolError(f"HMB fetch reply: negative partition count {parts}")
+        for _ in range(parts):
+            # partition int32, error_code int16, high_watermark int64, records size int32
+            if not need(18):
+                return None
+            (rlen,) = _i32.unpack_from(buf, pos + 14)
+            pos += 18 + max(rlen, 0)
+    return pos if pos <= n else None
+
+
+class _HmbClientConnection(ClientConnection):
+    """ClientConnection that also accepts HMB's size-0 / correlation-id-0 Fetch v0 frames."""
+
+    _ZERO_HEADER = b"\x00" * 8
+
+    def next_response(self) -> Any:
+        # The frame buffer is ClientConnection's; we read it only here, for this one quirk.
+        raw = self._frames.raw
+        if (
+            len(raw) >= 8
+            and self._in_flight
+            and self._in_flight[0][1] is FetchResponse[0]
+            and raw[:8] == self._ZERO_HEADER
+        ):
+            end = _fetch_v0_body_end(raw, 8)
+            if end is None:
+                return NEED_DATA
+            data = self._frames.take(end)
+            cid, rtype = self._in_flight.popleft()
+            try:
+                return cid, rtype.decode(memoryview(data)[8:])
+            except ProtocolError as e:
+                raise self._frames.fail(ProtocolError(f"HMB {rtype.__name__}: {e}")) from None
+        return super().next_response()
+
+
+class BrokerConnection:
+    """One broker connection; see the module docstring for the state machine."""
+
+    def __init__(
+        self,
+        owner: ConnectionOwner,
+        node_id: int,
+        host: str,
+        port: int,
+        *,
+        dialect: Dialect,
+        client_id: str | None,
+        max_in_flight: int,
+        connect_timeout_ms: float,
+        probe_timeout_ms: float,
+        reconnect_backoff_ms: float,
+        reconnect_backoff_max_ms: float,
+        max_frame_bytes: int,
+        send_buffer_bytes: int | None = None,
+        receive_buffer_bytes: int | None = None,
+    ) -> None:
+        self.owner = owner
+        self.node_id = node_id
+        self.host = host
+        self.port = port
+        self.dialect = dialect
+        self.client_id = client_id
+        self.max_in_flight = max(1, dialect.max_in_flight or max_in_flight)
+        self.connect_timeout_ms = connect_timeout_ms
+        self.probe_timeout_ms = probe_timeout_ms
+        self.reconnect_backoff_ms = reconnect_backoff_ms
+        self.reconnect_backoff_max_ms = reconnect_backoff_max_ms
+        self.max_frame_bytes = max_frame_bytes
+        self.send_buffer_bytes = send_buffer_bytes
+        self.receive_buffer_bytes = receive_buffer_bytes
+
+        self.state = ConnState.DISCONNECTED
+        self.sock: socket.socket | None = None
+        self.versions: BrokerVersions | None = None
+        self._proto: ClientConnection | None = None
+        self._pending: deque[PendingRequest] = deque()
+        self._in_flight: deque[PendingRequest] = deque()
+        self._out: deque[memoryview] = deque()
+        self._writing = False
+        self._connect_deadline = 0.0
+        self._probe_deadline = 0.0
+        self._backoff_until = 0.0
+        self._failures = 0
+        self._legacy = False  # the probe failed once: never probe this broker again
+        self._version_waiters: list[Future[BrokerVersions]] = []
+        self.closed = False
+
+    # -- public (I/O thread) ---------------------------------------------------------------
+
+    @property
+    def address(self) -> str:
+        return f"node {self.node_id} at {self.host}:{self.port}"
+
+    @property
+    def in_flight(self) -> int:
+        return len(self._in_flight)
+
+    def enqueue(self, req: PendingRequest, now_ms: float) -> None:
+        if self.closed:
+            _fail(req.future, KafkaConnectionError(f"{self.address}: client closed"))
+            return
+        self._pending.append(req)
+        if self.state is ConnState.READY:
+            self._pump(now_ms)
+        elif self.state is ConnState.DISCONNECTED and now_ms >= self._backoff_until:
+            self._start_connect(now_ms)
+
+    def wait_versions(self, fut: Future[BrokerVersions], now_ms: float) -> None:
+        if self.state is ConnState.READY and self.versions is not None:
+            _succeed(fut, self.versions)
+            return
+        self._version_waiters.append(fut)
+        if self.state is ConnState.DISCONNECTED and now_ms >= self._backoff_until:
+            self._start_connect(now_ms)
+
+    def next_deadline(self) -> float | None:
+        """The earliest time check_timeouts has work to do, or None."""
+        d: float | None = None
+        if self.state is ConnState.CONNECTING:
+            d = self._connect_deadline
+        elif self.state is ConnState.PROBING:
+            d = self._probe_deadline
+        elif self.state is ConnState.DISCONNECTED and (self._pending or self._version_waiters):
+            d = self._backoff_until
+        for r in self._in_flight:
+            if d is None or r.deadline_ms < d:
+                d = r.deadline_ms
+        if self._pending:
+            # Pending requests are roughly in deadline order; the head is a good bound and
+            # check_timeouts scans them all anyway.
+            h = self._pending[0].deadline_ms
+            if d is None or h < d:
+                d = h
+        return d
+
+    def check_timeouts(self, now_ms: float) -> None:
+        st = self.state
+        if st is ConnState.CONNECTING and now_ms >= self._connect_deadline:
+            self._connect_failed(
+                KafkaConnectionError(f"{self.address}: connect timed out after {self.connect_timeout_ms:.0f} ms"),
+                now_ms,
+            )
+            return
+        if st is ConnState.PROBING and now_ms >= self._probe_deadline:
+            log.info("%s: no answer to the ApiVersions probe; using the legacy (0.8) versions", self.address)
+            self._probe_failed(now_ms)
+            return
+        if st is ConnState.DISCONNECTED and now_ms >= self._backoff_until and (self._pending or self._version_waiters):
+            self._start_connect(now_ms)
+        for r in self._in_flight:
+            if now_ms >= r.deadline_ms:
+                err = RequestTimedOutError(
+                    f"{r.api} request to {self.address} got no answer within {r.timeout_ms:.0f} ms"
+                )
+                _fail(r.future, err)
+                self._disconnect(
+                    KafkaConnectionError(f"{self.address}: connection closed after a {r.api} request timed out"),
+                    now_ms,
+                )
+                return
+        if self._pending:
+            keep: deque[PendingRequest] = deque()
+            for r in self._pending:
+                if now_ms >= r.deadline_ms:
+                    _fail(
+                        r.future,
+                        RequestTimedOutError(
+                            f"{r.api} request to {self.address} was not sent within {r.timeout_ms:.0f} ms "
+                            f"(connection {self.state.value})"
+                        ),
+                    )
+                elif not r.future.done():
+                    keep.append(r)
+            self._pending = keep
+
+    def on_event(self, readable: bool, writable: bool, now_ms: float) -> None:
+        if self.state is ConnState.CONNECTING:
+            if writable or readable:
+                self._finish_connect(now_ms)
+            return
+        if writable:
+            self._flush(now_ms)
+        if readable and self.sock is not None:
+            self._read(now_ms)
+
+    def close(self, err: HmbError | None = None) -> None:
+        """Close for good: every queued and in-flight request fails."""
+        self.closed = True
+        e = err or KafkaConnectionError(f"{self.address}: client closed")
+        self._disconnect(e, 0.0, final=True)
+        for r in self._pending:
+            _fail(r.future, e)
+        self._pending.clear()
+        for w in self._version_waiters:
+            _fail(w, e)
+        self._version_waiters.clear()
+
+    # -- connecting ------------------------------------------------------------------------
+
+    def _start_connect(self, now_ms: float) -> None:
+        try:
+            infos = socket.getaddrinfo(self.host, self.port, 0, socket.SOCK_STREAM)
+        except OSError as e:
+            self._connect_failed(KafkaConnectionError(f"{self.address}: cannot resolve host: {e}"), now_ms)
+            return
+        family, stype, proto, _, sockaddr = infos[0]
+        sock = socket.socket(family, stype, proto)
+        sock.setblocking(False)
+        if self.send_buffer_bytes:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, self.send_buffer_bytes)
+        if self.receive_buffer_bytes:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, self.receive_buffer_bytes)
+        rc = sock.connect_ex(sockaddr)
+        if rc not in (0, errno.EINPROGRESS, errno.EWOULDBLOCK, errno.EALREADY):
+            sock.close()
+            self._connect_failed(
+                KafkaConnectionError(f"{self.address}: cannot connect: {errno.errorcode.get(rc, rc)} {rc}"), now_ms
+            )
+            return
+        self.sock = sock
+        self.state = ConnState.CONNECTING
+        self._connect_deadline = now_ms + self.connect_timeout_ms
+        self.owner._watch(self, sock, True)
+
+    def _finish_connect(self, now_ms: float) -> None:
+        assert self.sock is not None
+        rc = self.sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
+        if rc != 0:
+            self._connect_failed(
+                KafkaConnectionError(f"{self.address}: cannot connect: {errno.errorcode.get(rc, rc)} ({rc})"), now_ms
+            )
+            return
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        proto_cls = _HmbClientConnection if self.dialect.fetch_frame_quirk else ClientConnection
+        self._proto = proto_cls(self.client_id, self.max_frame_bytes)
+        self._failures = 0
+        self.owner._watch(self, self.sock, False)
+        if self.dialect.probe and not self._legacy:
+            self.state = ConnState.PROBING
+            self._probe_deadline = now_ms + self.probe_timeout_ms
+            _, data = self._proto.send_request(ApiVersionsRequest[0]())
+            probe = PendingRequest(ApiVersionsRequest[0](), Future(), self._probe_deadline + 1e12, self.probe_timeout_ms)
+            self._in_flight.append(probe)
+            self._write(data, now_ms)
+            return
+        versions = self.dialect.fallback_versions() if self.dialect.probe else self.dialect.initial_versions()
+        assert versions is not None
+        self._ready(versions, now_ms)
+
+    def _ready(self, versions: BrokerVersions, now_ms: float) -> None:
+        self.versions = versions
+        self.state = ConnState.READY
+        log.debug("%s ready: %r", self.address, versions)
+        self.owner._emit("broker_connected", self, None)
+        waiters, self._version_waiters = self._version_waiters, []
+        for w in waiters:
+            _succeed(w, versions)
+        self._pump(now_ms)
+
+    def _on_probe_answer(self, resp: Any, now_ms: float) -> None:
+        # error 35 (UNSUPPORTED_VERSION) still carries the broker's ranges (KIP-511).
+        if resp.error_code not in (0, 35):
+            log.warning("%s: ApiVersions error %s; using the legacy versions", self.address, resp.error_code)
+            self._ready(self.dialect.fallback_versions(), now_ms)
+            return
+        ranges = {k.api_key: (k.min_version, k.max_version) for k in resp.api_keys}
+        picked = pick_versions((k, lo, hi) for k, (lo, hi) in ranges.items())
+        self._ready(BrokerVersions(self.dialect, picked, probed=True, ranges=ranges), now_ms)
+
+    def _probe_failed(self, now_ms: float) -> None:
+        self._legacy = True
+        self._teardown(KafkaConnectionError(f"{self.address}: ApiVersions probe unanswered"))
+        self._backoff_until = now_ms
+        self._start_connect(now_ms)
+
+    def _connect_failed(self, err: KafkaConnectionError, now_ms: float) -> None:
+        self._teardown(err)
+        self._failures += 1
+        backoff = min(self.reconnect_backoff_max_ms, self.reconnect_backoff_ms * (2 ** (self._failures - 1)))
+        self._backoff_until = now_ms + backoff
+        log.info("%s unavailable (%s); next attempt in %.0f ms", self.address, err, backoff)
+        pending, self._pending = self._pending, deque()
+        for r in pending:
+            _fail(r.future, err)
+        waiters, self._version_waiters = self._version_waiters, []
+        for w in waiters:
+            _fail(w, err)
+        self.owner._emit("broker_unavailable", self, err)
+
+    # -- I/O -------------------------------------------------------------------------------
+
+    def _pump(self, now_ms: float) -> None:
+        proto = self._proto
+        versions = self.versions
+        if proto is None or versions is None:
+            return
+        pending = self._pending
+        in_flight = self._in_flight
+        wrote = False
+        while pending and len(in_flight) < self.max_in_flight:
+            r = pending.popleft()
+            if r.future.done():  # cancelled or failed meanwhile
+                continue
+            if not r.future.set_running_or_notify_cancel():
+                continue
+            request = r.request
+            try:
+                if not isinstance(request, Request):
+                    request = request(versions)
+                    r.api = api_name(request.API_KEY)
+                    r.request = request
+                want = versions.version(request.API_KEY)
+                if request.API_VERSION != want and not versions.supports(request.API_KEY, request.API_VERSION):
+                    raise UnsupportedByBroker(
+                        f"{self.address} speaks {r.api} up to v{want}, not v{request.API_VERSION} "
+                        f"(api_version={self.dialect.name!r}); nothing was sent"
+                    )
+                expect = r.expect_response or (
+                    request.API_KEY == 0 and self.dialect.acks0_replies
+                )
+                _, data = proto.send_request(request, expect_response=expect)
+            except BaseException as e:
+                _fail(r.future, e)
+                continue
+            if expect:
+                in_flight.append(r)
+                if not r.expect_response:
+                    r.future = _NoResultFuture(r.future)  # type: ignore[assignment]
+            else:
+                _succeed(r.future, None)
+            self._out.append(memoryview(data))
+            wrote = True
+        if wrote:
+            self._flush(now_ms)
+
+    def _write(self, data: bytes, now_ms: float) -> None:
+        self._out.append(memoryview(data))
+        self._flush(now_ms)
+
+    def _flush(self, now_ms: float) -> None:
+        sock = self.sock
+        out = self._out
+        if sock is None:
+            return
+        while out:
+            try:
+                if len(out) > 1:
+                    n = sock.sendmsg(list(out)[:64])
+                else:
+                    n = sock.send(out[0])
+            except (BlockingIOError, InterruptedError):
+                break
+            except OSError as e:
+                self._disconnect(KafkaConnectionError(f"{self.address}: send failed: {e}"), now_ms)
+                return
+            while n:
+                head = out[0]
+                if n >= len(head):
+                    n -= len(head)
+                    out.popleft()
+                else:
+                    out[0] = head[n:]
+                    n = 0
+        want_write = bool(out)
+        if want_write != self._writing:
+            self._writing = want_write
+            self.owner._watch(self, sock, want_write)
+
+    def _read(self, now_ms: float) -> None:
+        sock = self.sock
+        proto = self._proto
+        assert sock is not None and proto is not None
+        for _ in range(8):  # bounded, so one busy connection cannot starve the others
+            try:
+                data = sock.recv(_RECV_BYTES)
+            except (BlockingIOError, InterruptedError):
+                break
+            except OSError as e:
+                self._disconnect(KafkaConnectionError(f"{self.address}: receive failed: {e}"), now_ms)
+                return
+            if not data:
+                if self.state is ConnState.PROBING:
+                    log.info("%s closed the connection on the ApiVersions probe; using legacy versions", self.address)
+                    self._probe_failed(now_ms)
+                    return
+                self._disconnect(KafkaConnectionError(f"{self.address}: connection closed by the broker"), now_ms)
+                return
+            try:
+                proto.receive_data(data)
+            except ProtocolError as e:
+                self._disconnect(RemoteProtocolError(f"{self.address}: {e}"), now_ms)
+                return
+            if len(data) < _RECV_BYTES:
+                break
+        in_flight = self._in_flight
+        got = False
+        while True:
+            try:
+                r = proto.next_response()
+            except ProtocolError as e:
+                head = in_flight[0].api if in_flight else "unsolicited"
+                self._disconnect(RemoteProtocolError(f"{self.address}: malformed {head} response: {e}"), now_ms)
+                return
+            if r is NEED_DATA:
+                break
+            req = in_flight.popleft()
+            got = True
+            if self.state is ConnState.PROBING:
+                self._on_probe_answer(r[1], now_ms)
+                continue
+            _succeed(req.future, r[1])
+        if got and self.state is ConnState.READY:
+            self._pump(now_ms)
+
+    def _teardown(self, err: HmbError) -> None:
+        """Close the socket and fail what was in flight; queued requests stay queued."""
+        sock = self.sock
+        if sock is not None:
+            self.owner._unwatch(self, sock)
+            try:
+                sock.close()
+            except OSError:
+                pass
+        self.sock = None
+        self._proto = None
+        self._out.clear()
+        self._writing = False
+        was = self.state
+        self.state = ConnState.DISCONNECTED
+        self.versions = None
+        in_flight, self._in_flight = self._in_flight, deque()
+        for r in in_flight:
+            _fail(r.future, err)
+        if was in (ConnState.READY,):
+            self.owner._emit("broker_disconnected", self, err)
+
+    def _disconnect(self, err: HmbError, now_ms: float, *, final: bool = False) -> None:
+        if self.sock is None and self.state is ConnState.DISCONNECTED:
+            return
+        log.info("%s disconnected: %s", self.address, err)
+        self._teardown(err)
+        if final:
+            return
+        # The next attempt is immediate after a good connection; failures back off.
+        self._backoff_until = now_ms
+        if self._pending or self._version_waiters:
+            self._start_connect(now_ms)
+
+
+class _NoResultFuture:
+    """Stand-in for a future whose caller expects None although the broker replies (HMB
+    answers Produce with acks=0): the reply is read and dropped."""
+
+    __slots__ = ("_f",)
+
+    def __init__(self, f: Future[Any]) -> None:
+        self._f = f
+        _succeed(f, None)
+
+    def done(self) -> bool:
+        return True
+
+    def set_result(self, value: Any) -> None:
+        pass
+
+    def set_exception(self, err: BaseException) -> None:
+        pass

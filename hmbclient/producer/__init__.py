@@ -1,0 +1,24 @@
+"""The producer: :class:`Producer` (sync and async), :class:`ProducerData` in,
+:class:`RecordMetadata` out, :class:`CallbackHandler` hooks and the :class:`EventHandler` seam.
+"""
+
+from hmbclient.producer.callbacks import CallbackHandler, EventHandler
+from hmbclient.producer.data import (
+    ProducerBatch,
+    ProducerData,
+    RecordFuture,
+    RecordMetadata,
+    SendFutures,
+)
+from hmbclient.producer.producer import Producer
+
+__all__ = [
+    "Producer",
+    "ProducerData",
+    "RecordMetadata",
+    "RecordFuture",
+    "SendFutures",
+    "ProducerBatch",
+    "CallbackHandler",
+    "EventHandler",
+]

@@ -1,0 +1,246 @@
+"""RecordAccumulator: per-partition batches between ``send`` and the sender thread.
+
+State (all guarded by ``lock``; the sender and every caller thread share it):
+
+* per partition (:class:`PartitionState`): at most one *open* batch taking new messages, a FIFO
+  of *ready* (closed) batches, ``muted`` while a Produce request for the partition is in flight,
+  and ``retry_at`` (monotonic ms) during a retry backoff.
+* ``queued``: messages handed to ``send`` and not yet completed (acknowledged or failed). It is
+  the bound of ``queue_buffering_max_messages``: memory stays bounded whatever the load,
+  in-flight batches included.
+
+Transitions: a batch opens on the first message for its partition; it closes (open -> ready)
+when it reaches ``batch_num_messages`` or ``batch_max_bytes`` (in the appending thread) or when
+its ``queue_buffering_max_ms`` deadline passes (in the sender, via the ``lingering`` FIFO,
+which is in deadline order because the linger time is constant). The sender takes *all*
+ready batches of an unmuted partition at once (up to ``max_request_bytes``) and mutes it, so a
+partition has one request in flight and retried batches go back to the *front* of its queue:
+per-partition order holds under retries.
+
+Hot path cost per ``send``: one lock acquire and a list append/extend; no per-message lock,
+future or callback. The sender is notified only when a batch closes or when a new batch's
+deadline is earlier than the time the sender is sleeping until.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from typing import Any
+
+from hmbclient.errors import QueueFullError
+from hmbclient.producer.data import ProducerBatch
+
+__all__ = ["PartitionState", "TopicState", "RecordAccumulator", "Unit"]
+
+_INF = float("inf")
+
+
+def _mono_ms() -> float:
+    return time.monotonic() * 1000.0
+
+
+class PartitionState:
+    __slots__ = ("topic", "partition", "open", "ready", "muted", "retry_at")
+
+    def __init__(self, topic: str, partition: int) -> None:
+        self.topic = topic
+        self.partition = partition
+        self.open: ProducerBatch | None = None
+        self.ready: deque[ProducerBatch] = deque()
+        self.muted = False
+        self.retry_at = 0.0
+
+
+class TopicState:
+    __slots__ = ("name", "parts")
+
+    def __init__(self, name: str, num_partitions: int) -> None:
+        self.name = name
+        self.parts = [PartitionState(name, p) for p in range(num_partitions)]
+
+
+class Unit:
+    """The batches of one partition that travel in one Produce request (merged into one
+    record set)."""
+
+    __slots__ = ("topic", "partition", "batches", "pstate", "count", "node")
+
+    def __init__(self, topic: str, partition: int, batches: list[ProducerBatch], pstate: PartitionState | None) -> None:
+        self.topic = topic
+        self.partition = partition
+        self.batches = batches
+        self.pstate = pstate
+        self.count = sum(len(b.items) for b in batches)
+        self.node = -1
+
+    def items(self) -> list[Any]:
+        if len(self.batches) == 1:
+            return self.batches[0].items
+        out: list[Any] = []
+        for b in self.batches:
+            out.extend(b.items)
+        return out
+
+
+class RecordAccumulator:
+    """See the module docstring."""
+
+    def __init__(
+        self,
+        *,
+        batch_num_messages: int,
+        batch_max_bytes: int,
+        linger_ms: float,
+        max_messages: int,
+        enqueue_timeout_ms: int,
+        max_request_bytes: int,
+    ) -> None:
+        self.batch_num_messages = batch_num_messages
+        self.batch_max_bytes = batch_max_bytes
+        self.linger_ms = float(linger_ms)
+        self.max_messages = max_messages
+        self.enqueue_timeout_ms = enqueue_timeout_ms
+        self.max_request_bytes = max_request_bytes
+        self.lock = threading.Lock()
+        self.work = threading.Condition(self.lock)  # the sender waits here
+        self.space = threading.Condition(self.lock)  # callers wait here (full queue, flush)
+        self.topics: dict[str, TopicState] = {}
+        self.queued = 0
+        self.lingering: deque[tuple[float, ProducerBatch, PartitionState]] = deque()
+        self.ready_count = 0  # partitions may have ready batches (a hint for the sender)
+        self.sender_wake_at = _INF
+        self.sender_waiting = False
+        self.closing = False
+        self.closing_hard = False  # close() ran out of time: no more retries
+        self.flushing = 0
+        self.after_batching: Any = None  # hook, called by the sender
+
+    # -- caller side (lock held) -----------------------------------------------------------
+
+    def wait_for_space(self, n: int) -> None:
+        """Block per queue_enqueue_timeout_ms until ``n`` more messages fit (lock held).
+
+        Raises:
+            QueueFullError: 0 = at once, >0 = after that many ms.
+        """
+        t = self.enqueue_timeout_ms
+        if t == 0:
+            raise QueueFullError(
+                f"async queue full ({self.queued} of queue_buffering_max_messages={self.max_messages} "
+                "messages waiting); queue_enqueue_timeout_ms=0 drops instead of waiting"
+            )
+        deadline = None if t < 0 else _mono_ms() + t
+        # A send larger than the whole bound is let in once the queue is empty.
+        while self.queued and self.queued + n > self.max_messages:
+            if self.closing:
+                return
+            if deadline is None:
+                self.space.wait()
+            else:
+                left = deadline - _mono_ms()
+                if left <= 0:
+                    raise QueueFullError(
+                        f"async queue still full after queue_enqueue_timeout_ms={t} "
+                        f"({self.queued} of {self.max_messages} messages waiting)"
+                    )
+                self.space.wait(left / 1000.0)
+
+    def open_batch(self, ps: PartitionState) -> ProducerBatch:
+        """Start the open batch of ``ps`` (lock held)."""
+        b = ProducerBatch(ps.topic, ps.partition, int(time.time() * 1000))
+        deadline = _mono_ms() + self.linger_ms
+        b.deadline = deadline
+        ps.open = b
+        self.lingering.append((deadline, b, ps))
+        if deadline < self.sender_wake_at and self.sender_waiting:
+            self.work.notify()
+        return b
+
+    def close_batch(self, ps: PartitionState) -> None:
+        """open -> ready (lock held)."""
+        b = ps.open
+        if b is None:
+            return
+        ps.open = None
+        ps.ready.append(b)
+        self.ready_count += 1
+        if self.sender_waiting:
+            self.work.notify()
+
+    # -- sender side -----------------------------------------------------------------------
+
+    def close_expired(self, now_ms: float) -> list[ProducerBatch]:
+        """Close open batches whose linger deadline passed; returns them (lock held)."""
+        closed: list[ProducerBatch] = []
+        lq = self.lingering
+        force = self.flushing > 0 or self.closing
+        while lq:
+            deadline, b, ps = lq[0]
+            if deadline > now_ms and not force:
+                break
+            lq.popleft()
+            if ps.open is b:
+                ps.open = None
+                ps.ready.append(b)
+                self.ready_count += 1
+                closed.append(b)
+        return closed
+
+    def drain(self, now_ms: float) -> tuple[list[Unit], float]:
+        """Take the sendable batches (lock held): for each unmuted partition out of backoff,
+        all its ready batches up to max_request_bytes. Returns (units, next wake-up ms)."""
+        units: list[Unit] = []
+        wake = self.lingering[0][0] if self.lingering else _INF
+        if not self.ready_count:
+            return units, wake
+        cap = self.max_request_bytes
+        remaining = 0
+        for ts in self.topics.values():
+            for ps in ts.parts:
+                rq = ps.ready
+                if not rq:
+                    continue
+                if ps.muted:
+                    remaining += 1
+                    continue
+                if ps.retry_at > now_ms:
+                    remaining += 1
+                    if ps.retry_at < wake:
+                        wake = ps.retry_at
+                    continue
+                taken = [rq.popleft()]
+                size = taken[0].nbytes
+                while rq and size + rq[0].nbytes <= cap:
+                    b = rq.popleft()
+                    size += b.nbytes
+                    taken.append(b)
+                if rq:
+                    remaining += 1
+                ps.muted = True
+                units.append(Unit(ps.topic, ps.partition, taken, ps))
+        self.ready_count = remaining
+        return units, wake
+
+    def requeue_front(self, unit: Unit, retry_at: float) -> None:
+        """Put a unit's batches back at the head of its partition queue (lock held)."""
+        ps = unit.pstate
+        assert ps is not None
+        ps.ready.extendleft(reversed(unit.batches))
+        ps.muted = False
+        ps.retry_at = retry_at
+        self.ready_count += 1
+
+    def release(self, unit: Unit) -> None:
+        """A unit is finished (acknowledged or failed for good) (lock held)."""
+        ps = unit.pstate
+        if ps is not None:
+            ps.muted = False
+            if ps.ready:
+                self.ready_count += 1
+        self.queued -= unit.count
+        self.space.notify_all()
+
+    def has_work(self) -> bool:
+        return bool(self.queued)

@@ -1,0 +1,341 @@
+"""Turning batches into Produce requests, and the async producer's sender thread.
+
+:class:`Dispatcher` is shared by the sync and async paths: it groups :class:`Unit` s by leader,
+encodes each unit's messages in one ``encode_records`` call (the record format follows the
+Produce version the connection speaks: v0-1 MessageSet v0, v2 v1, v3+ RecordBatch v2), sends
+one Produce request per broker and maps each partition's answer back to its batches
+(base offsets derived per batch: the unit's base offset plus the messages before it).
+
+:class:`SenderThread` loops: close lingering batches whose time is up, drain sendable units,
+refresh metadata when asked (or when it is older than the refresh interval), send, and process
+completions that the I/O thread queued. Retriable failures (error.retriable, lost connections,
+timeouts) invalidate the topic's metadata and put the unit's batches back at the *front* of
+their partition's queue after a backoff taken from the tenacity policy; once a batch has used
+``message_send_max_retries`` retries, or on a non-retriable error, its future fails with the
+error and ``on_error`` runs. Hooks run on this thread; their exceptions are logged.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future
+from typing import Any
+
+from tenacity import Retrying
+
+from hmbclient.errors import HmbError, KafkaConnectionError, for_code
+from hmbclient.net.client import NetClient
+from hmbclient.net.metadata import Metadata
+from hmbclient.net.retry import backoff_ms
+from hmbclient.net.versions import BrokerVersions, produce_magic
+from hmbclient.producer.accumulator import RecordAccumulator, Unit
+from hmbclient.protocol.api.base import ApiKey
+from hmbclient.protocol.records import encode_records
+
+__all__ = ["Dispatcher", "SenderThread"]
+
+log = logging.getLogger("hmbclient.producer")
+
+
+def _mono_ms() -> float:
+    return time.monotonic() * 1000.0
+
+
+def call_hook(hooks: dict[str, Any], name: str, *args: Any) -> None:
+    fn = hooks.get(name)
+    if fn is None:
+        return
+    try:
+        fn(*args)
+    except Exception:
+        log.exception("callback_handler.%s failed", name)
+
+
+class Dispatcher:
+    """Builds and sends Produce requests; interprets the answers. Thread-compatible."""
+
+    def __init__(
+        self,
+        client: NetClient,
+        metadata: Metadata,
+        *,
+        acks: int,
+        request_timeout_ms: int,
+        codec_for: Callable[[str], int],
+        hooks: dict[str, Any],
+    ) -> None:
+        self.client = client
+        self.metadata = metadata
+        self.acks = acks
+        self.request_timeout_ms = request_timeout_ms
+        self.codec_for = codec_for
+        self.hooks = hooks
+        self.real_offsets = client.dialect.real_offsets
+        self._versions: dict[int, BrokerVersions] = {}
+
+    def versions(self, node: int) -> BrokerVersions:
+        v = self._versions.get(node)
+        if v is None:
+            v = self.client.versions(node).result(timeout=self.client.request_timeout_ms / 1000.0 + 1.0)
+            self._versions[node] = v
+        return v
+
+    def forget_node(self, node: int) -> None:
+        self._versions.pop(node, None)
+
+    def group_by_leader(self, units: Sequence[Unit]) -> tuple[dict[int, list[Unit]], list[Unit]]:
+        """(units per leader node, units whose leader is unknown)."""
+        by_node: dict[int, list[Unit]] = {}
+        orphans: list[Unit] = []
+        leader = self.metadata.leader
+        for u in units:
+            n = leader(u.topic, u.partition)
+            if n is None:
+                orphans.append(u)
+            else:
+                u.node = n
+                by_node.setdefault(n, []).append(u)
+        return by_node, orphans
+
+    def send(self, node: int, units: list[Unit]) -> Future[Any]:
+        """Encode ``units`` and send them to ``node`` in one Produce request.
+
+        Raises:
+            HmbError: the connection cannot be used (caller treats it like a failed send).
+        """
+        versions = self.versions(node)
+        v = versions.version(ApiKey.PRODUCE)
+        magic = produce_magic(v)
+        topics: dict[str, list[tuple[int, bytes]]] = {}
+        for u in units:
+            for b in u.batches:
+                b.attempts += 1
+            codec = self.codec_for(u.topic)
+            records = encode_records(magic, codec, u.items(), 0, u.batches[0].created_ms)
+            topics.setdefault(u.topic, []).append((u.partition, records))
+        if "before_send" in self.hooks:
+            call_hook(self.hooks, "before_send", [b for u in units for b in u.batches], node)
+        req = versions.build(
+            ApiKey.PRODUCE,
+            transactional_id=None,
+            acks=self.acks,
+            timeout_ms=self.request_timeout_ms,
+            topics=list(topics.items()),
+        )
+        return self.client.send(
+            node,
+            req,
+            timeout_ms=self.request_timeout_ms + 2_000,
+            expect_response=self.acks != 0,
+        )
+
+    def apply(self, units: list[Unit], resp: Any, exc: BaseException | None) -> list[tuple[Unit, BaseException]]:
+        """Complete the units a response acknowledged; return the failed ones with their error.
+
+        A whole-request failure (``exc``) fails every unit with it.
+        """
+        failed: list[tuple[Unit, BaseException]] = []
+        if exc is not None:
+            if isinstance(exc, KafkaConnectionError) or getattr(exc, "invalid_metadata", False):
+                for u in units:
+                    self.forget_node(u.node)
+            return [(u, exc) for u in units]
+        if resp is None:  # acks=0: no answer, no offsets
+            for u in units:
+                self._complete(u, None)
+            return failed
+        answers: dict[tuple[str, int], Any] = {}
+        for t in resp.topics:
+            for p in t.partitions:
+                answers[(t.topic, p.partition)] = p
+        for u in units:
+            p = answers.get((u.topic, u.partition))
+            if p is None:
+                failed.append((u, for_code(3)(f"{u.topic}-{u.partition}: missing from the Produce answer")))
+            elif p.error_code:
+                failed.append((u, for_code(p.error_code)(f"produce to {u.topic}-{u.partition} (node {u.node})")))
+            else:
+                self._complete(u, p.base_offset if self.real_offsets else None)
+        return failed
+
+    def _complete(self, u: Unit, base: int | None) -> None:
+        hook = self.hooks.get("on_delivery")
+        for b in u.batches:
+            b.complete(base)
+            if base is not None:
+                base += len(b.items)
+            if hook is not None:
+                call_hook(self.hooks, "on_delivery", b)
+
+    def fail(self, u: Unit, err: BaseException) -> None:
+        for b in u.batches:
+            b.fail(err)
+            call_hook(self.hooks, "on_error", b, err)
+
+
+class SenderThread(threading.Thread):
+    """The async producer's background sender. See the module docstring."""
+
+    def __init__(
+        self,
+        acc: RecordAccumulator,
+        dispatcher: Dispatcher,
+        metadata: Metadata,
+        policy: Retrying,
+        *,
+        max_retries: int,
+        retry_backoff_ms: float,
+        refresh_topics: Callable[[], None],
+    ) -> None:
+        super().__init__(name="hmbclient-producer-sender", daemon=True)
+        self.acc = acc
+        self.dispatcher = dispatcher
+        self.metadata = metadata
+        self.policy = policy
+        self.max_retries = max_retries
+        self.retry_backoff_ms = retry_backoff_ms
+        self.refresh_topics = refresh_topics
+        self.completions: deque[tuple[list[Unit], Any, BaseException | None]] = deque()
+        self.in_flight = 0
+        self._next_md_attempt = 0.0
+        self.stopped = threading.Event()
+
+    # called on the I/O thread
+    def _on_done(self, units: list[Unit], fut: Future[Any]) -> None:
+        exc = fut.exception()
+        self.completions.append((units, None if exc is not None else fut.result(), exc))
+        acc = self.acc
+        with acc.lock:
+            if acc.sender_waiting:
+                acc.work.notify()
+
+    def run(self) -> None:
+        try:
+            self._loop()
+        except BaseException:  # pragma: no cover - a bug: fail loudly, release callers
+            log.exception("producer sender thread crashed")
+            self._abort(KafkaConnectionError("producer sender thread crashed; see the log"))
+        finally:
+            self.stopped.set()
+
+    def _loop(self) -> None:
+        acc = self.acc
+        hooks = self.dispatcher.hooks
+        after_batching = hooks.get("after_batching")
+        while True:
+            with acc.lock:
+                while True:
+                    now = _mono_ms()
+                    closed = acc.close_expired(now) if acc.lingering else []
+                    units, wake = acc.drain(now)
+                    if units or closed or self.completions or self._metadata_due(now):
+                        break
+                    if acc.closing and not acc.queued and not self.in_flight:
+                        return
+                    acc.sender_wake_at = wake
+                    acc.sender_waiting = True
+                    timeout = None if wake == float("inf") else max(0.0, (wake - now) / 1000.0)
+                    if self._md_wanted:
+                        t2 = max(0.0, (self._next_md_attempt - now) / 1000.0)
+                        timeout = t2 if timeout is None else min(timeout, t2)
+                    acc.work.wait(timeout)
+                    acc.sender_waiting = False
+                    acc.sender_wake_at = float("inf")
+            if after_batching is not None:
+                for b in closed:
+                    call_hook(hooks, "after_batching", b)
+            while self.completions:
+                self._complete(*self.completions.popleft())
+            if self._metadata_due(_mono_ms()):
+                self._refresh_metadata()
+            if units:
+                self._send(units)
+
+    _md_wanted = False
+
+    def _metadata_due(self, now: float) -> bool:
+        if now < self._next_md_attempt:
+            return False
+        topics = list(self.acc.topics)
+        self._md_wanted = bool(topics) and self.metadata.needs_refresh(topics, now)
+        return self._md_wanted
+
+    def _refresh_metadata(self) -> None:
+        self._next_md_attempt = _mono_ms() + self.retry_backoff_ms
+        try:
+            self.metadata.refresh(list(self.acc.topics), timeout_ms=self.dispatcher.request_timeout_ms)
+            self.refresh_topics()
+        except HmbError as e:
+            log.warning("metadata refresh failed: %s", e)
+        self._md_wanted = False
+
+    def _send(self, units: list[Unit]) -> None:
+        by_node, orphans = self.dispatcher.group_by_leader(units)
+        for u in orphans:
+            self.metadata.invalidate(u.topic)
+            err = for_code(5)(f"{u.topic}-{u.partition}: no known leader")
+            self._retry_or_fail(u, err, count_attempt=False)
+        for node, nunits in by_node.items():
+            try:
+                fut = self.dispatcher.send(node, nunits)
+            except HmbError as e:
+                self.dispatcher.forget_node(node)
+                for u in nunits:
+                    if getattr(e, "retriable", False):
+                        self.metadata.invalidate(u.topic)
+                    self._retry_or_fail(u, e, count_attempt=True)
+                continue
+            except Exception as e:  # encoding failed: a bad message, not a broker problem
+                for u in nunits:
+                    self._retry_or_fail(u, e, count_attempt=True)
+                continue
+            self.in_flight += 1
+            fut.add_done_callback(functools.partial(self._on_done, nunits))
+
+    def _complete(self, units: list[Unit], resp: Any, exc: BaseException | None) -> None:
+        self.in_flight -= 1
+        failed = self.dispatcher.apply(units, resp, exc)
+        failed_ids = {id(u) for u, _ in failed}
+        acc = self.acc
+        with acc.lock:
+            for u in units:
+                if id(u) not in failed_ids:
+                    acc.release(u)
+        for u, err in failed:
+            if getattr(err, "invalid_metadata", False) or isinstance(err, KafkaConnectionError):
+                self.metadata.invalidate(u.topic)
+            self._retry_or_fail(u, err, count_attempt=True)
+
+    def _retry_or_fail(self, u: Unit, err: BaseException, *, count_attempt: bool) -> None:
+        attempts = max(b.attempts for b in u.batches)
+        acc = self.acc
+        if getattr(err, "retriable", False) and attempts <= self.max_retries and not acc.closing_hard:
+            wait = backoff_ms(self.policy, max(1, attempts))
+            log.info("retrying %s-%s (%d messages, attempt %d) in %.0f ms: %s", u.topic, u.partition, u.count, attempts, wait, err)
+            with acc.lock:
+                acc.requeue_front(u, _mono_ms() + wait)
+            return
+        log.warning("giving up on %s-%s (%d messages) after %d attempts: %s", u.topic, u.partition, u.count, attempts, err)
+        self.dispatcher.fail(u, err)
+        with acc.lock:
+            acc.release(u)
+
+    def _abort(self, err: BaseException) -> None:
+        acc = self.acc
+        with acc.lock:
+            for ts in acc.topics.values():
+                for ps in ts.parts:
+                    batches = list(ps.ready)
+                    if ps.open is not None:
+                        batches.append(ps.open)
+                    ps.ready.clear()
+                    ps.open = None
+                    for b in batches:
+                        b.fail(err)
+                        acc.queued -= len(b.items)
+            acc.space.notify_all()
