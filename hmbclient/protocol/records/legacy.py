@@ -227,8 +227,36 @@ def decode_run(
     unpack_v0 = HEADER_V0.unpack_from
     unpack_v1 = HEADER_V1.unpack_from
     unpack_i32 = I32.unpack_from
+    unpack_fast = HEADER_V1_NULL_KEY.unpack_from
     try:
         while pos + 12 <= end:
+            if pos + 34 <= end:
+                # Fast path: an uncompressed magic 1 message, whose fixed header (through a
+                # null key's valueLength) one unpack reads.
+                off, size, crc, magic, attrs, ts, klen, vlen = unpack_fast(data, pos)
+                ent_end = pos + 12 + size
+                if magic == 1 and not attrs & 7 and 22 <= size and ent_end <= end:
+                    if crc32(mv[pos + 16 : ent_end]) != crc:
+                        raise CorruptRecordError(f"message at offset {off}: CRC mismatch")
+                    if klen == -1:
+                        key = None
+                        p = pos + 34
+                    elif klen >= 0:
+                        p = pos + 30 + klen
+                        key = data[pos + 30 : p]
+                        (vlen,) = unpack_i32(data, p)
+                        p += 4
+                    else:
+                        raise CorruptRecordError(f"message at offset {off}: key length {klen}")
+                    if vlen == ent_end - p:
+                        value = data[p:ent_end]
+                    elif vlen == -1 and p == ent_end:
+                        value = None
+                    else:
+                        raise CorruptRecordError(f"message at offset {off}: value length {vlen}")
+                    append(new(rec, (off + shift, ts, key, value, ())))
+                    pos = ent_end
+                    continue
             (size,) = unpack_i32(data, pos + 8)
             if size < 14:
                 raise CorruptRecordError(f"entry size {size} at {pos} is below the minimum")
