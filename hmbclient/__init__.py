@@ -34,7 +34,19 @@ _LAZY: dict[str, str] = {
     "SimpleConsumerConfig": "hmbclient.config",
     # status events
     "BrokerEvent": "hmbclient.net.client",
-    # high-level consumer (Consumer, Whitelist, Blacklist, ...): add entries here.
+    # high-level consumer (ZooKeeper groups)
+    "Consumer": "hmbclient.consumer.connector",
+    "ConsumerConnector": "hmbclient.consumer.connector",
+    "KafkaStream": "hmbclient.consumer.connector",
+    "MessageAndMetadata": "hmbclient.consumer.connector",
+    "ConsumerConfig": "hmbclient.config",
+    "Whitelist": "rebalance.filters",
+    "Blacklist": "rebalance.filters",
+    "TopicFilter": "rebalance.filters",
+    # errors users catch most
+    "HmbError": "hmbclient.errors",
+    "ConsumerTimeoutError": "hmbclient.errors",
+    "ConfigError": "hmbclient.errors",
 }
 
 __all__ = [
@@ -54,13 +66,31 @@ __all__ = [
     "ProducerConfig",
     "SimpleConsumerConfig",
     "BrokerEvent",
+    "Consumer",
+    "ConsumerConnector",
+    "KafkaStream",
+    "MessageAndMetadata",
+    "ConsumerConfig",
+    "Whitelist",
+    "Blacklist",
+    "TopicFilter",
+    "HmbError",
+    "ConsumerTimeoutError",
+    "ConfigError",
 ]
 
 if TYPE_CHECKING:  # pragma: no cover
     from hmbclient import errors
-    from hmbclient.config import ProducerConfig, SimpleConsumerConfig
+    from hmbclient.config import ConsumerConfig, ProducerConfig, SimpleConsumerConfig
+    from hmbclient.consumer.connector import (
+        Consumer,
+        ConsumerConnector,
+        KafkaStream,
+        MessageAndMetadata,
+    )
     from hmbclient.consumer.message_set import ByteBufferMessageSet, MessageAndOffset
     from hmbclient.consumer.simple import EARLIEST_TIME, LATEST_TIME, FetchRequest, SimpleConsumer
+    from hmbclient.errors import ConfigError, ConsumerTimeoutError, HmbError
     from hmbclient.net.client import BrokerEvent
     from hmbclient.producer import (
         CallbackHandler,
@@ -69,6 +99,7 @@ if TYPE_CHECKING:  # pragma: no cover
         ProducerData,
         RecordMetadata,
     )
+    from rebalance.filters import Blacklist, TopicFilter, Whitelist
 
 
 def __getattr__(name: str) -> Any:
