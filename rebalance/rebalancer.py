@@ -251,6 +251,9 @@ class ZkRebalancer:
         self._thread: threading.Thread | None = None
         self._retry_at: float | None = None
         self._metadata_snapshot: Mapping[str, list[int]] | None = None
+        self._metadata_key: tuple[str, ...] | None = None
+        self._metadata_at = 0.0
+        self._partition_cache: dict[str, list[int]] = {}
         self._metadata_mode = False
 
         #: Owner nodes we hold (tp -> our thread id). Rebalance thread only.
@@ -500,6 +503,7 @@ class ZkRebalancer:
         self._session_id = self.registry.session_id
 
         view = self._read_view()
+        viewed = time.monotonic()
         partitions_by_topic, threads_by_topic = view
         assignment = self.assignor(partitions_by_topic, threads_by_topic)
         mine_threads = {
@@ -517,6 +521,7 @@ class ZkRebalancer:
             consumer_id=self.consumer_id,
             target=len(target),
             owned=len(self.owned),
+            view_seconds=round(viewed - started, 4),
         )
 
         # Step 4: revoke and release what leaves us (commit strictly before release).
@@ -616,12 +621,17 @@ class ZkRebalancer:
     def _read_view(self) -> tuple[dict[str, list[int]], dict[str, list[str]]]:
         for _ in range(20):
             self._trigger.clear()
-            members, cversion = self.registry.members(watch=self._on_watch)
+            snap = self.registry.snapshot(
+                member_watch=self._on_watch,
+                broker_watch=self._on_broker_watch,
+                topic_watch=self._on_topics_watch,
+            )
+            members = snap.members
             if self.consumer_id not in members:
                 # Our registration is gone (deleted by a tool, or never re-created): restore it.
                 self.registry.register(self.subscription.registration(self.consumer_id))
                 continue
-            brokers = self.registry.brokers(watch=self._on_broker_watch)
+            brokers = snap.brokers
             if self._brokers_dirty:
                 self._brokers_dirty = False
                 self.listener.on_brokers_changed(brokers)
@@ -632,20 +642,17 @@ class ZkRebalancer:
             # Brokers that register in ZooKeeper also register their topics there; with no
             # registered broker, ask the brokers' Metadata API when we know where they are.
             zk_mode = bool(brokers) or (brokers is not None and self.metadata_partitions is None)
-            zk_topics = self.registry.topics(watch=self._on_watch) if zk_mode else None
             if zk_mode:
-                zk_topics = zk_topics or []
                 self._metadata_mode = False
-                all_topics = zk_topics
+                all_topics = snap.topics or []
                 threads_by_topic = self._threads(members, all_topics)
-                partitions = self.registry.partitions(sorted(threads_by_topic), watch=self._on_watch)
+                partitions = self._zk_partitions(sorted(threads_by_topic))
             elif self.metadata_partitions is not None:
                 self._metadata_mode = True
-                snapshot = dict(self.metadata_partitions(None if wildcard else static_topics))
-                self._metadata_snapshot = snapshot
+                snapshot = self._metadata_view(None if wildcard else static_topics)
                 all_topics = sorted(snapshot)
                 threads_by_topic = self._threads(members, all_topics)
-                partitions = {t: sorted(snapshot[t]) for t in threads_by_topic if t in snapshot}
+                partitions = {t: list(snapshot[t]) for t in threads_by_topic if t in snapshot}
             else:
                 self._metadata_mode = False
                 log.warning(
@@ -656,7 +663,7 @@ class ZkRebalancer:
             if self._trigger.is_set():
                 # A watch fired while we read: the view may be torn. Read again.
                 continue
-            self._ids_cversion = cversion
+            self._ids_cversion = snap.ids_cversion
             threads = {t: sorted(threads_by_topic[t]) for t in partitions if partitions[t]}
             self.last_view = {
                 "members": sorted(members),
@@ -665,6 +672,27 @@ class ZkRebalancer:
             return {t: partitions[t] for t in threads}, threads
         raise RebalanceError("group membership kept changing while reading it")
 
+    def _zk_partitions(self, topics: list[str]) -> dict[str, list[int]]:
+        # Topic znodes change only when partitions are added: cache them, dropping an entry
+        # when its data watch fires (or the topic list changes).
+        missing = [t for t in topics if t not in self._partition_cache]
+        if missing:
+            found = self.registry.partitions(missing, watch=self._on_topic_data_watch)
+            self._partition_cache.update(found)
+        return {t: self._partition_cache[t] for t in topics if t in self._partition_cache}
+
+    def _on_topics_watch(self, event: Any) -> None:
+        self.trigger(f"topics {getattr(event, 'type', None)}")
+
+    def _on_topic_data_watch(self, event: Any) -> None:
+        path = getattr(event, "path", None) or ""
+        topic = path.rsplit("/", 1)[-1] if path else None
+        if topic:
+            self._partition_cache.pop(topic, None)
+        else:
+            self._partition_cache.clear()
+        self.trigger(f"topic data {path}")
+
     def _threads(self, members: Mapping[str, Registration], all_topics: list[str]) -> dict[str, list[str]]:
         out: dict[str, list[str]] = {}
         for reg in members.values():
@@ -672,20 +700,33 @@ class ZkRebalancer:
                 out.setdefault(topic, []).extend(tids)
         return out
 
+    def _metadata_view(self, topics: list[str] | None) -> Mapping[str, list[int]]:
+        # Membership changes do not change partitions: reuse a recent Metadata answer for the
+        # same question (the periodic poll refreshes it), so a round costs no broker request.
+        key = None if topics is None else tuple(topics)
+        now = time.monotonic()
+        if (
+            self._metadata_snapshot is not None
+            and self._metadata_key == key
+            and now - self._metadata_at < self.metadata_refresh_s
+        ):
+            return self._metadata_snapshot
+        assert self.metadata_partitions is not None
+        snapshot = {t: sorted(p) for t, p in self.metadata_partitions(topics).items()}
+        self._metadata_snapshot, self._metadata_key, self._metadata_at = snapshot, key, now
+        return snapshot
+
     def _metadata_changed(self) -> bool:
         assert self.metadata_partitions is not None
-        wildcard = self.subscription.topic_filter is not None
-        topics = None if wildcard else sorted(self.subscription.topic_counts or {})
+        key = self._metadata_key
+        topics = None if key is None else list(key)
         try:
-            now = dict(self.metadata_partitions(topics))
+            now = {t: sorted(p) for t, p in self.metadata_partitions(topics).items()}
         except Exception as exc:  # noqa: BLE001 - a broker hiccup: poll again later
             log.debug("metadata poll failed: %s", exc)
             return False
-        old = self._metadata_snapshot or {}
-        if wildcard:
-            changed = {t: sorted(p) for t, p in now.items()} != {t: sorted(p) for t, p in old.items()}
-        else:
-            changed = any(sorted(now.get(t, [])) != sorted(old.get(t, [])) for t in topics or [])
+        changed = now != self._metadata_snapshot
+        self._metadata_snapshot, self._metadata_at = now, time.monotonic()
         return changed
 
     # ------------------------------------------------------------------ session recovery

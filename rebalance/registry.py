@@ -38,6 +38,7 @@ __all__ = [
     "Registration",
     "BrokerInfo",
     "ClaimOutcome",
+    "GroupView",
     "GroupRegistry",
     "thread_id",
     "thread_index",
@@ -141,6 +142,20 @@ class BrokerInfo:
 
 
 @dataclass
+class GroupView:
+    """One pipelined read of a group's ZooKeeper state (see :meth:`GroupRegistry.snapshot`).
+
+    ``brokers``/``topics`` are None when ``/brokers/ids`` / ``/brokers/topics`` do not exist.
+    """
+
+    members: dict[str, Registration]
+    ids_cversion: int
+    brokers: list[BrokerInfo] | None
+    brokers_cversion: int
+    topics: list[str] | None
+
+
+@dataclass
 class ClaimOutcome:
     """What one claim attempt achieved.
 
@@ -187,6 +202,10 @@ class GroupRegistry:
         # of these are our own leftovers and may be deleted at once instead of waiting up to a
         # whole session timeout for the server to expire them.
         self.past_sessions: set[int] = set()
+        # A member's registration does not change while its node lives, and a broker's only
+        # when it re-registers (a child change): both are read once and cached.
+        self._registrations: dict[str, Registration] = {}
+        self._brokers: tuple[int, list[BrokerInfo]] | None = None
 
     # ------------------------------------------------------------------ helpers
 
@@ -268,7 +287,6 @@ class GroupRegistry:
             ``({consumer_id: Registration}, cversion)``; a member whose node vanished while
             we read is left out (the watch has fired, so the caller will read again).
         """
-        self.zk.ensure_path(self.ids_path)
         children, stat = self.zk.get_children(self.ids_path, watch=watch, include_data=True)
         pending = [
             (cid, self.zk.get_async(f"{self.ids_path}/{cid}")) for cid in sorted(children)
@@ -284,6 +302,99 @@ class GroupRegistry:
             except ValueError as exc:
                 log.warning("ignoring unreadable registration of %s in %s: %s", cid, self.group, exc)
         return out, stat.cversion
+
+    def snapshot(
+        self,
+        member_watch: Watch | None = None,
+        broker_watch: Watch | None = None,
+        topic_watch: Watch | None = None,
+    ) -> GroupView:
+        """Members, brokers and topics in (usually) one round trip.
+
+        The three child listings are sent together (each with its watch); only members and
+        brokers not seen before are then read, and a broker list whose child version did not
+        change comes from the cache.
+
+        Args:
+            member_watch: child watch on ``/consumers/<g>/ids``.
+            broker_watch: child watch on ``/brokers/ids`` (exists watch when absent).
+            topic_watch: child watch on ``/brokers/topics`` (None: topics are not listed).
+
+        Returns:
+            The :class:`GroupView`.
+        """
+        zk = self.zk
+        ids_res = zk.get_children_async(self.ids_path, watch=member_watch, include_data=True)
+        brokers_res = zk.get_children_async(paths.BROKER_IDS_PATH, watch=broker_watch, include_data=True)
+        topics_res = (
+            zk.get_children_async(paths.BROKER_TOPICS_PATH, watch=topic_watch)
+            if topic_watch is not None
+            else None
+        )
+        try:
+            children, stat = ids_res.get(timeout=self.op_timeout_s)
+        except NoNodeError:
+            zk.ensure_path(self.ids_path)
+            children, stat = zk.get_children(self.ids_path, watch=member_watch, include_data=True)
+        try:
+            broker_ids, bstat = brokers_res.get(timeout=self.op_timeout_s)
+            bcv = bstat.cversion
+        except NoNodeError:
+            zk.exists_async(paths.BROKER_IDS_PATH, watch=broker_watch)
+            broker_ids, bcv = None, -1
+        topics: list[str] | None = None
+        if topics_res is not None:
+            try:
+                topics = sorted(topics_res.get(timeout=self.op_timeout_s))
+            except NoNodeError:
+                zk.exists_async(paths.BROKER_TOPICS_PATH, watch=topic_watch)
+
+        new_members = [
+            (cid, zk.get_async(f"{self.ids_path}/{cid}"))
+            for cid in children
+            if cid not in self._registrations
+        ]
+        broker_reads = []
+        if broker_ids is not None and (self._brokers is None or self._brokers[0] != bcv):
+            broker_reads = [
+                (i, zk.get_async(paths.broker_path(int(i)))) for i in broker_ids if i.isdigit()
+            ]
+        for cid, res in new_members:
+            try:
+                data, _ = res.get(timeout=self.op_timeout_s)
+            except NoNodeError:
+                continue
+            try:
+                self._registrations[cid] = Registration.from_json(cid, data)
+            except ValueError as exc:
+                log.warning("ignoring unreadable registration of %s in %s: %s", cid, self.group, exc)
+        live = set(children)
+        for cid in [c for c in self._registrations if c not in live]:
+            del self._registrations[cid]
+        members = {cid: self._registrations[cid] for cid in sorted(children) if cid in self._registrations}
+
+        if broker_ids is None:
+            broker_list = None
+        elif broker_reads or self._brokers is None:
+            found = []
+            for i, res in broker_reads:
+                try:
+                    data, _ = res.get(timeout=self.op_timeout_s)
+                    reg = paths.decode_broker_registration(data)
+                    found.append(BrokerInfo(int(i), reg.host, reg.port))
+                except NoNodeError:
+                    continue
+                except ValueError as exc:
+                    log.warning("ignoring unreadable broker registration %s: %s", i, exc)
+            broker_list = sorted(found, key=lambda b: b.broker_id)
+            self._brokers = (bcv, broker_list)
+        else:
+            broker_list = list(self._brokers[1])
+        return GroupView(members, stat.cversion, broker_list, bcv, topics)
+
+    def forget_member(self, consumer_id: str) -> None:
+        """Drop a cached registration (our own, after we re-register)."""
+        self._registrations.pop(consumer_id, None)
 
     # ------------------------------------------------------------------ ownership
 
