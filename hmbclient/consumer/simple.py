@@ -201,7 +201,7 @@ class SimpleConsumer:
                 forgotten_topics_data=[],
             )
 
-        return self._client.send(_NODE, build, timeout_ms=self._timeout_ms())
+        return self._client.send(_NODE, build, timeout_ms=self._timeout_ms(), api_key=ApiKey.FETCH)
 
     def _wait(self, fut: Future[Any]) -> Any:
         # The I/O thread enforces the request deadline; the margin guards against a hang.

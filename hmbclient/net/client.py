@@ -188,6 +188,7 @@ class NetClient:
         *,
         timeout_ms: float | None = None,
         expect_response: bool = True,
+        api_key: int | None = None,
     ) -> Future[Any]:
         """Queue a request for a broker.
 
@@ -198,6 +199,7 @@ class NetClient:
                 by the connection).
             timeout_ms: from now until the answer (default ``request_timeout_ms``).
             expect_response: False for Produce with acks=0 (completes once written).
+            api_key: names the API in errors when ``request`` is a builder.
 
         Returns:
             A Future of the decoded response (None when no response is expected). It fails
@@ -209,7 +211,7 @@ class NetClient:
             fut.set_exception(KafkaConnectionError("client closed"))
             return fut
         t = self.request_timeout_ms if timeout_ms is None else float(timeout_ms)
-        req = PendingRequest(request, fut, _now_ms() + t, t, expect_response)
+        req = PendingRequest(request, fut, _now_ms() + t, t, expect_response, api_key)
         self._commands.append(("send", node_id, req))
         self._wake()
         return fut
@@ -224,7 +226,9 @@ class NetClient:
         self._wake()
         return fut
 
-    def call(self, node_id: int, build: RequestBuilder, *, timeout_ms: float | None = None) -> Any:
+    def call(
+        self, node_id: int, build: RequestBuilder, *, timeout_ms: float | None = None, api_key: int | None = None
+    ) -> Any:
         """Send and wait: ``build(versions) -> Request`` runs once the connection is ready.
 
         Returns:
@@ -234,7 +238,7 @@ class NetClient:
             whatever the future raises; RequestTimedOutError if nothing came back in time.
         """
         t = self.request_timeout_ms if timeout_ms is None else float(timeout_ms)
-        fut = self.send(node_id, build, timeout_ms=t)
+        fut = self.send(node_id, build, timeout_ms=t, api_key=api_key)
         # The I/O thread enforces the deadline; the extra second only guards against a wedged
         # I/O thread turning into a silent hang.
         return fut.result(timeout=t / 1000.0 + 1.0)

@@ -87,13 +87,16 @@ class PendingRequest:
         deadline_ms: float,
         timeout_ms: float,
         expect_response: bool = True,
+        api_key: int | None = None,
     ) -> None:
         self.request = request
         self.future = future
         self.deadline_ms = deadline_ms
         self.timeout_ms = timeout_ms
         self.expect_response = expect_response
-        self.api = api_name(request.API_KEY) if isinstance(request, Request) else "request"
+        if isinstance(request, Request):
+            api_key = request.API_KEY
+        self.api = api_name(api_key) if api_key is not None else "request"
 
 
 def _fail(fut: Future[Any] | None, err: BaseException) -> None:
@@ -227,6 +230,7 @@ class BrokerConnection:
         self._backoff_until = 0.0
         self._failures = 0
         self._legacy = False  # the probe failed once: never probe this broker again
+        self._last_error: HmbError | None = None
         self._version_waiters: list[Future[BrokerVersions]] = []
         self.closed = False
 
@@ -307,13 +311,19 @@ class BrokerConnection:
             keep: deque[PendingRequest] = deque()
             for r in self._pending:
                 if now_ms >= r.deadline_ms:
-                    _fail(
-                        r.future,
-                        RequestTimedOutError(
+                    err: HmbError
+                    if self.state is ConnState.DISCONNECTED and self._last_error is not None:
+                        # It never left because the broker cannot be reached: say so.
+                        err = KafkaConnectionError(
+                            f"{r.api} request to {self.address} was not sent within {r.timeout_ms:.0f} ms: "
+                            f"{self._last_error}"
+                        )
+                    else:
+                        err = RequestTimedOutError(
                             f"{r.api} request to {self.address} was not sent within {r.timeout_ms:.0f} ms "
                             f"(connection {self.state.value})"
-                        ),
-                    )
+                        )
+                    _fail(r.future, err)
                 elif not r.future.done():
                     keep.append(r)
             self._pending = keep
@@ -379,6 +389,7 @@ class BrokerConnection:
         proto_cls = _HmbClientConnection if self.dialect.fetch_frame_quirk else ClientConnection
         self._proto = proto_cls(self.client_id, self.max_frame_bytes)
         self._failures = 0
+        self._last_error = None
         self.owner._watch(self, self.sock, False)
         if self.dialect.probe and not self._legacy:
             self.state = ConnState.PROBING
@@ -419,6 +430,7 @@ class BrokerConnection:
         self._start_connect(now_ms)
 
     def _connect_failed(self, err: KafkaConnectionError, now_ms: float) -> None:
+        self._last_error = err
         self._teardown(err)
         self._failures += 1
         backoff = min(self.reconnect_backoff_max_ms, self.reconnect_backoff_ms * (2 ** (self._failures - 1)))

@@ -221,7 +221,7 @@ class Metadata:
                 break
             tried.append(nid)
             try:
-                return self.client.call(nid, build, timeout_ms=left)
+                return self.client.call(nid, build, timeout_ms=left, api_key=ApiKey.METADATA)
             except HmbError as e:
                 if not e.retriable:
                     raise
@@ -229,7 +229,7 @@ class Metadata:
                 log.info("metadata from node %s failed: %s", nid, e)
         if last is None:
             last = KafkaConnectionError("metadata: no broker to ask")
-        raise type(last)(f"metadata request failed on every known broker {tried}: {last}")
+        raise type(last)(f"metadata request failed on every broker tried {tried}: {last}")
 
     def _merge(self, resp: Any, want: list[str] | None) -> ClusterView:
         brokers = {b.node_id: (b.host, b.port) for b in resp.brokers}

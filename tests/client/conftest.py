@@ -2,7 +2,7 @@
 
 * ``tansu`` (session): one LocalTansu (modern protocol, memory storage).
 * ``broker`` (module, parametrized): each test module runs against every broker kind in
-  ``BROKER_KINDS``; ``broker.bootstrap`` / ``broker.host`` / ``broker.port`` /
+  ``BROKER_KINDS``: "tansu" and "embedded" (our EmbeddedBroker on port 0 in a temp dir); ``broker.bootstrap`` / ``broker.host`` / ``broker.port`` /
   ``broker.kind``.
 * helpers: ``unique`` topic names, ``create_topic`` (CreateTopics through our NetClient),
   ``read_partition`` / ``read_all`` (everything in a topic through SimpleConsumer).
@@ -23,7 +23,7 @@ from hmbclient.net import NetClient
 from hmbclient.protocol.api.base import ApiKey
 from hmbclient.testing.tansu import LocalTansu
 
-BROKER_KINDS = ["tansu"]
+BROKER_KINDS = ["tansu", "embedded"]
 
 
 @dataclass
@@ -54,6 +54,12 @@ def broker(request: pytest.FixtureRequest) -> Iterator[BrokerHandle]:
     if kind == "tansu":
         t = request.getfixturevalue("tansu")
         yield BrokerHandle("tansu", t.host, t.port, t)
+        return
+    if kind == "embedded":
+        from hmbclient.broker import EmbeddedBroker
+
+        with EmbeddedBroker(port=0, log_dir=str(request.getfixturevalue("tmp_path_factory").mktemp("hmb"))) as b:
+            yield BrokerHandle("embedded", b.host, b.port, b)
         return
     raise AssertionError(f"unknown broker kind {kind}")
 
@@ -96,3 +102,173 @@ def read_partition(host: str, port: int, topic: str, partition: int, *, api_vers
 
 def read_all(host: str, port: int, topic: str, partitions: int, **kw: Any) -> dict[int, list[Any]]:
     return {p: read_partition(host, port, topic, p, **kw) for p in range(partitions)}
+
+
+class WireProxy:
+    """A real TCP proxy in front of a broker that sees each request's API key.
+
+    ``policy(api_key) -> "forward" | "close" | "drop"``: forward the request, close the client
+    connection (what a Kafka 0.8 broker does on ApiVersions), or swallow it and never answer.
+    ``seen`` lists every API key received, in order. ``paused`` stops forwarding requests
+    (they are held, unanswered) until cleared.
+    """
+
+    def __init__(self, target: tuple[str, int], policy: Any = None) -> None:
+        import socket
+        import threading
+
+        self.target = target
+        self.policy = policy or (lambda key: "forward")
+        self.seen: list[int] = []
+        self._lsock = socket.socket()
+        self._lsock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self._lsock.bind(("127.0.0.1", 0))
+        self._lsock.listen(16)
+        self.host, self.port = self._lsock.getsockname()
+        self._closed = False
+        self._socks: list[Any] = []
+        self._thread = threading.Thread(target=self._accept, daemon=True)
+        self._thread.start()
+
+    @property
+    def bootstrap(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    def _accept(self) -> None:
+        import socket
+        import threading
+
+        while not self._closed:
+            try:
+                client, _ = self._lsock.accept()
+            except OSError:
+                return
+            try:
+                upstream = socket.create_connection(self.target)
+            except OSError:
+                client.close()
+                continue
+            self._socks += [client, upstream]
+            threading.Thread(target=self._up, args=(client, upstream), daemon=True).start()
+            threading.Thread(target=self._down, args=(upstream, client), daemon=True).start()
+
+    def _up(self, client: Any, upstream: Any) -> None:
+        import struct
+
+        buf = b""
+        try:
+            while True:
+                data = client.recv(65536)
+                if not data:
+                    break
+                buf += data
+                while len(buf) >= 4:
+                    (n,) = struct.unpack_from(">i", buf)
+                    if len(buf) < 4 + n:
+                        break
+                    frame, buf = buf[: 4 + n], buf[4 + n :]
+                    (key,) = struct.unpack_from(">h", frame, 4)
+                    self.seen.append(key)
+                    action = self.policy(key)
+                    if action == "close":
+                        raise ConnectionAbortedError
+                    if action == "forward":
+                        upstream.sendall(frame)
+        except OSError:
+            pass
+        finally:
+            for s in (client, upstream):
+                try:
+                    s.close()
+                except OSError:
+                    pass
+
+    def _down(self, upstream: Any, client: Any) -> None:
+        try:
+            while True:
+                data = upstream.recv(65536)
+                if not data:
+                    break
+                client.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for s in (client, upstream):
+                try:
+                    s.close()
+                except OSError:
+                    pass
+
+    def close(self) -> None:
+        self._closed = True
+        self._lsock.close()
+        for s in self._socks:
+            try:
+                s.close()
+            except OSError:
+                pass
+
+    def __enter__(self) -> WireProxy:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class SilentServer:
+    """Accepts connections, reads everything, answers nothing (a broker that hangs)."""
+
+    def __init__(self) -> None:
+        import socket
+        import threading
+
+        self._lsock = socket.socket()
+        self._lsock.bind(("127.0.0.1", 0))
+        self._lsock.listen(16)
+        self.host, self.port = self._lsock.getsockname()
+        self._conns: list[Any] = []
+        self._closed = False
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        import threading
+
+        while not self._closed:
+            try:
+                c, _ = self._lsock.accept()
+            except OSError:
+                return
+            self._conns.append(c)
+            threading.Thread(target=self._drain, args=(c,), daemon=True).start()
+
+    @staticmethod
+    def _drain(c: Any) -> None:
+        try:
+            while c.recv(65536):
+                pass
+        except OSError:
+            pass
+
+    def close(self) -> None:
+        self._closed = True
+        self._lsock.close()
+        for c in self._conns:
+            try:
+                c.close()
+            except OSError:
+                pass
+
+    def __enter__(self) -> SilentServer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def closed_port() -> int:
+    """A port nothing listens on (bound, then released)."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
