@@ -3,9 +3,12 @@
 * :class:`SimpleConsumer` — the low-level, stateless consumer of one broker (seed 003, 5.1),
   with :class:`FetchRequest`, ``LATEST_TIME`` / ``EARLIEST_TIME`` and the lazily decoded
   :class:`ByteBufferMessageSet` of :data:`MessageAndOffset` values.
-
-The high-level ConsumerConnector (ZooKeeper groups) is added here by its own module.
+* :class:`Consumer` / :class:`ConsumerConnector` — the high-level consumer of ZooKeeper groups
+  (:mod:`.connector`), with :class:`KafkaStream`, :class:`MessageAndMetadata` and the topic
+  filters :class:`Whitelist` / :class:`Blacklist`; imported on first use (they load kazoo).
 """
+
+from typing import Any
 
 from hmbclient.consumer.message_set import ByteBufferMessageSet, MessageAndOffset
 from hmbclient.consumer.simple import EARLIEST_TIME, LATEST_TIME, FetchRequest, SimpleConsumer
@@ -17,4 +20,23 @@ __all__ = [
     "EARLIEST_TIME",
     "ByteBufferMessageSet",
     "MessageAndOffset",
+    "Consumer",
+    "ConsumerConnector",
+    "ConsumerRebalanceListener",
+    "ConsumerEvent",
+    "KafkaStream",
+    "MessageAndMetadata",
+    "TopicFilter",
+    "Whitelist",
+    "Blacklist",
 ]
+
+_HIGH_LEVEL = frozenset(__all__[6:])
+
+
+def __getattr__(name: str) -> Any:
+    if name in _HIGH_LEVEL:
+        from hmbclient.consumer import connector
+
+        return getattr(connector, name)
+    raise AttributeError(f"module 'hmbclient.consumer' has no attribute {name!r}")
