@@ -298,10 +298,10 @@ class BrokerConnection:
             self._start_connect(now_ms)
         for r in self._in_flight:
             if now_ms >= r.deadline_ms:
-                err = RequestTimedOutError(
-                    f"{r.api} request to {self.address} got no answer within {r.timeout_ms:.0f} ms"
+                _fail(
+                    r.future,
+                    RequestTimedOutError(f"{r.api} request to {self.address} got no answer within {r.timeout_ms:.0f} ms"),
                 )
-                _fail(r.future, err)
                 self._disconnect(
                     KafkaConnectionError(f"{self.address}: connection closed after a {r.api} request timed out"),
                     now_ms,

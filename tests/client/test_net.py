@@ -17,7 +17,13 @@ from hmbclient.errors import (
     RequestTimedOutError,
     UnsupportedByBroker,
 )
-from hmbclient.net import BROKER_CONNECTED, BROKER_DISCONNECTED, BROKER_UNAVAILABLE, BrokerEvent, NetClient
+from hmbclient.net import (
+    BROKER_CONNECTED,
+    BROKER_DISCONNECTED,
+    BROKER_UNAVAILABLE,
+    BrokerEvent,
+    NetClient,
+)
 from hmbclient.net.versions import LEGACY_VERSIONS, pick_versions, resolve_dialect
 from hmbclient.protocol.api.base import ApiKey
 

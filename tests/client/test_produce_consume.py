@@ -4,7 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from hmbclient import EARLIEST_TIME, LATEST_TIME, FetchRequest, Producer, ProducerData, SimpleConsumer
+from hmbclient import (
+    EARLIEST_TIME,
+    LATEST_TIME,
+    FetchRequest,
+    Producer,
+    ProducerData,
+    SimpleConsumer,
+)
 
 from .conftest import BrokerHandle, create_topic, read_all, unique
 
