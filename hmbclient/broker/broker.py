@@ -24,6 +24,7 @@ from hmbclient.broker.log.config import LogConfig
 from hmbclient.broker.log.manager import LogManager
 from hmbclient.broker.metadata import BrokerEndpoint, ClusterView
 from hmbclient.broker.offset_manager import OFFSETS_TOPIC, OffsetManager
+from hmbclient.broker.producer_ids import ProducerIdManager
 from hmbclient.broker.replica_manager import ReplicaManager
 from hmbclient.broker.server import SocketServer
 from hmbclient.broker.topics import TopicManager
@@ -104,10 +105,19 @@ class Broker:
         view: a shared cluster view (cluster mode) or None to own one.
         logs: shared logs (cluster mode) or None to open ``config.log_dirs[0]`` (or a temp dir,
             removed on stop).
+        producer_ids: shared producer id source (cluster mode) or None for a private one.
     """
 
-    def __init__(self, config: BrokerConfig, *, view: ClusterView | None = None, logs: LogManager | None = None) -> None:
+    def __init__(
+        self,
+        config: BrokerConfig,
+        *,
+        view: ClusterView | None = None,
+        logs: LogManager | None = None,
+        producer_ids: ProducerIdManager | None = None,
+    ) -> None:
         self.config = config
+        self.producer_ids = producer_ids or ProducerIdManager()
         self.broker_id = config.broker_id
         self._shared_view = view
         self._shared_logs = logs
@@ -173,7 +183,7 @@ class Broker:
             self.replica_manager = rm
             om = OffsetManager(cfg.broker_id, view, rm, topics, cfg)
             self.offset_manager = om
-            self.apis = KafkaApis(cfg.broker_id, view, rm, topics, om)
+            self.apis = KafkaApis(cfg.broker_id, view, rm, topics, om, self.producer_ids)
             self.server = SocketServer(
                 self.apis,
                 cfg.host,

@@ -87,6 +87,7 @@ class ClusterView:
                 for p, b in enumerate(leaders):
                     if b == node_id:
                         leaders[p] = NO_LEADER
+                        self._bump((topic, p))
                         changed.append((topic, p))
         self._emit("broker_down", node_id)
         for tp in changed:

@@ -235,10 +235,17 @@ class ReplicaManager:
     @staticmethod
     def _down_convert(sl: FileSlice, to_magic: int) -> bytes:
         buf = sl.read()
-        # Keep whole entries only: the converter works on complete messages, and a client
+        # Convert whole entries only: the converter works on complete messages, and a client
         # reading an old format re-fetches from the next offset anyway.
         _, valid = records.scan_entries(buf, verify_crc=False)
-        return bytes(records.convert_records(memoryview(buf)[:valid], to_magic)) if valid else _EMPTY
+        if valid:
+            return bytes(records.convert_records(memoryview(buf)[:valid], to_magic))
+        if len(buf) < 12:
+            return _EMPTY
+        # Not even the first entry fits: send the start of its conversion, cut at the limit,
+        # as Kafka 0.8 sent a partial message; an old client then knows to fetch bigger.
+        whole = sl.store.read(sl.position, 12 + int.from_bytes(buf[8:12], "big"))
+        return bytes(records.convert_records(whole, to_magic))[: len(sl)]
 
     def fetch_messages(
         self,

@@ -1,0 +1,106 @@
+"""Running a broker as a program: ``run_broker(config)`` and ``main(argv)``.
+
+    python -m hmbclient.broker --port 9092 --log-dir /var/lib/hmb --broker-id 0 \\
+        --num-partitions 3 --zookeeper 127.0.0.1:2181 --set log.segment.bytes=1048576
+
+``hmb broker`` (the CLI) calls ``run_broker``. Once serving, one line goes to stdout:
+``hmb broker <id> listening on <host>:<port> log.dir=<dir>`` (``BrokerProcess`` waits for it to
+learn the port when started with ``--port 0``). SIGTERM and SIGINT stop the broker cleanly
+(exit 0); a start-up failure (a damaged log, a taken port) exits 1 with the reason on stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+import threading
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from hmbclient.broker.broker import Broker
+from hmbclient.config import BrokerConfig
+from hmbclient.errors import HmbError
+
+__all__ = ["run_broker", "main", "READY_PREFIX"]
+
+READY_PREFIX = "hmb broker "
+
+
+def run_broker(config: BrokerConfig, *, stop: threading.Event | None = None, on_ready: Callable[[Broker], None] | None = None, handle_signals: bool = True) -> int:
+    """Start a broker and serve until ``stop`` is set or SIGTERM/SIGINT arrives.
+
+    Args:
+        config: the broker settings.
+        stop: an event that ends serving (None: only signals do).
+        on_ready: called with the running Broker (default: print the ready line to stdout).
+        handle_signals: install SIGTERM/SIGINT handlers (main thread only).
+    Returns:
+        0 after a clean stop.
+    Raises:
+        StorageError, CoordinationError, OSError: the broker could not start.
+    """
+    stop = stop or threading.Event()
+    if handle_signals and threading.current_thread() is threading.main_thread():
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, lambda *_: stop.set())
+    broker = Broker(config)
+    broker.start()
+    try:
+        if on_ready is not None:
+            on_ready(broker)
+        else:
+            print(f"{READY_PREFIX}{broker.broker_id} listening on {broker.host}:{broker.port} log.dir={broker.log_dir}", flush=True)
+        while not stop.wait(0.5):
+            pass
+    finally:
+        broker.stop(remove_temp_dir=True)
+    return 0
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m hmbclient.broker", description="Run an embedded Kafka-protocol broker.")
+    p.add_argument("--host", default=None, help="interface to bind (default 127.0.0.1)")
+    p.add_argument("--port", type=int, default=None, help="listen port (0: ephemeral; default 0)")
+    p.add_argument("--log-dir", default=None, help="data directory (default: a temp dir)")
+    p.add_argument("--broker-id", type=int, default=None)
+    p.add_argument("--num-partitions", type=int, default=None, help="partitions of auto-created topics")
+    p.add_argument("--zookeeper", default=None, help="register in this ZooKeeper (host:port[,..][/chroot])")
+    p.add_argument("--set", action="append", default=[], metavar="NAME=VALUE", help="any broker setting (Kafka 0.8 property name), repeatable")
+    return p
+
+
+def config_from_args(argv: Sequence[str] | None = None) -> BrokerConfig:
+    """Parse command-line arguments into a BrokerConfig.
+
+    Raises:
+        ConfigError: an unknown or invalid setting; SystemExit on bad syntax.
+    """
+    args = _parser().parse_args(argv)
+    props: dict[str, Any] = {}
+    for item in args.set:
+        name, sep, value = item.partition("=")
+        if not sep:
+            raise SystemExit(f"--set needs NAME=VALUE, got {item!r}")
+        props[name.strip()] = value.strip()
+    for key, value in (
+        ("host.name", args.host),
+        ("port", args.port),
+        ("log.dirs", args.log_dir),
+        ("broker.id", args.broker_id),
+        ("num.partitions", args.num_partitions),
+        ("zookeeper.connect", args.zookeeper),
+    ):
+        if value is not None:
+            props[key] = value
+    return BrokerConfig.from_properties(props)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of ``python -m hmbclient.broker``; returns the exit status."""
+    try:
+        config = config_from_args(argv)
+        return run_broker(config)
+    except (HmbError, OSError) as e:
+        print(f"hmb broker: cannot start: {type(e).__name__}: {e}", file=sys.stderr, flush=True)
+        return 1

@@ -1,0 +1,126 @@
+"""BrokerProcess: a broker in a child process (``python -m hmbclient.broker``), for crash tests.
+
+    with BrokerProcess(log_dir=path, log_flush_interval_messages=1) as bp:
+        bp.bootstrap
+        bp.kill()          # SIGKILL: no shutdown code runs, as in a crash
+        bp.start()         # same port, same log dir: recovery runs
+        bp.terminate()     # SIGTERM: clean stop
+
+Settings are BrokerConfig names (snake_case); they are passed as ``--set`` properties.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections import deque
+from typing import Any
+
+from hmbclient.broker.main import READY_PREFIX
+from hmbclient.config import BrokerConfig
+from hmbclient.errors import HmbError
+
+__all__ = ["BrokerProcess"]
+
+
+class BrokerProcess:
+    """One broker subprocess.
+
+    Args:
+        log_dir: data directory (required: a crash test restarts on the same data).
+        port: listen port (0: ephemeral the first time, then kept across restarts).
+        start_timeout_s: how long ``start`` waits for the ready line.
+        **config: BrokerConfig settings.
+    Raises:
+        ConfigError: unknown settings (checked here, before any process starts).
+    """
+
+    def __init__(self, log_dir: str, port: int = 0, *, start_timeout_s: float = 30.0, **config: Any) -> None:
+        cfg = BrokerConfig(port=port, log_dirs=(log_dir,), **config)
+        self.log_dir = log_dir
+        self.port = port
+        self.host = cfg.advertised_host_name or cfg.host
+        self.start_timeout_s = start_timeout_s
+        defaults = BrokerConfig().to_properties()
+        self._props = {k: v for k, v in cfg.to_properties().items() if k not in ("port", "log.dirs") and defaults.get(k) != v}
+        self.proc: subprocess.Popen[str] | None = None
+        self.output: deque[str] = deque(maxlen=200)
+
+    @property
+    def bootstrap(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    @property
+    def running(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def start(self) -> BrokerProcess:
+        """Start the process and wait until it serves. Returns self.
+
+        Raises:
+            HmbError: the process exited or did not get ready in time (its output is in the
+                message).
+        """
+        if self.running:
+            return self
+        cmd = [sys.executable, "-m", "hmbclient.broker", "--port", str(self.port), "--log-dir", self.log_dir]
+        for k, v in self._props.items():
+            if v is None or v == "":
+                continue
+            cmd += ["--set", f"{k}={v}"]
+        env = dict(os.environ, PYTHONUNBUFFERED="1")
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+        ready = threading.Event()
+        proc = self.proc
+
+        def pump() -> None:
+            assert proc.stdout is not None
+            for line in proc.stdout:
+                self.output.append(line.rstrip("\n"))
+                if line.startswith(READY_PREFIX) and " listening on " in line:
+                    addr = line.split(" listening on ", 1)[1].split()[0]
+                    self.port = int(addr.rsplit(":", 1)[1])
+                    ready.set()
+
+        threading.Thread(target=pump, name="broker-process-output", daemon=True).start()
+        deadline = time.monotonic() + self.start_timeout_s
+        while not ready.wait(0.05):
+            if proc.poll() is not None or time.monotonic() > deadline:
+                time.sleep(0.1)
+                if proc.poll() is None:
+                    proc.kill()
+                    proc.wait()
+                out = "\n".join(self.output)
+                raise HmbError(f"broker process did not start (exit {proc.returncode}):\n{out}")
+        return self
+
+    def kill(self) -> None:
+        """SIGKILL the process and reap it (a crash: no flush, no clean shutdown)."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait(timeout=10)
+
+    def terminate(self, timeout_s: float = 10.0) -> int | None:
+        """SIGTERM and wait (SIGKILL after ``timeout_s``). Returns the exit status."""
+        if self.proc is None:
+            return None
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        return self.proc.returncode
+
+    stop = terminate
+
+    def __enter__(self) -> BrokerProcess:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.terminate()
