@@ -243,3 +243,21 @@ def test_max_message_bytes() -> None:
     small = encode_records(1, NONE, [(None, b"x", 1), (None, b"y" * 500, 1)])
     with pytest.raises(MessageSizeTooLargeError):
         assign_offsets(small, 0, max_message_bytes=100)
+
+
+def test_decoding_leaves_the_garbage_collector_as_it_found_it() -> None:
+    import gc
+
+    bad = bytearray(PARTS[4])
+    bad[-1] ^= 1
+    was = gc.isenabled()
+    try:
+        for state in (True, False):
+            gc.enable() if state else gc.disable()
+            decode_records(BUF)
+            list(iter_records(memoryview(BUF)))
+            with pytest.raises(CorruptRecordError):
+                decode_records(bytes(bad))
+            assert gc.isenabled() is state
+    finally:
+        gc.enable() if was else gc.disable()
