@@ -319,12 +319,12 @@ def read_records(
                 e = pos + (raw >> 1)
             value = data[pos:e]
             pos = e
-        # headers
-        if data[pos] == 0:
-            pos += 1
-            headers: Headers = ()
-        else:
-            headers, pos = _read_headers(data, pos)
+        # headers: none (a zero count that ends the record) is the common case
+        if pos + 1 == rend and data[pos] == 0:
+            pos = rend
+            append(new(rec, (off, ts, key, value, ())))
+            continue
+        headers, pos = _read_headers(data, pos)
         if pos != rend:
             raise CorruptRecordError(f"record at offset {off}: fields do not fill its length")
         append(new(rec, (off, ts, key, value, headers)))
