@@ -261,3 +261,21 @@ def test_decoding_leaves_the_garbage_collector_as_it_found_it() -> None:
             assert gc.isenabled() is state
     finally:
         gc.enable() if was else gc.disable()
+
+
+@pytest.mark.parametrize(
+    "index,byte",
+    [(61, 0x03), (65, 0x03), (66, 0x03), (66, 0x83), (61, 0x81)],
+    ids=["length -2", "key -2", "value -2", "value 2-byte negative", "length 2-byte negative"],
+)
+def test_negative_lengths_with_a_valid_crc_are_corrupt(index: int, byte: int) -> None:
+    # one record: length attrs tsDelta offsetDelta key(null) valueLength(2) b"ab" headerCount
+    good = encode_records(2, NONE, [(None, b"ab", 0)], timestamp_ms=0)
+    assert good[61:] == bytes([0x10, 0, 0, 0, 0x01, 0x04]) + b"ab" + b"\x00"
+    bad = bytearray(good)
+    bad[index] = byte
+    fix_crcs(bad)
+    with pytest.raises(CorruptRecordError):
+        decode_records(bytes(bad))
+    with pytest.raises(CorruptRecordError):
+        assign_offsets(bytes(bad), 0)

@@ -245,10 +245,13 @@ def read_records(
     uvarint = read_uvarint
     for _ in range(count):
         # length (then skip the attributes byte)
+        # (a zigzag value's sign is bit 0 of its first byte: ``not b & 0x81`` = one byte, >= 0)
         b = data[pos]
-        if b < 0x80:
+        if not b & 0x81:
             rend = pos + 1 + (b >> 1)
             pos += 2
+        elif b & 1:
+            raise CorruptRecordError("negative record length")
         else:
             b2 = data[pos + 1]
             if b2 < 0x80:
@@ -284,29 +287,30 @@ def read_records(
         if b == 1:
             key = None
             pos += 1
-        elif b < 0x80:
+        elif not b & 0x81:
             pos += 1
             e = pos + (b >> 1)
             key = data[pos:e]
             pos = e
+        elif b & 1:
+            raise CorruptRecordError(f"record at offset {off}: negative key length")
         else:
             raw, pos = uvarint(data, pos)
-            if raw & 1:
-                raise CorruptRecordError(f"record at offset {off}: negative key length")
             e = pos + (raw >> 1)
             key = data[pos:e]
             pos = e
         # value
         b = data[pos]
-        if b < 0x80:
-            if b == 1:
-                value = None
-                pos += 1
-            else:
-                pos += 1
-                e = pos + (b >> 1)
-                value = data[pos:e]
-                pos = e
+        if not b & 0x81:
+            pos += 1
+            e = pos + (b >> 1)
+            value = data[pos:e]
+            pos = e
+        elif b == 1:
+            value = None
+            pos += 1
+        elif b & 1:
+            raise CorruptRecordError(f"record at offset {off}: negative value length")
         else:
             b2 = data[pos + 1]
             if b2 < 0x80:
@@ -314,8 +318,6 @@ def read_records(
                 e = pos + (((b & 0x7F) | (b2 << 7)) >> 1)
             else:
                 raw, pos = uvarint(data, pos)
-                if raw & 1:
-                    raise CorruptRecordError(f"record at offset {off}: negative value length")
                 e = pos + (raw >> 1)
             value = data[pos:e]
             pos = e
