@@ -25,7 +25,7 @@ from crc32c import crc32c
 from hmbclient.errors import CorruptRecordError, MessageSizeTooLargeError, ProtocolError
 
 from . import codecs, legacy, v2
-from .base import CODEC_MASK, I32, I64, NO_TIMESTAMP, OFFSET_SIZE, Entry, Record
+from .base import CODEC_MASK, I32, I64, NO_TIMESTAMP, Entry, Record
 
 __all__ = [
     "encode_records",
@@ -453,7 +453,3 @@ def max_magic_for_produce(api_version: int) -> int:
     if api_version >= 2:
         return 1
     return 0
-
-
-# Re-exported for callers that want the offset/size header layout.
-ENTRY_HEADER = OFFSET_SIZE
