@@ -55,7 +55,9 @@ class ZkRegistration:
         self.view = view
         self.host = host
         self.port = port
-        self.zk = KazooClient(hosts=config.zookeeper_connect, timeout=config.zookeeper_session_timeout_ms / 1000.0)
+        self._connect = config.zookeeper_connect
+        self._session_timeout_s = config.zookeeper_session_timeout_ms / 1000.0
+        self.zk = KazooClient(hosts=config.zookeeper_connect, timeout=self._session_timeout_s)
         self._connect_timeout_s = config.zookeeper_connection_timeout_ms / 1000.0
         self._lock = threading.RLock()
         self._lost = False
@@ -69,10 +71,11 @@ class ZkRegistration:
             CoordinationError: ZooKeeper is unreachable, or the broker id is taken.
         """
         try:
+            self._ensure_chroot()
             self.zk.start(timeout=self._connect_timeout_s)
         except Exception as e:
             self.zk.close()
-            raise CoordinationError(f"cannot reach ZooKeeper at {self.zk.hosts}: {e}") from e
+            raise CoordinationError(f"cannot reach ZooKeeper at {self._connect}: {e}") from e
         self.zk.add_listener(self._on_state)
         try:
             self._register()
@@ -81,6 +84,21 @@ class ZkRegistration:
         except BaseException:
             self.stop()
             raise
+
+    def _ensure_chroot(self) -> None:
+        # Kafka creates a missing chroot ("host:port/kafka") itself; kazoo would only warn and
+        # then fail every operation.
+        connect = self._connect
+        if "/" not in connect:
+            return
+        base, chroot = connect.split("/", 1)
+        boot = KazooClient(hosts=base, timeout=self._session_timeout_s)
+        boot.start(timeout=self._connect_timeout_s)
+        try:
+            boot.ensure_path("/" + chroot)
+        finally:
+            boot.stop()
+            boot.close()
 
     def stop(self) -> None:
         self._stopped = True

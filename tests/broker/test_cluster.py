@@ -1,0 +1,155 @@
+"""EmbeddedCluster on a real ZooKeeper: registration JSON, leaders spread, NotLeader from the
+wrong broker, leader moves, broker stop/restart, the group coordinator."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from kazoo.client import KazooClient
+
+from hmbclient.broker import EmbeddedCluster
+from hmbclient.protocol import records
+from hmbclient.protocol.api import FindCoordinatorRequest, MetadataRequest, OffsetCommitRequest
+
+from .conftest import RawClient, encode, fetch, produce
+
+pytestmark = pytest.mark.timeout(120)
+
+
+@pytest.fixture(scope="module")
+def cluster(zookeeper: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedCluster]:
+    with EmbeddedCluster(brokers=3, zookeeper_connect=zookeeper.connect + "/hmb-cluster-test", num_partitions=6, log_dir=str(tmp_path_factory.mktemp("cluster"))) as c:
+        yield c
+
+
+@pytest.fixture(scope="module")
+def zk(zookeeper: Any) -> Iterator[KazooClient]:
+    k = KazooClient(hosts=zookeeper.connect + "/hmb-cluster-test")
+    k.start(timeout=10)
+    yield k
+    k.stop()
+    k.close()
+
+
+def _client(cluster: EmbeddedCluster, broker_id: int) -> RawClient:
+    b = cluster.broker(broker_id)
+    return RawClient(b.host, b.port)
+
+
+def _wait(cond: Any, timeout_s: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not cond():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not reached")
+        time.sleep(0.05)
+
+
+def test_brokers_registered_as_java_writes_them(cluster: EmbeddedCluster, zk: KazooClient) -> None:
+    assert sorted(zk.get_children("/brokers/ids")) == ["0", "1", "2"]
+    for b in cluster.brokers:
+        data = zk.get(f"/brokers/ids/{b.broker_id}")[0]
+        obj = json.loads(data)
+        assert list(obj) == ["jmx_port", "timestamp", "host", "version", "port"]
+        assert (obj["host"], obj["port"], obj["version"]) == ("127.0.0.1", b.port, 1)
+        assert zk.exists(f"/brokers/ids/{b.broker_id}").ephemeralOwner != 0
+    assert json.loads(zk.get("/controller")[0])["brokerid"] == 0
+
+
+def test_leaders_spread_and_metadata_agree_with_zookeeper(cluster: EmbeddedCluster, zk: KazooClient) -> None:
+    cluster.create_topic("spread", 6)
+    with _client(cluster, 1) as c:
+        md = c.request(MetadataRequest[1](topics=["spread"]))
+    assert sorted(b.node_id for b in md.brokers) == [0, 1, 2]
+    leaders = {p.partition: p.leader for p in md.topics[0].partitions}
+    assert sorted(set(leaders.values())) == [0, 1, 2]
+    _wait(lambda: zk.exists("/brokers/topics/spread/partitions/5/state") is not None)
+    assignment = json.loads(zk.get("/brokers/topics/spread")[0])
+    assert assignment == {"version": 1, "partitions": {str(p): [leaders[p]] for p in range(6)}}
+    for p in range(6):
+        state = json.loads(zk.get(f"/brokers/topics/spread/partitions/{p}/state")[0])
+        assert (state["leader"], state["isr"]) == (leaders[p], [leaders[p]])
+
+
+def test_not_leader_from_the_wrong_broker(cluster: EmbeddedCluster) -> None:
+    cluster.create_topic("nl", 3)
+    for p in range(3):
+        leader = cluster.leader("nl", p)
+        assert leader is not None
+        other = (leader + 1) % 3
+        with _client(cluster, other) as c:
+            assert produce(c, "nl", p, encode([(None, b"x")])).error_code == 6
+            assert fetch(c, "nl", p, 0).error_code == 6
+        with _client(cluster, leader) as c:
+            assert produce(c, "nl", p, encode([(None, b"x")])).error_code == 0
+
+
+def test_move_leader_keeps_the_data(cluster: EmbeddedCluster, zk: KazooClient) -> None:
+    cluster.create_topic("mv", 1)
+    old = cluster.leader("mv", 0)
+    assert old is not None
+    with _client(cluster, old) as c:
+        for i in range(5):
+            produce(c, "mv", 0, encode([(None, b"m%d" % i)]))
+    new = (old + 2) % 3
+    cluster.move_leader("mv", 0, new)
+    with _client(cluster, old) as c:
+        assert produce(c, "mv", 0, encode([(None, b"late")])).error_code == 6
+    with _client(cluster, new) as c:
+        md = c.request(MetadataRequest[1](topics=["mv"]))
+        assert md.topics[0].partitions[0].leader == new
+        assert produce(c, "mv", 0, encode([(None, b"m5")])).base_offset == 5
+        p = fetch(c, "mv", 0, 0)
+        assert [r.value for r in records.decode_records(p.records)] == [b"m%d" % i for i in range(6)]
+    _wait(lambda: json.loads(zk.get("/brokers/topics/mv/partitions/0/state")[0])["leader"] == new)
+
+
+def test_stop_and_restart_a_broker(cluster: EmbeddedCluster, zk: KazooClient) -> None:
+    cluster.create_topic("sr", 3)
+    victim = 2
+    led = [p for p in range(3) if cluster.leader("sr", p) == victim]
+    port = cluster.broker(victim).port
+    cluster.stop_broker(victim)
+    try:
+        _wait(lambda: sorted(zk.get_children("/brokers/ids")) == ["0", "1"])
+        with _client(cluster, 0) as c:
+            md = c.request(MetadataRequest[1](topics=["sr"]))
+            assert sorted(b.node_id for b in md.brokers) == [0, 1]
+            for p in md.topics[0].partitions:
+                if p.partition in led:
+                    assert (p.error_code, p.leader) == (5, -1)
+        for p in led:
+            _wait(lambda p=p: json.loads(zk.get(f"/brokers/topics/sr/partitions/{p}/state")[0])["leader"] == -1)
+    finally:
+        cluster.start_broker(victim)
+    assert cluster.broker(victim).port == port
+    _wait(lambda: sorted(zk.get_children("/brokers/ids")) == ["0", "1", "2"])
+    assert all(cluster.leader("sr", p) == victim for p in led)
+    with _client(cluster, victim) as c:
+        for p in led:
+            assert produce(c, "sr", p, encode([(None, b"back")])).error_code == 0
+
+
+def test_group_coordinator_is_one_broker(cluster: EmbeddedCluster) -> None:
+    answers = set()
+    for b in range(3):
+        with _client(cluster, b) as c:
+            r = c.request(FindCoordinatorRequest[0](group_id="cgroup"))
+            assert r.error_code == 0
+            answers.add((r.node_id, r.port))
+    (node, port), = answers
+    assert cluster.broker(node).port == port
+    wrong = (node + 1) % 3
+    req = OffsetCommitRequest[2].build(group_id="cgroup", generation_id=-1, member_id="", retention_time_ms=-1, topics=[("t", [(0, 1, "")])])
+    with _client(cluster, wrong) as c:
+        assert c.request(req).topics[0].partitions[0].error_code == 16
+    with _client(cluster, node) as c:
+        for _ in range(100):
+            code = c.request(req).topics[0].partitions[0].error_code
+            if code != 14:
+                break
+            time.sleep(0.05)
+        assert code == 0
