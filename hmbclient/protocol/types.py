@@ -554,10 +554,11 @@ class Struct(Type):
                 ]
                 wr.append(f"        out.append(_p{g}({names}))")
             else:
-                env[f"_r{g}"] = obj.read
-                env[f"_w{g}"] = obj.write
-                rd.append(f"    {f[idx]}, pos = _r{g}(buf, pos)")
-                wr.append(f"        _w{g}(out, {f[idx]})")
+                # Looked up per call (one attribute load), not bound now: a nested struct
+                # may be recompiled later, and the old plain loop also resolved t.read late.
+                env[f"_t{g}"] = obj
+                rd.append(f"    {f[idx]}, pos = _t{g}.read(buf, pos)")
+                wr.append(f"        _t{g}.write(out, {f[idx]})")
         rd.append(f"    return _new(_cls, ({''.join(x + ', ' for x in f)})), pos")
         wr += [
             "    except (_struct_error, ValueError, TypeError):",
