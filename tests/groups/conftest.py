@@ -130,7 +130,7 @@ class Producer:
 
     def spread(self, topic: str, per_partition: int, tag: str = "") -> set[tuple[int, bytes]]:
         """Produce ``per_partition`` distinct values to every partition; returns (partition, value)."""
-        sent = set()
+        sent: set[tuple[int, bytes]] = set()
         for p in self.partitions(topic):
             values = [f"{tag}{p}-{i}".encode() for i in range(per_partition)]
             self.send(topic, p, values)
@@ -182,18 +182,24 @@ class Collector:
         self.threads: list[threading.Thread] = []
         self.errors: list[BaseException] = []
 
-    def consume(self, tag: str, stream: KafkaStream, stop: threading.Event | None = None) -> None:
+    def consume(self, tag: str, stream: KafkaStream, until: threading.Event | None = None) -> None:
+        """Consume on a thread. Without ``until`` the thread ends at the first consumer
+        timeout; with it, timeouts are ridden out until ``until`` is set (then the next
+        timeout ends it). StopIteration (connector shut down) always ends it."""
+
         def run() -> None:
-            try:
-                for m in stream:
-                    with self.lock:
-                        self.messages.append((tag, m))
-                    if stop is not None and stop.is_set():
+            while True:
+                try:
+                    for m in stream:
+                        with self.lock:
+                            self.messages.append((tag, m))
+                    return
+                except ConsumerTimeoutError:
+                    if until is None or until.is_set():
                         return
-            except ConsumerTimeoutError:
-                return
-            except BaseException as exc:  # surfaced by join()
-                self.errors.append(exc)
+                except BaseException as exc:  # surfaced by join()
+                    self.errors.append(exc)
+                    return
 
         t = threading.Thread(target=run, name=f"collect-{tag}", daemon=True)
         t.start()
