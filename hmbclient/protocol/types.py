@@ -347,7 +347,9 @@ UnsignedVarInt = _VarInt("UnsignedVarInt", signed=False, bits=32)
 
 # --- composites ----------------------------------------------------------------------------
 
-FieldSpec = tuple[str, Any]
+# (name, type) or (name, type, default): the default is what ``values(...)`` uses for a field
+# left out (the type's default otherwise; schemas give Kafka's sentinels such as -1 here).
+FieldSpec = tuple[Any, ...]
 
 # Types whose encoding is one fixed-width struct format code: a run of them inside a Struct is
 # read and written with a single struct.Struct call (see Struct._compile).
@@ -466,7 +468,8 @@ class Array(Type):
 
 class Struct(Type):
     """A sequence of named fields. ``values`` is a namedtuple class whose fields default to the
-    type defaults, so ``struct.values(a=1)`` builds a value and decoding returns instances.
+    field's declared default or else the type default, so ``struct.values(a=1)`` builds a value
+    and decoding returns instances.
 
     ``write`` accepts the namedtuple, any tuple in field order, or a dict of field names (missing
     names take their defaults). ``read``/``write`` are compiled per struct when ``values`` is
@@ -477,12 +480,19 @@ class Struct(Type):
 
     def __init__(self, name: str, fields: Sequence[FieldSpec]) -> None:
         self.name = name
-        self.fields: list[tuple[str, Type]] = [(fname, _as_type(ftype, fname)) for fname, ftype in fields]
+        self.fields: list[tuple[str, Type]] = []
+        self.defaults: list[Any] = []
+        for spec in fields:
+            if len(spec) not in (2, 3):
+                raise TypeError(f"{name}: a field is (name, type) or (name, type, default), not {spec!r}")
+            t = _as_type(spec[1], spec[0])
+            self.fields.append((spec[0], t))
+            self.defaults.append(spec[2] if len(spec) == 3 else t.default)
         self.names = [f for f, _ in self.fields]
         self.types = [t for _, t in self.fields]
         self.min_size = sum(t.min_size for t in self.types)
         self.default = None
-        self.values = namedtuple(name, self.names, defaults=[t.default for t in self.types])  # type: ignore[misc]
+        self.values = namedtuple(name, self.names, defaults=self.defaults)  # type: ignore[misc]
 
     @property
     def values(self) -> type:

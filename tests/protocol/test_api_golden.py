@@ -374,6 +374,31 @@ def test_schema_shape(case: tuple[int, int, str]) -> None:
     check(_ours(k, v, kind).SCHEMA, _kp(k, v, kind)._struct.untagged_fields(v), "")
 
 
+@pytest.mark.parametrize("case", CASES, ids=_ids)
+def test_field_defaults_match_kafka(case: tuple[int, int, str]) -> None:
+    """A field left out of the constructor gets Kafka's default (replica_id -1, leader epochs -1,
+    max_bytes 2^31-1, allow_auto_topic_creation true, ...). One deliberate difference: nullable
+    strings, arrays and record sets default to None (absent) where Kafka's default is empty."""
+    k, v, kind = case
+    names = NAMES[(k, kind)]
+
+    def check(struct: Struct, kp_fields: list[Any], path: str) -> None:
+        for i, (_n, t, f, p) in enumerate(_walk(struct, kp_fields, v, names, path)):
+            ours, theirs = struct.defaults[i], f.default
+            if isinstance(t, Array):
+                if isinstance(t.item, Struct):
+                    check(t.item, f.untagged_fields(v), p + ".")
+                ours = None if ours is None else list(ours)
+            if f.type_str == "bitfield":
+                theirs = _unbits(theirs) if theirs is not None else -(2**31)
+            if ours is None and _nullable(t) and theirs in ("", b"", []):
+                continue
+            assert ours == theirs, f"{p}: default {ours!r}, Kafka's {theirs!r}"
+            assert struct.values._field_defaults[struct.names[i]] == struct.defaults[i]
+
+    check(_ours(k, v, kind).SCHEMA, _kp(k, v, kind)._struct.untagged_fields(v), "")
+
+
 def _cross_check(k: int, v: int, kind: str, value: Any) -> None:
     ours = _ours(k, v, kind)
     kp = _kp(k, v, kind)

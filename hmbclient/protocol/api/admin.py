@@ -28,7 +28,7 @@ _ct_topic = Array(
     ("configs", Array(("name", String), ("value", NullableString), name="configs")),
     name="topics",
 )
-_ct_v0: list[FieldSpec] = [("topics", _ct_topic), ("timeout_ms", Int32)]
+_ct_v0: list[FieldSpec] = [("topics", _ct_topic), ("timeout_ms", Int32, 60000)]
 _ct_v1 = [*_ct_v0, ("validate_only", Boolean)]
 _ctr_v0: list[FieldSpec] = [("topics", Array(("topic", String), ("error_code", Int16), name="topics"))]
 _ctr_v1: list[FieldSpec] = [("topics", Array(("topic", String), ("error_code", Int16), ("error_message", NullableString), name="topics"))]

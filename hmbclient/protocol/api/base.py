@@ -8,6 +8,11 @@ requests, ``RESPONSE_TYPE``. A new version reuses the previous field list where 
     data = req.encode()                          # body only; frame.py adds size + header
     resp = req.RESPONSE_TYPE.decode(body_bytes)  # -> MetadataResponse_v1 namedtuple
 
+Fields left out take Kafka's defaults from its JSON message schemas (``replica_id`` -1, leader
+epochs -1, ``max_bytes`` 2^31-1, ``allow_auto_topic_creation`` true, ``timeout_ms`` 60000 for
+CreateTopics, ...); nullable strings, arrays and record sets default to None, other strings to
+"", arrays to (), numbers to 0.
+
 ``build(**fields)`` is the version-agnostic constructor the client uses: it keeps the fields
 this version has and drops the others (e.g. ``throttle_time_ms`` on v0), so one call site can
 build any version. The plain constructor stays strict.

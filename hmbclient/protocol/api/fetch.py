@@ -21,21 +21,21 @@ def _topics(*partition_fields: tuple) -> Array:
 
 
 _p_v0 = (("partition", Int32), ("fetch_offset", Int64), ("partition_max_bytes", Int32))
-_p_v5 = (("partition", Int32), ("fetch_offset", Int64), ("log_start_offset", Int64), ("partition_max_bytes", Int32))
-_p_v9 = (("partition", Int32), ("current_leader_epoch", Int32), ("fetch_offset", Int64), ("log_start_offset", Int64), ("partition_max_bytes", Int32))
+_p_v5 = (("partition", Int32), ("fetch_offset", Int64), ("log_start_offset", Int64, -1), ("partition_max_bytes", Int32))
+_p_v9 = (("partition", Int32), ("current_leader_epoch", Int32, -1), ("fetch_offset", Int64), ("log_start_offset", Int64, -1), ("partition_max_bytes", Int32))
 _forgotten = ("forgotten_topics_data", Array(("topic", String), ("partitions", Array(Int32)), name="forgotten"))
 
-_req_v0 = [("replica_id", Int32), ("max_wait_ms", Int32), ("min_bytes", Int32), ("topics", _topics(*_p_v0))]
-_req_v3 = [("replica_id", Int32), ("max_wait_ms", Int32), ("min_bytes", Int32), ("max_bytes", Int32), ("topics", _topics(*_p_v0))]
-_req_v4 = [("replica_id", Int32), ("max_wait_ms", Int32), ("min_bytes", Int32), ("max_bytes", Int32), ("isolation_level", Int8), ("topics", _topics(*_p_v0))]
-_req_v5 = [("replica_id", Int32), ("max_wait_ms", Int32), ("min_bytes", Int32), ("max_bytes", Int32), ("isolation_level", Int8), ("topics", _topics(*_p_v5))]
-_req_v7 = [("replica_id", Int32), ("max_wait_ms", Int32), ("min_bytes", Int32), ("max_bytes", Int32), ("isolation_level", Int8), ("session_id", Int32), ("session_epoch", Int32), ("topics", _topics(*_p_v5)), _forgotten]
-_req_v9 = [("replica_id", Int32), ("max_wait_ms", Int32), ("min_bytes", Int32), ("max_bytes", Int32), ("isolation_level", Int8), ("session_id", Int32), ("session_epoch", Int32), ("topics", _topics(*_p_v9)), _forgotten]
+_req_v0 = [("replica_id", Int32, -1), ("max_wait_ms", Int32), ("min_bytes", Int32), ("topics", _topics(*_p_v0))]
+_req_v3 = [("replica_id", Int32, -1), ("max_wait_ms", Int32), ("min_bytes", Int32), ("max_bytes", Int32, 0x7FFFFFFF), ("topics", _topics(*_p_v0))]
+_req_v4 = [("replica_id", Int32, -1), ("max_wait_ms", Int32), ("min_bytes", Int32), ("max_bytes", Int32, 0x7FFFFFFF), ("isolation_level", Int8), ("topics", _topics(*_p_v0))]
+_req_v5 = [("replica_id", Int32, -1), ("max_wait_ms", Int32), ("min_bytes", Int32), ("max_bytes", Int32, 0x7FFFFFFF), ("isolation_level", Int8), ("topics", _topics(*_p_v5))]
+_req_v7 = [("replica_id", Int32, -1), ("max_wait_ms", Int32), ("min_bytes", Int32), ("max_bytes", Int32, 0x7FFFFFFF), ("isolation_level", Int8), ("session_id", Int32), ("session_epoch", Int32, -1), ("topics", _topics(*_p_v5)), _forgotten]
+_req_v9 = [("replica_id", Int32, -1), ("max_wait_ms", Int32), ("min_bytes", Int32), ("max_bytes", Int32, 0x7FFFFFFF), ("isolation_level", Int8), ("session_id", Int32), ("session_epoch", Int32, -1), ("topics", _topics(*_p_v9)), _forgotten]
 
 _aborted = ("aborted_transactions", Array(("producer_id", Int64), ("first_offset", Int64), nullable=True, name="aborted"))
 _rp_v0 = (("partition", Int32), ("error_code", Int16), ("high_watermark", Int64), ("records", Records))
-_rp_v4 = (("partition", Int32), ("error_code", Int16), ("high_watermark", Int64), ("last_stable_offset", Int64), _aborted, ("records", Records))
-_rp_v5 = (("partition", Int32), ("error_code", Int16), ("high_watermark", Int64), ("last_stable_offset", Int64), ("log_start_offset", Int64), _aborted, ("records", Records))
+_rp_v4 = (("partition", Int32), ("error_code", Int16), ("high_watermark", Int64), ("last_stable_offset", Int64, -1), _aborted, ("records", Records))
+_rp_v5 = (("partition", Int32), ("error_code", Int16), ("high_watermark", Int64), ("last_stable_offset", Int64, -1), ("log_start_offset", Int64, -1), _aborted, ("records", Records))
 
 _resp_v0 = [("topics", _topics(*_rp_v0))]
 _resp_v1 = [("throttle_time_ms", Int32), ("topics", _topics(*_rp_v0))]

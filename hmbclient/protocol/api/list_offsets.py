@@ -22,15 +22,15 @@ def _topics(*partition_fields: tuple) -> Array:
     return Array(("topic", String), ("partitions", Array(*partition_fields, name="partitions")), name="topics")
 
 
-_req_v0 = [("replica_id", Int32), ("topics", _topics(("partition", Int32), ("timestamp", Int64), ("max_num_offsets", Int32)))]
-_req_v1 = [("replica_id", Int32), ("topics", _topics(("partition", Int32), ("timestamp", Int64)))]
-_req_v2 = [("replica_id", Int32), ("isolation_level", Int8), ("topics", _topics(("partition", Int32), ("timestamp", Int64)))]
-_req_v4 = [("replica_id", Int32), ("isolation_level", Int8), ("topics", _topics(("partition", Int32), ("current_leader_epoch", Int32), ("timestamp", Int64)))]
+_req_v0 = [("replica_id", Int32, -1), ("topics", _topics(("partition", Int32), ("timestamp", Int64), ("max_num_offsets", Int32, 1)))]
+_req_v1 = [("replica_id", Int32, -1), ("topics", _topics(("partition", Int32), ("timestamp", Int64)))]
+_req_v2 = [("replica_id", Int32, -1), ("isolation_level", Int8), ("topics", _topics(("partition", Int32), ("timestamp", Int64)))]
+_req_v4 = [("replica_id", Int32, -1), ("isolation_level", Int8), ("topics", _topics(("partition", Int32), ("current_leader_epoch", Int32, -1), ("timestamp", Int64)))]
 
 _resp_v0 = [("topics", _topics(("partition", Int32), ("error_code", Int16), ("old_style_offsets", Array(Int64))))]
-_resp_v1 = [("topics", _topics(("partition", Int32), ("error_code", Int16), ("timestamp", Int64), ("offset", Int64)))]
-_resp_v2 = [("throttle_time_ms", Int32), ("topics", _topics(("partition", Int32), ("error_code", Int16), ("timestamp", Int64), ("offset", Int64)))]
-_resp_v4 = [("throttle_time_ms", Int32), ("topics", _topics(("partition", Int32), ("error_code", Int16), ("timestamp", Int64), ("offset", Int64), ("leader_epoch", Int32)))]
+_resp_v1 = [("topics", _topics(("partition", Int32), ("error_code", Int16), ("timestamp", Int64, -1), ("offset", Int64, -1)))]
+_resp_v2 = [("throttle_time_ms", Int32), ("topics", _topics(("partition", Int32), ("error_code", Int16), ("timestamp", Int64, -1), ("offset", Int64, -1)))]
+_resp_v4 = [("throttle_time_ms", Int32), ("topics", _topics(("partition", Int32), ("error_code", Int16), ("timestamp", Int64, -1), ("offset", Int64, -1), ("leader_epoch", Int32, -1)))]
 
 ListOffsetsRequest = {}
 ListOffsetsResponse = {}

@@ -16,7 +16,7 @@ _KEY = ApiKey.METADATA
 
 _req_v0 = [("topics", Array(String))]
 _req_v1 = [("topics", Array(String, nullable=True))]
-_req_v4 = [("topics", Array(String, nullable=True)), ("allow_auto_topic_creation", Boolean)]
+_req_v4 = [("topics", Array(String, nullable=True)), ("allow_auto_topic_creation", Boolean, True)]
 _req_v8 = [*_req_v4, ("include_cluster_authorized_operations", Boolean), ("include_topic_authorized_operations", Boolean)]
 
 _brokers_v0 = ("brokers", Array(("node_id", Int32), ("host", String), ("port", Int32), name="brokers"))
@@ -24,21 +24,21 @@ _brokers_v1 = ("brokers", Array(("node_id", Int32), ("host", String), ("port", I
 
 _part_v0 = ("partitions", Array(("error_code", Int16), ("partition", Int32), ("leader", Int32), ("replicas", Array(Int32)), ("isr", Array(Int32)), name="partitions"))
 _part_v5 = ("partitions", Array(("error_code", Int16), ("partition", Int32), ("leader", Int32), ("replicas", Array(Int32)), ("isr", Array(Int32)), ("offline_replicas", Array(Int32)), name="partitions"))
-_part_v7 = ("partitions", Array(("error_code", Int16), ("partition", Int32), ("leader", Int32), ("leader_epoch", Int32), ("replicas", Array(Int32)), ("isr", Array(Int32)), ("offline_replicas", Array(Int32)), name="partitions"))
+_part_v7 = ("partitions", Array(("error_code", Int16), ("partition", Int32), ("leader", Int32), ("leader_epoch", Int32, -1), ("replicas", Array(Int32)), ("isr", Array(Int32)), ("offline_replicas", Array(Int32)), name="partitions"))
 
 _topics_v0 = ("topics", Array(("error_code", Int16), ("topic", String), _part_v0, name="topics"))
 _topics_v1 = ("topics", Array(("error_code", Int16), ("topic", String), ("is_internal", Boolean), _part_v0, name="topics"))
 _topics_v5 = ("topics", Array(("error_code", Int16), ("topic", String), ("is_internal", Boolean), _part_v5, name="topics"))
 _topics_v7 = ("topics", Array(("error_code", Int16), ("topic", String), ("is_internal", Boolean), _part_v7, name="topics"))
-_topics_v8 = ("topics", Array(("error_code", Int16), ("topic", String), ("is_internal", Boolean), _part_v7, ("topic_authorized_operations", Int32), name="topics"))
+_topics_v8 = ("topics", Array(("error_code", Int16), ("topic", String), ("is_internal", Boolean), _part_v7, ("topic_authorized_operations", Int32, -(2**31)), name="topics"))
 
 _resp_v0 = [_brokers_v0, _topics_v0]
-_resp_v1 = [_brokers_v1, ("controller_id", Int32), _topics_v1]
-_resp_v2 = [_brokers_v1, ("cluster_id", NullableString), ("controller_id", Int32), _topics_v1]
+_resp_v1 = [_brokers_v1, ("controller_id", Int32, -1), _topics_v1]
+_resp_v2 = [_brokers_v1, ("cluster_id", NullableString), ("controller_id", Int32, -1), _topics_v1]
 _resp_v3 = [("throttle_time_ms", Int32), *_resp_v2]
-_resp_v5 = [("throttle_time_ms", Int32), _brokers_v1, ("cluster_id", NullableString), ("controller_id", Int32), _topics_v5]
-_resp_v7 = [("throttle_time_ms", Int32), _brokers_v1, ("cluster_id", NullableString), ("controller_id", Int32), _topics_v7]
-_resp_v8 = [("throttle_time_ms", Int32), _brokers_v1, ("cluster_id", NullableString), ("controller_id", Int32), _topics_v8, ("cluster_authorized_operations", Int32)]
+_resp_v5 = [("throttle_time_ms", Int32), _brokers_v1, ("cluster_id", NullableString), ("controller_id", Int32, -1), _topics_v5]
+_resp_v7 = [("throttle_time_ms", Int32), _brokers_v1, ("cluster_id", NullableString), ("controller_id", Int32, -1), _topics_v7]
+_resp_v8 = [("throttle_time_ms", Int32), _brokers_v1, ("cluster_id", NullableString), ("controller_id", Int32, -1), _topics_v8, ("cluster_authorized_operations", Int32, -(2**31))]
 
 MetadataRequest = {}
 MetadataResponse = {}

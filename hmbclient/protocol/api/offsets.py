@@ -32,11 +32,11 @@ def _topics(*partition_fields: tuple, nullable: bool = False) -> Array:
 
 # --- OffsetCommit ------------------------------------------------------------------------------
 _oc_v0 = [("group_id", String), ("topics", _topics(("partition", Int32), ("offset", Int64), ("metadata", NullableString)))]
-_oc_v1 = [("group_id", String), ("generation_id", Int32), ("member_id", String), ("topics", _topics(("partition", Int32), ("offset", Int64), ("timestamp", Int64), ("metadata", NullableString)))]
-_oc_v2 = [("group_id", String), ("generation_id", Int32), ("member_id", String), ("retention_time_ms", Int64), ("topics", _topics(("partition", Int32), ("offset", Int64), ("metadata", NullableString)))]
-_oc_v5 = [("group_id", String), ("generation_id", Int32), ("member_id", String), ("topics", _topics(("partition", Int32), ("offset", Int64), ("metadata", NullableString)))]
-_oc_v6 = [("group_id", String), ("generation_id", Int32), ("member_id", String), ("topics", _topics(("partition", Int32), ("offset", Int64), ("committed_leader_epoch", Int32), ("metadata", NullableString)))]
-_oc_v7 = [("group_id", String), ("generation_id", Int32), ("member_id", String), ("group_instance_id", NullableString), ("topics", _topics(("partition", Int32), ("offset", Int64), ("committed_leader_epoch", Int32), ("metadata", NullableString)))]
+_oc_v1 = [("group_id", String), ("generation_id", Int32, -1), ("member_id", String), ("topics", _topics(("partition", Int32), ("offset", Int64), ("timestamp", Int64, -1), ("metadata", NullableString)))]
+_oc_v2 = [("group_id", String), ("generation_id", Int32, -1), ("member_id", String), ("retention_time_ms", Int64, -1), ("topics", _topics(("partition", Int32), ("offset", Int64), ("metadata", NullableString)))]
+_oc_v5 = [("group_id", String), ("generation_id", Int32, -1), ("member_id", String), ("topics", _topics(("partition", Int32), ("offset", Int64), ("metadata", NullableString)))]
+_oc_v6 = [("group_id", String), ("generation_id", Int32, -1), ("member_id", String), ("topics", _topics(("partition", Int32), ("offset", Int64), ("committed_leader_epoch", Int32, -1), ("metadata", NullableString)))]
+_oc_v7 = [("group_id", String), ("generation_id", Int32, -1), ("member_id", String), ("group_instance_id", NullableString), ("topics", _topics(("partition", Int32), ("offset", Int64), ("committed_leader_epoch", Int32, -1), ("metadata", NullableString)))]
 _ocr_v0 = [("topics", _topics(("partition", Int32), ("error_code", Int16)))]
 _ocr_v3 = [("throttle_time_ms", Int32), *_ocr_v0]
 
@@ -58,7 +58,7 @@ for _v, _rq, _rs in (
 _of_v0 = [("group_id", String), ("topics", Array(("topic", String), ("partitions", Array(Int32)), name="topics"))]
 _of_v2 = [("group_id", String), ("topics", Array(("topic", String), ("partitions", Array(Int32)), nullable=True, name="topics"))]
 _ofp_v0 = (("partition", Int32), ("offset", Int64), ("metadata", NullableString), ("error_code", Int16))
-_ofp_v5 = (("partition", Int32), ("offset", Int64), ("committed_leader_epoch", Int32), ("metadata", NullableString), ("error_code", Int16))
+_ofp_v5 = (("partition", Int32), ("offset", Int64), ("committed_leader_epoch", Int32, -1), ("metadata", NullableString), ("error_code", Int16))
 _ofr_v0 = [("topics", _topics(*_ofp_v0))]
 _ofr_v2 = [("topics", _topics(*_ofp_v0)), ("error_code", Int16)]
 _ofr_v3 = [("throttle_time_ms", Int32), ("topics", _topics(*_ofp_v0)), ("error_code", Int16)]

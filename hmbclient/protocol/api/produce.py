@@ -22,8 +22,8 @@ _req_v3 = [("transactional_id", NullableString), *_req_v0]
 
 _resp_v0 = [("topics", Array(("topic", String), ("partitions", Array(("partition", Int32), ("error_code", Int16), ("base_offset", Int64), name="partitions")), name="topics"))]
 _resp_v1 = [*_resp_v0, ("throttle_time_ms", Int32)]
-_resp_v2 = [("topics", Array(("topic", String), ("partitions", Array(("partition", Int32), ("error_code", Int16), ("base_offset", Int64), ("log_append_time", Int64), name="partitions")), name="topics")), ("throttle_time_ms", Int32)]
-_resp_v5 = [("topics", Array(("topic", String), ("partitions", Array(("partition", Int32), ("error_code", Int16), ("base_offset", Int64), ("log_append_time", Int64), ("log_start_offset", Int64), name="partitions")), name="topics")), ("throttle_time_ms", Int32)]
+_resp_v2 = [("topics", Array(("topic", String), ("partitions", Array(("partition", Int32), ("error_code", Int16), ("base_offset", Int64), ("log_append_time", Int64, -1), name="partitions")), name="topics")), ("throttle_time_ms", Int32)]
+_resp_v5 = [("topics", Array(("topic", String), ("partitions", Array(("partition", Int32), ("error_code", Int16), ("base_offset", Int64), ("log_append_time", Int64, -1), ("log_start_offset", Int64, -1), name="partitions")), name="topics")), ("throttle_time_ms", Int32)]
 
 ProduceRequest = {}
 ProduceResponse = {}
