@@ -108,13 +108,14 @@ class Dispatcher:
         Raises:
             HmbError: the connection cannot be used (caller treats it like a failed send).
         """
+        for u in units:
+            for b in u.batches:
+                b.attempts += 1
         versions = self.versions(node)
         v = versions.version(ApiKey.PRODUCE)
         magic = produce_magic(v)
         topics: dict[str, list[tuple[int, bytes]]] = {}
         for u in units:
-            for b in u.batches:
-                b.attempts += 1
             codec = self.codec_for(u.topic)
             records = encode_records(magic, codec, u.items(), 0, u.batches[0].created_ms)
             topics.setdefault(u.topic, []).append((u.partition, records))
@@ -233,10 +234,10 @@ class SenderThread(threading.Thread):
                     now = _mono_ms()
                     closed = acc.close_expired(now) if acc.lingering else []
                     units, wake = acc.drain(now)
-                    if units or closed or self.completions or self._metadata_due(now):
-                        break
-                    if acc.closing and not acc.queued and not self.in_flight:
+                    if acc.closing and not acc.queued and not self.in_flight and not self.completions:
                         return
+                    if units or closed or self.completions or (acc.queued and self._metadata_due(now)):
+                        break
                     acc.sender_wake_at = wake
                     acc.sender_waiting = True
                     timeout = None if wake == float("inf") else max(0.0, (wake - now) / 1000.0)
@@ -251,12 +252,13 @@ class SenderThread(threading.Thread):
                     call_hook(hooks, "after_batching", b)
             while self.completions:
                 self._complete(*self.completions.popleft())
-            if self._metadata_due(_mono_ms()):
+            if acc.queued and self._metadata_due(_mono_ms()):
                 self._refresh_metadata()
             if units:
                 self._send(units)
 
     _md_wanted = False
+    _md_failures = 0
 
     def _metadata_due(self, now: float) -> bool:
         if now < self._next_md_attempt:
@@ -270,16 +272,21 @@ class SenderThread(threading.Thread):
         try:
             self.metadata.refresh(list(self.acc.topics), timeout_ms=self.dispatcher.request_timeout_ms)
             self.refresh_topics()
+            self._md_failures = 0
         except HmbError as e:
-            log.warning("metadata refresh failed: %s", e)
+            # Loud once per outage; the retries that follow are routine.
+            self._md_failures += 1
+            log.log(logging.WARNING if self._md_failures == 1 else logging.DEBUG, "metadata refresh failed: %s", e)
         self._md_wanted = False
 
     def _send(self, units: list[Unit]) -> None:
         by_node, orphans = self.dispatcher.group_by_leader(units)
         for u in orphans:
             self.metadata.invalidate(u.topic)
+            for b in u.batches:
+                b.attempts += 1
             err = for_code(5)(f"{u.topic}-{u.partition}: no known leader")
-            self._retry_or_fail(u, err, count_attempt=False)
+            self._retry_or_fail(u, err)
         for node, nunits in by_node.items():
             try:
                 fut = self.dispatcher.send(node, nunits)
@@ -288,11 +295,11 @@ class SenderThread(threading.Thread):
                 for u in nunits:
                     if getattr(e, "retriable", False):
                         self.metadata.invalidate(u.topic)
-                    self._retry_or_fail(u, e, count_attempt=True)
+                    self._retry_or_fail(u, e)
                 continue
             except Exception as e:  # encoding failed: a bad message, not a broker problem
                 for u in nunits:
-                    self._retry_or_fail(u, e, count_attempt=True)
+                    self._retry_or_fail(u, e)
                 continue
             self.in_flight += 1
             fut.add_done_callback(functools.partial(self._on_done, nunits))
@@ -309,9 +316,9 @@ class SenderThread(threading.Thread):
         for u, err in failed:
             if getattr(err, "invalid_metadata", False) or isinstance(err, KafkaConnectionError):
                 self.metadata.invalidate(u.topic)
-            self._retry_or_fail(u, err, count_attempt=True)
+            self._retry_or_fail(u, err)
 
-    def _retry_or_fail(self, u: Unit, err: BaseException, *, count_attempt: bool) -> None:
+    def _retry_or_fail(self, u: Unit, err: BaseException) -> None:
         attempts = max(b.attempts for b in u.batches)
         acc = self.acc
         if getattr(err, "retriable", False) and attempts <= self.max_retries and not acc.closing_hard:
