@@ -245,13 +245,16 @@ def owners(zk: KazooClient, group: str, topic: str) -> dict[int, str]:
     return out
 
 
-def wait_for(predicate: Callable[[], bool], timeout: float, what: str) -> None:
+def wait_for(
+    predicate: Callable[[], bool], timeout: float, what: str, diag: Callable[[], Any] | None = None
+) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if predicate():
             return
         time.sleep(0.05)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+    detail = f"; state: {diag()}" if diag is not None else ""
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}{detail}")
 
 
 def wait_balanced(
@@ -270,5 +273,15 @@ def wait_balanced(
         lo, hi = partitions // n, -(-partitions // n)
         return all(lo <= k <= hi for k in counts) and sum(counts) == partitions
 
-    wait_for(ok, timeout, f"{n} consumers balanced over {partitions} partitions of {topic}")
+    def diag() -> Any:
+        return {
+            "owners": owners(zk, group, topic),
+            "members": [
+                (c.consumer_id, c.await_rebalance(0), len(c.owned_partitions()),
+                 c._rebalancer.last_view if c._rebalancer else None)
+                for c in consumers
+            ],
+        }
+
+    wait_for(ok, timeout, f"{n} consumers balanced over {partitions} partitions of {topic}", diag)
     return owners(zk, group, topic)

@@ -329,3 +329,32 @@ def test_largest_reset_skips_history_and_oversized_messages_raise(
     s = small.create_message_streams({big_topic: 1})[big_topic][0]
     with pytest.raises(MessageSizeTooLargeError):
         next(iter(s))
+
+
+def test_kafka_offsets_follow_a_moving_coordinator(cluster: Any, make_consumer: Any, make_producer: Any) -> None:
+    from hmbclient.broker.offset_manager import partition_for_group
+
+    topic, group = unique("coord"), unique("g")
+    producer = make_producer(cluster.bootstrap)
+    first = producer.spread(topic, 5, tag="a")
+    c = make_consumer(
+        group,
+        offsets_storage="kafka",
+        dual_commit_enabled=False,
+        auto_commit_enable=False,
+        offsets_channel_backoff_ms=50,
+    )
+    stream = c.create_message_streams({topic: 1})[topic][0]
+    assert Counter(drain([("c", stream)]).values()) == Counter(first)
+    c.commit_offsets()
+    storage = c._storage
+    old = storage.coordinator()
+    n = cluster.broker(0).config.offsets_topic_num_partitions
+    new = (old + 1) % 3
+    cluster.move_leader("__consumer_offsets", partition_for_group(group, n), new)
+
+    second = producer.spread(topic, 2, tag="b")
+    assert Counter(drain([("c", stream)]).values()) == Counter(second)
+    c.commit_offsets()  # the old coordinator says NOT_COORDINATOR: look it up again, retry
+    assert storage.coordinator() == new
+    assert storage.fetch([(topic, p) for p in range(PARTITIONS)]) == {(topic, p): 7 for p in range(PARTITIONS)}
