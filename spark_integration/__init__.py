@@ -20,7 +20,6 @@ tasks and closed there.
 from spark_integration._kafka import OffsetRangeError, ReadSettings
 from spark_integration.offsets import OffsetRange
 from spark_integration.rdd import (
-    MessageAndMetadata,
     commit_offset_ranges,
     create_rdd,
     get_earliest_offsets,
@@ -28,6 +27,7 @@ from spark_integration.rdd import (
     offset_ranges,
     ranges_from_group_offsets,
 )
+from spark_integration.receiver import HmbReceiver, create_stream
 from spark_integration.zk import commit_group_offsets, read_group_offsets
 
 
@@ -46,7 +46,6 @@ __all__ = [
     "OffsetRange",
     "OffsetRangeError",
     "ReadSettings",
-    "MessageAndMetadata",
     "create_rdd",
     "offset_ranges",
     "get_earliest_offsets",
@@ -56,4 +55,6 @@ __all__ = [
     "read_group_offsets",
     "commit_group_offsets",
     "register",
+    "create_stream",
+    "HmbReceiver",
 ]

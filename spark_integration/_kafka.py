@@ -89,7 +89,7 @@ class ReadSettings:
 
 
 def _simple_consumer(settings: ReadSettings, host: str, port: int) -> Any:
-    from hmbclient.consumer import SimpleConsumer
+    from hmbclient import SimpleConsumer
 
     return SimpleConsumer(
         host,
@@ -212,7 +212,7 @@ class Cluster:
             BrokerError: A leader refused for a reason other than a moved leader.
             KafkaConnectionError: A partition had no reachable leader after the retries.
         """
-        from hmbclient.consumer import EARLIEST_TIME, LATEST_TIME
+        from hmbclient import EARLIEST_TIME, LATEST_TIME
 
         if time_ not in (EARLIEST, LATEST):
             raise ValueError(f"time_ must be EARLIEST or LATEST, got {time_}")
@@ -285,7 +285,7 @@ def read_chunks(settings: ReadSettings, r: OffsetRange, leader: Leader | None) -
     """
     if r.count == 0:
         return
-    from hmbclient.consumer import FetchRequest
+    from hmbclient import FetchRequest
 
     offset = r.from_offset
     until = r.until_offset
@@ -360,7 +360,7 @@ def read_range(settings: ReadSettings, r: OffsetRange, leader: Leader | None) ->
 
 def _raise_no_progress(consumer: Any, r: OffsetRange, offset: int) -> None:
     """A fetch at ``offset`` gave nothing: the log ends before ``until_offset``."""
-    from hmbclient.consumer import LATEST_TIME
+    from hmbclient import LATEST_TIME
 
     try:
         latest = consumer.get_offsets_before(r.topic, r.partition, LATEST_TIME, max_num_offsets=1)

@@ -32,7 +32,7 @@ import logging
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from operator import itemgetter
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any
 
 from hmbclient.errors import ConfigError
 from spark_integration import _kafka
@@ -45,9 +45,11 @@ from spark_integration.offsets import (
 from spark_integration.options import parse_broker_list
 from spark_integration.zk import commit_group_offsets, read_group_offsets
 
+if TYPE_CHECKING:
+    from hmbclient import MessageAndMetadata
+
 __all__ = [
     "KafkaParams",
-    "MessageAndMetadata",
     "create_rdd",
     "offset_ranges",
     "parse_kafka_params",
@@ -61,20 +63,6 @@ log = logging.getLogger("hmbclient.spark")
 
 _ATTR = "_hmb_offset_ranges"
 _KEY_VALUE = itemgetter(2, 3)
-
-
-class MessageAndMetadata(NamedTuple):
-    """What a ``message_handler`` receives: one message and where it came from.
-
-    Field names follow hmbclient's high-level consumer (``mam.message`` is the decoded value).
-    """
-
-    topic: str
-    partition: int
-    offset: int
-    key: Any
-    message: Any
-    timestamp: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -195,6 +183,9 @@ class _ReadPartition:
                         vd(m[3]) if vd is not None else m[3],
                     )
         else:
+            # Imported here: it brings the high-level consumer (and kazoo) along.
+            from hmbclient import MessageAndMetadata
+
             topic, partition = r.topic, r.partition
             for chunk in chunks:
                 for m in chunk:
@@ -205,7 +196,6 @@ class _ReadPartition:
                             m[0],
                             kd(m[2]) if kd is not None else m[2],
                             vd(m[3]) if vd is not None else m[3],
-                            m[1],
                         )
                     )
 
@@ -251,8 +241,9 @@ def create_rdd(
         offset_ranges: The ranges; partition ``i`` reads ``offset_ranges[i]``.
         key_decoder: An ``encoders.Decoder`` for keys (default: raw bytes).
         value_decoder: An ``encoders.Decoder`` for values (default: raw bytes).
-        message_handler: Called per message with a :class:`MessageAndMetadata` (after
-            decoding); its results are the RDD's elements instead of ``(key, value)``.
+        message_handler: Called per message with an ``hmbclient.MessageAndMetadata``
+            (topic, partition, offset, key, message; key and message decoded); its results
+            are the RDD's elements instead of ``(key, value)``.
             Everything given here must be picklable (it runs on executors).
 
     Returns:

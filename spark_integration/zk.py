@@ -23,6 +23,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from hmbclient.errors import CoordinationError
+from rebalance.paths import offset_path
 from spark_integration.offsets import OffsetRange, TopicPartition
 
 __all__ = ["offset_path", "read_group_offsets", "commit_group_offsets", "zk_client"]
@@ -30,19 +31,6 @@ __all__ = ["offset_path", "read_group_offsets", "commit_group_offsets", "zk_clie
 log = logging.getLogger("hmbclient.spark")
 
 _ZK_TIMEOUT_S = 15.0
-
-
-def offset_path(group_id: str, topic: str, partition: int) -> str:
-    """The znode holding ``group_id``'s offset for ``topic``/``partition``."""
-    try:
-        from rebalance import paths  # type: ignore[attr-defined]
-
-        fn = getattr(paths, "offset_path", None) or getattr(paths, "consumer_offset_path", None)
-        if fn is not None:
-            return str(fn(group_id, topic, partition))
-    except ImportError:
-        pass
-    return f"/consumers/{group_id}/offsets/{topic}/{partition}"
 
 
 @contextmanager
@@ -129,7 +117,7 @@ def commit_group_offsets(
     Raises:
         CoordinationError: ZooKeeper unreachable or the write failed.
     """
-    from kazoo.exceptions import KazooException, NoNodeError
+    from kazoo.exceptions import KazooException, NodeExistsError, NoNodeError
 
     if isinstance(offsets, Mapping):
         wanted = {tp: int(v) for tp, v in offsets.items()}
@@ -146,7 +134,11 @@ def commit_group_offsets(
                 try:
                     zk.set(path, data)
                 except NoNodeError:
-                    zk.create(path, data, makepath=True)
+                    try:
+                        zk.create(path, data, makepath=True)
+                    except NodeExistsError:
+                        # Another committer created it between our set and create.
+                        zk.set(path, data)
             except KazooException as exc:
                 raise CoordinationError(
                     f"group {group_id!r}: committing {topic}-{partition}={next_offset} "

@@ -8,8 +8,8 @@ import pytest
 from spark_helpers import create_topic, produce
 
 from encoders import StringDecoder
+from hmbclient import MessageAndMetadata
 from spark_integration import (
-    MessageAndMetadata,
     OffsetRange,
     commit_offset_ranges,
     create_rdd,
@@ -71,14 +71,14 @@ def test_create_rdd_one_partition_per_range_with_exact_contents(
     # Decoders and a message handler, run on the executors (a local function: cloudpickle
     # ships it by value; executors cannot import test modules).
     def _handler(mam: MessageAndMetadata) -> tuple:
-        return (mam.topic, mam.partition, mam.offset, mam.key, mam.message, mam.timestamp > 0)
+        return (mam.topic, mam.partition, mam.offset, mam.key, mam.message, mam.next_offset)
 
     decoded = create_rdd(
         sc, params, [OffsetRange(topic, 1, 5, 8)], key_decoder=StringDecoder(),
         value_decoder=StringDecoder(), message_handler=_handler,
     ).collect()
     assert decoded == [
-        (topic, 1, o, f"k1-{o % 5}", f"a-1-{o}", True) for o in (5, 6, 7)
+        (topic, 1, o, f"k1-{o % 5}", f"a-1-{o}", o + 1) for o in (5, 6, 7)
     ]
     # Only the RDD create_rdd returned carries ranges.
     with pytest.raises(TypeError, match="create_rdd"):
