@@ -422,8 +422,7 @@ class Array(Type):
         w = self.item.write
         if self._code is not None and n:
             try:
-                st = self._by_count.get(n)
-                out.append(st.pack(*value) if st is not None else struct.pack(f">{n}{self._code}", *value))
+                out.append(self._run(n).pack(*value))
                 return
             except struct.error:
                 pass  # the element loop below names the bad value
@@ -443,11 +442,7 @@ class Array(Type):
         if n * self._item_min > len(buf) - pos:
             raise ProtocolError(f"Array: count {n} cannot fit in {len(buf) - pos} bytes")
         if self._code is not None:
-            st = self._by_count.get(n)
-            if st is None:
-                st = struct.Struct(f">{n}{self._code}")
-                if n <= 256:
-                    self._by_count[n] = st
+            st = self._run(n)
             return list(st.unpack_from(buf, pos)), pos + st.size
         r = self.item.read
         items: list[Any] = []
@@ -456,6 +451,16 @@ class Array(Type):
             v, pos = r(buf, pos)
             append(v)
         return items, pos
+
+    def _run(self, n: int) -> struct.Struct:
+        # The struct.Struct for n fixed-width items; small counts (replica lists, offsets) are
+        # cached so the format is parsed once.
+        st = self._by_count.get(n)
+        if st is None:
+            st = struct.Struct(f">{n}{self._code}")
+            if n <= 256:
+                self._by_count[n] = st
+        return st
 
     @property
     def struct(self) -> Struct:
