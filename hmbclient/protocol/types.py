@@ -12,6 +12,10 @@ silently truncate) and every array count against the bytes left, so a hostile co
 us loop or allocate past the frame. They raise :class:`ProtocolError`; ``struct.error`` and
 friends are turned into ``ProtocolError`` at :func:`Struct.decode`, the one entry point.
 
+Speed: ``Struct`` compiles a reader and a writer per schema (consecutive fixed-width fields in one
+``struct.Struct`` call, no per-field dispatch loop) and arrays of one fixed-width primitive
+decode/encode as one run; the plain field-by-field loop stays as the reference and the error path.
+
 Layout facts (Kafka protocol guide): integers are big-endian two's complement; ``string`` is an
 int16 length (-1 = null) + UTF-8; ``bytes`` is an int32 length (-1 = null); arrays are an int32
 count (-1 = null) followed by the elements; varints are zigzag (signed) or plain (unsigned) LEB128.
