@@ -101,4 +101,4 @@ class ZkOffsetStore:
                 res.get(timeout=self.op_timeout_s)
             except NodeExistsError:
                 # Another writer created it between our set and our create: write ours.
-                self.zk.set(self.path(tp), payload)
+                self.zk.set_async(self.path(tp), payload).get(timeout=self.op_timeout_s)

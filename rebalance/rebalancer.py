@@ -50,6 +50,7 @@ from __future__ import annotations
 
 import logging
 import random
+import re
 import socket
 import threading
 import time
@@ -96,6 +97,10 @@ MetadataPartitions = Callable[[list[str] | None], Mapping[str, list[int]]]
 StatusCallback = Callable[[str, Mapping[str, Any]], None]
 
 
+#: Kafka's legal topic names.
+_LEGAL_TOPIC = re.compile(r"[a-zA-Z0-9._-]{1,249}")
+
+
 class RebalanceError(Exception):
     """A round could not complete (raised inside the loop only; logged and retried)."""
 
@@ -129,8 +134,10 @@ class Subscription:
             if not self.topic_counts:
                 raise ValueError("subscribe to at least one topic")
             for topic, n in self.topic_counts.items():
-                if not isinstance(topic, str) or not topic:
-                    raise ValueError(f"bad topic name {topic!r}")
+                if not isinstance(topic, str) or not _LEGAL_TOPIC.fullmatch(topic) or topic in (".", ".."):
+                    raise ValueError(
+                        f"illegal topic name {topic!r}: 1-249 characters of [a-zA-Z0-9._-], not '.' or '..'"
+                    )
                 if not isinstance(n, int) or isinstance(n, bool) or n < 1:
                     raise ValueError(f"stream count for {topic!r} must be an int >= 1, got {n!r}")
         elif not isinstance(self.num_streams, int) or self.num_streams < 1:
@@ -365,7 +372,7 @@ class ZkRebalancer:
                     self._stable.wait(min(remaining, 1.0) if remaining is not None else 1.0)
                 seen = self._ids_cversion
             try:
-                stat = self.zk.exists(self.registry.ids_path)
+                stat = self.zk.exists_async(self.registry.ids_path).get(timeout=2.0)
             except (KazooException, KazooTimeoutError):
                 stat = None
             if stat is not None and stat.cversion == seen:
@@ -679,7 +686,17 @@ class ZkRebalancer:
         if missing:
             found = self.registry.partitions(missing, watch=self._on_topic_data_watch)
             self._partition_cache.update(found)
-        return {t: self._partition_cache[t] for t in topics if t in self._partition_cache}
+        out: dict[str, list[int]] = {}
+        for t in topics:
+            # A data watch may drop an entry at any moment (kazoo's callback thread).
+            parts = self._partition_cache.get(t)
+            if parts is None:
+                parts = self.registry.partitions([t], watch=self._on_topic_data_watch).get(t)
+                if parts is not None:
+                    self._partition_cache[t] = parts
+            if parts is not None:
+                out[t] = parts
+        return out
 
     def _on_topics_watch(self, event: Any) -> None:
         self.trigger(f"topics {getattr(event, 'type', None)}")

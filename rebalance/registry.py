@@ -209,6 +209,11 @@ class GroupRegistry:
 
     # ------------------------------------------------------------------ helpers
 
+    def _w(self, res: Any) -> Any:
+        # Every request is bounded: while ZooKeeper is unreachable kazoo queues requests
+        # instead of failing them, and the rebalance thread must stay responsive to close().
+        return res.get(timeout=self.op_timeout_s)
+
     @property
     def session_id(self) -> int:
         """The current ZooKeeper session id (0 when there is none)."""
@@ -246,21 +251,21 @@ class GroupRegistry:
         payload = registration.to_json()
         for _ in range(5):
             try:
-                self.zk.create(path, payload, ephemeral=True, makepath=True)
+                self._w(self.zk.create_async(path, payload, ephemeral=True, makepath=True))
                 return
             except NodeExistsError:
                 try:
-                    data, stat = self.zk.get(path)
+                    data, stat = self._w(self.zk.get_async(path))
                 except NoNodeError:
                     continue
                 if stat.ephemeralOwner == self.session_id:
                     if data != payload:
-                        self.zk.set(path, payload, version=stat.version)
+                        self._w(self.zk.set_async(path, payload, version=stat.version))
                     return
                 if self._is_our_leftover(stat):
                     log.info("replacing registration %s left by our expired session", path)
                     try:
-                        self.zk.delete(path, version=stat.version)
+                        self._w(self.zk.delete_async(path, version=stat.version))
                     except NoNodeError:
                         pass
                     continue
@@ -271,9 +276,9 @@ class GroupRegistry:
         """Delete our registration node if it is ours (no error when it is gone)."""
         path = paths.consumer_registration_path(self.group, self.consumer_id)
         try:
-            _, stat = self.zk.get(path)
+            _, stat = self._w(self.zk.get_async(path))
             if stat.ephemeralOwner == self.session_id or self._is_our_leftover(stat):
-                self.zk.delete(path, version=stat.version)
+                self._w(self.zk.delete_async(path, version=stat.version))
         except NoNodeError:
             pass
 
@@ -287,7 +292,7 @@ class GroupRegistry:
             ``({consumer_id: Registration}, cversion)``; a member whose node vanished while
             we read is left out (the watch has fired, so the caller will read again).
         """
-        children, stat = self.zk.get_children(self.ids_path, watch=watch, include_data=True)
+        children, stat = self._w(self.zk.get_children_async(self.ids_path, watch=watch, include_data=True))
         pending = [
             (cid, self.zk.get_async(f"{self.ids_path}/{cid}")) for cid in sorted(children)
         ]
@@ -334,8 +339,8 @@ class GroupRegistry:
         try:
             children, stat = ids_res.get(timeout=self.op_timeout_s)
         except NoNodeError:
-            zk.ensure_path(self.ids_path)
-            children, stat = zk.get_children(self.ids_path, watch=member_watch, include_data=True)
+            self._w(zk.ensure_path_async(self.ids_path))
+            children, stat = self._w(zk.get_children_async(self.ids_path, watch=member_watch, include_data=True))
         try:
             broker_ids, bstat = brokers_res.get(timeout=self.op_timeout_s)
             bcv = bstat.cversion
@@ -449,7 +454,7 @@ class GroupRegistry:
                 # Our own stale node (old session), or one of our other threads' (a partition
                 # moving between our own streams): replace it.
                 try:
-                    self.zk.delete(self.owner_path(tp), version=stat.version)
+                    self._w(self.zk.delete_async(self.owner_path(tp), version=stat.version))
                 except NoNodeError:
                     pass
                 retry.append((tp, tid))
@@ -536,7 +541,7 @@ class GroupRegistry:
         for topic in topics:
             base = paths.consumer_owners_dir(self.group, topic)
             try:
-                children = self.zk.get_children(base)
+                children = self._w(self.zk.get_children_async(base))
             except NoNodeError:
                 continue
             reads = [(int(p), self.zk.get_async(f"{base}/{p}")) for p in children if p.isdigit()]
@@ -557,9 +562,9 @@ class GroupRegistry:
             watch: a child watch on ``/brokers/ids`` (or an exists watch when it is absent).
         """
         try:
-            ids = self.zk.get_children(paths.BROKER_IDS_PATH, watch=watch)
+            ids = self._w(self.zk.get_children_async(paths.BROKER_IDS_PATH, watch=watch))
         except NoNodeError:
-            self.zk.exists(paths.BROKER_IDS_PATH, watch=watch)
+            self._w(self.zk.exists_async(paths.BROKER_IDS_PATH, watch=watch))
             return None
         reads = [(i, self.zk.get_async(f"{paths.BROKER_IDS_PATH}/{i}")) for i in ids if i.isdigit()]
         out = []
@@ -577,9 +582,9 @@ class GroupRegistry:
     def topics(self, watch: Watch | None = None) -> list[str] | None:
         """Topics in ``/brokers/topics`` (None when the directory does not exist)."""
         try:
-            return sorted(self.zk.get_children(paths.BROKER_TOPICS_PATH, watch=watch))
+            return sorted(self._w(self.zk.get_children_async(paths.BROKER_TOPICS_PATH, watch=watch)))
         except NoNodeError:
-            self.zk.exists(paths.BROKER_TOPICS_PATH, watch=watch)
+            self._w(self.zk.exists_async(paths.BROKER_TOPICS_PATH, watch=watch))
             return None
 
     def partitions(

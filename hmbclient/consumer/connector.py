@@ -209,7 +209,7 @@ class ConsumerConnector:
                 for topic, n in sub.topic_counts.items()  # type: ignore[union-attr]
             }
             self._streams_by_topic = streams
-            self._start(sub)
+            self._start_or_reset(sub)
             return {t: list(s) for t, s in streams.items()}
 
     def create_message_streams_by_filter(
@@ -246,7 +246,7 @@ class ConsumerConnector:
                 for i in range(num_streams)
             ]
             self._filter_streams = streams
-            self._start(sub)
+            self._start_or_reset(sub)
             return list(streams)
 
     def commit_offsets(self) -> None:
@@ -356,6 +356,29 @@ class ConsumerConnector:
         self._all_streams.append(s)
         return s
 
+    def _start_or_reset(self, sub: Subscription) -> None:
+        # A failed start (ZooKeeper unreachable, no brokers) leaves the connector as it was,
+        # so the caller may fix the cause and create streams again.
+        try:
+            self._start(sub)
+        except BaseException:
+            self._stop_parts()
+            if self._rebalancer is not None:
+                self._rebalancer.close(release=False)
+            self._rebalancer = None
+            self._streams_by_topic, self._filter_streams, self._all_streams = {}, None, []
+            raise
+
+    def _stop_parts(self) -> None:
+        if self._fetchers is not None:
+            self._fetchers.close()
+            self._fetchers = None
+        if self._client is not None:
+            self._client.close()
+            self._client = None
+        self._metadata = None
+        self._storage = None
+
     def _start(self, sub: Subscription) -> None:
         cfg = self.config
         rb = ZkRebalancer(
@@ -378,16 +401,12 @@ class ConsumerConnector:
             rb.connect()
             brokers = rb.registry.brokers()
         except (KazooException, KazooTimeoutError) as exc:
-            rb.close(release=False)
-            self._rebalancer = None
             raise CoordinationError(
                 f"cannot reach ZooKeeper at {cfg.zookeeper_connect!r}: {type(exc).__name__}: {exc}"
             ) from exc
         bootstrap: Any = list(cfg.metadata_broker_list)
         if not bootstrap:
             if not brokers:
-                rb.close(release=False)
-                self._rebalancer = None
                 raise ConfigError(
                     "no brokers registered in ZooKeeper under /brokers/ids and no "
                     "metadata.broker.list: set metadata_broker_list for brokers that do not "
