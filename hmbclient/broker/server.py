@@ -200,7 +200,9 @@ class _Processor(threading.Thread):
 
     def notify(self, conn: _Connection) -> None:
         self._ready.append(conn)
-        self.wake()
+        # On our own thread the loop drains _ready before it selects again: no wake-up needed.
+        if threading.get_ident() != self.ident:
+            self.wake()
 
     # -- the loop -------------------------------------------------------------------------------
     def run(self) -> None:
@@ -305,7 +307,10 @@ class _Processor(threading.Thread):
                 if isinstance(ev, RequestEvent):
                     slot = _Slot(conn, ev.header.correlation_id)
                     conn.slots.append(slot)
-                    server.handlers.submit(conn, slot, ev)
+                    if ev.header.api_key != 0 and not conn.busy:
+                        server.apis.handle(ev.header, ev.request, slot)
+                    else:
+                        server.handlers.submit(conn, slot, ev)
                     continue
                 assert isinstance(ev, UnsupportedRequest)
                 slot = _Slot(conn, ev.header.correlation_id)
