@@ -226,3 +226,29 @@ def test_offsets_before_and_timestamp_lookup(tmp_path: Path) -> None:
     assert log.offset_for_timestamp(3_000) == (2, 3_000)
     assert log.offset_for_timestamp(2_500) == (2, 3_000)
     assert log.offset_for_timestamp(7_000) is None
+
+
+def test_compaction_keeps_newest_per_key_and_offsets(tmp_path: Path) -> None:
+    d = str(tmp_path / "__consumer_offsets-0")
+    cfg = LogConfig(segment_bytes=600, compact=True, retention_ms=None)
+    log = Log(d, cfg)
+    for i in range(40):
+        log.append(encode([(b"key-%d" % (i % 4), b"v%d" % i)]))
+    assert len(log.segments) > 3
+    end = log.log_end_offset
+    size_before = log.size_bytes
+    dropped = log.compact()
+    assert dropped > 20 and log.size_bytes < size_before
+    assert log.log_end_offset == end and log.log_start_offset == 0
+    values = _values(log)
+    assert values[-4:] == [(i, b"v%d" % i) for i in range(36, 40)]
+    # outside the active segment only the newest record of each key is left
+    active_base = log.segments[-1].base_offset
+    newest = {i % 4: i for i in range(40)}
+    assert all(newest[off % 4] == off for off, _ in values if off < active_base)
+    # an unfinished rewrite left behind is cleaned up at start-up; data and offsets survive
+    log.close()
+    (tmp_path / "__consumer_offsets-0" / "00000000000000000000.log.cleaned").write_bytes(b"junk")
+    again = Log(d, cfg)
+    assert _values(again)[-4:] == [(i, b"v%d" % i) for i in range(36, 40)]
+    assert again.append(encode([(b"key-0", b"new")])).first_offset == end

@@ -49,6 +49,7 @@ __all__ = ["Log", "AppendInfo"]
 log = logging.getLogger("hmbclient.broker.log")
 
 _SEGMENT_FILE = re.compile(r"^(\d{20})\.(log|index)$")
+_CLEANED_SUFFIX = ".cleaned"
 _RECOVERY_CHUNK = 8 * 1024 * 1024
 _RecordListTooLarge = for_code(18)
 
@@ -159,6 +160,11 @@ class Log:
         logs: set[int] = set()
         indexes: set[int] = set()
         for name in sorted(os.listdir(self.directory)):
+            if name.endswith(LOG_SUFFIX + _CLEANED_SUFFIX) and _SEGMENT_FILE.match(name[: -len(_CLEANED_SUFFIX)]):
+                # A compaction rewrite that never reached its rename: the original is intact.
+                log.warning("%s: removing unfinished compaction output %s", self.directory, name)
+                os.unlink(os.path.join(self.directory, name))
+                continue
             m = _SEGMENT_FILE.match(name)
             if m is None:
                 raise StorageError(
@@ -268,6 +274,7 @@ class Log:
             active = self._segments[-1]
             first = active.next_offset
             fast = _assign_offsets_v2(buf, first, self.config.max_message_bytes)
+            new: bytes | bytearray
             if fast is not None:
                 new, count, last, max_ts, magic = fast
             else:
@@ -353,9 +360,63 @@ class Log:
         return drop
 
     def compact(self) -> int:
-        """Keep only the newest record per key in the non-active segments (compacted topics).
-        Returns how many records were dropped. (Filled in with the offsets topic work.)"""
-        return 0
+        """Keep only the newest record per key in the non-active segments (``compact`` logs,
+        i.e. ``__consumer_offsets``). Returns how many records were dropped.
+
+        Each rewritten segment is written to ``<name>.log.cleaned``, fsynced, and renamed over
+        the old file (atomic), then the index is rebuilt; offsets are kept (a kept record becomes
+        a one-record batch at its own offset, so gaps are fine). Readers holding the old segment
+        keep reading the old file through its open descriptor. A ``.cleaned`` file found at
+        start-up is an unfinished rewrite and is deleted.
+        """
+        if not self.config.compact:
+            return 0
+        with self._lock:
+            segs = self._segments
+            if len(segs) < 2:
+                return 0
+            latest: dict[bytes, int] = {}
+            for seg in segs:
+                for r in records.decode_records(seg.store.read(0, seg.size)):
+                    if r.key is not None:
+                        latest[r.key] = r.offset
+            dropped = 0
+            out: list[Segment] = []
+            for seg in segs[:-1]:
+                recs = records.decode_records(seg.store.read(0, seg.size))
+                keep = [r for r in recs if r.key is None or latest.get(r.key) == r.offset]
+                if len(keep) == len(recs):
+                    out.append(seg)
+                    continue
+                dropped += len(recs) - len(keep)
+                out.append(self._rewrite(seg, keep))
+            self._set_segments((*out, segs[-1]))
+        if dropped:
+            log.info("%s: compaction dropped %d superseded records", self.directory, dropped)
+        return dropped
+
+    def _rewrite(self, seg: Segment, keep: list) -> Segment:
+        tmp = seg.log_path + _CLEANED_SUFFIX
+        parts = [
+            records.encode_records(2, records.NONE, [(r.key, r.value, r.timestamp)], base_offset=r.offset, timestamp_ms=r.timestamp)
+            for r in keep
+        ]
+        try:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            try:
+                os.write(fd, b"".join(parts))
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            os.replace(tmp, seg.log_path)
+        except OSError as e:
+            raise StorageError(f"compaction of {seg.log_path} failed: {e}") from e
+        next_offset = seg.next_offset
+        seg.index.close()
+        new = Segment(self.directory, seg.base_offset, self.config.index_interval_bytes)
+        self._recover(new)
+        new.next_offset = next_offset
+        return new
 
     # -- reads -----------------------------------------------------------------------------
     def _check_offset(self, offset: int, segs: tuple[Segment, ...]) -> None:
