@@ -307,8 +307,11 @@ class OffsetManager:
         group = req.group_id
         code = INVALID_GROUP_ID if group is None else self._group_state(group)
         shape = _shape(resp_cls, "topics", "partitions")
+        # Offsets not committed again within offsets.retention.minutes are forgotten, as Kafka
+        # expires them (the log keeps them until compaction; the answer no longer does).
+        oldest = int(time.time() * 1000) - self.retention_ms
         with self._lock:
-            cached = dict(self._cache.get(group, {})) if not code else {}
+            cached = {tp: e for tp, e in self._cache.get(group, {}).items() if e[2] >= oldest} if not code else {}
         if req.topics is None:
             wanted: list[tuple[str, list[int]]] = []
             by_topic: dict[str, list[int]] = {}

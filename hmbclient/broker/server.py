@@ -214,17 +214,27 @@ class _Processor(threading.Thread):
                     if conn is None:
                         self._drain_wake()
                         continue
-                    if mask & selectors.EVENT_READ and not conn.closed:
-                        self._on_readable(conn)
-                    if mask & selectors.EVENT_WRITE and not conn.closed:
-                        self._write(conn)
-                        self._update_interest(conn)
+                    try:
+                        if mask & selectors.EVENT_READ and not conn.closed:
+                            self._on_readable(conn)
+                        if mask & selectors.EVENT_WRITE and not conn.closed:
+                            self._write(conn)
+                            self._update_interest(conn)
+                    except Exception:
+                        # A bug must cost one connection, never the processor thread (which
+                        # would silently stop serving all of its connections).
+                        log.exception("%s: unexpected error, closing the connection", conn.peer)
+                        self._close(conn, None)
                 while self._new:
                     self._register(self._new.popleft())
                 while self._ready:
                     conn = self._ready.popleft()
                     if not conn.closed:
-                        self._flush_slots(conn)
+                        try:
+                            self._flush_slots(conn)
+                        except Exception:
+                            log.exception("%s: unexpected error, closing the connection", conn.peer)
+                            self._close(conn, None)
                 now = time.monotonic()
                 if now - last_reap >= _REAP_EVERY_S:
                     last_reap = now

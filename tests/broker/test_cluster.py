@@ -153,3 +153,18 @@ def test_group_coordinator_is_one_broker(cluster: EmbeddedCluster) -> None:
                 break
             time.sleep(0.05)
         assert code == 0
+
+
+def test_registration_comes_back_after_session_expiry(cluster: EmbeddedCluster, zk: KazooClient, zookeeper: Any) -> None:
+    reg = cluster.broker(1).zk
+    assert reg is not None
+    old_owner = zk.exists("/brokers/ids/1").ephemeralOwner
+    session_id, password = reg.zk.client_id
+    # Closing a second connection that uses the same session expires it on the server.
+    twin = KazooClient(hosts=zookeeper.connect, client_id=(session_id, password))
+    twin.start(timeout=10)
+    twin.stop()
+    twin.close()
+    _wait(lambda: (st := zk.exists("/brokers/ids/1")) is not None and st.ephemeralOwner != old_owner, 20)
+    obj = json.loads(zk.get("/brokers/ids/1")[0])
+    assert obj["port"] == cluster.broker(1).port
