@@ -6,7 +6,7 @@ Layers (each a module): ``server`` (selectors network layer, sendfile) -> ``apis
 dispatcher) -> ``replica_manager`` (+ ``purgatory``, ``delayed``) -> ``log`` (store, index,
 segment, log, manager); ``offset_manager`` (group offsets in ``__consumer_offsets``), ``topics``,
 ``metadata`` (the cluster view), ``zk`` (ZooKeeper registration), ``broker`` (assembly),
-``embedded`` / ``cluster`` / ``process`` (ways to run one or several), ``main`` (command line).
+``embedded`` / ``cluster`` / ``process`` (ways to run one or several), ``runner`` (command line).
 Imports ``hmbclient.protocol`` (and ``rebalance.paths`` for znodes), never the client packages.
 """
 
@@ -27,7 +27,7 @@ def __getattr__(name: str) -> object:
 
         return BrokerProcess
     if name in ("run_broker", "main"):
-        from hmbclient.broker import main as _main
+        from hmbclient.broker import runner as _runner
 
-        return getattr(_main, name)
+        return getattr(_runner, name)
     raise AttributeError(name)

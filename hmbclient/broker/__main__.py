@@ -1,9 +1,9 @@
-"""``python -m hmbclient.broker``: see ``hmbclient.broker.main``."""
+"""``python -m hmbclient.broker``: see ``hmbclient.broker.runner``."""
 
 import logging
 import sys
 
-from hmbclient.broker.main import main
+from hmbclient.broker.runner import main
 
 if __name__ == "__main__":
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")

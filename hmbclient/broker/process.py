@@ -20,7 +20,7 @@ import time
 from collections import deque
 from typing import Any
 
-from hmbclient.broker.main import READY_PREFIX
+from hmbclient.broker.runner import READY_PREFIX
 from hmbclient.config import BrokerConfig
 from hmbclient.errors import HmbError
 

@@ -179,6 +179,7 @@ class _Processor(threading.Thread):
         self._new: deque[socket.socket] = deque()
         self._ready: deque[_Connection] = deque()
         self._wake_pending = False
+        self._wake_closed = False
         self._wake_lock = threading.Lock()
         self.conns: set[_Connection] = set()
         self.running = True
@@ -186,13 +187,15 @@ class _Processor(threading.Thread):
     # -- called from other threads ------------------------------------------------------------
     def wake(self) -> None:
         with self._wake_lock:
-            if self._wake_pending:
+            # After the loop ended its pipe is closed and the fd number may belong to another
+            # file by now (a segment!): a late wake from a handler must not write anywhere.
+            if self._wake_pending or self._wake_closed:
                 return
             self._wake_pending = True
-        try:
-            os.write(self._wake_w, b"x")
-        except OSError:
-            pass
+            try:
+                os.write(self._wake_w, b"x")
+            except OSError:
+                pass
 
     def add(self, sock: socket.socket) -> None:
         self._new.append(sock)
@@ -243,8 +246,10 @@ class _Processor(threading.Thread):
             for conn in list(self.conns):
                 self._close(conn, None)
             self.sel.close()
-            os.close(self._wake_r)
-            os.close(self._wake_w)
+            with self._wake_lock:
+                self._wake_closed = True
+                os.close(self._wake_r)
+                os.close(self._wake_w)
 
     def _drain_wake(self) -> None:
         # Read first, then clear the flag: cleared first, a wake() between the two would have
