@@ -324,7 +324,9 @@ class FetcherManager:
         self.metadata = metadata
         self.fetch_max_bytes = fetch_max_bytes
         self.min_bytes = min_bytes
-        self.max_wait_ms = max_wait_ms
+        # 0 goes out as 1 ms: some brokers (Tansu) answer a zero-wait Fetch with no topics at
+        # all, which would leave the fetcher spinning without ever receiving data.
+        self.max_wait_ms = max(1, max_wait_ms)
         self.reset_to_latest = auto_offset_reset == "largest"
         self.refresh_leader_backoff_s = refresh_leader_backoff_ms / 1000.0
         self.request_timeout_ms = request_timeout_ms

@@ -36,6 +36,9 @@ from hmbclient.errors import ConsumerTimeoutError, HmbError
 
 __all__ = ["MessageAndMetadata", "KafkaStream", "PartitionTopicInfo", "FetchedChunk"]
 
+# namedtuple's __new__ is a Python function; tuple.__new__ builds the same object in C.
+_new_mam = tuple.__new__
+
 
 class MessageAndMetadata(NamedTuple):
     """One consumed message: where it came from, its decoded key and its decoded value."""
@@ -120,7 +123,9 @@ class KafkaStream:
         self._timeout_s = None if consumer_timeout_ms < 0 else consumer_timeout_ms / 1000.0
         self._key_decode = key_decoder.from_message if key_decoder is not None else None
         self._value_decode = value_decoder.from_message if value_decoder is not None else None
-        self._cond = threading.Condition(threading.Lock())
+        # The Condition shares the plain lock, so the hot path can take the lock directly.
+        self._lock = threading.Lock()
+        self._cond = threading.Condition(self._lock)
         self._chunks: deque[FetchedChunk] = deque()
         self._cur_pti: PartitionTopicInfo | None = None
         self._cur_iter: Iterator[Any] | None = None
@@ -139,61 +144,76 @@ class KafkaStream:
             HmbError: a chunk carried an error (e.g. a message larger than
                 ``fetch_message_max_bytes``, or a corrupt record set).
         """
-        deadline = None
-        with self._cond:
-            while True:
-                if self._closed:
-                    raise StopIteration
-                if not self._paused:
-                    it = self._cur_iter
-                    if it is not None:
-                        pti = self._cur_pti
-                        assert pti is not None
-                        if not pti.revoked:
-                            floor = pti.consumed
-                            for rec in it:
-                                if floor is not None and rec.offset < floor:
-                                    # Compressed wrappers and resets can deliver messages
-                                    # before the position: never hand one out twice.
-                                    continue
-                                pti.consumed = rec.offset + 1
-                                break
-                            else:
-                                rec = None
-                            if rec is not None:
-                                topic, partition = pti.topic, pti.partition
-                                break
-                        self._cur_iter = None
-                        self._cur_pti = None
-                    if self._chunks:
-                        chunk = self._chunks.popleft()
-                        self._cond.notify_all()  # room for a blocked fetcher
-                        if chunk.pti.revoked:
-                            continue
-                        if chunk.error is not None:
-                            raise chunk.error
-                        self._cur_pti = chunk.pti
-                        self._cur_iter = iter(chunk.records)
-                        continue
-                if self._timeout_s is None:
-                    self._cond.wait()
+        # Fast path (one C-level lock round trip): the current chunk still has a message at or
+        # after the position, and nothing paused or revoked the partition.
+        lock = self._lock
+        lock.acquire()
+        try:
+            pti = self._cur_pti
+            if pti is not None and not self._paused and not pti.revoked and not self._closed:
+                floor = pti.consumed
+                for rec in self._cur_iter:  # type: ignore[union-attr]
+                    off = rec.offset
+                    if floor is None or off >= floor:
+                        pti.consumed = off + 1
+                        break
+                    # Below the position (a compressed wrapper, a reset): never hand out twice.
                 else:
-                    now = time.monotonic()
-                    if deadline is None:
-                        deadline = now + self._timeout_s
-                    left = deadline - now
-                    if left <= 0:
-                        raise ConsumerTimeoutError(
-                            f"no message on stream {self.name} for {int(self._timeout_s * 1000)} ms"
-                        )
-                    self._cond.wait(left)
+                    rec = self._next_slow()
+                    pti = self._cur_pti
+            else:
+                rec = self._next_slow()
+                pti = self._cur_pti
+            topic, partition = pti.topic, pti.partition  # type: ignore[union-attr]
+        finally:
+            lock.release()
         # Decode outside the lock: user decoders may be slow.
         key, value = rec.key, rec.value
         if self._key_decode is not None:
             key = self._key_decode(key)
         if self._value_decode is not None:
             value = self._value_decode(value)
-        return MessageAndMetadata(topic, partition, rec.offset, key, value)
+        return _new_mam(MessageAndMetadata, (topic, partition, rec.offset, key, value))
+
+    def _next_slow(self) -> Any:
+        # Called with the lock held: move to the next chunk, waiting (with the timeout) while
+        # there is none or hand-out is paused. Leaves _cur_pti set to the record's partition.
+        deadline = None
+        while True:
+            if self._closed:
+                raise StopIteration
+            if not self._paused:
+                pti = self._cur_pti
+                if pti is not None and not pti.revoked:
+                    floor = pti.consumed
+                    for rec in self._cur_iter:  # type: ignore[union-attr]
+                        if floor is None or rec.offset >= floor:
+                            pti.consumed = rec.offset + 1
+                            return rec
+                self._cur_iter = None
+                self._cur_pti = None
+                if self._chunks:
+                    chunk = self._chunks.popleft()
+                    self._cond.notify_all()  # room for a blocked fetcher
+                    if chunk.pti.revoked:
+                        continue
+                    if chunk.error is not None:
+                        raise chunk.error
+                    self._cur_pti = chunk.pti
+                    self._cur_iter = iter(chunk.records)
+                    continue
+            if self._timeout_s is None:
+                self._cond.wait()
+            else:
+                now = time.monotonic()
+                if deadline is None:
+                    deadline = now + self._timeout_s
+                left = deadline - now
+                if left <= 0:
+                    raise ConsumerTimeoutError(
+                        f"no message on stream {self.name} for {int(self._timeout_s * 1000)} ms"
+                    )
+                self._cond.wait(left)
 
     def __repr__(self) -> str:
         return f"KafkaStream({self.name!r}, queued={len(self._chunks)})"
