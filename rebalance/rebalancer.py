@@ -97,6 +97,9 @@ MetadataPartitions = Callable[[list[str] | None], Mapping[str, list[int]]]
 StatusCallback = Callable[[str, Mapping[str, Any]], None]
 
 
+#: Longest wait between retries of a failing round.
+_MAX_RETRY_S = 5.0
+
 #: Kafka's legal topic names.
 _LEGAL_TOPIC = re.compile(r"[a-zA-Z0-9._-]{1,249}")
 
@@ -257,6 +260,8 @@ class ZkRebalancer:
         self._ids_cversion = -1
         self._thread: threading.Thread | None = None
         self._retry_at: float | None = None
+        self._failures = 0
+        self._last_error = ""
         self._metadata_snapshot: Mapping[str, list[int]] | None = None
         self._metadata_key: tuple[str, ...] | None = None
         self._metadata_at = 0.0
@@ -453,19 +458,31 @@ class ZkRebalancer:
             self._debounce()
             if self._stopping:
                 return
+            self._retry_at = None  # a round may set it again (claims still waiting)
             try:
                 self._round()
-                self._retry_at = None
+                self._failures = 0
             except _Restart:
                 self._trigger.set()
             except (KazooException, KazooTimeoutError, RebalanceError, OSError) as exc:
-                log.warning("%s: rebalance round failed (%s: %s); retrying", self.consumer_id, type(exc).__name__, exc)
-                self._emit("rebalance_failed", consumer_id=self.consumer_id, error=repr(exc))
-                self._retry_at = time.monotonic() + self._jittered_backoff()
+                self._failed(exc, expected=True)
             except Exception as exc:  # noqa: BLE001 - the loop must survive listener bugs
-                log.exception("%s: unexpected error in rebalance round", self.consumer_id)
-                self._emit("rebalance_failed", consumer_id=self.consumer_id, error=repr(exc))
-                self._retry_at = time.monotonic() + self._jittered_backoff()
+                self._failed(exc, expected=False)
+
+    def _failed(self, exc: Exception, expected: bool) -> None:
+        # Retry with backoff that doubles per consecutive failure (capped), so a persistent
+        # problem (ZooKeeper away, an assignor refusing the subscriptions) neither spins nor
+        # floods the log, while a one-off hiccup is retried within rebalance_backoff_ms.
+        self._failures += 1
+        text = f"{type(exc).__name__}: {exc}"
+        if expected:
+            log.warning("%s: rebalance round failed (%s); retrying", self.consumer_id, text)
+        elif self._failures == 1 or text != self._last_error:
+            log.error("%s: unexpected error in rebalance round", self.consumer_id, exc_info=exc)
+        self._last_error = text
+        self._emit("rebalance_failed", consumer_id=self.consumer_id, error=repr(exc), failures=self._failures)
+        factor = 2 ** min(self._failures - 1, 6)
+        self._retry_at = time.monotonic() + min(self._jittered_backoff() * factor, _MAX_RETRY_S)
 
     def _next_timeout(self) -> float | None:
         now = time.monotonic()
