@@ -219,7 +219,8 @@ def scan_entries(buf: Buffer, verify_crc: bool = True) -> tuple[list[Entry], int
 
     Args:
         buf: a record set (a log segment's bytes, or a part of one).
-        verify_crc: check every CRC (v0/v1 messages, inner messages of wrappers, v2 batches).
+        verify_crc: check the CRC of every top-level message and batch (a compressed wrapper's
+            inner messages are always checked: they are decoded to learn their offsets).
 
     Returns:
         ``(entries, valid_bytes)``: one :class:`Entry` per message, compressed wrapper or batch,
