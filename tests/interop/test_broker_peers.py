@@ -94,7 +94,7 @@ def _kcat_consume(broker: EmbeddedBroker, topic: str, legacy: bool) -> list[tupl
 # --- kafka-python ----------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("api_version,magic", [((0, 8, 2), 0), ((0, 10, 0), 1), (None, 2)], ids=["0.8.2", "0.10.0", "default"])
-@pytest.mark.parametrize("compression", [None, "gzip"])
+@pytest.mark.parametrize("compression", [None, "gzip", "snappy", "lz4"])
 def test_kafka_python_produce_and_consume(broker: EmbeddedBroker, api_version: Any, magic: int, compression: str | None) -> None:
     topic = f"kp-{magic}-{compression}"
     msgs = _messages(300, topic)
