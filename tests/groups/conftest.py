@@ -124,8 +124,8 @@ class Producer:
             code = resp.topics[0].partitions[0].error_code if resp is not None else -1
             if code == 0:
                 return
-            self.metadata.invalidate(topic)
             time.sleep(0.05)
+            self.metadata.refresh([topic])
         raise AssertionError(f"produce to {topic}-{partition} kept failing (last error code {code})")
 
     def spread(self, topic: str, per_partition: int, tag: str = "") -> set[tuple[int, bytes]]:

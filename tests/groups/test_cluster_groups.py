@@ -358,3 +358,21 @@ def test_kafka_offsets_follow_a_moving_coordinator(cluster: Any, make_consumer: 
     c.commit_offsets()  # the old coordinator says NOT_COORDINATOR: look it up again, retry
     assert storage.coordinator() == new
     assert storage.fetch([(topic, p) for p in range(PARTITIONS)]) == {(topic, p): 7 for p in range(PARTITIONS)}
+
+
+def test_fetchers_follow_a_moving_leader(cluster: Any, make_consumer: Any, make_producer: Any) -> None:
+    topic = unique("lead")
+    producer = make_producer(cluster.bootstrap)
+    first = producer.spread(topic, 5, tag="a")
+    c = make_consumer(unique("g"))
+    col, done = Collector(), threading.Event()
+    col.consume("c", c.create_message_streams({topic: 1})[topic][0], until=done)
+    wait_for(lambda: set(col.values()) >= first, 30, "first batch")
+    for p in (0, 1, 2):
+        old = cluster.leader(topic, p)
+        cluster.move_leader(topic, p, (old + 1) % 3)
+    second = producer.spread(topic, 5, tag="b")
+    wait_for(lambda: set(col.values()) >= first | second, 30, "messages from the new leaders")
+    done.set()
+    col.join(30)
+    assert Counter(col.values()) == Counter(first | second)
