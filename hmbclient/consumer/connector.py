@@ -539,7 +539,9 @@ class ConsumerConnector:
         storage = self._storage
         assert storage is not None and self._fetchers is not None
         # Read offsets only now that we own the partitions: the previous owner committed before
-        # it released them, so this read sees its final position.
+        # it released them, so this read sees its final position. (ZooKeeper orders our owner
+        # create after their delete, and a session's reads after its own writes, even on a
+        # lagging follower; the Kafka coordinator answered their commit before they released.)
         fresh = [tp for tp in partitions if tp not in self._pending]
         offsets: dict[TopicPartition, int | None] = dict(storage.fetch(fresh)) if fresh else {}
         ptis = []
