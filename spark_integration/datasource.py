@@ -249,6 +249,14 @@ class HmbStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             log.info("picked up new partition %s-%d at offset %d", tp[0], tp[1], positions[tp])
         # A partition that vanished (topic deleted) keeps its position and makes no progress.
         available = {tp: latest.get(tp, positions[tp]) for tp in positions}
+        for tp, pos in positions.items():
+            if available[tp] < pos:
+                # Never rewind: that would re-read (duplicate) data. Say why nothing moves.
+                log.warning(
+                    "%s-%d: latest offset %d is behind the query's position %d (topic "
+                    "recreated or log truncated?); no progress on it", tp[0], tp[1],
+                    available[tp], pos,
+                )
         max_rows = limit.max_rows if isinstance(limit, ReadMaxRows) else None
         return offsets_to_dict(limit_ends(positions, available, max_rows))
 

@@ -58,6 +58,11 @@ def test_create_rdd_one_partition_per_range_with_exact_contents(
     assert rdd.getNumPartitions() == 4
     assert offset_ranges(rdd) == tuple(ranges)
     assert rdd.count() == sum(r.count for r in ranges)
+    # Each partition prefers its leader's host (seen through the JVM RDD underneath).
+    base = rdd._prev_jrdd.rdd()
+    assert [str(base.preferredLocations(p)) for p in base.partitions()] == [
+        f"List({broker.host})"
+    ] * 4
 
     by_partition = rdd.glom().collect()
     for r, got in zip(ranges, by_partition, strict=True):
