@@ -22,8 +22,11 @@ under ``_commit_lock`` -- the same lock ``commit_offsets`` (auto or manual) hold
 periodic commit can never write an older position after the final one -- and raises if the
 commit failed, which keeps the rebalancer from releasing the owner node.
 
-Life cycle: nothing connects until ``create_message_streams`` (one call per connector, as
-in Kafka); ``shutdown`` stops the loop, revokes with a final commit, releases the owner
+Life cycle: nothing connects until ``create_message_streams``. A ZooKeeper registration holds
+one subscription, so each further ``create_message_streams[_by_filter]`` call on the same
+connector joins the group as one more member (``<consumer_id>-s<k>``) that this connector
+commits, awaits and shuts down with itself (Kafka 0.8 refuses a second call; this is what a
+second connector would do). ``shutdown`` stops the loop, revokes with a final commit, releases the owner
 nodes, removes the registration, closes the ZooKeeper session and the broker connections,
 and ends every stream's iteration.
 """
@@ -32,6 +35,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple, Protocol
 
@@ -175,6 +179,8 @@ class ConsumerConnector:
         self._paused = False
         self._shutdown = False
         self._auto_commit_stop = threading.Event()
+        # Further subscriptions, each a member of its own (see _add_member).
+        self._members: list[ConsumerConnector] = []
         self._auto_commit_thread: threading.Thread | None = None
 
     # ------------------------------------------------------------------ public API
@@ -195,7 +201,7 @@ class ConsumerConnector:
             ``{topic: [KafkaStream, ...]}``.
 
         Raises:
-            ConfigError: bad counts, or streams were already created on this connector.
+            ConfigError: bad counts or topic names, or the connector was shut down.
             CoordinationError: ZooKeeper could not be reached.
         """
         try:
@@ -203,7 +209,13 @@ class ConsumerConnector:
         except (ValueError, TypeError) as exc:
             raise ConfigError(str(exc)) from None
         with self._lock:
-            self._check_fresh()
+            if self._needs_member():
+                member = self._add_member()
+                try:
+                    return member.create_message_streams(topic_count_map, key_decoder, value_decoder)
+                except BaseException:
+                    self._drop_member(member)
+                    raise
             streams = {
                 topic: [self._new_stream(f"{topic}-{i}", key_decoder, value_decoder) for i in range(n)]
                 for topic, n in sub.topic_counts.items()  # type: ignore[union-attr]
@@ -230,7 +242,7 @@ class ConsumerConnector:
             The streams; each may carry messages of several topics.
 
         Raises:
-            ConfigError: bad arguments, or streams were already created on this connector.
+            ConfigError: bad arguments, or the connector was shut down.
             CoordinationError: ZooKeeper could not be reached.
         """
         if not isinstance(topic_filter, TopicFilter):
@@ -240,7 +252,15 @@ class ConsumerConnector:
         except (ValueError, TypeError) as exc:
             raise ConfigError(str(exc)) from None
         with self._lock:
-            self._check_fresh()
+            if self._needs_member():
+                member = self._add_member()
+                try:
+                    return member.create_message_streams_by_filter(
+                        topic_filter, num_streams, key_decoder, value_decoder
+                    )
+                except BaseException:
+                    self._drop_member(member)
+                    raise
             streams = [
                 self._new_stream(f"{topic_filter.regex}-{i}", key_decoder, value_decoder)
                 for i in range(num_streams)
@@ -256,6 +276,8 @@ class ConsumerConnector:
             HmbError / kazoo errors: the store refused the commit (nothing is lost: the next
             commit writes the same or a later position).
         """
+        for member in list(self._members):
+            member.commit_offsets()
         storage = self._storage
         if storage is None:
             return
@@ -290,16 +312,28 @@ class ConsumerConnector:
         rb = self._rebalancer
         if rb is None:
             return False
-        return rb.await_rebalance(timeout)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        if not rb.await_rebalance(timeout):
+            return False
+        for member in list(self._members):
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            if not member.await_rebalance(left):
+                return False
+        return True
 
     def owned_partitions(self) -> dict[TopicPartition, str]:
-        """Partitions this member currently owns (``tp -> thread id``)."""
+        """Partitions this connector currently owns (``tp -> thread id``)."""
         rb = self._rebalancer
-        return dict(rb.owned) if rb is not None else {}
+        out = dict(rb.owned) if rb is not None else {}
+        for member in list(self._members):
+            out.update(member.owned_partitions())
+        return out
 
     def set_rebalance_listener(self, listener: ConsumerRebalanceListener | None) -> None:
         """Set (or clear) the revoked/assigned callbacks (Java's setConsumerRebalanceListener)."""
         self._rebalance_listener = listener
+        for member in list(self._members):
+            member.set_rebalance_listener(listener)
 
     def add_status_listener(self, listener: StatusListener) -> None:
         """Receive :class:`ConsumerEvent` status events (called on internal threads)."""
@@ -314,6 +348,8 @@ class ConsumerConnector:
             if self._shutdown:
                 return
             self._shutdown = True
+        for member in list(self._members):
+            member.shutdown()
         self._auto_commit_stop.set()
         if self._auto_commit_thread is not None:
             self._auto_commit_thread.join(10)
@@ -336,14 +372,34 @@ class ConsumerConnector:
 
     # ------------------------------------------------------------------ set-up
 
-    def _check_fresh(self) -> None:
+    def _needs_member(self) -> bool:
         if self._shutdown:
             raise ConfigError("this ConsumerConnector has been shut down")
-        if self._rebalancer is not None:
-            raise ConfigError(
-                "streams were already created on this ConsumerConnector (one subscription per "
-                "connector, as in Kafka); create another connector for another subscription"
-            )
+        return self._rebalancer is not None
+
+    def _add_member(self) -> ConsumerConnector:
+        # A ZooKeeper registration holds one subscription (static counts *or* one filter), so
+        # a further subscription joins the group as another member, "<consumer_id>-s<k>",
+        # whose life cycle (commit, await, shutdown) this connector drives. Kafka 0.8 refuses
+        # a second call instead; this is what a second connector would do, made implicit.
+        member = ConsumerConnector(
+            self.config.replace(consumer_id=f"{self.consumer_id}-s{len(self._members) + 1}"),
+            rebalance_listener=self._rebalance_listener,
+            status_listener=self._forward_status,
+        )
+        self._members.append(member)
+        return member
+
+    def _drop_member(self, member: ConsumerConnector) -> None:
+        self._members.remove(member)
+        member.shutdown()
+
+    def _forward_status(self, event: ConsumerEvent) -> None:
+        for listener in self._status_listeners:
+            try:
+                listener(event)
+            except Exception:  # noqa: BLE001
+                log.exception("status listener failed on %s", event.kind)
 
     def _new_stream(self, name: str, key_decoder: Any, value_decoder: Any) -> KafkaStream:
         s = KafkaStream(

@@ -376,3 +376,45 @@ def test_fetchers_follow_a_moving_leader(cluster: Any, make_consumer: Any, make_
     done.set()
     col.join(30)
     assert Counter(col.values()) == Counter(first | second)
+
+
+def test_api_md_usage_static_and_filter_streams_on_one_connector(
+    cluster: Any, admin_zk: Any, zk_connect: str, make_producer: Any
+) -> None:
+    from hmbclient import Consumer
+
+    topic, group = unique("api"), unique("g")
+    prefix = unique("events").replace("-", "_")
+    producer = make_producer(cluster.bootstrap)
+    static_sent = producer.spread(topic, 4)
+    filtered_sent = producer.spread(f"{prefix}.clicks", 3)
+    connector = Consumer.create(
+        {
+            "zookeeper.connect": zk_connect,
+            "group.id": group,
+            "auto.offset.reset": "smallest",
+            "consumer.timeout.ms": 1500,
+            "zookeeper.session.timeout.ms": 4000,
+        }
+    )
+    try:
+        streams = connector.create_message_streams(
+            {topic: 2}, key_decoder=StringDecoder(), value_decoder=StringDecoder()
+        )
+        by_filter = connector.create_message_streams_by_filter(Whitelist(rf"{prefix}\..*"), num_streams=2)
+        assert connector.await_rebalance(20)
+        ids = sorted(admin_zk.get_children(f"/consumers/{group}/ids"))
+        assert ids == sorted([connector.consumer_id, f"{connector.consumer_id}-s1"])
+        got = drain([(f"s{i}", s) for i, s in enumerate(streams[topic])] + [(f"f{i}", s) for i, s in enumerate(by_filter)])
+        static = [m for tag, m in got.messages if tag.startswith("s")]
+        filtered = [m for tag, m in got.messages if tag.startswith("f")]
+        assert Counter((m.partition, m.message) for m in static) == Counter((p, v.decode()) for p, v in static_sent)
+        assert Counter((m.partition, m.message) for m in filtered) == Counter(filtered_sent)
+        assert all(m.topic == f"{prefix}.clicks" for m in filtered)
+        assert len(connector.owned_partitions()) == 2 * PARTITIONS
+        connector.commit_offsets()
+    finally:
+        connector.shutdown()
+    assert admin_zk.get_children(f"/consumers/{group}/ids") == []
+    assert admin_zk.get(f"/consumers/{group}/offsets/{prefix}.clicks/0")[0] == b"3"
+    assert admin_zk.get(f"/consumers/{group}/offsets/{topic}/0")[0] == b"4"
