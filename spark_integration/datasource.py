@@ -305,12 +305,24 @@ class HmbStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         todo = {tp: o for tp, o in offsets.items() if o > self._committed.get(tp, -1)}
         if not todo:
             return
-        if self._zk is None:
-            from kazoo.client import KazooClient
+        try:
+            if self._zk is None:
+                from kazoo.client import KazooClient
 
-            self._zk = KazooClient(hosts=self.opts.zookeeper_connect, timeout=15.0)
-            self._zk.start(timeout=15.0)
-        commit_group_offsets(self._zk, self.opts.group_id, todo)
+                zk = KazooClient(hosts=self.opts.zookeeper_connect, timeout=15.0)
+                try:
+                    zk.start(timeout=15.0)
+                except Exception:
+                    zk.close()
+                    raise
+                self._zk = zk
+            commit_group_offsets(self._zk, self.opts.group_id, todo)
+        except Exception as exc:  # noqa: BLE001
+            # Group offsets are for lag monitoring only; the checkpoint drives the query, so a
+            # ZooKeeper outage must not stop it. The next batch tries again.
+            log.warning("group %s: could not record offsets in ZooKeeper: %r",
+                        self.opts.group_id, exc)
+            return
         self._committed.update(todo)
 
 
