@@ -58,6 +58,7 @@ KP: dict[int, tuple[Any, Any]] = {
     ApiKey.FIND_COORDINATOR: (kp_metadata.FindCoordinatorRequest, kp_metadata.FindCoordinatorResponse),
     ApiKey.API_VERSIONS: (kp_metadata.ApiVersionsRequest, kp_metadata.ApiVersionsResponse),
     ApiKey.CREATE_TOPICS: (kp_admin.CreateTopicsRequest, kp_admin.CreateTopicsResponse),
+    ApiKey.INIT_PRODUCER_ID: (kp_producer.InitProducerIdRequest, kp_producer.InitProducerIdResponse),
 }
 
 # (api_key, "request"|"response") -> {our dotted field path: kafka-python field name}.
@@ -111,6 +112,8 @@ NAMES: dict[tuple[int, str], dict[str, str]] = {
         "topics.assignments.partition": "partition_index",
     },
     (ApiKey.CREATE_TOPICS, "response"): {"topics.topic": "name"},
+    (ApiKey.INIT_PRODUCER_ID, "request"): {},
+    (ApiKey.INIT_PRODUCER_ID, "response"): {},
 }
 
 # our primitive type -> kafka-python type_str
@@ -332,6 +335,7 @@ def test_every_pair_has_a_peer_version() -> None:
         ApiKey.FIND_COORDINATOR: range(0, 3),
         ApiKey.API_VERSIONS: range(0, 3),
         ApiKey.CREATE_TOPICS: range(0, 5),
+        ApiKey.INIT_PRODUCER_ID: range(0, 2),
     }
     expected = {(int(k), v) for k, vs in want.items() for v in vs}
     assert set(REQUESTS) == expected

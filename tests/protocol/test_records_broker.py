@@ -6,6 +6,7 @@ import struct
 import zlib
 from typing import Any
 
+import kafka.record as kafka_record  # noqa: E402 - a test dependency: missing fails loudly
 import pytest
 
 from hmbclient.errors import CorruptRecordError
@@ -27,8 +28,6 @@ from hmbclient.protocol.records import (
     scan_entries,
     v2,
 )
-
-kafka_record = pytest.importorskip("kafka.record")
 
 ITEMS = [(None, b"a", 100), (b"k", b"bb", 300), (b"", None, 200)]
 ITEMS_H = [(None, b"a", 100, [("trace", b"1")]), (b"k", b"bb", 300, []), (b"", None, 200, [])]

@@ -6,6 +6,7 @@ import gzip
 import os
 import struct
 
+import aiokafka.codec as aiokafka_codec  # noqa: E402 - a test dependency: missing fails loudly
 import cramjam
 import pytest
 from hypothesis import given
@@ -23,8 +24,6 @@ from hmbclient.protocol.records import (
     encode_records,
 )
 from hmbclient.protocol.records.codecs import compress, decompress, xxh32
-
-aiokafka_codec = pytest.importorskip("aiokafka.codec")
 
 SAMPLES = [b"", b"x", b"hello kafka " * 5000, os.urandom(70_000), bytes(200_000)]
 

@@ -4,7 +4,7 @@ Legacy set (HMB / Kafka 0.8-0.10): Produce v0-2, Fetch v0-3, ListOffsets v0-1, M
 OffsetCommit v0-2, OffsetFetch v0-1, FindCoordinator (GroupCoordinator) v0, ApiVersions v0-1.
 Modern set (Kafka 2.1 - 4.x, Tansu; non-flexible versions only): Produce v3-7, Fetch v4-10,
 ListOffsets v1-5, Metadata v1-8, OffsetCommit v2-7, OffsetFetch v1-5, FindCoordinator v0-2.
-CreateTopics v0-4 for admin/test use. Each module maps version -> class, e.g.
+CreateTopics v0-4 for admin/test use; InitProducerId v0-1 for idempotent clients. Each module maps version -> class, e.g.
 ``FetchRequest[4]``.
 """
 
@@ -13,6 +13,8 @@ from hmbclient.protocol.api.admin import (
     ApiVersionsResponse,
     CreateTopicsRequest,
     CreateTopicsResponse,
+    InitProducerIdRequest,
+    InitProducerIdResponse,
 )
 from hmbclient.protocol.api.base import (
     REQUESTS,
@@ -75,4 +77,6 @@ __all__ = [
     "ApiVersionsResponse",
     "CreateTopicsRequest",
     "CreateTopicsResponse",
+    "InitProducerIdRequest",
+    "InitProducerIdResponse",
 ]

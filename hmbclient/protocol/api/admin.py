@@ -1,16 +1,27 @@
-"""ApiVersions (18) v0-2 and CreateTopics (19) v0-4 (all non-flexible).
+"""ApiVersions (18) v0-2, CreateTopics (19) v0-4 and InitProducerId (22) v0-1 (all non-flexible).
 
 ApiVersions: empty request; response error_code + [api_key min_version max_version], v1 adds
 throttle_time_ms (v2 same). A broker answering a version it does not know replies in the v0
 layout with UNSUPPORTED_VERSION (35) and its ranges, so the client can retry lower (KIP-511).
 CreateTopics: v1 + validate_only in the request and error_message in the response;
 v2 + throttle_time_ms; v3, v4 same.
+InitProducerId: transactional_id + transaction_timeout_ms -> producer id and epoch. Idempotent
+clients (kafka-python 3 by default) ask for it before producing; v1 is v0 re-versioned.
 """
 
 from __future__ import annotations
 
 from hmbclient.protocol.api.base import ApiKey, define
-from hmbclient.protocol.types import Array, Boolean, FieldSpec, Int16, Int32, NullableString, String
+from hmbclient.protocol.types import (
+    Array,
+    Boolean,
+    FieldSpec,
+    Int16,
+    Int32,
+    Int64,
+    NullableString,
+    String,
+)
 
 _av_resp_v0 = [("error_code", Int16), ("api_keys", Array(("api_key", Int16), ("min_version", Int16), ("max_version", Int16), name="api_keys"))]
 _av_resp_v1 = [*_av_resp_v0, ("throttle_time_ms", Int32)]
@@ -38,3 +49,11 @@ CreateTopicsRequest = {}
 CreateTopicsResponse = {}
 for _v, _rq, _rs in ((0, _ct_v0, _ctr_v0), (1, _ct_v1, _ctr_v1), (2, _ct_v1, _ctr_v2), (3, _ct_v1, _ctr_v2), (4, _ct_v1, _ctr_v2)):
     CreateTopicsRequest[_v], CreateTopicsResponse[_v] = define(ApiKey.CREATE_TOPICS, _v, _rq, _rs)
+
+_ip_req = [("transactional_id", NullableString), ("transaction_timeout_ms", Int32)]
+_ip_resp = [("throttle_time_ms", Int32), ("error_code", Int16), ("producer_id", Int64, -1), ("producer_epoch", Int16)]
+
+InitProducerIdRequest = {}
+InitProducerIdResponse = {}
+for _v in (0, 1):
+    InitProducerIdRequest[_v], InitProducerIdResponse[_v] = define(ApiKey.INIT_PRODUCER_ID, _v, _ip_req, _ip_resp)

@@ -48,6 +48,7 @@ class ApiKey(IntEnum):
     FIND_COORDINATOR = 10
     API_VERSIONS = 18
     CREATE_TOPICS = 19
+    INIT_PRODUCER_ID = 22
 
 
 class _Message:
