@@ -6,7 +6,7 @@ import struct
 import zlib
 from typing import Any
 
-import kafka.record as kafka_record  # noqa: E402 - a test dependency: missing fails loudly
+import kafka.record as kafka_record
 import pytest
 
 from hmbclient.errors import CorruptRecordError

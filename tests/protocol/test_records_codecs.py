@@ -6,7 +6,7 @@ import gzip
 import os
 import struct
 
-import aiokafka.codec as aiokafka_codec  # noqa: E402 - a test dependency: missing fails loudly
+import aiokafka.codec as aiokafka_codec
 import cramjam
 import pytest
 from hypothesis import given

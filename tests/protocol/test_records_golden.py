@@ -14,11 +14,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-import aiokafka.record.default_records as aiokafka_default  # noqa: E402 - a test dependency: missing fails loudly
-import aiokafka.record.legacy_records as aiokafka_legacy  # noqa: E402 - a test dependency: missing fails loudly
-import aiokafka.record.memory_records as aiokafka_memory  # noqa: E402 - a test dependency: missing fails loudly
-import kafka.codec as kafka_codec  # noqa: E402 - a test dependency: missing fails loudly
-import kafka.record as kafka_record  # noqa: E402 - a test dependency: missing fails loudly
+import aiokafka.record.default_records as aiokafka_default
+import aiokafka.record.legacy_records as aiokafka_legacy
+import aiokafka.record.memory_records as aiokafka_memory
+import kafka.codec as kafka_codec
+import kafka.record as kafka_record
 import pytest
 
 from hmbclient.protocol.records import (
