@@ -20,11 +20,15 @@ Behaviour worth knowing:
   fetch is repeated with the size doubled, up to ``fetch_message_max_bytes``; then
   MessageSizeTooLargeError.
 * Pipelining: when a fetch returns messages, the fetch that continues after the last of them is
-  sent at once (a header walk finds the next offset, no decoding), so the network round trip
-  overlaps the caller decoding this set. The next ``fetch`` for exactly that (topic,
+  sent at once — by the I/O thread the moment the answer arrives, when the caller is waiting
+  for it (a header walk finds the next offset, no decoding) — so the broker works while the
+  caller decodes. At most one fetch runs ahead of what the caller has asked for. The next ``fetch`` for exactly that (topic,
   partition, offset, max_size) uses the answer; any other request discards it. An empty or
   failed speculative answer is never handed out: the fetch is repeated for real. Disabled for
   the "hmb" dialect (one request in flight).
+* HMB ignores max_bytes: over ``api_version="hmb"`` a fetch hands out at most ``max_size``
+  bytes of complete messages and keeps the rest; the next fetch from where that left off is
+  answered from it without asking HMB again.
 * ``get_offsets_before`` uses ListOffsets v0 (0.8's answer: a descending list) on brokers whose
   newest ListOffsets is v0 (Kafka 0.8/0.9, ``api_version="0.8"``); on newer brokers it builds
   the list from v1+ answers (latest and earliest, or the offset for a timestamp), because
@@ -34,7 +38,10 @@ Behaviour worth knowing:
 
 from __future__ import annotations
 
+import functools
 import logging
+import struct
+import threading
 from collections.abc import Sequence
 from concurrent.futures import Future
 from typing import Any, NamedTuple
@@ -45,7 +52,7 @@ from hmbclient.consumer.message_set import (
     first_entry_incomplete,
     last_offset_of,
 )
-from hmbclient.errors import MessageSizeTooLargeError, for_code
+from hmbclient.errors import BrokerError, MessageSizeTooLargeError, for_code
 from hmbclient.net.client import NetClient
 from hmbclient.net.versions import BrokerVersions
 from hmbclient.protocol.api.base import REQUESTS, ApiKey
@@ -137,6 +144,12 @@ class SimpleConsumer:
         self._dialect = self._client.dialect
         self._prefetch_enabled = prefetch and self._dialect.max_in_flight != 1
         self._prefetched: dict[tuple[str, int], tuple[int, int, Future[Any]]] = {}
+        self._want: dict[tuple[str, int], int] = {}  # the offset the caller is fetching now
+        self._pf_lock = threading.Lock()
+        self._closed = False
+        # Brokers that ignore max_bytes (HMB): what they sent beyond the asked size, kept for
+        # the next call: (topic, partition) -> (offset it starts at, bytes, high watermark).
+        self._leftover: dict[tuple[str, int], tuple[int, bytes, int]] = {}
 
     @classmethod
     def from_properties(cls, props: dict[str, Any], /, **overrides: Any) -> SimpleConsumer:
@@ -262,8 +275,15 @@ class SimpleConsumer:
             KafkaConnectionError / RequestTimedOutError: the broker is unreachable or silent.
         """
         req = self._norm(request)
+        if self._dialect.ignores_max_bytes:
+            return self._fetch_capped(req)
         key = (req[0], req[1])
-        pf = self._prefetched.pop(key, None) if self._prefetched else None
+        ahead = self._prefetch_enabled
+        pf = None
+        if ahead:
+            with self._pf_lock:
+                self._want[key] = req[2]
+                pf = self._prefetched.pop(key, None)
         ms: ByteBufferMessageSet | None = None
         if pf is not None and pf[0] == req[2] and pf[1] == req[3]:
             try:
@@ -273,16 +293,98 @@ class SimpleConsumer:
             except Exception as e:  # the speculative fetch failed: ask again for real
                 log.debug("speculative fetch of %s failed: %s", key, e)
         if ms is None:
-            ms = self._sets(self._wait(self._send_fetch([req])), [req])[0]
+            ms = self._sets(self._wait(self._send_fetch_ahead(req) if ahead else self._send_fetch([req])), [req])[0]
         ms = self._grow(req, ms)
         if ms.error is not None:
             raise ms.error
-        if self._prefetch_enabled and len(ms.buffer):
+        if ahead and len(ms.buffer):
+            # Usually the I/O thread already sent the continuing fetch when this answer came
+            # in (see _continue); if not (the answer was waiting here), send it now.
             last = last_offset_of(ms.buffer)
             if last is not None and last >= req[2]:
-                nxt = (req[0], req[1], last + 1, req[3])
-                self._prefetched[key] = (last + 1, req[3], self._send_fetch([nxt]))
+                self._ensure_ahead((req[0], req[1], last + 1, req[3]))
         return ms
+
+    def _send_fetch_ahead(self, req: tuple[str, int, int, int]) -> Future[Any]:
+        """Send a fetch whose answer, when it arrives, sends the continuing fetch at once."""
+        fut = self._send_fetch([req])
+        fut.add_done_callback(functools.partial(self._continue, req))
+        return fut
+
+    def _ensure_ahead(self, nxt: tuple[str, int, int, int]) -> None:
+        key = (nxt[0], nxt[1])
+        with self._pf_lock:
+            if self._closed:
+                return
+            cur = self._prefetched.get(key)
+            if cur is not None and cur[0] == nxt[2] and cur[1] == nxt[3]:
+                return
+            self._prefetched[key] = (nxt[2], nxt[3], self._send_fetch_ahead(nxt))
+
+    def _continue(self, req: tuple[str, int, int, int], fut: Future[Any]) -> None:
+        """Done-callback of a fetch (normally on the I/O thread): if the caller is consuming
+        this very answer, send the fetch that continues after it right away, so the broker
+        works while the caller decodes. Never runs more than one fetch ahead."""
+        if fut.cancelled() or fut.exception() is not None:
+            return
+        topic, partition, offset, size = req
+        key = (topic, partition)
+        if self._want.get(key) != offset:
+            return  # a speculative answer nobody asked for yet: do not run further ahead
+        records = None
+        for t in fut.result().topics:
+            if t.topic == topic:
+                for p in t.partitions:
+                    if p.partition == partition:
+                        if p.error_code:
+                            return
+                        records = p.records
+        if not records:
+            return
+        last = last_offset_of(records)
+        if last is not None and last >= offset:
+            self._ensure_ahead((topic, partition, last + 1, size))
+
+    def _fetch_capped(self, req: tuple[str, int, int, int]) -> ByteBufferMessageSet:
+        """Fetch for a broker that ignores max_bytes: serve from what it already sent when
+        possible, hand out at most ``max_size`` bytes of complete messages, keep the rest."""
+        topic, partition, offset, size = req
+        key = (topic, partition)
+        left = self._leftover.pop(key, None)
+        if left is not None and left[0] == offset:
+            buf: Any = left[1]
+            hw = left[2]
+        else:
+            ms = self._sets(self._wait(self._send_fetch([req])), [req])[0]
+            if ms.error is not None:
+                raise ms.error
+            buf = bytes(ms.buffer)
+            hw = ms.high_watermark
+        cut = 0
+        n = len(buf)
+        while cut + 12 <= n:
+            (entry,) = struct.unpack_from(">i", buf, cut + 8)
+            end = cut + 12 + entry
+            if end > n or end > size:
+                break
+            cut = end
+        if cut == 0 and n:
+            need = first_entry_incomplete(buf)
+            if need is None:  # a complete first message larger than max_size
+                (entry,) = struct.unpack_from(">i", buf, 8)
+                need = 12 + entry
+                if need <= self.config.fetch_message_max_bytes:
+                    # Same rule as for partial messages: the size may grow up to the cap.
+                    cut = need
+            if cut == 0:
+                raise MessageSizeTooLargeError(
+                    f"{topic}-{partition}: the message at offset {offset} needs {need} bytes, more than "
+                    f"the fetch size {size} and fetch_message_max_bytes={self.config.fetch_message_max_bytes}"
+                )
+        head, rest = buf[:cut], buf[cut:]
+        if rest and (last := last_offset_of(head)) is not None and last_offset_of(rest) is not None:
+            self._leftover[key] = (last + 1, rest, hw)
+        return ByteBufferMessageSet(topic, partition, offset, head, hw, None)
 
     def multifetch(self, requests: Sequence[FetchRequest]) -> list[ByteBufferMessageSet]:
         """Fetch several partitions in one round trip (duplicates go in separate requests).
@@ -295,8 +397,18 @@ class SimpleConsumer:
             MessageSizeTooLargeError, KafkaConnectionError, RequestTimedOutError.
         """
         norm = [self._norm(r) for r in requests]
-        for r in norm:
-            self._prefetched.pop((r[0], r[1]), None)
+        if self._dialect.ignores_max_bytes:
+            out_capped: list[ByteBufferMessageSet] = []
+            for r in norm:
+                try:
+                    out_capped.append(self._fetch_capped(r))
+                except BrokerError as e:
+                    out_capped.append(ByteBufferMessageSet(r[0], r[1], r[2], b"", -1, e))
+            return out_capped
+        with self._pf_lock:
+            for r in norm:
+                self._prefetched.pop((r[0], r[1]), None)
+                self._want.pop((r[0], r[1]), None)
         # One Fetch may name a partition once: split duplicates into later requests.
         rounds: list[list[int]] = []
         for i, r in enumerate(norm):
@@ -382,7 +494,9 @@ class SimpleConsumer:
 
     def close(self) -> None:
         """Close the connection; the consumer cannot be used afterwards."""
-        self._prefetched.clear()
+        with self._pf_lock:
+            self._closed = True
+            self._prefetched.clear()
         self._client.close()
 
     def __enter__(self) -> SimpleConsumer:

@@ -55,7 +55,7 @@ log = logging.getLogger("hmbclient.net")
 #: Builds the request once the connection knows its versions (called in the I/O thread).
 RequestBuilder = Callable[[BrokerVersions], Request]
 
-_RECV_BYTES = 256 * 1024
+_RECV_BYTES = 256 * 1024  # one recv; larger frames are received into their own buffer
 _i16 = struct.Struct(">h")
 _i32 = struct.Struct(">i")
 
@@ -181,6 +181,31 @@ class _HmbClientConnection(ClientConnection):
         return super().next_response()
 
 
+class _FastClientConnection(ClientConnection):
+    """ClientConnection fed whole frames by the connection's own receive path."""
+
+    def take_frame(self, frame: bytes | bytearray) -> tuple[int, Any]:
+        """Match one frame (without its size prefix) to the oldest request and decode it.
+
+        Raises:
+            ProtocolError: no request in flight, a wrong correlation id, or a malformed body.
+        """
+        in_flight = self._in_flight
+        if not in_flight:
+            raise ProtocolError("response received with no request in flight")
+        if len(frame) < 4:
+            raise ProtocolError(f"response frame of {len(frame)} bytes has no header")
+        (cid,) = _i32.unpack_from(frame, 0)
+        want, rtype = in_flight[0]
+        if cid != want:
+            raise ProtocolError(f"correlation id {cid} does not match the oldest request in flight ({want})")
+        in_flight.popleft()
+        try:
+            return cid, rtype.decode(memoryview(frame)[4:])
+        except ProtocolError as e:
+            raise ProtocolError(f"{rtype.__name__}: {e}") from None
+
+
 class BrokerConnection:
     """One broker connection; see the module docstring for the state machine."""
 
@@ -231,6 +256,15 @@ class BrokerConnection:
         self._failures = 0
         self._legacy = False  # the probe failed once: never probe this broker again
         self._last_error: HmbError | None = None
+        self._recycled = False
+        # Receive path: HMB's quirky frames go through ClientConnection's own buffering; every
+        # other broker through _ingest_fast.
+        self._fast = not dialect.fetch_frame_quirk
+        self._scratch = bytearray(_RECV_BYTES)
+        self._sview = memoryview(self._scratch)
+        self._big: bytearray | None = None
+        self._big_have = 0
+        self._partial: bytes = b""
         self._version_waiters: list[Future[BrokerVersions]] = []
         self.closed = False
 
@@ -386,8 +420,10 @@ class BrokerConnection:
             )
             return
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        proto_cls = _HmbClientConnection if self.dialect.fetch_frame_quirk else ClientConnection
+        proto_cls = _HmbClientConnection if self.dialect.fetch_frame_quirk else _FastClientConnection
         self._proto = proto_cls(self.client_id, self.max_frame_bytes)
+        self._big = None
+        self._partial = b""
         self._failures = 0
         self._last_error = None
         self.owner._watch(self, self.sock, False)
@@ -407,7 +443,10 @@ class BrokerConnection:
         self.versions = versions
         self.state = ConnState.READY
         log.debug("%s ready: %r", self.address, versions)
-        self.owner._emit("broker_connected", self, None)
+        if self._recycled:
+            self._recycled = False  # a deliberate reconnect is not news to listeners
+        else:
+            self.owner._emit("broker_connected", self, None)
         waiters, self._version_waiters = self._version_waiters, []
         for w in waiters:
             _succeed(w, versions)
@@ -480,9 +519,8 @@ class BrokerConnection:
                 _fail(r.future, e)
                 continue
             if expect:
+                # (HMB answers Produce even with acks=0: the answer completes the future.)
                 in_flight.append(r)
-                if not r.expect_response:
-                    r.future = _NoResultFuture(r.future)  # type: ignore[assignment]
             else:
                 _succeed(r.future, None)
             self._out.append(memoryview(data))
@@ -523,50 +561,128 @@ class BrokerConnection:
             self._writing = want_write
             self.owner._watch(self, sock, want_write)
 
-    def _read(self, now_ms: float) -> None:
+    def _closed_by_peer(self, now_ms: float) -> None:
+        if self.state is ConnState.PROBING:
+            log.info("%s closed the connection on the ApiVersions probe; using legacy versions", self.address)
+            self._probe_failed(now_ms)
+            return
+        self._disconnect(KafkaConnectionError(f"{self.address}: connection closed by the broker"), now_ms)
+
+    def _ingest_fast(self, now_ms: float) -> list[bytes | bytearray] | None:
+        """Read what the socket has into whole frames (None: the connection is gone).
+
+        Copy budget: a frame that fits in what one recv returned is copied out once; a larger
+        one gets its own buffer, sized from its header, and the rest of it is received
+        straight into that buffer (no re-buffering of megabyte fetch answers).
+        """
         sock = self.sock
-        proto = self._proto
-        assert sock is not None and proto is not None
-        for _ in range(8):  # bounded, so one busy connection cannot starve the others
+        assert sock is not None
+        frames: list[bytes | bytearray] = []
+        scratch = self._scratch
+        sview = self._sview
+        max_frame = self.max_frame_bytes
+        for _ in range(16):  # bounded, so one busy connection cannot starve the others
+            big = self._big
             try:
-                data = sock.recv(_RECV_BYTES)
+                if big is not None:
+                    n = sock.recv_into(memoryview(big)[self._big_have :])
+                else:
+                    n = sock.recv_into(sview)
             except (BlockingIOError, InterruptedError):
                 break
             except OSError as e:
                 self._disconnect(KafkaConnectionError(f"{self.address}: receive failed: {e}"), now_ms)
-                return
-            if not data:
-                if self.state is ConnState.PROBING:
-                    log.info("%s closed the connection on the ApiVersions probe; using legacy versions", self.address)
-                    self._probe_failed(now_ms)
-                    return
-                self._disconnect(KafkaConnectionError(f"{self.address}: connection closed by the broker"), now_ms)
-                return
-            try:
-                proto.receive_data(data)
-            except ProtocolError as e:
-                self._disconnect(RemoteProtocolError(f"{self.address}: {e}"), now_ms)
-                return
-            if len(data) < _RECV_BYTES:
+                return None
+            if not n:
+                self._closed_by_peer(now_ms)
+                return None
+            if big is not None:
+                self._big_have += n
+                if self._big_have == len(big):
+                    frames.append(big)
+                    self._big = None
+                continue
+            data: Any = sview[:n]
+            if self._partial:
+                data = self._partial + bytes(data)
+                self._partial = b""
+            pos = 0
+            end = len(data)
+            while end - pos >= 4:
+                (size,) = _i32.unpack_from(data, pos)
+                if size < 4 or size > max_frame:
+                    self._disconnect(
+                        RemoteProtocolError(f"{self.address}: frame size {size} is outside 4..{max_frame}"), now_ms
+                    )
+                    return None
+                if end - pos - 4 >= size:
+                    frames.append(bytes(data[pos + 4 : pos + 4 + size]))
+                    pos += 4 + size
+                else:
+                    fb = bytearray(size)
+                    have = end - pos - 4
+                    fb[:have] = data[pos + 4 : end]
+                    self._big = fb
+                    self._big_have = have
+                    pos = end
+            if pos < end:
+                self._partial = bytes(data[pos:end])
+            if n < len(scratch) and self._big is None:
                 break
+        return frames
+
+    def _read(self, now_ms: float) -> None:
+        sock = self.sock
+        proto = self._proto
+        assert sock is not None and proto is not None
         in_flight = self._in_flight
-        got = False
-        while True:
-            try:
-                r = proto.next_response()
-            except ProtocolError as e:
-                head = in_flight[0].api if in_flight else "unsolicited"
-                self._disconnect(RemoteProtocolError(f"{self.address}: malformed {head} response: {e}"), now_ms)
-                return
-            if r is NEED_DATA:
-                break
+        responses: list[Any] = []
+        try:
+            if self._fast:
+                frames = self._ingest_fast(now_ms)
+                if frames is None:
+                    return
+                take = proto.take_frame  # type: ignore[attr-defined]
+                for frame in frames:
+                    responses.append(take(frame))
+            else:
+                for _ in range(8):
+                    try:
+                        data = sock.recv(_RECV_BYTES)
+                    except (BlockingIOError, InterruptedError):
+                        break
+                    except OSError as e:
+                        self._disconnect(KafkaConnectionError(f"{self.address}: receive failed: {e}"), now_ms)
+                        return
+                    if not data:
+                        self._closed_by_peer(now_ms)
+                        return
+                    proto.receive_data(data)
+                    if len(data) < _RECV_BYTES:
+                        break
+                while True:
+                    r = proto.next_response()
+                    if r is NEED_DATA:
+                        break
+                    responses.append(r)
+        except ProtocolError as e:
+            head = in_flight[0].api if in_flight else "unsolicited"
+            self._disconnect(RemoteProtocolError(f"{self.address}: malformed {head} response: {e}"), now_ms)
+            return
+        recycle = False
+        for r in responses:
             req = in_flight.popleft()
-            got = True
             if self.state is ConnState.PROBING:
                 self._on_probe_answer(r[1], now_ms)
                 continue
+            if self.dialect.fetch_once_per_connection and getattr(r[1], "API_KEY", -1) == 1:
+                recycle = True
             _succeed(req.future, r[1])
-        if got and self.state is ConnState.READY:
+        if recycle and not in_flight:
+            # HMB answers one Fetch per connection: start the next request on a fresh one.
+            self._recycle(now_ms)
+            return
+        if responses and self.state is ConnState.READY:
             self._pump(now_ms)
 
     def _teardown(self, err: HmbError) -> None:
@@ -591,6 +707,26 @@ class BrokerConnection:
         if was in (ConnState.READY,):
             self.owner._emit("broker_disconnected", self, err)
 
+    def _recycle(self, now_ms: float) -> None:
+        """Close deliberately (nothing in flight): no status event, no backoff."""
+        sock = self.sock
+        if sock is not None:
+            self.owner._unwatch(self, sock)
+            try:
+                sock.close()
+            except OSError:
+                pass
+        self.sock = None
+        self._proto = None
+        self._out.clear()
+        self._writing = False
+        self.state = ConnState.DISCONNECTED
+        self.versions = None
+        self._backoff_until = now_ms
+        self._recycled = True
+        if self._pending or self._version_waiters:
+            self._start_connect(now_ms)
+
     def _disconnect(self, err: HmbError, now_ms: float, *, final: bool = False) -> None:
         if self.sock is None and self.state is ConnState.DISCONNECTED:
             return
@@ -603,22 +739,3 @@ class BrokerConnection:
         if self._pending or self._version_waiters:
             self._start_connect(now_ms)
 
-
-class _NoResultFuture:
-    """Stand-in for a future whose caller expects None although the broker replies (HMB
-    answers Produce with acks=0): the reply is read and dropped."""
-
-    __slots__ = ("_f",)
-
-    def __init__(self, f: Future[Any]) -> None:
-        self._f = f
-        _succeed(f, None)
-
-    def done(self) -> bool:
-        return True
-
-    def set_result(self, value: Any) -> None:
-        pass
-
-    def set_exception(self, err: BaseException) -> None:
-        pass

@@ -11,8 +11,8 @@ connection:
 * ``"0.8"``, ``"0.10"``, ``"2.1"``: a pinned set, no probe.
 * ``"hmb"``: the seed's Haskell broker (issue 8). A probe kills its request handler, so it never
   gets one; it speaks only Metadata v0, Produce v0 and Fetch v0, one request in flight, frames
-  its Fetch replies with size 0 / correlation id 0, drops keyed messages and reports fake
-  offsets. Any other API raises :class:`UnsupportedByBroker` locally, before a byte is sent.
+  its Fetch replies with size 0 / correlation id 0, answers one Fetch per connection, ignores
+  max_bytes, drops keyed messages, answers acks=0 and reports fake offsets. Any other API raises :class:`UnsupportedByBroker` locally, before a byte is sent.
 
 Invariant: a dialect with ``probe=False`` never causes an ApiVersions request to be written.
 """
@@ -90,6 +90,10 @@ class Dialect:
         allows_keys: the broker accepts messages with a non-null key.
         real_offsets: Produce replies carry the real base offset.
         acks0_replies: the broker answers Produce even with acks=0.
+        fetch_once_per_connection: the broker answers only the first Fetch on a connection
+            (HMB), so the connection is recycled after each Fetch answer.
+        ignores_max_bytes: Fetch answers may exceed the asked size; the consumer hands out
+            at most what was asked and keeps the rest for the next call.
         broker_label: how error messages name the broker family.
     """
 
@@ -102,6 +106,8 @@ class Dialect:
     allows_keys: bool = True
     real_offsets: bool = True
     acks0_replies: bool = False
+    fetch_once_per_connection: bool = False
+    ignores_max_bytes: bool = False
     broker_label: str = "the broker"
 
     def initial_versions(self) -> BrokerVersions | None:
@@ -130,6 +136,8 @@ DIALECTS: Mapping[str, Dialect] = MappingProxyType(
             allows_keys=False,
             real_offsets=False,
             acks0_replies=True,
+            fetch_once_per_connection=True,
+            ignores_max_bytes=True,
             broker_label="HMB",
         ),
     }

@@ -212,7 +212,8 @@ class RecordAccumulator:
                     continue
                 taken = [rq.popleft()]
                 size = taken[0].nbytes
-                while rq and size + rq[0].nbytes <= cap:
+                # A batch split off after MESSAGE_TOO_LARGE travels alone.
+                while rq and not taken[0].solo and not rq[0].solo and size + rq[0].nbytes <= cap:
                     b = rq.popleft()
                     size += b.nbytes
                     taken.append(b)

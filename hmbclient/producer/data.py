@@ -53,7 +53,18 @@ class ProducerBatch:
         attempts: sends tried so far.
     """
 
-    __slots__ = ("topic", "partition", "items", "nbytes", "created_ms", "future", "attempts", "base_offset", "deadline")
+    __slots__ = (
+        "topic",
+        "partition",
+        "items",
+        "nbytes",
+        "created_ms",
+        "future",
+        "attempts",
+        "base_offset",
+        "deadline",
+        "solo",
+    )
 
     def __init__(self, topic: str, partition: int, created_ms: int) -> None:
         self.topic = topic
@@ -65,6 +76,7 @@ class ProducerBatch:
         self.attempts = 0
         self.base_offset: int | None = None
         self.deadline = 0.0  # monotonic ms when the open batch must close (queue.buffering.max.ms)
+        self.solo = False  # never merged with other batches (after the broker found a merge too large)
 
     @property
     def count(self) -> int:
@@ -135,9 +147,13 @@ class SendFutures(Sequence[RecordFuture]):
 
     __slots__ = ("segments", "_len")
 
-    def __init__(self, segments: list[tuple[ProducerBatch, int, int]]) -> None:
+    def __init__(self, segments: list[tuple[ProducerBatch, int, int]], total: int = -1) -> None:
         self.segments = segments
-        self._len = sum(s[2] for s in segments)
+        if total < 0:
+            total = 0
+            for seg in segments:
+                total += seg[2]
+        self._len = total
 
     def __len__(self) -> int:
         return self._len

@@ -57,6 +57,8 @@ log = logging.getLogger("hmbclient.producer")
 # Bytes a message adds beyond key and value in a v2 batch (attributes, varints, headers count);
 # only used to size batches, so an estimate.
 _RECORD_OVERHEAD = 12
+# RecordBatch v2 header (61 bytes) plus the offset/size prefix, rounded up.
+_BATCH_OVERHEAD = 100
 
 
 def _mono_ms() -> float:
@@ -128,6 +130,8 @@ class Producer:
             hooks=self._hooks,
         )
         self._closed = False
+        self._fast_async = cfg.producer_type == "async" and cfg.event_handler is None
+        self._sync_cap = max(1, min(cfg.batch_max_bytes, cfg.message_max_bytes - _BATCH_OVERHEAD))
         self._async = cfg.producer_type == "async"
         self._event_handler = cfg.event_handler
         self._topic_lock = threading.Lock()
@@ -140,13 +144,17 @@ class Producer:
             if self._async:
                 self._events = _EventPipeline(self._event_handler, cfg)
         elif self._async:
+            # A v2 batch is one "message" to the broker's message.max.bytes: batches, and the
+            # units the sender merges them into, stay under message_max_bytes with room for
+            # the batch header.
+            cap = self._sync_cap
             acc = RecordAccumulator(
                 batch_num_messages=cfg.batch_num_messages,
-                batch_max_bytes=cfg.batch_max_bytes,
+                batch_max_bytes=cap,
                 linger_ms=cfg.queue_buffering_max_ms,
                 max_messages=cfg.queue_buffering_max_messages,
                 enqueue_timeout_ms=cfg.queue_enqueue_timeout_ms,
-                max_request_bytes=cfg.batch_max_bytes,
+                max_request_bytes=cap,
             )
             self._acc = acc
             self._topics = acc.topics
@@ -241,7 +249,7 @@ class Producer:
         else:
             kb = self._kenc(key) if self._kenc is not None else key
             if kb.__class__ is not bytes:
-                if not isinstance(kb, bytes | bytearray | memoryview):
+                if not isinstance(kb, (bytes, bytearray, memoryview)):
                     raise _bad_value(kb, "key")
                 kb = bytes(kb)
             if not self._allows_keys:
@@ -257,7 +265,7 @@ class Producer:
                 ln = len(v)
             elif v is None:
                 ln = 0
-            elif isinstance(v, bytearray | memoryview):
+            elif isinstance(v, (bytearray, memoryview)):
                 ln = len(v)
             else:
                 raise _bad_value(v, "value")
@@ -268,7 +276,9 @@ class Producer:
                 )
             nbytes += ln
         nbytes += len(values) * (klen + _RECORD_OVERHEAD)
-        ts = self._topic(topic)
+        ts = self._topics.get(topic)
+        if ts is None:
+            ts = self._topic(topic)
         n = len(ts.parts)
         if n == 1:
             p = 0
@@ -292,15 +302,16 @@ class Producer:
         """
         if self._closed:
             raise ProducerClosedError("send() after close()")
+        if data.__class__ is ProducerData and self._fast_async:
+            seg = self._append(data)
+            return SendFutures(seg, seg[0][2] if seg else 0)
         pds: Sequence[Any] = (data,) if isinstance(data, ProducerData) else data
-        if not isinstance(pds, list | tuple):
+        if not isinstance(pds, (list, tuple)):
             raise TypeError(f"send() takes ProducerData or a list of them, not {type(data).__name__}")
         if self._event_handler is not None:
             return self._send_events(pds)
         if self._acc is None:
             return self._send_sync(pds)
-        if len(pds) == 1:
-            return SendFutures(self._append(pds[0]))
         segments: list[tuple[ProducerBatch, int, int]] = []
         for pd in pds:
             segments.extend(self._append(pd))
@@ -327,6 +338,9 @@ class Producer:
             if self._closed:
                 raise ProducerClosedError("producer closed while send() waited for queue space")
             b = ps.open
+            if b is not None and b.items and b.nbytes + nbytes > acc.batch_max_bytes:
+                acc.close_batch(ps)  # keep every batch under the cap
+                b = None
             if b is None:
                 b = acc.open_batch(ps)
             items = b.items
@@ -347,78 +361,81 @@ class Producer:
         """A ProducerData larger than one batch: several consecutive batches, in order."""
         acc = self._acc
         assert acc is not None
-        klen = len(kb) if kb is not None else 0
-        chunks: list[list[Any]] = [[]]
-        size = 0
-        for v in values:
-            ln = (len(v) if v is not None else 0) + klen + _RECORD_OVERHEAD
-            if chunks[-1] and size + ln > acc.batch_max_bytes:
-                chunks.append([])
-                size = 0
-            chunks[-1].append(v)
-            size += ln
         out: list[tuple[ProducerBatch, int, int]] = []
         ps = ts.parts[p]
-        for chunk in chunks:
+        for chunk, size in _chunks(values, kb, acc.batch_max_bytes):
             n = len(chunk)
             with acc.lock:
                 if acc.queued and acc.queued + n > acc.max_messages:
                     acc.wait_for_space(n)
-                b = ps.open
-                if b is None:
-                    b = acc.open_batch(ps)
-                start = len(b.items)
+                acc.close_batch(ps)  # each chunk is a batch of its own, in order
+                b = acc.open_batch(ps)
                 b.items.extend([(kb, v, None) for v in chunk])
-                b.nbytes += sum((len(v) if v is not None else 0) + klen + _RECORD_OVERHEAD for v in chunk)
+                b.nbytes = size
                 acc.queued += n
                 acc.close_batch(ps)
-            out.append((b, start, n))
+            out.append((b, 0, n))
         if "after_enqueue" in self._hooks:
             call_hook(self._hooks, "after_enqueue", pd, True)
         return out
 
     def _send_sync(self, pds: Sequence[Any]) -> SendFutures:
-        units: dict[tuple[str, int], Unit] = {}
+        cap = self._sync_cap
+        # Per partition, units of at most ``cap`` bytes; unit k of every partition goes in
+        # wave k, and waves go one after another, so a partition's messages stay in order.
+        per_part: dict[tuple[str, int], list[Unit]] = {}
         segments: list[tuple[ProducerBatch, int, int]] = []
         now = int(time.time() * 1000)
         for pd in pds:
-            ts, p, kb, values, nbytes = self._prepare(pd)
-            if not values:
-                continue
-            b = ProducerBatch(ts.name, p, now)
-            b.items = [(kb, v, None) for v in values]
-            b.nbytes = nbytes
-            u = units.get((ts.name, p))
-            if u is None:
-                u = units[(ts.name, p)] = Unit(ts.name, p, [], None)
-            u.batches.append(b)
-            u.count += len(values)
-            segments.append((b, 0, len(values)))
-        pending = list(units.values())
+            ts, p, kb, values, _ = self._prepare(pd)
+            for chunk, size in _chunks(values, kb, cap):
+                b = ProducerBatch(ts.name, p, now)
+                b.items = [(kb, v, None) for v in chunk]
+                b.nbytes = size
+                units = per_part.setdefault((ts.name, p), [])
+                if not units or sum(x.nbytes for x in units[-1].batches) + size > cap:
+                    units.append(Unit(ts.name, p, [], None))
+                units[-1].batches.append(b)
+                units[-1].count += len(chunk)
+                segments.append((b, 0, len(chunk)))
         first_error: BaseException | None = None
-        try:
-            for attempt in self._policy.copy():
-                with attempt:
-                    if pending and attempt.retry_state.attempt_number > 1:
-                        self._refresh_for(pending)
-                    failed = self._sync_round(pending)
-                    pending = []
-                    retry_err: BaseException | None = None
-                    for u, err in failed:
-                        if getattr(err, "retriable", False):
-                            pending.append(u)
-                            retry_err = retry_err or err
-                            if getattr(err, "invalid_metadata", False):
-                                self._metadata.invalidate(u.topic)
-                        else:
-                            self._dispatcher.fail(u, err)
-                            first_error = first_error or err
-                    if retry_err is not None:
-                        raise retry_err
-        except BaseException as e:
-            for u in pending:
-                self._dispatcher.fail(u, e)
-            first_error = first_error or e
+        failed_parts: dict[tuple[str, int], BaseException] = {}
+        wave = 0
+        while True:
+            pending = [us[wave] for us in per_part.values() if len(us) > wave]
+            if not pending:
+                break
+            wave += 1
+            for u in list(pending):
+                err = failed_parts.get((u.topic, u.partition))
+                if err is not None:  # an earlier part of this partition failed: keep order
+                    self._dispatcher.fail(u, err)
+                    pending.remove(u)
+            try:
+                for attempt in self._policy.copy():
+                    with attempt:
+                        if pending and attempt.retry_state.attempt_number > 1:
+                            self._refresh_for(pending)
+                        failed = self._sync_round(pending)
+                        pending = []
+                        retry_err: BaseException | None = None
+                        for u, err in failed:
+                            if getattr(err, "retriable", False):
+                                pending.append(u)
+                                retry_err = retry_err or err
+                                if getattr(err, "invalid_metadata", False):
+                                    self._metadata.invalidate(u.topic)
+                            else:
+                                self._dispatcher.fail(u, err)
+                                failed_parts[(u.topic, u.partition)] = err
+                                first_error = first_error or err
+                        if retry_err is not None:
+                            raise retry_err
+            except BaseException as e:
+                for u in pending:
+                    self._dispatcher.fail(u, e)
+                    failed_parts[(u.topic, u.partition)] = e
+                first_error = first_error or e
         if first_error is not None:
             raise first_error
         return SendFutures(segments)
@@ -553,6 +570,24 @@ class Producer:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _chunks(values: list[Any], kb: Any, cap: int) -> list[tuple[list[Any], int]]:
+    """Split one ProducerData's values into runs of at most ``cap`` estimated bytes."""
+    klen = len(kb) if kb is not None else 0
+    out: list[tuple[list[Any], int]] = []
+    chunk: list[Any] = []
+    size = 0
+    for v in values:
+        ln = (len(v) if v is not None else 0) + klen + _RECORD_OVERHEAD
+        if chunk and size + ln > cap:
+            out.append((chunk, size))
+            chunk, size = [], 0
+        chunk.append(v)
+        size += ln
+    if chunk:
+        out.append((chunk, size))
+    return out
 
 
 class _EventPipeline:

@@ -321,6 +321,16 @@ class SenderThread(threading.Thread):
     def _retry_or_fail(self, u: Unit, err: BaseException) -> None:
         attempts = max(b.attempts for b in u.batches)
         acc = self.acc
+        if getattr(err, "errno", None) in (10, 18) and len(u.batches) > 1:
+            # The broker found the merged record set too large: undo the merge, send the
+            # batches one by one (same order, at once; this does not use up a retry).
+            log.info("%s-%s: %d merged batches too large for the broker; sending them one by one", u.topic, u.partition, len(u.batches))
+            for b in u.batches:
+                b.solo = True
+                b.attempts -= 1
+            with acc.lock:
+                acc.requeue_front(u, 0.0)
+            return
         if getattr(err, "retriable", False) and attempts <= self.max_retries and not acc.closing_hard:
             wait = backoff_ms(self.policy, max(1, attempts))
             log.info("retrying %s-%s (%d messages, attempt %d) in %.0f ms: %s", u.topic, u.partition, u.count, attempts, wait, err)

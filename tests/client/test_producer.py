@@ -142,16 +142,18 @@ def test_acks(broker: BrokerHandle, acks: int) -> None:
         futs = [p.send(ProducerData(topic, None, [b"a%d" % i]))[0] for i in range(50)]
         p.flush()
         mds = [f.result(10) for f in futs]
-    if acks == 0:
-        assert all(m.offset is None for m in mds)
-    else:
-        assert [m.offset for m in mds] == list(range(50))
-    deadline = time.monotonic() + 10
-    while True:
-        vals = [r.value for r in read_partition(broker.host, broker.port, topic, 0)]
-        if len(vals) == 50 or time.monotonic() > deadline:
-            break
-        time.sleep(0.05)
+        if acks == 0:
+            assert all(m.offset is None for m in mds)
+        else:
+            assert [m.offset for m in mds] == list(range(50))
+        # acks=0: written to the socket, not acknowledged; wait for the broker to append
+        # (with the connection still open).
+        deadline = time.monotonic() + 10
+        while True:
+            vals = [r.value for r in read_partition(broker.host, broker.port, topic, 0)]
+            if len(vals) == 50 or time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
     assert vals == [b"a%d" % i for i in range(50)]
 
 
