@@ -46,7 +46,7 @@ def produce_hmbclient(bootstrap: str, topic: str, n: int, size: int) -> float:
     p.partitions_for(topic)  # metadata outside the timed part, as the peers' warm-up does
     t0 = time.perf_counter()
     send = p.send
-    last = None
+    last: Any = None
     for _ in range(n):
         last = send(ProducerData(topic, None, [value]))
     p.flush()
@@ -131,7 +131,7 @@ def consume_hmbclient(host: str, port: int, topic: str, n: int) -> float:
     fetch = c.fetch
     while got < n:
         for mo in fetch(FetchRequest(topic, 0, offset, 1_048_576)):
-            total += len(mo.value)
+            total += len(mo.value)  # type: ignore[arg-type]
             got += 1
             offset = mo.offset + 1
     dt = time.perf_counter() - t0
@@ -197,7 +197,7 @@ def consume_confluent(bootstrap: str, topic: str, n: int) -> float:
         for m in c.consume(num_messages=10_000, timeout=1.0):
             if m.error():
                 continue
-            total += len(m.value())
+            total += len(m.value())  # type: ignore[arg-type]
             got += 1
     dt = time.perf_counter() - t0
     c.close()
@@ -281,7 +281,8 @@ class Brokers:
 
     def __exit__(self, *exc: object) -> None:
         for s in reversed(self._stack):
-            (getattr(s, "terminate", None) or s.stop)()
+            stop: Any = getattr(s, "terminate", None) or s.stop
+            stop()
 
 
 def main() -> None:
