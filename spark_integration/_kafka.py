@@ -60,6 +60,10 @@ Leader = tuple[str, int]
 #: Rows per Arrow record batch handed to Spark by the data source.
 ARROW_BATCH_ROWS = 8192
 
+# Empty fetches below the high watermark retried before a range counts as unreadable
+# (backoff 20 ms doubling, capped at 0.5 s: about 3 s in all).
+_EMPTY_FETCH_RETRIES = 8
+
 
 class OffsetRangeError(HmbError):
     """An offset range could not be read completely; the message names the range."""
@@ -291,6 +295,7 @@ def read_chunks(settings: ReadSettings, r: OffsetRange, leader: Leader | None) -
     until = r.until_offset
     consumer: Any = None
     failures = 0
+    empties = 0
     try:
         while offset < until:
             try:
@@ -298,9 +303,10 @@ def read_chunks(settings: ReadSettings, r: OffsetRange, leader: Leader | None) -
                     if leader is None:
                         leader = _find_leader(settings, r.topic, r.partition)
                     consumer = _simple_consumer(settings, *leader)
-                records = consumer.fetch(
+                message_set = consumer.fetch(
                     FetchRequest(r.topic, r.partition, offset, settings.fetch_message_max_bytes)
-                ).messages()
+                )
+                records = message_set.messages()
             except OffsetOutOfRangeError as exc:
                 raise OffsetRangeError(
                     f"offset range {r}: the broker answered OffsetOutOfRange for offset {offset} "
@@ -333,7 +339,16 @@ def read_chunks(settings: ReadSettings, r: OffsetRange, leader: Leader | None) -
             if records and records[0].offset < offset:
                 records = records[bisect_left(records, offset, key=_offset_of):]
             if not records:
-                _raise_no_progress(consumer, r, offset)
+                # Some brokers (Tansu under load) answer an empty fetch below their high
+                # watermark: the data is there, ask again. Past the watermark it is not.
+                hw = message_set.high_watermark
+                empties += 1
+                if (hw < 0 or hw > offset) and empties <= _EMPTY_FETCH_RETRIES:
+                    log.debug("offset range %s: empty fetch at %d (hw %d); retrying", r, offset, hw)
+                    time.sleep(min(0.01 * 2**empties, 0.5))
+                    continue
+                _raise_no_progress(consumer, r, offset, hw)
+            empties = 0
             if records[-1].offset >= until:
                 records = records[: bisect_left(records, until, key=_offset_of)]
                 if records:
@@ -358,8 +373,8 @@ def read_range(settings: ReadSettings, r: OffsetRange, leader: Leader | None) ->
         yield from chunk
 
 
-def _raise_no_progress(consumer: Any, r: OffsetRange, offset: int) -> None:
-    """A fetch at ``offset`` gave nothing: the log ends before ``until_offset``."""
+def _raise_no_progress(consumer: Any, r: OffsetRange, offset: int, high_watermark: int) -> None:
+    """Fetches at ``offset`` gave nothing: the log ends before ``until_offset``."""
     from hmbclient import LATEST_TIME
 
     try:
@@ -369,8 +384,8 @@ def _raise_no_progress(consumer: Any, r: OffsetRange, offset: int) -> None:
         end = None
     raise OffsetRangeError(
         f"offset range {r}: ran out of messages at offset {offset} before reaching "
-        f"until_offset {r.until_offset} (log end offset: {end}); the range is past the end "
-        "of the log, or the log was truncated"
+        f"until_offset {r.until_offset} (high watermark {high_watermark}, log end offset "
+        f"{end}); the range is past the end of the log, or the log was truncated"
     )
 
 
