@@ -171,6 +171,11 @@ class SimpleConsumer:
     def client(self) -> NetClient:
         return self._client
 
+    def add_listener(self, listener: Any) -> None:
+        """Receive broker status events (``BrokerEvent``: broker_connected, broker_disconnected,
+        broker_unavailable), called on the I/O thread."""
+        self._client.add_listener(listener)
+
     # -- fetching --------------------------------------------------------------------------
 
     def _timeout_ms(self) -> float:

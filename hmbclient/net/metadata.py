@@ -139,6 +139,7 @@ class Metadata:
             return t.partition_ids
         deadline = _now_ms() + timeout_ms
         last: BaseException | None = None
+        answered: BaseException | None = None  # what a broker said, preferred over a timeout
         while True:
             try:
                 view = self.refresh([topic], timeout_ms=max(1.0, deadline - _now_ms()))
@@ -155,15 +156,19 @@ class Metadata:
                     return t.partition_ids
                 else:
                     last = LeaderNotAvailableError(f"topic {topic!r} has partitions without a leader")
+                answered = last
             except HmbError as e:
                 if not e.retriable:
                     raise
                 last = e
             self._stale.add(topic)
             left = deadline - _now_ms()
-            if left <= 0:
-                assert last is not None
-                raise last
+            if left <= min(10.0, timeout_ms / 10):
+                # A broker's own answer ("no such topic") explains more than the timeout of a
+                # last, short attempt; a lost broker explains more than either.
+                err = last if answered is None or isinstance(last, KafkaConnectionError) else answered
+                assert err is not None
+                raise err
             time.sleep(min(left, self.retry_backoff_ms) / 1000.0)
 
     # -- refreshing ------------------------------------------------------------------------

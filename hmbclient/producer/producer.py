@@ -120,6 +120,8 @@ class Producer:
         self._compressed_topics = frozenset(cfg.compressed_topics)
         self._max_msg = cfg.message_max_bytes
         self._hooks = overridden_hooks(cfg.callback_handler)
+        # No serializers and no per-send hook: send() may take its inlined path.
+        self._plain = self._enc is None and self._kenc is None and "after_enqueue" not in self._hooks
         self._policy = retry_policy(max_retries=cfg.message_send_max_retries, backoff_ms=cfg.retry_backoff_ms)
         self._dispatcher = Dispatcher(
             self._client,
@@ -131,6 +133,7 @@ class Producer:
         )
         self._closed = False
         self._fast_async = cfg.producer_type == "async" and cfg.event_handler is None
+        self._batch_last = cfg.batch_num_messages - 1  # index at which a batch is full
         self._sync_cap = max(1, min(cfg.batch_max_bytes, cfg.message_max_bytes - _BATCH_OVERHEAD))
         self._async = cfg.producer_type == "async"
         self._event_handler = cfg.event_handler
@@ -303,6 +306,54 @@ class Producer:
         if self._closed:
             raise ProducerClosedError("send() after close()")
         if data.__class__ is ProducerData and self._fast_async:
+            # The hot path: one raw-bytes message, known topic, no hooks. Everything _prepare
+            # and _append do, inlined, with the same checks; anything else takes the general
+            # path below.
+            topic, key, msgs = data
+            ts = self._topics.get(topic)
+            if (
+                ts is not None
+                and msgs.__class__ is list
+                and len(msgs) == 1
+                and self._plain
+                and (key is None or key.__class__ is bytes)
+            ):
+                v = msgs[0]
+                if v.__class__ is bytes:
+                    nb = len(v) + _RECORD_OVERHEAD
+                    if key is not None:
+                        if not self._allows_keys:
+                            self._prepare(data)  # raises the dialect's clear error
+                        nb += len(key)
+                    if nb - _RECORD_OVERHEAD <= self._max_msg:
+                        parts = ts.parts
+                        n = len(parts)
+                        if n == 1:
+                            ps = parts[0]
+                        else:
+                            pi = self._partitioner.partition(key, n)
+                            if not 0 <= pi < n:
+                                raise ValueError(f"partitioner returned {pi} for {n} partitions of {topic!r}")
+                            ps = parts[pi]
+                        acc = self._acc
+                        with acc.lock:  # type: ignore[union-attr]
+                            if acc.queued >= acc.max_messages:  # type: ignore[union-attr]
+                                acc.wait_for_space(1)  # type: ignore[union-attr]
+                                if self._closed:
+                                    raise ProducerClosedError("producer closed while send() waited for queue space")
+                            b = ps.open
+                            if b is None or (b.nbytes + nb > self._sync_cap and b.items):
+                                if b is not None:
+                                    acc.close_batch(ps)  # type: ignore[union-attr]
+                                b = acc.open_batch(ps)  # type: ignore[union-attr]
+                            items = b.items
+                            start = len(items)
+                            items.append((key, v, None))
+                            b.nbytes += nb
+                            acc.queued += 1  # type: ignore[union-attr]
+                            if start >= self._batch_last or b.nbytes >= self._sync_cap:
+                                acc.close_batch(ps)  # type: ignore[union-attr]
+                        return SendFutures.one(b, start)
             seg = self._append(data)
             return SendFutures(seg, seg[0][2] if seg else 0)
         pds: Sequence[Any] = (data,) if isinstance(data, ProducerData) else data

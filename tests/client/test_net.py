@@ -198,3 +198,37 @@ def test_pinned_0_8_and_0_10_round_trip_on_the_embedded_broker(embedded: Embedde
         assert [(r.offset, r.key, r.value) for r in recs] == [(i, b"k", b"m%d" % i) for i in range(20)]
         if pin != "0.8":
             assert all(r.timestamp > 0 for r in recs)
+
+
+def test_legacy_partial_messages_grow_then_fail(embedded: EmbeddedBroker) -> None:
+    """Fetch v0 answers end wherever max_size ends: a partial trailing message is dropped, a
+    lone message larger than max_size is fetched again with the size doubled up to
+    fetch_message_max_bytes, and beyond that MessageSizeTooLargeError."""
+    from hmbclient.errors import MessageSizeTooLargeError
+
+    topic = unique("partial")
+    with Producer(metadata_broker_list=embedded.bootstrap, api_version="0.8") as p:
+        p.send(ProducerData(topic, None, [b"a" * 100, b"b" * 5000, b"c" * 100]))
+    with SimpleConsumer(embedded.host, embedded.port, api_version="0.8", fetch_message_max_bytes=16384) as c:
+        ms = c.fetch(FetchRequest(topic, 0, 0, 1000))
+        assert [len(m.value) for m in ms] == [100]  # the 5000-byte message was cut: dropped
+        assert ms.valid_bytes < ms.size_in_bytes
+        ms = c.fetch(FetchRequest(topic, 0, 1, 1000))  # 1000 -> 2000 -> 4000 -> 8000
+        assert [m.value[:1] for m in ms][:1] == [b"b"]
+    with SimpleConsumer(embedded.host, embedded.port, api_version="0.8", fetch_message_max_bytes=4096) as c:
+        with pytest.raises(MessageSizeTooLargeError, match="fetch_message_max_bytes=4096"):
+            c.fetch(FetchRequest(topic, 0, 1, 1000))
+
+
+def test_get_offsets_before_with_list_offsets_v0(embedded: EmbeddedBroker) -> None:
+    topic = unique("lov0")
+    with Producer(metadata_broker_list=embedded.bootstrap, api_version="0.8") as p:
+        for i in range(5):
+            p.send(ProducerData(topic, None, [b"%d" % i]))
+    with WireProxy((embedded.host, embedded.port)) as proxy:
+        with SimpleConsumer(proxy.host, proxy.port, api_version="0.8") as c:
+            assert c.get_offsets_before(topic, 0, -1, 1) == [5]
+            assert c.get_offsets_before(topic, 0, -2, 1) == [0]
+            offs = c.get_offsets_before(topic, 0, -1, 10)
+            assert offs == sorted(offs, reverse=True) and offs[0] == 5 and offs[-1] == 0
+        assert int(ApiKey.LIST_OFFSETS) in proxy.seen

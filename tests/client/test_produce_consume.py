@@ -114,3 +114,36 @@ def test_simple_consumer_fetch_pipelining_reads_everything_once(broker: BrokerHa
         # A fetch for some other offset ignores the speculative answer.
         assert [r.value for r in c.fetch(FetchRequest(topic, 0, 10, 64))][:1] == [b"m00010"]
     assert seen == [b"m%05d" % i for i in range(3000)]
+
+
+def test_offset_out_of_range_raises_its_error_class(broker: BrokerHandle) -> None:
+    from hmbclient.errors import OffsetOutOfRangeError
+
+    topic = unique("oor")
+    create_topic(broker.bootstrap, topic, 1)
+    with Producer(metadata_broker_list=broker.bootstrap) as p:
+        p.send(ProducerData(topic, None, [b"only"]))
+    with SimpleConsumer(broker.host, broker.port) as c:
+        if broker.kind == "tansu":
+            # Tansu 0.6 answers a fetch past the end with an empty set, not error 1.
+            assert list(c.fetch(FetchRequest(topic, 0, 1000, 4096))) == []
+            return
+        with pytest.raises(OffsetOutOfRangeError):
+            c.fetch(FetchRequest(topic, 0, 1000, 4096))
+        sets = c.multifetch([FetchRequest(topic, 0, 1000, 4096), FetchRequest(topic, 0, 0, 4096)])
+        assert isinstance(sets[0].error, OffsetOutOfRangeError)
+        with pytest.raises(OffsetOutOfRangeError):
+            list(sets[0])
+        assert [m.value for m in sets[1]] == [b"only"]
+
+
+def test_large_message_with_a_small_fetch_size(broker: BrokerHandle) -> None:
+    """Modern fetches (KIP-74) return a message larger than max_size whole; the set is read
+    normally. (Partial messages from legacy fetches: test_legacy_partial_messages.)"""
+    topic = unique("bigmsg")
+    create_topic(broker.bootstrap, topic, 1)
+    with Producer(metadata_broker_list=broker.bootstrap) as p:
+        p.send(ProducerData(topic, None, [b"x" * 5000, b"y"]))
+    with SimpleConsumer(broker.host, broker.port, fetch_message_max_bytes=65536) as c:
+        recs = list(c.fetch(FetchRequest(topic, 0, 0, 1000)))
+        assert recs[0].value == b"x" * 5000
