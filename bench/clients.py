@@ -270,7 +270,7 @@ class Brokers:
             self._stack.append(t)
             self.bootstrap["tansu"] = t.bootstrap
         if "embedded" in self.names:
-            from hmbclient.broker import BrokerProcess
+            from hmbclient.broker.process import BrokerProcess
 
             d = tempfile.mkdtemp(prefix="bench-broker-")
             bp = BrokerProcess(log_dir=d)

@@ -147,3 +147,21 @@ def test_large_message_with_a_small_fetch_size(broker: BrokerHandle) -> None:
     with SimpleConsumer(broker.host, broker.port, fetch_message_max_bytes=65536) as c:
         recs = list(c.fetch(FetchRequest(topic, 0, 0, 1000)))
         assert recs[0].value == b"x" * 5000
+
+
+def test_compressed_topics_limits_compression_to_those_topics(broker: BrokerHandle) -> None:
+    gz, plain = unique("gz"), unique("plain")
+    for t in (gz, plain):
+        create_topic(broker.bootstrap, t, 1)
+    with Producer(metadata_broker_list=broker.bootstrap, compression_codec="gzip", compressed_topics=(gz,)) as p:
+        for t in (gz, plain):
+            p.send(ProducerData(t, None, [b"z" * 300] * 10))
+    with SimpleConsumer(broker.host, broker.port) as c:
+        codecs = {}
+        for t in (gz, plain):
+            ms = c.fetch(FetchRequest(t, 0, 0, 65536))
+            buf = bytes(ms.buffer)
+            assert buf[16] == 2  # RecordBatch v2: attributes at byte 21, codec in the low bits
+            codecs[t] = int.from_bytes(buf[21:23], "big") & 0x7
+            assert [m.value for m in ms] == [b"z" * 300] * 10
+    assert codecs == {gz: 1, plain: 0}
