@@ -76,11 +76,20 @@ class Unit:
         self.node = -1
 
     def items(self) -> list[Any]:
-        if len(self.batches) == 1:
-            return self.batches[0].items
+        """The ``(key, value, timestamp)`` items of all batches, in order. A message's
+        timestamp is its batch's creation time: merged batches after the first get theirs
+        written into their items (the first batch's is the record set's default)."""
+        batches = self.batches
+        if len(batches) == 1:
+            return batches[0].items
+        first_ts = batches[0].created_ms
         out: list[Any] = []
-        for b in self.batches:
-            out.extend(b.items)
+        for b in batches:
+            ts = b.created_ms
+            if ts == first_ts:
+                out.extend(b.items)
+            else:
+                out.extend([(k, v, ts if t is None else t) for k, v, t in b.items])
         return out
 
 

@@ -165,3 +165,23 @@ def test_compressed_topics_limits_compression_to_those_topics(broker: BrokerHand
             codecs[t] = int.from_bytes(buf[21:23], "big") & 0x7
             assert [m.value for m in ms] == [b"z" * 300] * 10
     assert codecs == {gz: 1, plain: 0}
+
+
+def test_timestamps_are_creation_times(broker: BrokerHandle) -> None:
+    import time
+
+    topic = unique("ts")
+    create_topic(broker.bootstrap, topic, 1)
+    t0 = int(time.time() * 1000)
+    with Producer(metadata_broker_list=broker.bootstrap, producer_type="async", batch_num_messages=20) as p:
+        for i in range(300):
+            p.send(ProducerData(topic, None, [b"%d" % i]))
+            if i % 100 == 0:
+                time.sleep(0.02)
+        p.flush()
+    t1 = int(time.time() * 1000)
+    recs = read_all(broker.host, broker.port, topic, 1)[0]
+    assert len(recs) == 300
+    stamps = [r.timestamp for r in recs]
+    assert all(t0 <= s <= t1 for s in stamps), (t0, min(stamps), max(stamps), t1)
+    assert stamps == sorted(stamps)  # batch creation times, in send order
