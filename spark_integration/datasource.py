@@ -200,6 +200,7 @@ class HmbStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._target: dict[TopicPartition, int] | None = None
         self._new_starts: dict[TopicPartition, int] = {}
         self._committed: dict[TopicPartition, int] = {}
+        self._last_latest: dict[TopicPartition, int] = {}
         self._zk: Any = None
 
     # -- offsets -----------------------------------------------------------------------------
@@ -241,6 +242,7 @@ class HmbStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 earliest = cluster.offsets(new, EARLIEST)
                 for tp in new:
                     self._new_starts.setdefault(tp, earliest[tp])
+        self._last_latest = dict(latest)
         if self._target is not None:
             latest = {tp: min(latest[tp], self._target[tp]) for tp in latest}
         positions = dict(starts)
@@ -261,7 +263,9 @@ class HmbStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return offsets_to_dict(limit_ends(positions, available, max_rows))
 
     def reportLatestOffset(self) -> dict | None:
-        return None
+        # What the last latestOffset call saw (for the query's progress report); no extra
+        # broker round trip per trigger.
+        return offsets_to_dict(self._last_latest) if self._last_latest else None
 
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
         starts = offsets_from_dict(start, what="start offset")

@@ -145,10 +145,15 @@ def test_available_now_reads_up_to_start_and_commits_group_offsets(
         query = _sink(df, out, checkpoint).trigger(availableNow=True).start()
         assert query.awaitTermination(180), "availableNow query did not finish"
         assert query.exception() is None
+        last_progress[:] = [query.lastProgress]
         return _batch_sizes(query)
 
+    last_progress: list[Any] = []
     sizes = run()
     assert sizes == [50, 50, 20]
+    assert json.loads(last_progress[0]["sources"][0]["latestOffset"]) == {
+        "ds-an": {str(p): 30 for p in range(4)}
+    }
     parts = [("ds-an", p) for p in range(4)]
     # Spark never calls commit(end) for the last availableNow batch; the group still sees it.
     assert read_group_offsets(zookeeper.connect, "spark-an", parts) == {tp: 30 for tp in parts}
