@@ -17,10 +17,17 @@ Contract (the I/O thread is the only caller; nothing here is thread-safe by desi
   starts an exponential backoff, capped at ``reconnect_backoff_max_ms``.
 * Requests with ``expect_response=False`` (Produce acks=0) complete as soon as they are framed.
 
+Receiving: frames are cut from what each ``recv_into`` returns; a frame larger than that gets a
+buffer of its own, sized from its header, and the rest of it is received straight into it, so a
+megabyte fetch answer is copied once (into ``bytes`` by the record decoder), not re-buffered.
+Correlation ids and decoding stay ClientConnection's (``_FastClientConnection.take_frame``).
+
 HMB quirk (dialect ``fetch_frame_quirk``): its Fetch v0 replies carry size 0 and correlation id
 0 in the frame header. :class:`_HmbClientConnection` recognises that header while a Fetch is the
 request in flight, finds the end of the reply by walking the Fetch v0 body's length fields, and
-attributes it to that (single) request.
+attributes it to that (single) request. HMB answers one Fetch per connection
+(``fetch_once_per_connection``): after a Fetch answer the connection is closed quietly and the
+next request opens a fresh one (no status events for these deliberate reconnects).
 """
 
 from __future__ import annotations
