@@ -12,8 +12,9 @@ Three ways in, best first:
 3. **A receiver-style DStream** (``create_stream``) for parity with Spark's old
    ``KafkaUtils.createStream``; DStreams are deprecated in Spark, prefer 1.
 
-This package is a leaf: it imports hmbclient's public API, ``rebalance.paths``, kazoo and
-pyspark only. Everything shipped to executors is picklable; consumers are created inside
+This package is a leaf: it imports hmbclient's public API (``SimpleConsumer``, ``Consumer``,
+the ``hmbclient.net`` Metadata view for leaders, ``hmbclient.errors``), ``rebalance.paths``,
+kazoo and pyspark only. Everything shipped to executors is picklable; consumers are created inside
 tasks and closed there.
 """
 
