@@ -242,6 +242,7 @@ def _consume(bootstrap: str, zk: str, topic: str, n: int, report: DemoReport, ou
 
 def _spark(bootstrap: str, zk: str, topic: str, n: int, report: DemoReport, out: IO[str]) -> None:
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # local mode: stay on loopback
     from pyspark.sql import SparkSession
 
     from spark_integration import OffsetRange, commit_offset_ranges, create_rdd, get_latest_offsets
