@@ -10,13 +10,20 @@ segment, log, manager); ``offset_manager`` (group offsets in ``__consumer_offset
 Imports ``hmbclient.protocol`` (and ``rebalance.paths`` for znodes), never the client packages.
 """
 
+from typing import TYPE_CHECKING, Any
+
 from hmbclient.broker.broker import Broker
 from hmbclient.broker.embedded import EmbeddedBroker
+
+if TYPE_CHECKING:  # pragma: no cover - for type checkers; loaded lazily at run time
+    from hmbclient.broker.cluster import EmbeddedCluster
+    from hmbclient.broker.process import BrokerProcess
+    from hmbclient.broker.runner import main, run_broker
 
 __all__ = ["Broker", "EmbeddedBroker", "EmbeddedCluster", "BrokerProcess", "run_broker", "main"]
 
 
-def __getattr__(name: str) -> object:
+def __getattr__(name: str) -> Any:
     # Lazy: the cluster, subprocess and CLI modules are not needed to run one broker.
     if name == "EmbeddedCluster":
         from hmbclient.broker.cluster import EmbeddedCluster
