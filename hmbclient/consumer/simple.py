@@ -20,9 +20,9 @@ Behaviour worth knowing:
   fetch is repeated with the size doubled, up to ``fetch_message_max_bytes``; then
   MessageSizeTooLargeError.
 * Pipelining: when a fetch returns messages, the fetch that continues after the last of them is
-  sent at once — by the I/O thread the moment the answer arrives, when the caller is waiting
-  for it (a header walk finds the next offset, no decoding) — so the broker works while the
-  caller decodes. At most one fetch runs ahead of what the caller has asked for. The next ``fetch`` for exactly that (topic,
+  sent at once — by the I/O thread the moment the answer arrives (a header walk finds the next
+  offset, no decoding) — so the broker works while the caller decodes. At most ``prefetch``
+  (default 2) fetches run ahead of what the caller has asked for. The next ``fetch`` for exactly that (topic,
   partition, offset, max_size) uses the answer; any other request discards it. An empty or
   failed speculative answer is never handed out: the fetch is repeated for real. Disabled for
   the "hmb" dialect (one request in flight).
@@ -42,6 +42,7 @@ import functools
 import logging
 import struct
 import threading
+from collections import deque
 from collections.abc import Sequence
 from concurrent.futures import Future
 from typing import Any, NamedTuple
@@ -103,7 +104,7 @@ class SimpleConsumer:
         client_id: str | None = None,
         api_version: str | None = None,
         *,
-        prefetch: bool = True,
+        prefetch: bool | int = True,
         **settings: Any,
     ) -> None:
         """Connect lazily to ``host:port``.
@@ -114,7 +115,8 @@ class SimpleConsumer:
             buffer_size: socket receive buffer (socket.receive.buffer.bytes; -1 = OS default).
             client_id: sent with each request.
             api_version: "auto", "0.8", "0.10", "2.1" or "hmb".
-            prefetch: send the continuing fetch early (see the module docstring).
+            prefetch: how many continuing fetches may run ahead of the caller (True = 2,
+                False/0 = none; see the module docstring).
             settings: other SimpleConsumerConfig fields (fetch_message_max_bytes,
                 fetch_min_bytes, fetch_wait_max_ms), in any spelling.
 
@@ -142,8 +144,11 @@ class SimpleConsumer:
             name=f"hmbclient-io-simple-{cfg.host}:{cfg.port}",
         )
         self._dialect = self._client.dialect
-        self._prefetch_enabled = prefetch and self._dialect.max_in_flight != 1
-        self._prefetched: dict[tuple[str, int], tuple[int, int, Future[Any]]] = {}
+        depth = 2 if prefetch is True else int(prefetch)
+        self._prefetch_depth = depth if self._dialect.max_in_flight != 1 else 0
+        # (topic, partition) -> speculative fetches, consecutive, oldest first:
+        # (offset, max_size, future, request)
+        self._prefetched: dict[tuple[str, int], deque[tuple[int, int, Future[Any], tuple[str, int, int, int]]]] = {}
         self._want: dict[tuple[str, int], int] = {}  # the offset the caller is fetching now
         self._pf_lock = threading.Lock()
         self._closed = False
@@ -283,14 +288,24 @@ class SimpleConsumer:
         if self._dialect.ignores_max_bytes:
             return self._fetch_capped(req)
         key = (req[0], req[1])
-        ahead = self._prefetch_enabled
+        ahead = self._prefetch_depth > 0
         pf = None
         if ahead:
             with self._pf_lock:
                 self._want[key] = req[2]
-                pf = self._prefetched.pop(key, None)
+                q = self._prefetched.get(key)
+                tail = None
+                if q:
+                    if q[0][0] == req[2] and q[0][1] == req[3]:
+                        pf = q.popleft()
+                        tail = q[-1] if q else None
+                    else:
+                        q.clear()  # the caller went elsewhere: forget the speculation
+            if tail is not None and tail[2].done():
+                # The newest speculation answered while the queue was full: continue it now.
+                self._continue(tail[3], tail[2])
         ms: ByteBufferMessageSet | None = None
-        if pf is not None and pf[0] == req[2] and pf[1] == req[3]:
+        if pf is not None:
             try:
                 cand = self._sets(self._wait(pf[2]), [req])[0]
                 if cand.error is None and len(cand.buffer):
@@ -298,6 +313,9 @@ class SimpleConsumer:
             except Exception as e:  # the speculative fetch failed: ask again for real
                 log.debug("speculative fetch of %s failed: %s", key, e)
         if ms is None:
+            if pf is not None:
+                with self._pf_lock:
+                    self._prefetched.pop(key, None)  # what follows a bad answer is stale too
             ms = self._sets(self._wait(self._send_fetch_ahead(req) if ahead else self._send_fetch([req])), [req])[0]
         ms = self._grow(req, ms)
         if ms.error is not None:
@@ -307,7 +325,7 @@ class SimpleConsumer:
             # in (see _continue); if not (the answer was waiting here), send it now.
             last = last_offset_of(ms.buffer)
             if last is not None and last >= req[2]:
-                self._ensure_ahead((req[0], req[1], last + 1, req[3]))
+                self._extend_ahead(req[2], (req[0], req[1], last + 1, req[3]))
         return ms
 
     def _send_fetch_ahead(self, req: tuple[str, int, int, int]) -> Future[Any]:
@@ -316,26 +334,34 @@ class SimpleConsumer:
         fut.add_done_callback(functools.partial(self._continue, req))
         return fut
 
-    def _ensure_ahead(self, nxt: tuple[str, int, int, int]) -> None:
+    def _extend_ahead(self, after: int, nxt: tuple[str, int, int, int]) -> None:
+        """Queue the speculative fetch ``nxt``, which continues the fetch at offset ``after``,
+        if that fetch is the caller's current one or the newest speculation, and the queue is
+        shorter than the prefetch depth (lock taken here)."""
         key = (nxt[0], nxt[1])
         with self._pf_lock:
             if self._closed:
                 return
-            cur = self._prefetched.get(key)
-            if cur is not None and cur[0] == nxt[2] and cur[1] == nxt[3]:
+            q = self._prefetched.get(key)
+            if q is None:
+                q = self._prefetched[key] = deque()
+            if q:
+                if q[-1][0] != after:
+                    return  # only the newest speculation is continued (a contiguous chain)
+            elif self._want.get(key) != after:
+                return  # a speculative answer nobody asked for: do not run further ahead
+            if len(q) >= self._prefetch_depth:
                 return
-            self._prefetched[key] = (nxt[2], nxt[3], self._send_fetch_ahead(nxt))
+            q.append((nxt[2], nxt[3], self._send_fetch_ahead(nxt), nxt))
 
     def _continue(self, req: tuple[str, int, int, int], fut: Future[Any]) -> None:
-        """Done-callback of a fetch (normally on the I/O thread): if the caller is consuming
-        this very answer, send the fetch that continues after it right away, so the broker
-        works while the caller decodes. Never runs more than one fetch ahead."""
+        """Done-callback of a fetch (normally on the I/O thread): if the answer belongs to the
+        caller's current fetch or to the newest speculative one, send the fetch that continues
+        after it right away, so the broker works while the caller decodes. At most
+        ``prefetch`` fetches run ahead of the caller."""
         if fut.cancelled() or fut.exception() is not None:
             return
         topic, partition, offset, size = req
-        key = (topic, partition)
-        if self._want.get(key) != offset:
-            return  # a speculative answer nobody asked for yet: do not run further ahead
         records = None
         for t in fut.result().topics:
             if t.topic == topic:
@@ -348,7 +374,7 @@ class SimpleConsumer:
             return
         last = last_offset_of(records)
         if last is not None and last >= offset:
-            self._ensure_ahead((topic, partition, last + 1, size))
+            self._extend_ahead(offset, (topic, partition, last + 1, size))
 
     def _fetch_capped(self, req: tuple[str, int, int, int]) -> ByteBufferMessageSet:
         """Fetch for a broker that ignores max_bytes: serve from what it already sent when
