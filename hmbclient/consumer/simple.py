@@ -352,7 +352,11 @@ class SimpleConsumer:
                 return  # a speculative answer nobody asked for: do not run further ahead
             if len(q) >= self._prefetch_depth:
                 return
-            q.append((nxt[2], nxt[3], self._send_fetch_ahead(nxt), nxt))
+            fut = self._send_fetch([nxt])
+            q.append((nxt[2], nxt[3], fut, nxt))
+        # Outside the lock: on an already-answered future add_done_callback runs _continue
+        # right here, and _continue re-enters this method (a self-deadlock under the lock).
+        fut.add_done_callback(functools.partial(self._continue, nxt))
 
     def _continue(self, req: tuple[str, int, int, int], fut: Future[Any]) -> None:
         """Done-callback of a fetch (normally on the I/O thread): if the answer belongs to the
