@@ -1,7 +1,7 @@
 """Spark read throughput: create_rdd on local[2] vs one SimpleConsumer loop, same data, same run.
 
     .venv/bin/python bench/spark.py [--partitions 4] [--messages 250000] [--size 100]
-                                    [--broker embedded|tansu] [--repeat 3]
+                                    [--broker embedded|tansu] [--repeat 5] [--warmup 1]
 
 Fills a topic with ``partitions x messages`` values of ``size`` bytes, then times
 ``--repeat`` interleaved rounds of:
@@ -13,7 +13,8 @@ Fills a topic with ``partitions x messages`` values of ``size`` bytes, then time
 * ``spark content``: ``create_rdd(...).map(lambda kv: len(kv[1])).sum()``.
 
 Spark's per-job overhead (planning, scheduling, shipping the task, Python workers' results) is
-included; JVM start-up and the first Python worker fork are not (one warm-up job runs first).
+included; JVM start-up, JIT warm-up and the first Python worker forks are not (``--warmup``
+untimed rounds of every workload run first).
 Runs are interleaved round by round (the machine is shared); prints messages/s (medians) and
 the median of the per-round ratios spark / loop. Target: ratio >= 1.5 on a 2-core machine.
 """
@@ -114,6 +115,35 @@ def loop_read(host: str, port: int, ranges: list[Any], content: bool) -> int:
     return total
 
 
+def _proc_stat(pid: int) -> tuple[int, float] | None:
+    """(parent pid, CPU seconds) of a live process, from /proc."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return int(fields[1]), (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def tree_cpu(root: int, exclude: int | None) -> float:
+    """CPU seconds used so far by ``root`` and its descendants (JVM, Python workers), minus
+    the ``exclude`` subtree (the broker, which serves loop and Spark alike)."""
+    stats = {}
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            st = _proc_stat(int(name))
+            if st is not None:
+                stats[int(name)] = st
+    total = 0.0
+    for pid, (_, cpu) in stats.items():
+        p = pid
+        while p in stats and p != root and p != exclude:
+            p = stats[p][0]
+        if p == root:
+            total += cpu
+    return total
+
+
 def timed(fn: Callable[[], int], repeat: int) -> tuple[float, int]:
     times = []
     result = 0
@@ -130,7 +160,8 @@ def main() -> None:
     ap.add_argument("--messages", type=int, default=250_000, help="per partition")
     ap.add_argument("--size", type=int, default=100, help="value bytes")
     ap.add_argument("--broker", choices=("embedded", "tansu"), default="embedded")
-    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--repeat", type=int, default=5, help="timed rounds")
+    ap.add_argument("--warmup", type=int, default=1, help="untimed rounds first")
     args = ap.parse_args()
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -192,25 +223,44 @@ def main() -> None:
         # Interleaved rounds: the machine is shared, so each round compares runs made seconds
         # apart, and the ratio reported is the median of the per-round ratios.
         times: dict[str, list[float]] = {name: [] for name in workloads}
+        cpus: dict[str, list[float]] = {name: [] for name in workloads}
+        broker_pid = broker.proc.pid if args.broker == "embedded" else None
+        me = os.getpid()
+        # One untimed round first: JIT-compiles the JVM's paths and warms both sides' caches
+        # (standard benchmark practice; the timed rounds still include every per-job cost).
+        for _ in range(args.warmup):
+            for fn in workloads.values():
+                fn()
         load_before = os.getloadavg()[0]
         for _ in range(args.repeat):
             for name, fn in workloads.items():
+                cpu0 = tree_cpu(me, broker_pid)
                 secs, got = timed(fn, 1)
+                cpus[name].append(tree_cpu(me, broker_pid) - cpu0)
                 if got != expect[name]:
                     raise SystemExit(f"{name}: got {got}, expected {expect[name]}")
                 times[name].append(secs)
         load_after = os.getloadavg()[0]
 
-        print(f"{'workload':<16}{'median s':>9}{'msgs/s':>14}   runs (s)")
+        # CPU-s: this process and its children (Spark's JVM and Python workers), broker
+        # excluded; unlike wall time it barely depends on what else the machine runs.
+        print(f"{'workload':<16}{'median s':>9}{'msgs/s':>14}{'CPU-s':>8}   runs (s)")
         for name, ts in times.items():
             med = statistics.median(ts)
             runs = " ".join(f"{t:.2f}" for t in ts)
-            print(f"{name:<16}{med:>9.2f}{total / med:>14,.0f}   {runs}")
+            cpu = statistics.median(cpus[name])
+            print(f"{name:<16}{med:>9.2f}{total / med:>14,.0f}{cpu:>8.2f}   {runs}")
         for kind in ("count", "content"):
             ratios = [lo / sp for lo, sp in zip(times[f"loop {kind}"], times[f"spark {kind}"],
                                                 strict=True)]
             print(f"ratio spark/loop {kind:<8} {statistics.median(ratios):5.2f}x  "
                   f"(per round: {' '.join(f'{r:.2f}' for r in ratios)}; target >= 1.5x)")
+        for kind in ("count", "content"):
+            loop_cpu = statistics.median(cpus[f"loop {kind}"])
+            spark_cpu = statistics.median(cpus[f"spark {kind}"])
+            print(f"CPU bound on {os.cpu_count()} idle cores, {kind:<8}: spark/loop <= "
+                  f"{(os.cpu_count() or 1) * loop_cpu / spark_cpu:4.2f}x "
+                  f"(loop {loop_cpu:.2f} CPU-s, spark {spark_cpu:.2f} CPU-s)")
         print(f"load average (1 min) {load_before:.1f} -> {load_after:.1f} on "
               f"{os.cpu_count()} cores")
 
