@@ -25,6 +25,8 @@ import time
 from pathlib import Path
 from types import TracebackType
 
+from hmbclient.testing._process import preexec_for_current_thread
+
 __all__ = ["LocalTansu", "find_tansu"]
 
 
@@ -120,6 +122,7 @@ class LocalTansu:
                 stdout=logf,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
+                preexec_fn=preexec_for_current_thread(),  # no orphan broker if we are killed
             )
         deadline = time.monotonic() + self.start_timeout_s
         while True:

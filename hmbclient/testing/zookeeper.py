@@ -39,11 +39,9 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import ctypes
 import glob
 import os
 import shutil
-import signal
 import socket  # four-letter-word probe and free-port picking only (see module docstring)
 import subprocess
 import tempfile
@@ -53,6 +51,8 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any
+
+from hmbclient.testing._process import preexec_for_current_thread
 
 __all__ = [
     "LocalZooKeeper",
@@ -238,21 +238,6 @@ def _cleanup_at_exit() -> None:
 atexit.register(_cleanup_at_exit)
 
 
-try:  # resolved in the parent: dlopen between fork and exec could deadlock
-    _PRCTL: Any = ctypes.CDLL(None, use_errno=True).prctl
-except (OSError, AttributeError):
-    _PRCTL = None
-_PR_SET_PDEATHSIG = 1
-
-
-def _die_with_parent() -> None:
-    # Runs in the child between fork and exec: ask Linux to SIGKILL the JVM when the
-    # thread that forked it (we only do this from the main thread) dies, so a test run
-    # killed from outside leaves no orphan servers behind.
-    if _PRCTL is not None:
-        _PRCTL(_PR_SET_PDEATHSIG, signal.SIGKILL)
-
-
 # --------------------------------------------------------------------- one JVM
 
 
@@ -309,7 +294,7 @@ class _ServerProcess:
             str(self.config_path),
         ]
         self._log_offset = self.log_path.stat().st_size if self.log_path.exists() else 0
-        main_thread = threading.current_thread() is threading.main_thread()
+        preexec = preexec_for_current_thread()
         with open(self.log_path, "ab") as log:
             log.write(f"=== starting: {' '.join(cmd)}\n".encode())
             log.flush()
@@ -320,7 +305,7 @@ class _ServerProcess:
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,  # a terminal's Ctrl-C goes to us, and we clean up
-                preexec_fn=_die_with_parent if main_thread and _PRCTL is not None else None,
+                preexec_fn=preexec,
             )
         with _REGISTRY_LOCK:
             _LIVE.add(self)
