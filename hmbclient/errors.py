@@ -9,8 +9,11 @@
     ├── CoordinationError      ZooKeeper trouble in the consumer group machinery
     ├── StorageError           the embedded broker's log (bad segment, failed recovery)
     ├── ConnectionError_       cannot reach / lost a broker (KafkaConnectionError)
-    ├── RequestTimedOut        a request had no answer in time (names the API)
     └── UnsupportedByBroker    the broker (or its dialect) cannot serve this API
+
+A request that gets no answer in time raises ``RequestTimedOutError``: the class of Kafka error
+7 (REQUEST_TIMED_OUT), raised locally too with a message naming the API and the broker, so one
+``except`` covers a broker-side and a client-side timeout.
 
 ``for_code(errno)`` maps any int16 error code to a class; unknown codes map to a generated
 subclass of :class:`UnknownBrokerError`, so callers can always ``raise for_code(c)(...)``.
@@ -30,7 +33,6 @@ __all__ = [
     "CoordinationError",
     "StorageError",
     "KafkaConnectionError",
-    "RequestTimedOutError",
     "UnsupportedByBroker",
     "ProducerClosedError",
     "QueueFullError",
@@ -80,12 +82,6 @@ class KafkaConnectionError(HmbError):
 
     retriable = True
     invalid_metadata = True
-
-
-class RequestTimedOutError(HmbError):
-    """A request got no answer within its timeout (the message names the API)."""
-
-    retriable = True
 
 
 class UnsupportedByBroker(HmbError):
@@ -273,6 +269,7 @@ OffsetOutOfRangeError = ERRORS_BY_CODE[1]
 CorruptMessageError = ERRORS_BY_CODE[2]
 UnknownTopicOrPartitionError = ERRORS_BY_CODE[3]
 LeaderNotAvailableError = ERRORS_BY_CODE[5]
+RequestTimedOutError = ERRORS_BY_CODE[7]
 NotLeaderForPartitionError = ERRORS_BY_CODE[6]
 MessageSizeTooLargeError = ERRORS_BY_CODE[10]
 MessageSizeTooLarge = MessageSizeTooLargeError
@@ -287,6 +284,7 @@ __all__ += [
     "CorruptMessageError",
     "UnknownTopicOrPartitionError",
     "LeaderNotAvailableError",
+    "RequestTimedOutError",
     "NotLeaderForPartitionError",
     "MessageSizeTooLargeError",
     "MessageSizeTooLarge",
@@ -297,6 +295,8 @@ __all__ += [
     "UnsupportedVersionError",
     "UnknownServerError",
 ]
+
+__all__ = list(dict.fromkeys(__all__))  # aliases repeat some generated names
 
 _UNKNOWN_CACHE: dict[int, type[BrokerError]] = {}
 
