@@ -36,6 +36,7 @@ from hmbclient.errors import (
     HmbError,
     MessageSizeTooLargeError,
     OffsetOutOfRangeError,
+    UnsupportedByBroker,
     for_code,
 )
 from hmbclient.net.client import NetClient
@@ -187,7 +188,14 @@ class _BrokerFetcher:
 
     def _reset(self, ptis: list[PartitionTopicInfo]) -> None:
         m = self.manager
-        got = list_offsets(m.client, self.node_id, [p.tp for p in ptis], m.reset_to_latest, m.request_timeout_ms)
+        try:
+            got = list_offsets(m.client, self.node_id, [p.tp for p in ptis], m.reset_to_latest, m.request_timeout_ms)
+        except UnsupportedByBroker as e:
+            # A broker without ListOffsets (HMB): its logs are never truncated, so the earliest
+            # offset is 0; the latest cannot be asked for, so "largest" starts at 0 too.
+            if m.reset_to_latest:
+                log.warning("%s; auto.offset.reset=largest cannot be honoured, starting at 0", e)
+            got = {p.tp: 0 for p in ptis}
         for pti in ptis:
             res = got.get(pti.tp)
             if isinstance(res, int):
