@@ -106,3 +106,16 @@ def test_group_consume_and_lag(hmb_cluster, zookeeper) -> None:
     committed = sum(int(row[3]) for row in rows if row[3] != "-")
     lag = sum(int(row[5]) for row in rows if row[5] != "-")
     assert committed >= 100 and committed + lag == 300
+
+
+def test_hmb_dialect_produce_and_consume(hmb_broker) -> None:
+    """``--api-version hmb`` sends only Metadata/Produce/Fetch v0 (our broker is stricter than HMB)."""
+    topic = f"cli-hmb-{uuid.uuid4().hex[:8]}"
+    r = run("produce", topic, "-b", hmb_broker.bootstrap, "--api-version", "hmb", input=b"x1\nx2\nx3\n")
+    assert r.returncode == 0, r.stderr.decode()
+    r = run("consume", topic, "-b", hmb_broker.bootstrap, "--api-version", "hmb", "--exit-at-end",
+            "--format", "%o %s\\n")
+    assert r.returncode == 0, r.stderr.decode()
+    assert r.stdout.splitlines() == [b"0 x1", b"1 x2", b"2 x3"]
+    r = run("offsets", topic, "-b", hmb_broker.bootstrap, "--api-version", "hmb")
+    assert r.returncode == 1 and "UnsupportedByBroker" in r.stderr.decode() and "HMB" in r.stderr.decode()
