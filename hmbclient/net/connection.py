@@ -692,8 +692,8 @@ class BrokerConnection:
         if responses and self.state is ConnState.READY:
             self._pump(now_ms)
 
-    def _teardown(self, err: HmbError) -> None:
-        """Close the socket and fail what was in flight; queued requests stay queued."""
+    def _close_socket(self) -> None:
+        """Forget the socket and its protocol state; the connection becomes DISCONNECTED."""
         sock = self.sock
         if sock is not None:
             self.owner._unwatch(self, sock)
@@ -705,9 +705,13 @@ class BrokerConnection:
         self._proto = None
         self._out.clear()
         self._writing = False
-        was = self.state
         self.state = ConnState.DISCONNECTED
         self.versions = None
+
+    def _teardown(self, err: HmbError) -> None:
+        """Close the socket and fail what was in flight; queued requests stay queued."""
+        was = self.state
+        self._close_socket()
         in_flight, self._in_flight = self._in_flight, deque()
         for r in in_flight:
             _fail(r.future, err)
@@ -716,19 +720,7 @@ class BrokerConnection:
 
     def _recycle(self, now_ms: float) -> None:
         """Close deliberately (nothing in flight): no status event, no backoff."""
-        sock = self.sock
-        if sock is not None:
-            self.owner._unwatch(self, sock)
-            try:
-                sock.close()
-            except OSError:
-                pass
-        self.sock = None
-        self._proto = None
-        self._out.clear()
-        self._writing = False
-        self.state = ConnState.DISCONNECTED
-        self.versions = None
+        self._close_socket()
         self._backoff_until = now_ms
         self._recycled = True
         if self._pending or self._version_waiters:
