@@ -10,6 +10,9 @@
 
 from __future__ import annotations
 
+import socket
+import struct
+import threading
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -22,6 +25,8 @@ from hmbclient.errors import for_code
 from hmbclient.net import NetClient
 from hmbclient.protocol.api.base import ApiKey
 from hmbclient.testing.tansu import LocalTansu
+
+from .loopback import LoopbackServer, close_quietly
 
 BROKER_KINDS = ["tansu", "embedded"]
 
@@ -104,7 +109,7 @@ def read_all(host: str, port: int, topic: str, partitions: int, **kw: Any) -> di
     return {p: read_partition(host, port, topic, p, **kw) for p in range(partitions)}
 
 
-class WireProxy:
+class WireProxy(LoopbackServer):
     """A real TCP proxy in front of a broker that sees each request's API key.
 
     ``policy(api_key) -> "forward" | "close" | "drop"``: forward the request, close the client
@@ -114,47 +119,22 @@ class WireProxy:
     """
 
     def __init__(self, target: tuple[str, int], policy: Any = None) -> None:
-        import socket
-        import threading
-
         self.target = target
         self.policy = policy or (lambda key: "forward")
         self.seen: list[int] = []
-        self._lsock = socket.socket()
-        self._lsock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self._lsock.bind(("127.0.0.1", 0))
-        self._lsock.listen(16)
-        self.host, self.port = self._lsock.getsockname()
-        self._closed = False
-        self._socks: list[Any] = []
-        self._thread = threading.Thread(target=self._accept, daemon=True)
-        self._thread.start()
+        super().__init__()
 
-    @property
-    def bootstrap(self) -> str:
-        return f"{self.host}:{self.port}"
-
-    def _accept(self) -> None:
-        import socket
-        import threading
-
-        while not self._closed:
-            try:
-                client, _ = self._lsock.accept()
-            except OSError:
-                return
-            try:
-                upstream = socket.create_connection(self.target)
-            except OSError:
-                client.close()
-                continue
-            self._socks += [client, upstream]
-            threading.Thread(target=self._up, args=(client, upstream), daemon=True).start()
-            threading.Thread(target=self._down, args=(upstream, client), daemon=True).start()
+    def handle(self, client: Any) -> None:
+        try:
+            upstream = socket.create_connection(self.target)
+        except OSError:
+            client.close()
+            return
+        self._conns.append(upstream)
+        threading.Thread(target=self._down, args=(upstream, client), daemon=True).start()
+        self._up(client, upstream)
 
     def _up(self, client: Any, upstream: Any) -> None:
-        import struct
-
         buf = b""
         try:
             while True:
@@ -177,11 +157,7 @@ class WireProxy:
         except OSError:
             pass
         finally:
-            for s in (client, upstream):
-                try:
-                    s.close()
-                except OSError:
-                    pass
+            close_quietly(client, upstream)
 
     def _down(self, upstream: Any, client: Any) -> None:
         try:
@@ -193,82 +169,22 @@ class WireProxy:
         except OSError:
             pass
         finally:
-            for s in (client, upstream):
-                try:
-                    s.close()
-                except OSError:
-                    pass
-
-    def close(self) -> None:
-        self._closed = True
-        self._lsock.close()
-        for s in self._socks:
-            try:
-                s.close()
-            except OSError:
-                pass
-
-    def __enter__(self) -> WireProxy:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+            close_quietly(client, upstream)
 
 
-class SilentServer:
+class SilentServer(LoopbackServer):
     """Accepts connections, reads everything, answers nothing (a broker that hangs)."""
 
-    def __init__(self) -> None:
-        import socket
-        import threading
-
-        self._lsock = socket.socket()
-        self._lsock.bind(("127.0.0.1", 0))
-        self._lsock.listen(16)
-        self.host, self.port = self._lsock.getsockname()
-        self._conns: list[Any] = []
-        self._closed = False
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    def _accept(self) -> None:
-        import threading
-
-        while not self._closed:
-            try:
-                c, _ = self._lsock.accept()
-            except OSError:
-                return
-            self._conns.append(c)
-            threading.Thread(target=self._drain, args=(c,), daemon=True).start()
-
-    @staticmethod
-    def _drain(c: Any) -> None:
+    def handle(self, c: Any) -> None:
         try:
             while c.recv(65536):
                 pass
         except OSError:
             pass
 
-    def close(self) -> None:
-        self._closed = True
-        self._lsock.close()
-        for c in self._conns:
-            try:
-                c.close()
-            except OSError:
-                pass
-
-    def __enter__(self) -> SilentServer:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
 
 def closed_port() -> int:
     """A port nothing listens on (bound, then released)."""
-    import socket
-
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])

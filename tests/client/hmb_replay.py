@@ -19,9 +19,10 @@ from __future__ import annotations
 import json
 import socket
 import struct
-import threading
 from pathlib import Path
 from typing import Any
+
+from .loopback import LoopbackServer
 
 CAPTURES = Path("/work/shared/hmb-captures/hmb-wire.json")
 if not CAPTURES.exists():  # the repository layout: ../shared next to main
@@ -65,7 +66,7 @@ def _produce_has_key(body: bytes) -> bool:
     return False
 
 
-class HmbReplayServer:
+class HmbReplayServer(LoopbackServer):
     def __init__(self, *, flushed: bool = True) -> None:
         self.cases = load_cases()
         self.flushed = flushed
@@ -73,18 +74,7 @@ class HmbReplayServer:
         self.seen: list[int] = []
         self.violations: list[int] = []
         self.fetches = 0
-        self._lsock = socket.socket()
-        self._lsock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self._lsock.bind(("127.0.0.1", 0))
-        self._lsock.listen(16)
-        self.host, self.port = self._lsock.getsockname()
-        self._conns: list[socket.socket] = []
-        self._closed = False
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    @property
-    def bootstrap(self) -> str:
-        return f"{self.host}:{self.port}"
+        super().__init__()
 
     def _answer(self, case: str, cid: int) -> bytes:
         raw = bytearray(bytes.fromhex(self.cases[case]["response_hex"]))
@@ -98,16 +88,7 @@ class HmbReplayServer:
         struct.pack_into(">i", raw, 18 + hl, self.port)
         return bytes(raw)
 
-    def _accept(self) -> None:
-        while not self._closed:
-            try:
-                c, _ = self._lsock.accept()
-            except OSError:
-                return
-            self._conns.append(c)
-            threading.Thread(target=self._serve, args=(c,), daemon=True).start()
-
-    def _serve(self, c: socket.socket) -> None:
+    def handle(self, c: socket.socket) -> None:
         buf = b""
         fetches_here = 0
         try:
@@ -144,18 +125,3 @@ class HmbReplayServer:
                         c.sendall(bytes.fromhex(self.cases[case]["response_hex"]))
         except OSError:
             return
-
-    def close(self) -> None:
-        self._closed = True
-        self._lsock.close()
-        for c in self._conns:
-            try:
-                c.close()
-            except OSError:
-                pass
-
-    def __enter__(self) -> HmbReplayServer:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
