@@ -8,7 +8,7 @@ nothing of sockets: the network layer hands it ``(header, request, channel)`` an
 Versions: every (API, version) in ``hmbclient.protocol.api`` with a handler here is served and
 advertised by ApiVersions, and nothing else. An ApiVersions request of a version we do not know
 (clients open with v3/v4 and a flexible header) is answered in the v0 layout with
-UNSUPPORTED_VERSION and our ranges (KIP-511), so the client retries with a version we speak.
+ErrorCode.UNSUPPORTED_VERSION and our ranges (KIP-511), so the client retries with a version we speak.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from hmbclient.broker.metadata import NO_LEADER, ClusterView
 from hmbclient.broker.producer_ids import INIT_PRODUCER_ID, ProducerIdManager
 from hmbclient.broker.replica_manager import AppendResult, FetchInfo, FetchResult, ReplicaManager
 from hmbclient.broker.topics import TopicManager, is_valid_topic_name
+from hmbclient.errors import ErrorCode
 from hmbclient.protocol.api import ApiKey, ApiVersionsResponse
 from hmbclient.protocol.api.base import REQUESTS, Request, Response
 from hmbclient.protocol.frame import RequestHeader
@@ -31,16 +32,10 @@ __all__ = ["KafkaApis", "RequestChannel", "api_versions_table", "unsupported_api
 
 log = logging.getLogger("hmbclient.broker.apis")
 
-NONE = 0
-UNKNOWN_TOPIC_OR_PARTITION = 3
-LEADER_NOT_AVAILABLE = 5
-INVALID_TOPIC = 17
-INVALID_REQUIRED_ACKS = 21
-UNSUPPORTED_VERSION = 35
-INVALID_REPLICATION_FACTOR = 38
-INVALID_REQUEST = 42
-FETCH_SESSION_ID_NOT_FOUND = 70
-INVALID_RECORD = 87
+_CREATE_TOPIC_MESSAGES: dict[int, str] = {
+    ErrorCode.TOPIC_ALREADY_EXISTS: "topic already exists",
+    ErrorCode.INVALID_PARTITIONS: "number of partitions must be at least 1",
+}
 INT32_MIN = -(2**31)
 INT32_MAX = 2**31 - 1
 
@@ -81,7 +76,7 @@ def api_versions_table(handled: set[int]) -> list[tuple[int, int, int]]:
 
 def unsupported_api_versions_response(table: list[tuple[int, int, int]]) -> Response:
     """The v0-layout ApiVersions answer to a version we do not implement (KIP-511)."""
-    return ApiVersionsResponse[0](error_code=UNSUPPORTED_VERSION, api_keys=table)
+    return ApiVersionsResponse[0](error_code=ErrorCode.UNSUPPORTED_VERSION, api_keys=table)
 
 
 def _now_ms() -> int:
@@ -147,7 +142,7 @@ class KafkaApis:
 
     # -- ApiVersions -------------------------------------------------------------------------------
     def handle_api_versions(self, header: RequestHeader, req: Any, channel: RequestChannel) -> None:
-        channel.send(type(req).RESPONSE_TYPE.build(error_code=NONE, api_keys=self.versions, throttle_time_ms=0))
+        channel.send(type(req).RESPONSE_TYPE.build(error_code=ErrorCode.NONE, api_keys=self.versions, throttle_time_ms=0))
 
     # -- Metadata ----------------------------------------------------------------------------------
     def handle_metadata(self, header: RequestHeader, req: Any, channel: RequestChannel) -> None:
@@ -156,7 +151,7 @@ class KafkaApis:
         allow_auto = v < 4 or bool(req.allow_auto_topic_creation)
         if req.topics is None or (v == 0 and not req.topics):
             names = sorted(self.view.topics())
-            codes = dict.fromkeys(names, NONE)
+            codes: dict[str, int] = dict.fromkeys(names, ErrorCode.NONE)
         else:
             names = list(dict.fromkeys(req.topics))
             codes = {n: self.topics.ensure(n, allow_auto_create=allow_auto) for n in names}
@@ -168,7 +163,7 @@ class KafkaApis:
         for name in names:
             code = codes[name]
             parts = []
-            if code == NONE:
+            if code == ErrorCode.NONE:
                 leaders = self.view.topics().get(name, [])
                 preferred = self.view.preferred(name)
                 for p, leader in enumerate(leaders):
@@ -176,7 +171,7 @@ class KafkaApis:
                     parts.append(
                         _make(
                             part_shape,
-                            error_code=LEADER_NOT_AVAILABLE if leader == NO_LEADER else NONE,
+                            error_code=ErrorCode.LEADER_NOT_AVAILABLE if leader == NO_LEADER else ErrorCode.NONE,
                             partition=p,
                             leader=leader,
                             leader_epoch=self.view.leader_epoch(name, p),
@@ -220,7 +215,7 @@ class KafkaApis:
             order.append((topic, parts))
             if acks not in (0, 1, -1):
                 for p in parts:
-                    early[(topic, p)] = INVALID_REQUIRED_ACKS
+                    early[(topic, p)] = ErrorCode.INVALID_REQUIRED_ACKS
                 continue
             code = self.topics.ensure(topic)
             for p in t.partitions:
@@ -231,7 +226,7 @@ class KafkaApis:
                 # Produce v3+ must carry RecordBatch v2 (the magic byte sits at offset 16 of
                 # every entry format); Kafka rejects anything else as an invalid record.
                 if v >= 3 and recs is not None and len(recs) > 16 and recs[16] != 2:
-                    early[(topic, p.partition)] = INVALID_RECORD
+                    early[(topic, p.partition)] = ErrorCode.INVALID_RECORD
                     continue
                 entries.append((topic, p.partition, recs))
 
@@ -254,7 +249,7 @@ class KafkaApis:
                     if code is not None:
                         r = AppendResult(code, -1, -1)
                     else:
-                        r = results.get((topic, p), AppendResult(UNKNOWN_TOPIC_OR_PARTITION, -1, -1))
+                        r = results.get((topic, p), AppendResult(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, -1, -1))
                     plist.append(_make(part_shape, partition=p, error_code=r.error_code, base_offset=r.base_offset, log_append_time=-1, log_start_offset=r.log_start_offset))
                 topics.append((topic, plist))
             channel.send(resp_cls.build(topics=topics, throttle_time_ms=0))
@@ -271,7 +266,7 @@ class KafkaApis:
         if v >= 7 and req.session_id != 0:
             # We never hand out fetch sessions (responses carry session_id 0), so an
             # incremental fetch names a session that does not exist.
-            channel.send(resp_cls.build(throttle_time_ms=0, error_code=FETCH_SESSION_ID_NOT_FOUND, session_id=0, topics=[]))
+            channel.send(resp_cls.build(throttle_time_ms=0, error_code=ErrorCode.FETCH_SESSION_ID_NOT_FOUND, session_id=0, topics=[]))
             return
         max_magic = 0 if v <= 1 else 1 if v <= 3 else 2
         max_bytes = req.max_bytes if v >= 3 else INT32_MAX
@@ -283,7 +278,7 @@ class KafkaApis:
             plist: list[tuple[int, int | None]] = []
             for p in t.partitions:
                 if not known:
-                    plist.append((p.partition, INVALID_TOPIC if not is_valid_topic_name(topic) else UNKNOWN_TOPIC_OR_PARTITION))
+                    plist.append((p.partition, ErrorCode.INVALID_TOPIC_EXCEPTION if not is_valid_topic_name(topic) else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
                 else:
                     plist.append((p.partition, None))
                     infos.append(FetchInfo(topic, p.partition, p.fetch_offset, p.partition_max_bytes))
@@ -314,7 +309,7 @@ class KafkaApis:
                         )
                     )
                 topics.append((topic, parts))
-            channel.send(resp_cls.build(throttle_time_ms=0, error_code=NONE, session_id=0, topics=topics))
+            channel.send(resp_cls.build(throttle_time_ms=0, error_code=ErrorCode.NONE, session_id=0, topics=topics))
 
         if not infos:
             respond([])
@@ -333,7 +328,7 @@ class KafkaApis:
             for p in t.partitions:
                 code, lg = self.rm.leader_log(t.topic, p.partition)
                 if not self.view.has_topic(t.topic) and not is_valid_topic_name(t.topic):
-                    code = INVALID_TOPIC
+                    code = ErrorCode.INVALID_TOPIC_EXCEPTION
                 epoch = self.view.leader_epoch(t.topic, p.partition)
                 if v == 0:
                     offsets: list[int] = []
@@ -365,23 +360,24 @@ class KafkaApis:
         seen: set[str] = set()
         for t in req.topics:
             msg = None
+            code: int
             n = t.num_partitions
             if t.assignments:
                 n = len(t.assignments)
             elif n == -1:
                 n = self.topics.num_partitions
             if t.topic in seen:
-                code, msg = INVALID_REQUEST, "topic named twice in one request"
+                code, msg = ErrorCode.INVALID_REQUEST, "topic named twice in one request"
             elif not is_valid_topic_name(t.topic):
-                code, msg = INVALID_TOPIC, "illegal topic name: use 1-249 of [a-zA-Z0-9._-], not '.' or '..'"
+                code, msg = ErrorCode.INVALID_TOPIC_EXCEPTION, "illegal topic name: use 1-249 of [a-zA-Z0-9._-], not '.' or '..'"
             elif t.replication_factor not in (-1, 1) and not t.assignments:
-                code, msg = INVALID_REPLICATION_FACTOR, "the embedded broker keeps one replica per partition"
+                code, msg = ErrorCode.INVALID_REPLICATION_FACTOR, "the embedded broker keeps one replica per partition"
             elif validate_only:
-                code = 36 if self.view.has_topic(t.topic) else (37 if n < 1 else NONE)
+                code = ErrorCode.TOPIC_ALREADY_EXISTS if self.view.has_topic(t.topic) else (ErrorCode.INVALID_PARTITIONS if n < 1 else ErrorCode.NONE)
             else:
                 code = self.topics.create(t.topic, n)
             seen.add(t.topic)
             if code and msg is None:
-                msg = {36: "topic already exists", 37: "number of partitions must be at least 1"}.get(code)
+                msg = _CREATE_TOPIC_MESSAGES.get(code)
             out.append(_make(shape, topic=t.topic, error_code=code, error_message=msg))
         channel.send(resp_cls.build(throttle_time_ms=0, topics=out))

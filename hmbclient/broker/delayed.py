@@ -22,15 +22,13 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from hmbclient.broker.purgatory import DelayedOperation
+from hmbclient.errors import ErrorCode
 
 if TYPE_CHECKING:
     from hmbclient.broker.log.segment import Segment
     from hmbclient.broker.replica_manager import AppendResult, FetchInfo, ReplicaManager
 
 __all__ = ["DelayedProduce", "DelayedFetch", "ProduceStatus", "FetchWait"]
-
-REQUEST_TIMED_OUT = 7
-
 
 @dataclass
 class ProduceStatus:
@@ -63,7 +61,7 @@ class DelayedProduce(DelayedOperation):
                 continue
             code, lg = self.rm.leader_log(*tp)
             if code or lg is None:  # Case A
-                st.result = st.result._replace(error_code=code or 6)
+                st.result = st.result._replace(error_code=code or ErrorCode.NOT_LEADER_FOR_PARTITION)
                 st.pending = False
             elif lg.high_watermark >= st.required_offset:  # Case B
                 st.pending = False
@@ -77,7 +75,7 @@ class DelayedProduce(DelayedOperation):
         out = {}
         for tp, st in self.statuses.items():
             if st.pending:
-                st.result = st.result._replace(error_code=REQUEST_TIMED_OUT)
+                st.result = st.result._replace(error_code=ErrorCode.REQUEST_TIMED_OUT)
             out[tp] = st.result
         self.respond(out)
 

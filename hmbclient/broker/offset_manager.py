@@ -13,8 +13,8 @@ commit timestamp int64, expire timestamp int64; one RecordBatch v2 per commit re
 
 Loading: when this broker starts leading an offsets partition (start-up, a leader move), a
 thread replays that partition into the cache; until it is done, requests for its groups get
-COORDINATOR_LOAD_IN_PROGRESS (14), which clients retry (OffsetsLoadInProgress in 0.8.2).
-Requests for a group this broker does not coordinate get NOT_COORDINATOR (16).
+ErrorCode.COORDINATOR_LOAD_IN_PROGRESS (14), which clients retry (OffsetsLoadInProgress in 0.8.2).
+Requests for a group this broker does not coordinate get ErrorCode.NOT_COORDINATOR (16).
 
 OffsetCommit v0 (ZooKeeper-backed in Kafka 0.8.1) is served from this same store.
 """
@@ -31,7 +31,7 @@ from hmbclient.broker.apis import _make, _shape
 from hmbclient.broker.metadata import NO_LEADER, ClusterView
 from hmbclient.broker.replica_manager import AppendResult, ReplicaManager
 from hmbclient.broker.topics import TopicManager
-from hmbclient.errors import HmbError
+from hmbclient.errors import ErrorCode, HmbError
 from hmbclient.protocol import records
 
 if TYPE_CHECKING:
@@ -44,13 +44,6 @@ log = logging.getLogger("hmbclient.broker.offsets")
 OFFSETS_TOPIC = "__consumer_offsets"
 MAX_METADATA_BYTES = 4096
 
-NONE = 0
-OFFSET_METADATA_TOO_LARGE = 12
-COORDINATOR_LOAD_IN_PROGRESS = 14
-COORDINATOR_NOT_AVAILABLE = 15
-NOT_COORDINATOR = 16
-INVALID_GROUP_ID = 24
-INVALID_REQUEST = 42
 
 _i16 = struct.Struct(">h")
 _i32 = struct.Struct(">i")
@@ -224,14 +217,14 @@ class OffsetManager:
         p = self.partition_for(group)
         leader = self.view.leader(OFFSETS_TOPIC, p)
         if leader is None or leader == NO_LEADER:
-            return COORDINATOR_NOT_AVAILABLE
+            return ErrorCode.COORDINATOR_NOT_AVAILABLE
         if leader != self.broker_id:
-            return NOT_COORDINATOR
+            return ErrorCode.NOT_COORDINATOR
         with self._lock:
             if p in self._loaded:
-                return NONE
+                return ErrorCode.NONE
         self._maybe_load(p)
-        return COORDINATOR_LOAD_IN_PROGRESS
+        return ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
 
     def is_loading(self) -> bool:
         with self._lock:
@@ -245,22 +238,22 @@ class OffsetManager:
         else:
             key, key_type = req.key, req.key_type
         if key_type != 0:
-            channel.send(resp_cls.build(throttle_time_ms=0, error_code=COORDINATOR_NOT_AVAILABLE, error_message="transactions are not supported", node_id=-1, host="", port=-1))
+            channel.send(resp_cls.build(throttle_time_ms=0, error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE, error_message="transactions are not supported", node_id=-1, host="", port=-1))
             return
         self._ensure_topic()
         leader = self.view.leader(OFFSETS_TOPIC, self.partition_for(key))
         ep = self.view.broker(leader) if leader is not None and leader >= 0 else None
         if ep is None:
-            channel.send(resp_cls.build(throttle_time_ms=0, error_code=COORDINATOR_NOT_AVAILABLE, error_message="the coordinator's broker is down", node_id=-1, host="", port=-1))
+            channel.send(resp_cls.build(throttle_time_ms=0, error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE, error_message="the coordinator's broker is down", node_id=-1, host="", port=-1))
             return
-        channel.send(resp_cls.build(throttle_time_ms=0, error_code=NONE, error_message=None, node_id=ep.node_id, host=ep.host, port=ep.port))
+        channel.send(resp_cls.build(throttle_time_ms=0, error_code=ErrorCode.NONE, error_message=None, node_id=ep.node_id, host=ep.host, port=ep.port))
 
     def handle_offset_commit(self, header: Any, req: Any, channel: Any) -> None:
         resp_cls = type(req).RESPONSE_TYPE
         v = header.api_version
         group = req.group_id
         now = int(time.time() * 1000)
-        code = INVALID_GROUP_ID if group is None else self._group_state(group)
+        code = ErrorCode.INVALID_GROUP_ID if group is None else self._group_state(group)
         results: dict[tuple[str, int], int] = {}
         items: list[tuple[bytes, bytes, int]] = []
         pending: dict[tuple[str, int], OffsetEntry] = {}
@@ -272,7 +265,7 @@ class OffsetManager:
                     continue
                 metadata = p.metadata or ""
                 if len(metadata.encode("utf-8")) > MAX_METADATA_BYTES:
-                    results[tp] = OFFSET_METADATA_TOO_LARGE
+                    results[tp] = ErrorCode.OFFSET_METADATA_TOO_LARGE
                     continue
                 ts = now
                 if v == 1 and p.timestamp not in (-1, None):
@@ -283,17 +276,17 @@ class OffsetManager:
         def respond(outcome: dict[tuple[str, int], AppendResult] | None) -> None:
             if outcome is not None:
                 r = next(iter(outcome.values()), None)
-                err = r.error_code if r is not None else NONE
-                if err == NONE:
+                err = r.error_code if r is not None else ErrorCode.NONE
+                if err == ErrorCode.NONE:
                     with self._lock:
                         self._cache.setdefault(group, {}).update(pending)
                 for tp in pending:
                     # A failed append means the coordinator moved or the log broke: retriable.
-                    results[tp] = NONE if err == NONE else (NOT_COORDINATOR if err in (5, 6) else COORDINATOR_NOT_AVAILABLE)
+                    results[tp] = ErrorCode.NONE if err == ErrorCode.NONE else (ErrorCode.NOT_COORDINATOR if err in (ErrorCode.LEADER_NOT_AVAILABLE, ErrorCode.NOT_LEADER_FOR_PARTITION) else ErrorCode.COORDINATOR_NOT_AVAILABLE)
             shape = _shape(resp_cls, "topics", "partitions")
             topics = []
             for t in req.topics:
-                topics.append((t.topic, [_make(shape, partition=p.partition, error_code=results.get((t.topic, p.partition), NONE)) for p in t.partitions]))
+                topics.append((t.topic, [_make(shape, partition=p.partition, error_code=results.get((t.topic, p.partition), ErrorCode.NONE)) for p in t.partitions]))
             channel.send(resp_cls.build(throttle_time_ms=0, topics=topics))
 
         if not items:
@@ -305,7 +298,7 @@ class OffsetManager:
     def handle_offset_fetch(self, header: Any, req: Any, channel: Any) -> None:
         resp_cls = type(req).RESPONSE_TYPE
         group = req.group_id
-        code = INVALID_GROUP_ID if group is None else self._group_state(group)
+        code = ErrorCode.INVALID_GROUP_ID if group is None else self._group_state(group)
         shape = _shape(resp_cls, "topics", "partitions")
         # Offsets not committed again within offsets.retention.minutes are forgotten, as Kafka
         # expires them (the log keeps them until compaction; the answer no longer does).

@@ -16,6 +16,7 @@ import threading
 import time
 from typing import Any
 
+from hmbclient.errors import ErrorCode
 from hmbclient.protocol import api
 
 __all__ = ["INIT_PRODUCER_ID", "InitProducerIdRequest", "InitProducerIdResponse", "ProducerIdManager"]
@@ -23,7 +24,6 @@ __all__ = ["INIT_PRODUCER_ID", "InitProducerIdRequest", "InitProducerIdResponse"
 log = logging.getLogger("hmbclient.broker.producer_ids")
 
 INIT_PRODUCER_ID = int(api.ApiKey.INIT_PRODUCER_ID)
-TRANSACTIONAL_ID_AUTHORIZATION_FAILED = 53
 
 InitProducerIdRequest = api.InitProducerIdRequest
 InitProducerIdResponse = api.InitProducerIdResponse
@@ -45,6 +45,6 @@ class ProducerIdManager:
         resp_cls = type(req).RESPONSE_TYPE
         if req.transactional_id is not None:
             log.info("InitProducerId with transactional id %r refused: no transactions", req.transactional_id)
-            channel.send(resp_cls(0, TRANSACTIONAL_ID_AUTHORIZATION_FAILED, -1, -1))
+            channel.send(resp_cls(0, ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, -1, -1))
             return
-        channel.send(resp_cls(0, 0, self.next_id(), 0))
+        channel.send(resp_cls(0, ErrorCode.NONE, self.next_id(), 0))

@@ -25,6 +25,7 @@ from hmbclient.broker.purgatory import Purgatory, monotonic_ms
 from hmbclient.errors import (
     BrokerError,
     CorruptRecordError,
+    ErrorCode,
     OffsetOutOfRangeError,
     ProtocolError,
     StorageError,
@@ -35,14 +36,6 @@ __all__ = ["ReplicaManager", "AppendResult", "FetchInfo", "FetchResult"]
 
 log = logging.getLogger("hmbclient.broker.replica_manager")
 
-NONE = 0
-OFFSET_OUT_OF_RANGE = 1
-CORRUPT_MESSAGE = 2
-UNKNOWN_TOPIC_OR_PARTITION = 3
-LEADER_NOT_AVAILABLE = 5
-NOT_LEADER_FOR_PARTITION = 6
-INVALID_TOPIC = 17
-KAFKA_STORAGE_ERROR = 56
 
 TP = tuple[str, int]
 
@@ -120,15 +113,15 @@ class ReplicaManager:
         """``(0, log)`` if this broker leads the partition, else ``(error code, None)``."""
         leader = self.view.leader(topic, partition)
         if leader is None:
-            return UNKNOWN_TOPIC_OR_PARTITION, None
+            return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, None
         if leader == NO_LEADER:
-            return LEADER_NOT_AVAILABLE, None
+            return ErrorCode.LEADER_NOT_AVAILABLE, None
         if leader != self.broker_id:
-            return NOT_LEADER_FOR_PARTITION, None
+            return ErrorCode.NOT_LEADER_FOR_PARTITION, None
         lg = self.logs.get(topic, partition)
         if lg is None:
             lg = self.logs.get_or_create(topic, partition)
-        return NONE, lg
+        return ErrorCode.NONE, lg
 
     # -- appends -------------------------------------------------------------------------------
     def append_messages(
@@ -148,7 +141,7 @@ class ReplicaManager:
             tp = (topic, partition)
             code, lg = self.leader_log(topic, partition)
             if not code and not allow_internal and self.view.is_internal(topic):
-                code = INVALID_TOPIC
+                code = ErrorCode.INVALID_TOPIC_EXCEPTION
             if code or lg is None:
                 results[tp] = AppendResult(code, -1, -1)
                 continue
@@ -160,13 +153,13 @@ class ReplicaManager:
                 continue
             except (CorruptRecordError, ProtocolError) as e:
                 log.info("append to %s-%d refused: %s", topic, partition, e)
-                results[tp] = AppendResult(CORRUPT_MESSAGE, -1, -1)
+                results[tp] = AppendResult(ErrorCode.CORRUPT_MESSAGE, -1, -1)
                 continue
             except StorageError as e:
                 log.error("append to %s-%d failed: %s", topic, partition, e)
-                results[tp] = AppendResult(KAFKA_STORAGE_ERROR, -1, -1)
+                results[tp] = AppendResult(ErrorCode.KAFKA_STORAGE_ERROR, -1, -1)
                 continue
-            results[tp] = AppendResult(NONE, info.first_offset, lg.log_start_offset)
+            results[tp] = AppendResult(ErrorCode.NONE, info.first_offset, lg.log_start_offset)
             if info.num_records:
                 appended.append((tp, info.last_offset + 1))
         for tp, _ in appended:
@@ -214,7 +207,7 @@ class ReplicaManager:
                 try:
                     sl, magic = lg.read(info.offset, max(limit, 0), min_one_entry=min_one_entry)
                 except OffsetOutOfRangeError:
-                    out.append(FetchResult(OFFSET_OUT_OF_RANGE, hw, start, _EMPTY, 0))
+                    out.append(FetchResult(ErrorCode.OFFSET_OUT_OF_RANGE, hw, start, _EMPTY, 0))
                     if waits is not None:
                         waits.append(FetchWait(None, 0, 0))
                     continue
@@ -227,7 +220,7 @@ class ReplicaManager:
             if n:
                 remaining -= n
                 min_one_entry = False
-            out.append(FetchResult(NONE, hw, start, data, n))
+            out.append(FetchResult(ErrorCode.NONE, hw, start, data, n))
             if waits is not None:
                 waits.append(FetchWait(active, size_before, n))
         return out

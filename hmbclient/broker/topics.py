@@ -2,7 +2,7 @@
 
 A legal topic name is 1-249 characters of ``[a-zA-Z0-9._-]`` and is not ``.`` or ``..`` (Kafka's
 rule). It is checked before anything else touches it, so an illegal name (``../x``, ``a/b``, an
-empty or 250-character name) is an INVALID_TOPIC error and never reaches the filesystem.
+empty or 250-character name) is an ErrorCode.INVALID_TOPIC_EXCEPTION error and never reaches the filesystem.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import threading
 
 from hmbclient.broker.log.manager import LogManager
 from hmbclient.broker.metadata import ClusterView
-from hmbclient.errors import InvalidTopicError
+from hmbclient.errors import ErrorCode, InvalidTopicError
 
 __all__ = ["validate_topic_name", "is_valid_topic_name", "TopicManager", "MAX_TOPIC_NAME_LENGTH"]
 
@@ -22,13 +22,6 @@ log = logging.getLogger("hmbclient.broker.topics")
 MAX_TOPIC_NAME_LENGTH = 249
 _LEGAL = re.compile(r"[a-zA-Z0-9._-]+")
 
-NONE = 0
-UNKNOWN_TOPIC_OR_PARTITION = 3
-INVALID_TOPIC = 17
-TOPIC_ALREADY_EXISTS = 36
-INVALID_PARTITIONS = 37
-INVALID_REPLICATION_FACTOR = 38
-INVALID_REQUEST = 42
 
 
 def is_valid_topic_name(name: object) -> bool:
@@ -69,27 +62,27 @@ class TopicManager:
         """Error code for using ``topic``: 0 if it exists (or was just auto-created), 17 for an
         illegal name, 3 when unknown and auto-creation is off."""
         if self.view.has_topic(topic):
-            return NONE
+            return ErrorCode.NONE
         if not is_valid_topic_name(topic):
-            return INVALID_TOPIC
+            return ErrorCode.INVALID_TOPIC_EXCEPTION
         if not (self.auto_create and allow_auto_create):
-            return UNKNOWN_TOPIC_OR_PARTITION
+            return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
         self.create(topic, self.num_partitions)
-        return NONE
+        return ErrorCode.NONE
 
     def create(self, topic: str, num_partitions: int, *, internal: bool = False) -> int:
         """Create a topic with ``num_partitions`` partitions; error code (36 if it exists)."""
         if not is_valid_topic_name(topic):
-            return INVALID_TOPIC
+            return ErrorCode.INVALID_TOPIC_EXCEPTION
         if num_partitions < 1:
-            return INVALID_PARTITIONS
+            return ErrorCode.INVALID_PARTITIONS
         with self._lock:
             if self.view.has_topic(topic):
-                return TOPIC_ALREADY_EXISTS
+                return ErrorCode.TOPIC_ALREADY_EXISTS
             # Logs first: a topic is visible in metadata only once its folders exist, so a
             # restart finds every topic a client was told about.
             for p in range(num_partitions):
                 self.logs.get_or_create(topic, p)
             self.view.add_topic(topic, num_partitions, internal=internal)
         log.info("created topic %s with %d partitions", topic, num_partitions)
-        return NONE
+        return ErrorCode.NONE

@@ -26,6 +26,7 @@ from kazoo.client import KazooClient
 
 from hmbclient.errors import (
     CoordinationError,
+    ErrorCode,
     HmbError,
     KafkaConnectionError,
     RequestTimedOutError,
@@ -209,7 +210,7 @@ class KafkaOffsetStorage:
             for t in resp.topics:
                 for p in t.partitions:
                     tp = (t.topic, p.partition)
-                    if p.error_code == 3:  # UNKNOWN_TOPIC_OR_PARTITION: 0.8.2's "nothing committed"
+                    if p.error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:  # 0.8.2's "nothing committed"
                         out[tp] = None
                         continue
                     self._check(p.error_code, f"OffsetFetch {self.group}/{t.topic}-{p.partition}")

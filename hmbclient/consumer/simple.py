@@ -53,7 +53,12 @@ from hmbclient.consumer.message_set import (
     first_entry_incomplete,
     last_offset_of,
 )
-from hmbclient.errors import BrokerError, MessageSizeTooLargeError, for_code
+from hmbclient.errors import (
+    BrokerError,
+    MessageSizeTooLargeError,
+    UnknownTopicOrPartitionError,
+    for_code,
+)
 from hmbclient.net.client import NetClient
 from hmbclient.net.versions import BrokerVersions
 from hmbclient.protocol.api.base import REQUESTS, ApiKey
@@ -516,7 +521,7 @@ class SimpleConsumer:
                 if p.error_code:
                     raise for_code(p.error_code)(f"ListOffsets {t.topic}-{p.partition}")
                 return p
-        raise for_code(3)("ListOffsets: the broker's answer named no partition")
+        raise UnknownTopicOrPartitionError("ListOffsets: the broker's answer named no partition")
 
     def _offset_v1(self, versions: BrokerVersions, v: int, topic: str, partition: int, ts: int, timeout: float) -> int:
         cls = REQUESTS[(int(ApiKey.LIST_OFFSETS), v)]

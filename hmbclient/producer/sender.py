@@ -28,7 +28,13 @@ from typing import Any
 
 from tenacity import Retrying
 
-from hmbclient.errors import HmbError, KafkaConnectionError, for_code
+from hmbclient.errors import (
+    HmbError,
+    KafkaConnectionError,
+    LeaderNotAvailableError,
+    UnknownTopicOrPartitionError,
+    for_code,
+)
 from hmbclient.net.client import NetClient
 from hmbclient.net.metadata import Metadata
 from hmbclient.net.retry import backoff_ms
@@ -157,7 +163,7 @@ class Dispatcher:
         for u in units:
             p = answers.get((u.topic, u.partition))
             if p is None:
-                failed.append((u, for_code(3)(f"{u.topic}-{u.partition}: missing from the Produce answer")))
+                failed.append((u, UnknownTopicOrPartitionError(f"{u.topic}-{u.partition}: missing from the Produce answer")))
             elif p.error_code:
                 failed.append((u, for_code(p.error_code)(f"produce to {u.topic}-{u.partition} (node {u.node})")))
             else:
@@ -285,7 +291,7 @@ class SenderThread(threading.Thread):
             self.metadata.invalidate(u.topic)
             for b in u.batches:
                 b.attempts += 1
-            err = for_code(5)(f"{u.topic}-{u.partition}: no known leader")
+            err = LeaderNotAvailableError(f"{u.topic}-{u.partition}: no known leader")
             self._retry_or_fail(u, err)
         for node, nunits in by_node.items():
             try:

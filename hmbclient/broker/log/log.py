@@ -35,6 +35,7 @@ from hmbclient.broker.log.config import LogConfig
 from hmbclient.broker.log.segment import INDEX_SUFFIX, LOG_SUFFIX, FileSlice, Segment
 from hmbclient.errors import (
     CorruptRecordError,
+    ErrorCode,
     MessageSizeTooLargeError,
     OffsetOutOfRangeError,
     ProtocolError,
@@ -51,7 +52,7 @@ log = logging.getLogger("hmbclient.broker.log")
 _SEGMENT_FILE = re.compile(r"^(\d{20})\.(log|index)$")
 _CLEANED_SUFFIX = ".cleaned"
 _RECOVERY_CHUNK = 8 * 1024 * 1024
-_RecordListTooLarge = for_code(18)
+_RecordListTooLarge = for_code(ErrorCode.RECORD_LIST_TOO_LARGE)
 
 
 class AppendInfo(NamedTuple):
