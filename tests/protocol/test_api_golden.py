@@ -1,6 +1,10 @@
 """Golden bytes: every (API, version) we implement against kafka-python 3.0.12, an independent
 implementation driven by Kafka's own JSON message schemas.
 
+kafka-python has no inter-broker APIs (LeaderAndIsr, StopReplica, UpdateMetadata,
+ControlledShutdown): those pairs are listed in ``NO_PEER`` and checked against byte vectors
+written by hand from Kafka's JSON schemas in test_api_vectors.py.
+
 For each pair and both directions (request and response) we check:
 
 * the schema shape: our field list, in wire order, maps one-to-one onto kafka-python's untagged
@@ -22,6 +26,7 @@ import kafka.protocol.admin as kp_admin
 import kafka.protocol.consumer as kp_consumer
 import kafka.protocol.metadata as kp_metadata
 import kafka.protocol.producer as kp_producer
+import kafka.protocol.sasl as kp_sasl
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -59,7 +64,26 @@ KP: dict[int, tuple[Any, Any]] = {
     ApiKey.API_VERSIONS: (kp_metadata.ApiVersionsRequest, kp_metadata.ApiVersionsResponse),
     ApiKey.CREATE_TOPICS: (kp_admin.CreateTopicsRequest, kp_admin.CreateTopicsResponse),
     ApiKey.INIT_PRODUCER_ID: (kp_producer.InitProducerIdRequest, kp_producer.InitProducerIdResponse),
+    ApiKey.OFFSET_FOR_LEADER_EPOCH: (kp_consumer.OffsetForLeaderEpochRequest, kp_consumer.OffsetForLeaderEpochResponse),
+    ApiKey.JOIN_GROUP: (kp_consumer.JoinGroupRequest, kp_consumer.JoinGroupResponse),
+    ApiKey.HEARTBEAT: (kp_consumer.HeartbeatRequest, kp_consumer.HeartbeatResponse),
+    ApiKey.LEAVE_GROUP: (kp_consumer.LeaveGroupRequest, kp_consumer.LeaveGroupResponse),
+    ApiKey.SYNC_GROUP: (kp_consumer.SyncGroupRequest, kp_consumer.SyncGroupResponse),
+    ApiKey.DESCRIBE_GROUPS: (kp_admin.DescribeGroupsRequest, kp_admin.DescribeGroupsResponse),
+    ApiKey.LIST_GROUPS: (kp_admin.ListGroupsRequest, kp_admin.ListGroupsResponse),
+    ApiKey.DELETE_GROUPS: (kp_admin.DeleteGroupsRequest, kp_admin.DeleteGroupsResponse),
+    ApiKey.SASL_HANDSHAKE: (kp_sasl.SaslHandshakeRequest, kp_sasl.SaslHandshakeResponse),
+    ApiKey.SASL_AUTHENTICATE: (kp_sasl.SaslAuthenticateRequest, kp_sasl.SaslAuthenticateResponse),
 }
+
+# No peer in kafka-python (it has no inter-broker APIs); checked by hand-made vectors in
+# test_api_vectors.py, which asserts it covers exactly these.
+NO_PEER: frozenset[tuple[int, int]] = frozenset(
+    [(ApiKey.LEADER_AND_ISR, v) for v in (0, 1)]
+    + [(ApiKey.STOP_REPLICA, 0)]
+    + [(ApiKey.UPDATE_METADATA, v) for v in range(6)]
+    + [(ApiKey.CONTROLLED_SHUTDOWN, v) for v in (1, 2)]
+)
 
 # (api_key, "request"|"response") -> {our dotted field path: kafka-python field name}.
 # Only the names that differ are listed; everything else must match exactly.
@@ -114,6 +138,26 @@ NAMES: dict[tuple[int, str], dict[str, str]] = {
     (ApiKey.CREATE_TOPICS, "response"): {"topics.topic": "name"},
     (ApiKey.INIT_PRODUCER_ID, "request"): {},
     (ApiKey.INIT_PRODUCER_ID, "response"): {},
+    (ApiKey.OFFSET_FOR_LEADER_EPOCH, "request"): {},
+    (ApiKey.OFFSET_FOR_LEADER_EPOCH, "response"): {},
+    (ApiKey.JOIN_GROUP, "request"): {},
+    (ApiKey.JOIN_GROUP, "response"): {},
+    (ApiKey.HEARTBEAT, "request"): {},
+    (ApiKey.HEARTBEAT, "response"): {},
+    (ApiKey.LEAVE_GROUP, "request"): {},
+    (ApiKey.LEAVE_GROUP, "response"): {},
+    (ApiKey.SYNC_GROUP, "request"): {},
+    (ApiKey.SYNC_GROUP, "response"): {},
+    (ApiKey.DESCRIBE_GROUPS, "request"): {},
+    (ApiKey.DESCRIBE_GROUPS, "response"): {},
+    (ApiKey.LIST_GROUPS, "request"): {},
+    (ApiKey.LIST_GROUPS, "response"): {},
+    (ApiKey.DELETE_GROUPS, "request"): {},
+    (ApiKey.DELETE_GROUPS, "response"): {},
+    (ApiKey.SASL_HANDSHAKE, "request"): {},
+    (ApiKey.SASL_HANDSHAKE, "response"): {},
+    (ApiKey.SASL_AUTHENTICATE, "request"): {},
+    (ApiKey.SASL_AUTHENTICATE, "response"): {},
 }
 
 # our primitive type -> kafka-python type_str
@@ -130,7 +174,7 @@ _KP_TYPE: dict[int, tuple[str, ...]] = {
     id(Records): ("records", "bytes"),
 }
 
-PAIRS = sorted(REQUESTS)
+PAIRS = sorted(p for p in REQUESTS if p not in NO_PEER)
 CASES = [(k, v, kind) for (k, v) in PAIRS for kind in ("request", "response")]
 
 
@@ -324,7 +368,8 @@ def sample(k: int, v: int, kind: str, variant: str) -> Any:
 
 
 def test_every_pair_has_a_peer_version() -> None:
-    """The pairs the brief names are all registered (so the parametrisation below covers them)."""
+    """Every pair we implement is registered, and every one but ``NO_PEER`` has a non-flexible
+    kafka-python version (so the parametrisation below covers it)."""
     want = {
         ApiKey.PRODUCE: range(0, 8),
         ApiKey.FETCH: range(0, 11),
@@ -336,11 +381,27 @@ def test_every_pair_has_a_peer_version() -> None:
         ApiKey.API_VERSIONS: range(0, 3),
         ApiKey.CREATE_TOPICS: range(0, 5),
         ApiKey.INIT_PRODUCER_ID: range(0, 2),
+        ApiKey.LEADER_AND_ISR: range(0, 2),
+        ApiKey.STOP_REPLICA: range(0, 1),
+        ApiKey.UPDATE_METADATA: range(0, 6),
+        ApiKey.CONTROLLED_SHUTDOWN: range(1, 3),  # v0's request header has no client_id
+        ApiKey.OFFSET_FOR_LEADER_EPOCH: range(0, 4),
+        ApiKey.JOIN_GROUP: range(0, 6),
+        ApiKey.HEARTBEAT: range(0, 4),
+        ApiKey.LEAVE_GROUP: range(0, 4),
+        ApiKey.SYNC_GROUP: range(0, 4),
+        ApiKey.DESCRIBE_GROUPS: range(0, 5),
+        ApiKey.LIST_GROUPS: range(0, 3),
+        ApiKey.DELETE_GROUPS: range(0, 2),
+        ApiKey.SASL_HANDSHAKE: range(0, 2),
+        ApiKey.SASL_AUTHENTICATE: range(0, 2),
     }
     expected = {(int(k), v) for k, vs in want.items() for v in vs}
     assert set(REQUESTS) == expected
     assert set(RESPONSES) == expected
-    for k, v in expected:
+    assert NO_PEER <= expected
+    assert {k for k, _v in NO_PEER}.isdisjoint(KP)
+    for k, v in expected - NO_PEER:
         for kind in ("request", "response"):
             assert not _kp(k, v, kind).flexible_version_q(v), "we only implement non-flexible versions"
 

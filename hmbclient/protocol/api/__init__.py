@@ -4,8 +4,14 @@ Legacy set (HMB / Kafka 0.8-0.10): Produce v0-2, Fetch v0-3, ListOffsets v0-1, M
 OffsetCommit v0-2, OffsetFetch v0-1, FindCoordinator (GroupCoordinator) v0, ApiVersions v0-1.
 Modern set (Kafka 2.1 - 4.x, Tansu; non-flexible versions only): Produce v3-7, Fetch v4-10,
 ListOffsets v1-5, Metadata v1-8, OffsetCommit v2-7, OffsetFetch v1-5, FindCoordinator v0-2.
-CreateTopics v0-4 for admin/test use; InitProducerId v0-1 for idempotent clients. Each module maps version -> class, e.g.
-``FetchRequest[4]``.
+CreateTopics v0-4 for admin/test use; InitProducerId v0-1 for idempotent clients.
+Inter-broker (:mod:`.cluster`): LeaderAndIsr v0-1, StopReplica v0, UpdateMetadata v0-5,
+ControlledShutdown v1-2, OffsetForLeaderEpoch v0-3.
+Group membership (:mod:`.group`): JoinGroup v0-5, Heartbeat v0-3, LeaveGroup v0-3, SyncGroup
+v0-3, DescribeGroups v0-4, ListGroups v0-2, DeleteGroups v0-1; the "consumer" embedded
+protocol inside them (:mod:`.consumer_protocol`, not an API: no key, not registered).
+SASL (:mod:`.sasl`): SaslHandshake v0-1, SaslAuthenticate v0-1.
+Each module maps version -> class, e.g. ``FetchRequest[4]``.
 """
 
 from hmbclient.protocol.api.admin import (
@@ -26,7 +32,41 @@ from hmbclient.protocol.api.base import (
     response_class,
     supported_versions,
 )
+from hmbclient.protocol.api.cluster import (
+    ControlledShutdownRequest,
+    ControlledShutdownResponse,
+    LeaderAndIsrRequest,
+    LeaderAndIsrResponse,
+    OffsetForLeaderEpochRequest,
+    OffsetForLeaderEpochResponse,
+    StopReplicaRequest,
+    StopReplicaResponse,
+    UpdateMetadataRequest,
+    UpdateMetadataResponse,
+)
+from hmbclient.protocol.api.consumer_protocol import (
+    ConsumerProtocolMemberAssignment,
+    ConsumerProtocolMemberMetadata,
+    decode_member_assignment,
+    decode_member_metadata,
+)
 from hmbclient.protocol.api.fetch import FetchRequest, FetchResponse
+from hmbclient.protocol.api.group import (
+    DeleteGroupsRequest,
+    DeleteGroupsResponse,
+    DescribeGroupsRequest,
+    DescribeGroupsResponse,
+    HeartbeatRequest,
+    HeartbeatResponse,
+    JoinGroupRequest,
+    JoinGroupResponse,
+    LeaveGroupRequest,
+    LeaveGroupResponse,
+    ListGroupsRequest,
+    ListGroupsResponse,
+    SyncGroupRequest,
+    SyncGroupResponse,
+)
 from hmbclient.protocol.api.list_offsets import (
     EARLIEST_TIMESTAMP,
     LATEST_TIMESTAMP,
@@ -45,6 +85,12 @@ from hmbclient.protocol.api.offsets import (
     OffsetFetchResponse,
 )
 from hmbclient.protocol.api.produce import ProduceRequest, ProduceResponse
+from hmbclient.protocol.api.sasl import (
+    SaslAuthenticateRequest,
+    SaslAuthenticateResponse,
+    SaslHandshakeRequest,
+    SaslHandshakeResponse,
+)
 
 __all__ = [
     "REQUESTS",
@@ -79,4 +125,36 @@ __all__ = [
     "CreateTopicsResponse",
     "InitProducerIdRequest",
     "InitProducerIdResponse",
+    "LeaderAndIsrRequest",
+    "LeaderAndIsrResponse",
+    "StopReplicaRequest",
+    "StopReplicaResponse",
+    "UpdateMetadataRequest",
+    "UpdateMetadataResponse",
+    "ControlledShutdownRequest",
+    "ControlledShutdownResponse",
+    "OffsetForLeaderEpochRequest",
+    "OffsetForLeaderEpochResponse",
+    "JoinGroupRequest",
+    "JoinGroupResponse",
+    "HeartbeatRequest",
+    "HeartbeatResponse",
+    "LeaveGroupRequest",
+    "LeaveGroupResponse",
+    "SyncGroupRequest",
+    "SyncGroupResponse",
+    "DescribeGroupsRequest",
+    "DescribeGroupsResponse",
+    "ListGroupsRequest",
+    "ListGroupsResponse",
+    "DeleteGroupsRequest",
+    "DeleteGroupsResponse",
+    "ConsumerProtocolMemberMetadata",
+    "ConsumerProtocolMemberAssignment",
+    "decode_member_metadata",
+    "decode_member_assignment",
+    "SaslHandshakeRequest",
+    "SaslHandshakeResponse",
+    "SaslAuthenticateRequest",
+    "SaslAuthenticateResponse",
 ]
