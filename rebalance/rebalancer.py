@@ -51,10 +51,8 @@ from __future__ import annotations
 import logging
 import random
 import re
-import socket
 import threading
 import time
-import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -64,6 +62,7 @@ from kazoo.client import KazooClient, KazooState
 from kazoo.exceptions import KazooException
 from kazoo.handlers.threading import KazooTimeoutError
 
+from rebalance import paths
 from rebalance.assignors import ASSIGNORS as _BUILTIN_ASSIGNORS
 from rebalance.filters import STATIC, TopicFilter
 from rebalance.offsets import ZkOffsetStore
@@ -72,7 +71,6 @@ from rebalance.registry import (
     GroupRegistry,
     Registration,
     TopicPartition,
-    thread_id,
     thread_index,
 )
 
@@ -82,7 +80,6 @@ __all__ = [
     "ZkRebalancer",
     "Assignor",
     "ASSIGNORS",
-    "default_consumer_id",
     "RebalanceError",
 ]
 
@@ -114,12 +111,6 @@ class _Restart(Exception):
 
 class _Conflicts(Exception):
     """Some partitions are still held by their previous owner."""
-
-
-def default_consumer_id(group: str) -> str:
-    """Java's consumer id form: ``<group>_<host>-<ms>-<uuid8>``."""
-    host = socket.gethostname() or "localhost"
-    return f"{group}_{host}-{int(time.time() * 1000)}-{uuid.uuid4().hex[:8]}"
 
 
 @dataclass(frozen=True)
@@ -185,7 +176,7 @@ class ZkRebalancer:
     Args:
         zookeeper_connect: ``"h1:p1,h2:p2/chroot"``.
         group: the group id.
-        consumer_id: this member's id (see :func:`default_consumer_id`).
+        consumer_id: this member's id (see :func:`rebalance.paths.make_consumer_id`).
         subscription: what this member consumes.
         listener: the consumer's callbacks.
         assignor: ``range`` (default) or ``roundrobin``, or a function.
@@ -812,4 +803,4 @@ class ZkRebalancer:
             n = max(self.subscription.topic_counts.values())
         else:
             n = self.subscription.num_streams
-        return [thread_id(self.consumer_id, i) for i in range(n)]
+        return paths.thread_ids(self.consumer_id, n)

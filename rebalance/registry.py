@@ -40,7 +40,6 @@ __all__ = [
     "ClaimOutcome",
     "GroupView",
     "GroupRegistry",
-    "thread_id",
     "thread_index",
     "topic_partitions",
 ]
@@ -53,18 +52,17 @@ TopicPartition = tuple[str, int]
 Watch = Callable[[Any], None]
 
 
-def thread_id(consumer_id: str, index: int) -> str:
-    """The consumer thread id Java writes into owner znodes: ``<consumer_id>-<index>``."""
-    return f"{consumer_id}-{index}"
+def thread_index(consumer_id: str, thread_id: str) -> int | None:
+    """The stream index of ``thread_id`` if it is one of ``consumer_id``'s threads, else None.
 
-
-def thread_index(consumer_id: str, tid: str) -> int | None:
-    """The stream index of ``tid`` if it is one of ``consumer_id``'s threads, else None."""
-    prefix = consumer_id + "-"
-    if not tid.startswith(prefix):
+    Thread ids are ``<consumer_id>-<n>`` (:func:`rebalance.paths.thread_id`); this is
+    :func:`rebalance.paths.parse_thread_id` answering "is it mine, and which stream".
+    """
+    try:
+        owner, index = paths.parse_thread_id(thread_id)
+    except ValueError:
         return None
-    rest = tid[len(prefix) :]
-    return int(rest) if rest.isdigit() else None
+    return index if owner == consumer_id else None
 
 
 @dataclass(frozen=True)
@@ -129,7 +127,7 @@ class Registration:
         else:
             (n,) = self.subscription.values()
             counts = {t: n for t in all_topics if flt.is_topic_allowed(t, exclude_internal_topics)}
-        return {t: [thread_id(self.consumer_id, i) for i in range(n)] for t, n in counts.items()}
+        return {t: paths.thread_ids(self.consumer_id, n) for t, n in counts.items()}
 
 
 @dataclass(frozen=True)
@@ -209,7 +207,7 @@ class GroupRegistry:
 
     # ------------------------------------------------------------------ helpers
 
-    def _w(self, res: Any) -> Any:
+    def _await(self, res: Any) -> Any:
         # Every request is bounded: while ZooKeeper is unreachable kazoo queues requests
         # instead of failing them, and the rebalance thread must stay responsive to close().
         return res.get(timeout=self.op_timeout_s)
@@ -251,21 +249,21 @@ class GroupRegistry:
         payload = registration.to_json()
         for _ in range(5):
             try:
-                self._w(self.zk.create_async(path, payload, ephemeral=True, makepath=True))
+                self._await(self.zk.create_async(path, payload, ephemeral=True, makepath=True))
                 return
             except NodeExistsError:
                 try:
-                    data, stat = self._w(self.zk.get_async(path))
+                    data, stat = self._await(self.zk.get_async(path))
                 except NoNodeError:
                     continue
                 if stat.ephemeralOwner == self.session_id:
                     if data != payload:
-                        self._w(self.zk.set_async(path, payload, version=stat.version))
+                        self._await(self.zk.set_async(path, payload, version=stat.version))
                     return
                 if self._is_our_leftover(stat):
                     log.info("replacing registration %s left by our expired session", path)
                     try:
-                        self._w(self.zk.delete_async(path, version=stat.version))
+                        self._await(self.zk.delete_async(path, version=stat.version))
                     except NoNodeError:
                         pass
                     continue
@@ -276,37 +274,11 @@ class GroupRegistry:
         """Delete our registration node if it is ours (no error when it is gone)."""
         path = paths.consumer_registration_path(self.group, self.consumer_id)
         try:
-            _, stat = self._w(self.zk.get_async(path))
+            _, stat = self._await(self.zk.get_async(path))
             if stat.ephemeralOwner == self.session_id or self._is_our_leftover(stat):
-                self._w(self.zk.delete_async(path, version=stat.version))
+                self._await(self.zk.delete_async(path, version=stat.version))
         except NoNodeError:
             pass
-
-    def members(self, watch: Watch | None = None) -> tuple[dict[str, Registration], int]:
-        """Every member's registration and the ids directory's child version.
-
-        Args:
-            watch: called once when the set of members changes (a kazoo child watch).
-
-        Returns:
-            ``({consumer_id: Registration}, cversion)``; a member whose node vanished while
-            we read is left out (the watch has fired, so the caller will read again).
-        """
-        children, stat = self._w(self.zk.get_children_async(self.ids_path, watch=watch, include_data=True))
-        pending = [
-            (cid, self.zk.get_async(f"{self.ids_path}/{cid}")) for cid in sorted(children)
-        ]
-        out: dict[str, Registration] = {}
-        for cid, res in pending:
-            try:
-                data, _ = res.get(timeout=self.op_timeout_s)
-            except NoNodeError:
-                continue
-            try:
-                out[cid] = Registration.from_json(cid, data)
-            except ValueError as exc:
-                log.warning("ignoring unreadable registration of %s in %s: %s", cid, self.group, exc)
-        return out, stat.cversion
 
     def snapshot(
         self,
@@ -316,9 +288,9 @@ class GroupRegistry:
     ) -> GroupView:
         """Members, brokers and topics in (usually) one round trip.
 
-        The three child listings are sent together (each with its watch); only members and
-        brokers not seen before are then read, and a broker list whose child version did not
-        change comes from the cache.
+        The three child listings are sent together (each with its watch); then, in a second
+        pipelined batch, only the registrations of members not seen before and -- when the
+        broker list's child version changed -- the brokers' registrations are read.
 
         Args:
             member_watch: child watch on ``/consumers/<g>/ids``.
@@ -329,77 +301,84 @@ class GroupRegistry:
             The :class:`GroupView`.
         """
         zk = self.zk
-        ids_res = zk.get_children_async(self.ids_path, watch=member_watch, include_data=True)
-        brokers_res = zk.get_children_async(paths.BROKER_IDS_PATH, watch=broker_watch, include_data=True)
-        topics_res = (
+        ids_listing = zk.get_children_async(self.ids_path, watch=member_watch, include_data=True)
+        broker_listing = zk.get_children_async(paths.BROKER_IDS_PATH, watch=broker_watch, include_data=True)
+        topic_listing = (
             zk.get_children_async(paths.BROKER_TOPICS_PATH, watch=topic_watch)
             if topic_watch is not None
             else None
         )
-        try:
-            children, stat = ids_res.get(timeout=self.op_timeout_s)
-        except NoNodeError:
-            self._w(zk.ensure_path_async(self.ids_path))
-            children, stat = self._w(zk.get_children_async(self.ids_path, watch=member_watch, include_data=True))
-        try:
-            broker_ids, bstat = brokers_res.get(timeout=self.op_timeout_s)
-            bcv = bstat.cversion
-        except NoNodeError:
-            zk.exists_async(paths.BROKER_IDS_PATH, watch=broker_watch)
-            broker_ids, bcv = None, -1
-        topics: list[str] | None = None
-        if topics_res is not None:
-            try:
-                topics = sorted(topics_res.get(timeout=self.op_timeout_s))
-            except NoNodeError:
-                zk.exists_async(paths.BROKER_TOPICS_PATH, watch=topic_watch)
+        member_ids, ids_cversion = self._member_ids(ids_listing, member_watch)
+        broker_ids, brokers_cversion = self._broker_ids(broker_listing, broker_watch)
+        topics = self._topic_names(topic_listing, topic_watch)
 
-        new_members = [
-            (cid, zk.get_async(f"{self.ids_path}/{cid}"))
-            for cid in children
-            if cid not in self._registrations
+        registration_reads = [
+            (member_id, zk.get_async(f"{self.ids_path}/{member_id}"))
+            for member_id in member_ids
+            if member_id not in self._registrations
         ]
-        broker_reads = []
-        if broker_ids is not None and (self._brokers is None or self._brokers[0] != bcv):
-            broker_reads = [
-                (i, zk.get_async(paths.broker_path(int(i)))) for i in broker_ids if i.isdigit()
-            ]
-        for cid, res in new_members:
+        broker_reads = None
+        if broker_ids is not None and (self._brokers is None or self._brokers[0] != brokers_cversion):
+            broker_reads = self._send_broker_reads(broker_ids)
+        members = self._cached_registrations(member_ids, registration_reads)
+        if broker_ids is None:
+            brokers = None
+        elif broker_reads is not None:
+            brokers = self._collect_brokers(broker_reads)
+            self._brokers = (brokers_cversion, brokers)
+        else:
+            assert self._brokers is not None
+            brokers = list(self._brokers[1])
+        return GroupView(members, ids_cversion, brokers, brokers_cversion, topics)
+
+    def _member_ids(self, listing: Any, watch: Watch | None) -> tuple[list[str], int]:
+        # A group nobody joined yet has no ids directory: create it and list it again.
+        try:
+            children, stat = self._await(listing)
+        except NoNodeError:
+            self._await(self.zk.ensure_path_async(self.ids_path))
+            children, stat = self._await(
+                self.zk.get_children_async(self.ids_path, watch=watch, include_data=True)
+            )
+        return sorted(children), stat.cversion
+
+    def _broker_ids(self, listing: Any, watch: Watch | None) -> tuple[list[str] | None, int]:
+        # No /brokers/ids (brokers that do not register in ZooKeeper): watch for its creation.
+        try:
+            children, stat = self._await(listing)
+        except NoNodeError:
+            self.zk.exists_async(paths.BROKER_IDS_PATH, watch=watch)
+            return None, -1
+        return children, stat.cversion
+
+    def _topic_names(self, listing: Any, watch: Watch | None) -> list[str] | None:
+        if listing is None:
+            return None
+        try:
+            return sorted(self._await(listing))
+        except NoNodeError:
+            self.zk.exists_async(paths.BROKER_TOPICS_PATH, watch=watch)
+            return None
+
+    def _cached_registrations(
+        self, member_ids: list[str], reads: list[tuple[str, Any]]
+    ) -> dict[str, Registration]:
+        # A member's registration does not change while its node lives: parse the new ones,
+        # forget the departed ones. A node that vanished while we read is left out (the ids
+        # watch has fired, so the caller reads again).
+        for member_id, res in reads:
             try:
-                data, _ = res.get(timeout=self.op_timeout_s)
+                data, _ = self._await(res)
             except NoNodeError:
                 continue
             try:
-                self._registrations[cid] = Registration.from_json(cid, data)
+                self._registrations[member_id] = Registration.from_json(member_id, data)
             except ValueError as exc:
-                log.warning("ignoring unreadable registration of %s in %s: %s", cid, self.group, exc)
-        live = set(children)
-        for cid in [c for c in self._registrations if c not in live]:
-            del self._registrations[cid]
-        members = {cid: self._registrations[cid] for cid in sorted(children) if cid in self._registrations}
-
-        if broker_ids is None:
-            broker_list = None
-        elif broker_reads or self._brokers is None:
-            found = []
-            for i, res in broker_reads:
-                try:
-                    data, _ = res.get(timeout=self.op_timeout_s)
-                    reg = paths.decode_broker_registration(data)
-                    found.append(BrokerInfo(int(i), reg.host, reg.port))
-                except NoNodeError:
-                    continue
-                except ValueError as exc:
-                    log.warning("ignoring unreadable broker registration %s: %s", i, exc)
-            broker_list = sorted(found, key=lambda b: b.broker_id)
-            self._brokers = (bcv, broker_list)
-        else:
-            broker_list = list(self._brokers[1])
-        return GroupView(members, stat.cversion, broker_list, bcv, topics)
-
-    def forget_member(self, consumer_id: str) -> None:
-        """Drop a cached registration (our own, after we re-register)."""
-        self._registrations.pop(consumer_id, None)
+                log.warning("ignoring unreadable registration of %s in %s: %s", member_id, self.group, exc)
+        live = set(member_ids)
+        for departed in [m for m in self._registrations if m not in live]:
+            del self._registrations[departed]
+        return {m: self._registrations[m] for m in member_ids if m in self._registrations}
 
     # ------------------------------------------------------------------ ownership
 
@@ -428,7 +407,7 @@ class GroupRegistry:
         exists: list[tuple[TopicPartition, str]] = []
         for tp, tid, res in creates:
             try:
-                res.get(timeout=self.op_timeout_s)
+                self._await(res)
                 out.claimed[tp] = tid
             except NodeExistsError:
                 exists.append((tp, tid))
@@ -438,7 +417,7 @@ class GroupRegistry:
         retry: list[tuple[TopicPartition, str]] = []
         for tp, tid, res in reads:
             try:
-                data, stat = res.get(timeout=self.op_timeout_s)
+                data, stat = self._await(res)
             except NoNodeError:
                 # Released between our create and our read: the caller retries at once.
                 out.conflicts[tp] = None
@@ -454,7 +433,7 @@ class GroupRegistry:
                 # Our own stale node (old session), or one of our other threads' (a partition
                 # moving between our own streams): replace it.
                 try:
-                    self._w(self.zk.delete_async(self.owner_path(tp), version=stat.version))
+                    self._await(self.zk.delete_async(self.owner_path(tp), version=stat.version))
                 except NoNodeError:
                     pass
                 retry.append((tp, tid))
@@ -478,7 +457,7 @@ class GroupRegistry:
         deletes = []
         for tp, tid, res in reads:
             try:
-                data, stat = res.get(timeout=self.op_timeout_s)
+                data, stat = self._await(res)
             except NoNodeError:
                 continue
             if self._is_ours(data, stat, tid) or (
@@ -488,7 +467,7 @@ class GroupRegistry:
         done = []
         for tp, res in deletes:
             try:
-                res.get(timeout=self.op_timeout_s)
+                self._await(res)
                 done.append(tp)
             except NoNodeError:
                 pass
@@ -504,7 +483,7 @@ class GroupRegistry:
         still: dict[TopicPartition, str] = {}
         for tp, tid, res in reads:
             try:
-                data, stat = res.get(timeout=self.op_timeout_s)
+                data, stat = self._await(res)
             except NoNodeError:
                 continue
             if self._is_ours(data, stat, tid):
@@ -521,7 +500,7 @@ class GroupRegistry:
         deletes = []
         for tp, res in reads:
             try:
-                _, stat = res.get(timeout=self.op_timeout_s)
+                _, stat = self._await(res)
             except NoNodeError:
                 continue
             if self._is_our_leftover(stat):
@@ -529,7 +508,7 @@ class GroupRegistry:
         n = 0
         for res in deletes:
             try:
-                res.get(timeout=self.op_timeout_s)
+                self._await(res)
                 n += 1
             except NoNodeError:
                 pass
@@ -541,13 +520,13 @@ class GroupRegistry:
         for topic in topics:
             base = paths.consumer_owners_dir(self.group, topic)
             try:
-                children = self._w(self.zk.get_children_async(base))
+                children = self._await(self.zk.get_children_async(base))
             except NoNodeError:
                 continue
             reads = [(int(p), self.zk.get_async(f"{base}/{p}")) for p in children if p.isdigit()]
             for p, res in reads:
                 try:
-                    data, _ = res.get(timeout=self.op_timeout_s)
+                    data, _ = self._await(res)
                 except NoNodeError:
                     continue
                 out[(topic, p)] = _text(data) or ""
@@ -562,30 +541,29 @@ class GroupRegistry:
             watch: a child watch on ``/brokers/ids`` (or an exists watch when it is absent).
         """
         try:
-            ids = self._w(self.zk.get_children_async(paths.BROKER_IDS_PATH, watch=watch))
+            ids = self._await(self.zk.get_children_async(paths.BROKER_IDS_PATH, watch=watch))
         except NoNodeError:
-            self._w(self.zk.exists_async(paths.BROKER_IDS_PATH, watch=watch))
+            self._await(self.zk.exists_async(paths.BROKER_IDS_PATH, watch=watch))
             return None
-        reads = [(i, self.zk.get_async(f"{paths.BROKER_IDS_PATH}/{i}")) for i in ids if i.isdigit()]
-        out = []
-        for i, res in reads:
+        return self._collect_brokers(self._send_broker_reads(ids))
+
+    def _send_broker_reads(self, broker_ids: Iterable[str]) -> list[tuple[int, Any]]:
+        return [
+            (int(i), self.zk.get_async(paths.broker_path(int(i)))) for i in broker_ids if i.isdigit()
+        ]
+
+    def _collect_brokers(self, reads: list[tuple[int, Any]]) -> list[BrokerInfo]:
+        found = []
+        for broker_id, res in reads:
             try:
-                data, _ = res.get(timeout=self.op_timeout_s)
-                reg = paths.decode_broker_registration(data)
-                out.append(BrokerInfo(int(i), reg.host, reg.port))
+                reg = paths.decode_broker_registration(self._await(res)[0])
             except NoNodeError:
                 continue
             except ValueError as exc:
-                log.warning("ignoring unreadable broker registration %s: %s", i, exc)
-        return sorted(out, key=lambda b: b.broker_id)
-
-    def topics(self, watch: Watch | None = None) -> list[str] | None:
-        """Topics in ``/brokers/topics`` (None when the directory does not exist)."""
-        try:
-            return sorted(self._w(self.zk.get_children_async(paths.BROKER_TOPICS_PATH, watch=watch)))
-        except NoNodeError:
-            self._w(self.zk.exists_async(paths.BROKER_TOPICS_PATH, watch=watch))
-            return None
+                log.warning("ignoring unreadable broker registration %s: %s", broker_id, exc)
+                continue
+            found.append(BrokerInfo(broker_id, reg.host, reg.port))
+        return sorted(found, key=lambda b: b.broker_id)
 
     def partitions(
         self, topics: Iterable[str], watch: Watch | None = None
@@ -602,7 +580,7 @@ class GroupRegistry:
         out: dict[str, list[int]] = {}
         for t, res in reads:
             try:
-                data, _ = res.get(timeout=self.op_timeout_s)
+                data, _ = self._await(res)
             except NoNodeError:
                 continue
             try:
