@@ -14,15 +14,16 @@ ErrorCode.UNSUPPORTED_VERSION and our ranges (KIP-511), so the client retries wi
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable
 from functools import cache
 from typing import Any, Protocol
 
 from hmbclient.broker.metadata import NO_LEADER, ClusterView
 from hmbclient.broker.producer_ids import INIT_PRODUCER_ID, ProducerIdManager
-from hmbclient.broker.replica_manager import AppendResult, FetchInfo, FetchResult, ReplicaManager
+from hmbclient.broker.replica_manager import ReplicaManager
+from hmbclient.broker.results import AppendResult, FetchInfo, FetchResult
 from hmbclient.broker.topics import TopicManager, is_valid_topic_name
+from hmbclient.clock import wall_ms
 from hmbclient.errors import ErrorCode
 from hmbclient.protocol.api import ApiKey, ApiVersionsResponse
 from hmbclient.protocol.api.base import REQUESTS, Request, Response
@@ -77,10 +78,6 @@ def api_versions_table(handled: set[int]) -> list[tuple[int, int, int]]:
 def unsupported_api_versions_response(table: list[tuple[int, int, int]]) -> Response:
     """The v0-layout ApiVersions answer to a version we do not implement (KIP-511)."""
     return ApiVersionsResponse[0](error_code=ErrorCode.UNSUPPORTED_VERSION, api_keys=table)
-
-
-def _now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 class KafkaApis:
@@ -321,7 +318,7 @@ class KafkaApis:
         v = header.api_version
         resp_cls = type(req).RESPONSE_TYPE
         part_shape = _shape(resp_cls, "topics", "partitions")
-        now = _now_ms()
+        now = wall_ms()
         topics = []
         for t in req.topics:
             parts = []

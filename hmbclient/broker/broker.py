@@ -16,7 +16,6 @@ import logging
 import shutil
 import tempfile
 import threading
-import time
 from typing import Any
 
 from hmbclient.broker.apis import KafkaApis
@@ -28,6 +27,7 @@ from hmbclient.broker.producer_ids import ProducerIdManager
 from hmbclient.broker.replica_manager import ReplicaManager
 from hmbclient.broker.server import SocketServer
 from hmbclient.broker.topics import TopicManager
+from hmbclient.clock import monotonic_ms, wall_ms
 from hmbclient.config import NEVER, BrokerConfig
 
 __all__ = ["Broker", "log_config_from", "Scheduler"]
@@ -74,14 +74,15 @@ class Scheduler:
         self._thread.start()
 
     def _run(self) -> None:
-        next_retention = time.monotonic() + self.retention_every_s
+        every_ms = int(self.retention_every_s * 1000)
+        next_retention_ms = monotonic_ms() + every_ms
         tick = min(self.retention_every_s, self.flush_every_s or self.retention_every_s, 1.0)
         while not self._stop.wait(tick):
-            now_ms = int(time.time() * 1000)
+            now_ms = wall_ms()
             if self.flush_every_s is not None:
                 self.logs.run_flush(now_ms)
-            if time.monotonic() >= next_retention:
-                next_retention = time.monotonic() + self.retention_every_s
+            if monotonic_ms() >= next_retention_ms:
+                next_retention_ms = monotonic_ms() + every_ms
                 self.logs.run_retention(now_ms)
                 self.logs.run_compaction()
 

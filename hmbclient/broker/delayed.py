@@ -19,14 +19,22 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from hmbclient.broker.purgatory import DelayedOperation
+from hmbclient.broker.results import AppendResult, FetchInfo
 from hmbclient.errors import ErrorCode
 
 if TYPE_CHECKING:
+    from hmbclient.broker.log.log import Log
     from hmbclient.broker.log.segment import Segment
-    from hmbclient.broker.replica_manager import AppendResult, FetchInfo, ReplicaManager
+
+
+class LeaderLogs(Protocol):
+    """What the delayed operations need of the replica manager: the log of a partition this
+    broker leads, or the error code saying why not."""
+
+    def leader_log(self, topic: str, partition: int) -> tuple[int, Log | None]: ...
 
 __all__ = ["DelayedProduce", "DelayedFetch", "ProduceStatus", "FetchWait"]
 
@@ -44,14 +52,14 @@ class DelayedProduce(DelayedOperation):
         timeout_ms: the request's timeout.
         statuses: per (topic, partition) the offset the high watermark must reach and the append
             result to send; partitions that failed to append are not pending.
-        replica_manager: for leadership and high watermarks.
+        leaders: for leadership and high watermarks.
         respond: called once with ``{(topic, partition): AppendResult}``.
     """
 
-    def __init__(self, timeout_ms: int, statuses: dict[tuple[str, int], ProduceStatus], replica_manager: ReplicaManager, respond: Callable[[dict[tuple[str, int], AppendResult]], None]) -> None:
+    def __init__(self, timeout_ms: int, statuses: dict[tuple[str, int], ProduceStatus], leaders: LeaderLogs, respond: Callable[[dict[tuple[str, int], AppendResult]], None]) -> None:
         super().__init__(timeout_ms)
         self.statuses = statuses
-        self.rm = replica_manager
+        self.leaders = leaders
         self.respond = respond
 
     def try_complete(self) -> bool:
@@ -59,11 +67,11 @@ class DelayedProduce(DelayedOperation):
         for tp, st in self.statuses.items():
             if not st.pending:
                 continue
-            code, lg = self.rm.leader_log(*tp)
-            if code or lg is None:  # Case A
+            code, partition_log = self.leaders.leader_log(*tp)
+            if code or partition_log is None:  # Case A
                 st.result = st.result._replace(error_code=code or ErrorCode.NOT_LEADER_FOR_PARTITION)
                 st.pending = False
-            elif lg.high_watermark >= st.required_offset:  # Case B
+            elif partition_log.high_watermark >= st.required_offset:  # Case B
                 st.pending = False
             else:
                 waiting = True
@@ -98,31 +106,31 @@ class DelayedFetch(DelayedOperation):
         min_bytes: bytes to wait for across all partitions.
         infos: the partitions asked for.
         waits: per partition, what the first read saw (see FetchWait).
-        replica_manager: to check the logs and to read again on completion.
+        leaders: to check the logs (the caller's ``complete`` reads again).
         complete: called once, by whoever completes the op, to read and respond.
     """
 
-    def __init__(self, max_wait_ms: int, min_bytes: int, infos: list[FetchInfo], waits: list[FetchWait], replica_manager: ReplicaManager, complete: Callable[[], Any]) -> None:
+    def __init__(self, max_wait_ms: int, min_bytes: int, infos: list[FetchInfo], waits: list[FetchWait], leaders: LeaderLogs, complete: Callable[[], Any]) -> None:
         super().__init__(max_wait_ms)
         self.min_bytes = min_bytes
         self.infos = infos
         self.waits = waits
-        self.rm = replica_manager
+        self.leaders = leaders
         self._complete = complete
 
     def try_complete(self) -> bool:
         accumulated = 0
         for info, wait in zip(self.infos, self.waits, strict=True):
-            code, lg = self.rm.leader_log(info.topic, info.partition)
-            if code or lg is None:  # Case A / B: not the leader any more, or gone
+            code, partition_log = self.leaders.leader_log(info.topic, info.partition)
+            if code or partition_log is None:  # Case A / B: not the leader any more, or gone
                 return self.force_complete()
-            if not lg.log_start_offset <= info.offset <= lg.log_end_offset:  # Case B
+            if not partition_log.log_start_offset <= info.offset <= partition_log.log_end_offset:  # Case B
                 return self.force_complete()
             seg = wait.segment
             if seg is None:
                 accumulated += wait.bytes_found
                 continue
-            if lg.segments[-1] is not seg:  # Case C: rolled
+            if partition_log.segments[-1] is not seg:  # Case C: rolled
                 return self.force_complete()
             accumulated += wait.bytes_found + max(0, seg.size - wait.size_at_park)
         if accumulated >= self.min_bytes:  # Case D

@@ -24,13 +24,14 @@ from __future__ import annotations
 import logging
 import struct
 import threading
-import time
 from typing import TYPE_CHECKING, Any
 
 from hmbclient.broker.apis import _make, _shape
 from hmbclient.broker.metadata import NO_LEADER, ClusterView
-from hmbclient.broker.replica_manager import AppendResult, ReplicaManager
+from hmbclient.broker.replica_manager import ReplicaManager
+from hmbclient.broker.results import AppendResult
 from hmbclient.broker.topics import TopicManager
+from hmbclient.clock import wall_ms
 from hmbclient.errors import ErrorCode, HmbError
 from hmbclient.protocol import records
 
@@ -252,7 +253,7 @@ class OffsetManager:
         resp_cls = type(req).RESPONSE_TYPE
         v = header.api_version
         group = req.group_id
-        now = int(time.time() * 1000)
+        now = wall_ms()
         code = ErrorCode.INVALID_GROUP_ID if group is None else self._group_state(group)
         results: dict[tuple[str, int], int] = {}
         items: list[tuple[bytes, bytes, int]] = []
@@ -302,7 +303,7 @@ class OffsetManager:
         shape = _shape(resp_cls, "topics", "partitions")
         # Offsets not committed again within offsets.retention.minutes are forgotten, as Kafka
         # expires them (the log keeps them until compaction; the answer no longer does).
-        oldest = int(time.time() * 1000) - self.retention_ms
+        oldest = wall_ms() - self.retention_ms
         with self._lock:
             cached = {tp: e for tp, e in self._cache.get(group, {}).items() if e[2] >= oldest} if not code else {}
         if req.topics is None:

@@ -13,9 +13,9 @@ from __future__ import annotations
 import itertools
 import logging
 import threading
-import time
 from typing import Any
 
+from hmbclient.clock import wall_ms
 from hmbclient.errors import ErrorCode
 from hmbclient.protocol import api
 
@@ -34,7 +34,7 @@ class ProducerIdManager:
 
     def __init__(self) -> None:
         # Seeded from the clock so a restarted broker does not reissue an id in use.
-        self._ids = itertools.count(int(time.time() * 1000) & 0x0000FFFFFFFFFFFF)
+        self._ids = itertools.count(wall_ms() & 0x0000FFFFFFFFFFFF)
         self._lock = threading.Lock()
 
     def next_id(self) -> int:

@@ -26,17 +26,14 @@ import heapq
 import itertools
 import logging
 import threading
-import time
 from collections.abc import Callable, Hashable
 from typing import Generic, TypeVar
 
-__all__ = ["DelayedOperation", "Purgatory", "monotonic_ms"]
+from hmbclient.clock import monotonic_ms
+
+__all__ = ["DelayedOperation", "Purgatory"]
 
 log = logging.getLogger("hmbclient.broker.purgatory")
-
-
-def monotonic_ms() -> int:
-    return int(time.monotonic() * 1000)
 
 
 class DelayedOperation:

@@ -14,14 +14,16 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import Any
 
 from hmbclient.broker.delayed import DelayedFetch, DelayedProduce, FetchWait, ProduceStatus
 from hmbclient.broker.log.log import Log
 from hmbclient.broker.log.manager import LogManager
 from hmbclient.broker.log.segment import FileSlice
 from hmbclient.broker.metadata import NO_LEADER, ClusterView
-from hmbclient.broker.purgatory import Purgatory, monotonic_ms
+from hmbclient.broker.purgatory import Purgatory
+from hmbclient.broker.results import TP, AppendResult, FetchInfo, FetchResult
+from hmbclient.clock import monotonic_ms
 from hmbclient.errors import (
     BrokerError,
     CorruptRecordError,
@@ -35,30 +37,6 @@ from hmbclient.protocol import records
 __all__ = ["ReplicaManager", "AppendResult", "FetchInfo", "FetchResult"]
 
 log = logging.getLogger("hmbclient.broker.replica_manager")
-
-
-TP = tuple[str, int]
-
-
-class AppendResult(NamedTuple):
-    error_code: int
-    base_offset: int
-    log_start_offset: int
-
-
-class FetchInfo(NamedTuple):
-    topic: str
-    partition: int
-    offset: int
-    max_bytes: int
-
-
-class FetchResult(NamedTuple):
-    error_code: int
-    high_watermark: int
-    log_start_offset: int
-    records: FileSlice | bytes
-    size: int
 
 
 _EMPTY = b""

@@ -341,9 +341,12 @@ class _Processor(threading.Thread):
                     )
                     slot.close(f"{why} {h.api_key} v{h.api_version}")
         except ProtocolError as e:
+            # Close after the answers to the requests before it (as an unknown API does): the
+            # client then sees those answers and a clean close, not a reset mid-stream.
             log.warning("%s: malformed request, closing the connection: %s", conn.peer, e)
-            self._close(conn, None)
-            return
+            slot = _Slot(conn, -1)
+            conn.slots.append(slot)
+            slot.close(f"malformed request: {e}")
         self._update_interest(conn)
 
     # -- writing --------------------------------------------------------------------------------

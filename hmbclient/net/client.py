@@ -30,12 +30,12 @@ import logging
 import selectors
 import socket
 import threading
-import time
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import Future
 from typing import Any, NamedTuple
 
+from hmbclient.clock import monotonic_ms
 from hmbclient.errors import ConfigError, KafkaConnectionError
 from hmbclient.net.connection import BrokerConnection, ConnState, PendingRequest, RequestBuilder
 from hmbclient.net.versions import BrokerVersions, Dialect, resolve_dialect
@@ -97,10 +97,6 @@ def parse_bootstrap(servers: str | Iterable[str] | Iterable[tuple[str, int]]) ->
     if not out:
         raise ConfigError("no broker addresses given (metadata_broker_list / bootstrap_servers)")
     return out
-
-
-def _now_ms() -> float:
-    return time.monotonic() * 1000.0
 
 
 class NetClient:
@@ -211,7 +207,7 @@ class NetClient:
             fut.set_exception(KafkaConnectionError("client closed"))
             return fut
         t = self.request_timeout_ms if timeout_ms is None else float(timeout_ms)
-        req = PendingRequest(request, fut, _now_ms() + t, t, expect_response, api_key)
+        req = PendingRequest(request, fut, monotonic_ms() + t, t, expect_response, api_key)
         self._commands.append(("send", node_id, req))
         self._wake()
         return fut
@@ -374,7 +370,7 @@ class NetClient:
         sel = self._selector
         commands = self._commands
         while True:
-            now = _now_ms()
+            now = monotonic_ms()
             timeout: float | None = None
             for c in self._conns.values():
                 d = c.next_deadline()
@@ -388,7 +384,7 @@ class NetClient:
             else:
                 wait = max(0.0, (timeout - now) / 1000.0)
             events = sel.select(wait)
-            now = _now_ms()
+            now = monotonic_ms()
             for key, mask in events:
                 conn = key.data
                 if conn is None:

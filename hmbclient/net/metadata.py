@@ -21,6 +21,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from hmbclient.clock import monotonic_ms
 from hmbclient.errors import (
     HmbError,
     KafkaConnectionError,
@@ -78,10 +79,6 @@ class ClusterView:
         return p.leader
 
 
-def _now_ms() -> float:
-    return time.monotonic() * 1000.0
-
-
 class Metadata:
     """The client's cluster view; see the module docstring."""
 
@@ -122,7 +119,7 @@ class Metadata:
             if t in self._stale or t not in v.topics:
                 return True
         if self.max_age_ms >= 0:
-            now = _now_ms() if now_ms is None else now_ms
+            now = monotonic_ms() if now_ms is None else now_ms
             return now - v.updated_ms >= self.max_age_ms
         return False
 
@@ -137,12 +134,12 @@ class Metadata:
         t = self.view.topics.get(topic)
         if t is not None and t.partitions and topic not in self._stale:
             return t.partition_ids
-        deadline = _now_ms() + timeout_ms
+        deadline = monotonic_ms() + timeout_ms
         last: BaseException | None = None
         answered: BaseException | None = None  # what a broker said, preferred over a timeout
         while True:
             try:
-                view = self.refresh([topic], timeout_ms=max(1.0, deadline - _now_ms()))
+                view = self.refresh([topic], timeout_ms=max(1.0, deadline - monotonic_ms()))
                 t = view.topics.get(topic)
                 if t is None:
                     last = UnknownTopicOrPartitionError(f"topic {topic!r} is not in the broker's metadata")
@@ -162,7 +159,7 @@ class Metadata:
                     raise
                 last = e
             self._stale.add(topic)
-            left = deadline - _now_ms()
+            left = deadline - monotonic_ms()
             if left <= min(10.0, timeout_ms / 10):
                 # A broker's own answer ("no such topic") explains more than the timeout of a
                 # last, short attempt; a lost broker explains more than either.
@@ -188,7 +185,7 @@ class Metadata:
         Raises:
             KafkaConnectionError / RequestTimedOutError: no broker answered in time.
         """
-        started = _now_ms()
+        started = monotonic_ms()
         with self._lock:
             v = self.view
             if v.updated_ms > started and topics is not None and all(t in v.topics for t in topics):
@@ -207,7 +204,7 @@ class Metadata:
             return view
 
     def _request(self, topics: list[str] | None, timeout_ms: float) -> Any:
-        deadline = _now_ms() + timeout_ms
+        deadline = monotonic_ms() + timeout_ms
         auto = self.allow_auto_topic_creation
 
         def build(versions: BrokerVersions) -> Any:
@@ -221,7 +218,7 @@ class Metadata:
         nodes = [first] + [n for n in self.client.known_nodes() if n != first]
         last: BaseException | None = None
         for nid in nodes:
-            left = deadline - _now_ms()
+            left = deadline - monotonic_ms()
             if left <= 0:
                 break
             tried.append(nid)
@@ -262,5 +259,5 @@ class Metadata:
             topics=topics,
             controller_id=getattr(resp, "controller_id", -1),
             cluster_id=getattr(resp, "cluster_id", None),
-            updated_ms=_now_ms(),
+            updated_ms=monotonic_ms(),
         )
