@@ -586,36 +586,46 @@ def _parse_host_port(text: str, default_port: int | None) -> tuple[str, int]:
 
 
 def parse_broker_list(value: str | Iterable[str | tuple[str, int]]) -> BrokerList:
-    """Normalise a broker list to ``((host, port), ...)``.
+    """Normalise a broker list to ``((host, port), ...)``: the one parser of broker lists.
+
+    Every broker list in the project goes through here: the config classes'
+    ``metadata_broker_list`` (alias ``bootstrap.servers``), ``NetClient``'s bootstrap list, the
+    Spark integration's options and the command line.
 
     Args:
         value: ``"h1:9092,h2:9092"`` (IPv6 as ``[::1]:9092``), a sequence of such strings,
-            or a sequence of ``(host, port)`` pairs.
+            or a sequence of ``(host, port)`` pairs. Empty entries are skipped.
 
     Returns:
-        The brokers in the order given, duplicates removed.
+        The brokers in the order given, duplicates removed; ``()`` for an empty list (callers
+        that need a broker say so).
 
     Raises:
-        ValueError: An entry has no port, a bad port, or no host.
-        TypeError: ``value`` is of another type.
+        ConfigError: An entry has no port, a bad port, or no host (the message names the
+            entry), or ``value`` is neither a string nor a sequence. ``ConfigError`` is a
+            ``ValueError``, so a config class reports it against the property being set.
     """
     if isinstance(value, str):
         entries: list[Any] = [p for p in value.split(",") if p.strip()]
     elif isinstance(value, Iterable):
         entries = list(value)
     else:
-        raise TypeError(f"expected 'host:port,...' or a sequence, not {type(value).__name__}")
+        raise ConfigError(f"expected 'host:port,...' or a sequence, not {type(value).__name__}")
     out: list[tuple[str, int]] = []
     for entry in entries:
-        if isinstance(entry, str):
-            pair = _parse_host_port(entry, None)
-        elif isinstance(entry, (tuple, list)) and len(entry) == 2:
-            host, port = entry
-            if not isinstance(host, str) or not host:
-                raise ValueError(f"bad host in {entry!r}")
-            pair = _parse_host_port(f"[{host}]:{port}" if ":" in host else f"{host}:{port}", None)
-        else:
-            raise TypeError(f"bad broker entry {entry!r}")
+        try:
+            if isinstance(entry, str):
+                pair = _parse_host_port(entry, None)
+            elif isinstance(entry, (tuple, list)) and len(entry) == 2:
+                host, port = entry
+                if not isinstance(host, str) or not host:
+                    raise ValueError(f"bad host in {entry!r}")
+                text = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+                pair = _parse_host_port(text, None)
+            else:
+                raise ValueError(f"bad broker entry {entry!r} (expected 'host:port' or (host, port))")
+        except ValueError as exc:
+            raise ConfigError(f"broker list: {exc}") from None
         if pair not in out:
             out.append(pair)
     return tuple(out)

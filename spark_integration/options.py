@@ -30,10 +30,11 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from hmbclient.config import parse_broker_list
 from hmbclient.errors import ConfigError
 from spark_integration.offsets import OffsetSpec, parse_offset_spec
 
-__all__ = ["SourceOptions", "parse_options", "parse_broker_list"]
+__all__ = ["SourceOptions", "parse_options"]
 
 _DEFAULT_FETCH_BYTES = 1024 * 1024
 _DEFAULT_SOCKET_TIMEOUT_MS = 30_000
@@ -83,33 +84,6 @@ class SourceOptions:
         return re.fullmatch(self.topic_pattern, topic) is not None
 
 
-def parse_broker_list(value: str | list[str] | tuple[str, ...]) -> tuple[tuple[str, int], ...]:
-    """Parse ``"h1:9092,h2:9093"`` (or a list of ``"h:p"``) into ``((host, port), ...)``.
-
-    Args:
-        value: The broker list.
-
-    Returns:
-        The (host, port) pairs, in the given order.
-
-    Raises:
-        ConfigError: Empty list, or an entry without a valid ``host:port``.
-    """
-    items = value.split(",") if isinstance(value, str) else list(value)
-    brokers = []
-    for item in items:
-        item = item.strip()
-        if not item:
-            continue
-        host, sep, port = item.rpartition(":")
-        if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
-            raise ConfigError(f"metadata.broker.list: {item!r} is not host:port")
-        brokers.append((host.strip("[]"), int(port)))
-    if not brokers:
-        raise ConfigError("metadata.broker.list is empty")
-    return tuple(brokers)
-
-
 def _positive_int(options: Mapping[str, str], key: str, default: int | None) -> int | None:
     raw = options.get(key)
     if raw is None:
@@ -153,6 +127,8 @@ def parse_options(options: Mapping[str, str], *, streaming: bool) -> SourceOptio
     if not broker_text:
         raise ConfigError("format 'hmb' needs option metadata.broker.list (host:port,...)")
     brokers = parse_broker_list(broker_text)
+    if not brokers:
+        raise ConfigError("format 'hmb' needs option metadata.broker.list (host:port,...)")
 
     chosen = [k for k in ("topic", "topics", "topicpattern") if opts.get(k)]
     if len(chosen) != 1:

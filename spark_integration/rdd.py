@@ -36,6 +36,7 @@ from itertools import chain
 from operator import itemgetter
 from typing import TYPE_CHECKING, Any
 
+from hmbclient.config import parse_broker_list
 from hmbclient.errors import ConfigError
 from spark_integration import _kafka
 from spark_integration.offsets import (
@@ -44,7 +45,6 @@ from spark_integration.offsets import (
     OffsetRange,
     TopicPartition,
 )
-from spark_integration.options import parse_broker_list
 from spark_integration.zk import commit_group_offsets, read_group_offsets
 
 if TYPE_CHECKING:
@@ -132,8 +132,11 @@ def parse_kafka_params(kafka_params: Mapping[str, Any]) -> KafkaParams:
     reset = {"earliest": "smallest", "latest": "largest"}.get(reset, reset)
     if reset not in ("smallest", "largest"):
         raise ConfigError(f"auto.offset.reset={reset!r}: expected 'smallest' or 'largest'")
+    brokers = parse_broker_list(brokers_raw)
+    if not brokers:
+        raise ConfigError("kafka_params needs metadata.broker.list ('host:port,...')")
     settings = _kafka.ReadSettings(
-        brokers=parse_broker_list(brokers_raw),
+        brokers=brokers,
         fetch_message_max_bytes=positive("fetch.message.max.bytes", 1024 * 1024),
         socket_timeout_ms=positive("socket.timeout.ms", 30_000),
         client_id=str(kafka_params.get("client.id", "hmb-spark")),

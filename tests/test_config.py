@@ -362,9 +362,33 @@ def test_conflicting_spellings_are_a_definition_error() -> None:
             c: int = setting(1, aliases=("a.b",), doc="y")
 
 
+@pytest.mark.parametrize(
+    ("value", "named"),
+    [
+        ("a", "'a'"),
+        ("h:1,a:x", "'a:x'"),
+        ("a:0", "'a:0'"),
+        (":9", "':9'"),
+        ("[::1]9", "'[::1]9'"),
+        ([("h", 70000)], "'h:70000'"),
+        ([("", 1)], "('', 1)"),
+        ([42], "42"),
+    ],
+)
+def test_broker_list_errors_are_config_errors_naming_the_entry(value: Any, named: str) -> None:
+    # One parser for every broker list (configs, NetClient, Spark options, CLI): a bad entry is
+    # a ConfigError (also a ValueError, so config classes report it against the property).
+    with pytest.raises(ConfigError) as err:
+        parse_broker_list(value)
+    assert named in str(err.value)
+    assert isinstance(err.value, ValueError)
+
+
 def test_parse_helpers(tmp_path: Path) -> None:
     assert parse_broker_list(["h:1", ("g", 2), "h:1"]) == (("h", 1), ("g", 2))
     assert parse_broker_list("[::1]:9,  ,h:2") == (("::1", 9), ("h", 2))
+    assert parse_broker_list(" a:1, b:2 ") == (("a", 1), ("b", 2))
+    assert parse_broker_list("") == ()
     assert parse_zookeeper_connect("a,b:2182/kafka/x") == ((("a", 2181), ("b", 2182)), "/kafka/x")
     text = "a=1\n! comment\nb : two \\\n   words\nc\\u00e9=x\\ty\nd\n"
     assert parse_properties(text) == {"a": "1", "b": "two words", "cé": "x\ty", "d": ""}

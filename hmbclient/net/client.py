@@ -36,6 +36,7 @@ from concurrent.futures import Future
 from typing import Any, NamedTuple
 
 from hmbclient.clock import monotonic_ms
+from hmbclient.config import parse_broker_list
 from hmbclient.errors import ConfigError, KafkaConnectionError
 from hmbclient.net.connection import BrokerConnection, ConnState, PendingRequest, RequestBuilder
 from hmbclient.net.versions import BrokerVersions, Dialect, resolve_dialect
@@ -71,32 +72,16 @@ class BrokerEvent(NamedTuple):
 def parse_bootstrap(servers: str | Iterable[str] | Iterable[tuple[str, int]]) -> list[tuple[str, int]]:
     """Parse ``"h1:p1,h2:p2"`` (or a list of "h:p" strings / (host, port) pairs).
 
+    The parsing is :func:`hmbclient.config.parse_broker_list`'s; a client also needs at least
+    one broker.
+
     Raises:
-        ConfigError: empty, or an entry without a valid port.
+        ConfigError: empty, or an entry without a valid host and port (named in the message).
     """
-    items: list[Any]
-    if isinstance(servers, str):
-        items = [s.strip() for s in servers.split(",") if s.strip()]
-    else:
-        items = list(servers)
-    out: list[tuple[str, int]] = []
-    for item in items:
-        if isinstance(item, tuple):
-            host, port = item
-        else:
-            host, sep, p = str(item).strip().rpartition(":")
-            if not sep or not host:
-                raise ConfigError(f"broker address {item!r} is not host:port")
-            try:
-                port = int(p)
-            except ValueError:
-                raise ConfigError(f"broker address {item!r} has no numeric port") from None
-        if not 0 < int(port) < 65536:
-            raise ConfigError(f"broker address {item!r}: port out of range")
-        out.append((str(host).strip("[]"), int(port)))
-    if not out:
+    brokers = list(parse_broker_list(servers))
+    if not brokers:
         raise ConfigError("no broker addresses given (metadata_broker_list / bootstrap_servers)")
-    return out
+    return brokers
 
 
 class NetClient:
