@@ -1,4 +1,4 @@
-"""A TCP server that replays the recorded HMB broker (../shared/hmb-captures/hmb-wire.json).
+"""A TCP server that replays the recorded HMB broker (tests/data/hmb/hmb-wire.json).
 
 It answers the way HMB did on the wire, byte for byte, except for the two fields a replay must
 adapt: the correlation id of correctly framed answers (echoed from the request, as HMB does)
@@ -24,9 +24,8 @@ from typing import Any
 
 from .loopback import LoopbackServer
 
-CAPTURES = Path("/work/shared/hmb-captures/hmb-wire.json")
-if not CAPTURES.exists():  # the repository layout: ../shared next to main
-    CAPTURES = Path(__file__).resolve().parents[3] / "shared" / "hmb-captures" / "hmb-wire.json"
+# tests/data/hmb/README.md describes the recording: which broker, which cases, the JSON fields.
+CAPTURES = Path(__file__).resolve().parents[1] / "data" / "hmb" / "hmb-wire.json"
 
 
 def load_cases() -> dict[str, dict[str, Any]]:

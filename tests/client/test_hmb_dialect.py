@@ -1,6 +1,6 @@
 """api_version="hmb" against a replay of the real HMB broker, and against our embedded broker.
 
-The replay server (hmb_replay.py) answers from ../shared/hmb-captures/hmb-wire.json and records
+The replay server (hmb_replay.py) answers from tests/data/hmb/hmb-wire.json and records
 every API key it receives: anything but Produce/Fetch/Metadata v0 is a violation (on the real
 HMB it kills the request handler).
 """
