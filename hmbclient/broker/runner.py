@@ -15,14 +15,14 @@ import argparse
 import signal
 import sys
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from hmbclient.broker.broker import Broker
 from hmbclient.config import BrokerConfig
-from hmbclient.errors import HmbError
+from hmbclient.errors import ConfigError, HmbError
 
-__all__ = ["run_broker", "main", "READY_PREFIX"]
+__all__ = ["run_broker", "broker_config", "main", "READY_PREFIX"]
 
 READY_PREFIX = "hmb broker "
 
@@ -70,30 +70,41 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
+def broker_config(settings: Sequence[str] = (), *, defaults: Mapping[str, Any] | None = None,
+                  **options: Any) -> BrokerConfig:
+    """Build a BrokerConfig from ``NAME=VALUE`` strings, the one parser of ``--set``.
+
+    Only BrokerConfig knows the names: any spelling it accepts (``num.partitions``,
+    ``num_partitions``, an alias such as ``log.dir``) works, so a field added to BrokerConfig
+    is settable here at once. Layers, lowest first: ``defaults`` (the caller's own defaults),
+    ``settings`` (a name given twice: the last wins), then ``options`` whose value is not None
+    (dedicated command-line options, which win).
+
+    Raises:
+        ConfigError: an item without ``=``, an unknown name, or a bad value; the message
+            names the key.
+    """
+    props: dict[str, str] = {}
+    for item in settings:
+        name, sep, value = item.partition("=")
+        if not sep or not name.strip():
+            raise ConfigError(f"--set needs NAME=VALUE, got {item!r}")
+        props[name.strip()] = value.strip()
+    given = {k: v for k, v in options.items() if v is not None}
+    return BrokerConfig.from_properties(defaults or {}).replace(**props).replace(**given)
+
+
 def config_from_args(argv: Sequence[str] | None = None) -> BrokerConfig:
     """Parse command-line arguments into a BrokerConfig.
 
     Raises:
-        ConfigError: an unknown or invalid setting; SystemExit on bad syntax.
+        ConfigError: a bad ``--set`` item, an unknown or invalid setting; SystemExit on bad
+            syntax.
     """
     args = _parser().parse_args(argv)
-    props: dict[str, Any] = {}
-    for item in args.set:
-        name, sep, value = item.partition("=")
-        if not sep:
-            raise SystemExit(f"--set needs NAME=VALUE, got {item!r}")
-        props[name.strip()] = value.strip()
-    for key, value in (
-        ("host.name", args.host),
-        ("port", args.port),
-        ("log.dirs", args.log_dir),
-        ("broker.id", args.broker_id),
-        ("num.partitions", args.num_partitions),
-        ("zookeeper.connect", args.zookeeper),
-    ):
-        if value is not None:
-            props[key] = value
-    return BrokerConfig.from_properties(props)
+    return broker_config(args.set, host=args.host, port=args.port, log_dirs=args.log_dir,
+                         broker_id=args.broker_id, num_partitions=args.num_partitions,
+                         zookeeper_connect=args.zookeeper)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
