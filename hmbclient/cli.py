@@ -17,7 +17,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
-from typing import IO, Any
+from typing import IO, Any, TypeAlias
 
 from hmbclient.errors import HmbError
 
@@ -25,7 +25,8 @@ __all__ = ["main", "build_parser", "format_message"]
 
 log = logging.getLogger("hmbclient.cli")
 
-DEFAULT_BROKERS = "127.0.0.1:9092"
+DEFAULT_BROKER_PORT = 9092
+DEFAULT_BROKERS = f"127.0.0.1:{DEFAULT_BROKER_PORT}"
 
 
 class CliError(Exception):
@@ -106,23 +107,13 @@ def _wait_for_signal() -> None:
 
 
 def cmd_broker(args: argparse.Namespace) -> int:
-    from hmbclient.broker import EmbeddedBroker
+    from hmbclient.broker.runner import broker_config, run_broker
 
-    kwargs: dict[str, Any] = {
-        "port": args.port,
-        "host": args.host,
-        "broker_id": args.broker_id,
-        "num_partitions": args.num_partitions,
-    }
-    if args.log_dir:
-        kwargs["log_dir"] = args.log_dir
-    if args.zookeeper:
-        kwargs["zookeeper_connect"] = args.zookeeper
-    with EmbeddedBroker(**kwargs) as broker:
-        print(f"hmb broker {args.broker_id} listening on {broker.host}:{broker.port}"
-              f" (log dir {broker.log_dir}); Ctrl-C stops it", file=sys.stderr, flush=True)
-        _wait_for_signal()
-    return 0
+    # BrokerConfig is the one place that knows the setting names: --set takes any of them.
+    config = broker_config(args.set, defaults={"port": DEFAULT_BROKER_PORT}, host=args.host,
+                           port=args.port, log_dirs=args.log_dir, broker_id=args.broker_id,
+                           num_partitions=args.num_partitions, zookeeper_connect=args.zookeeper)
+    return run_broker(config)  # serves until Ctrl-C / SIGTERM
 
 
 def cmd_zookeeper(args: argparse.Namespace) -> int:
@@ -410,6 +401,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
         brokers=args.brokers if args.brokers_given else None,
         zookeeper=args.zookeeper,
         messages=args.messages,
+        seconds=args.seconds,
         spark=not args.no_spark,
         out=sys.stdout,
     )
@@ -422,76 +414,116 @@ def cmd_demo(args: argparse.Namespace) -> int:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="hmb", description="hmbclient: Kafka-protocol client tools")
     parser.add_argument("--debug", action="store_true", help="show tracebacks and debug logging")
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND",
+                                help="what to run (hmb COMMAND -h for its options)")
+    _add_server_commands(sub)
+    _add_produce_command(sub)
+    _add_consume_command(sub)
+    _add_inspect_commands(sub)
+    _add_demo_command(sub)
+    return parser
 
-    def client_opts(p: argparse.ArgumentParser) -> None:
-        p.add_argument("-b", "--brokers", default=None,
-                       help=f"bootstrap brokers host:port[,host:port] (default {DEFAULT_BROKERS})")
-        p.add_argument("--api-version", default="auto", choices=["auto", "0.8", "0.10", "2.1", "hmb"],
-                       help="protocol versions: auto probes ApiVersions; 'hmb' for the HMB broker")
 
-    p = sub.add_parser("broker", help="run an embedded broker")
-    p.add_argument("--host", default="127.0.0.1")
-    p.add_argument("--port", type=int, default=9092)
-    p.add_argument("--log-dir", default=None)
-    p.add_argument("--broker-id", type=int, default=0)
-    p.add_argument("--num-partitions", type=int, default=1)
-    p.add_argument("--zookeeper", default=None, help="register in ZooKeeper host:port")
+Subparsers: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
+
+
+def _client_opts(p: argparse.ArgumentParser) -> None:
+    p.add_argument("-b", "--brokers", default=None,
+                   help=f"bootstrap brokers host:port[,host:port] (default {DEFAULT_BROKERS})")
+    p.add_argument("--api-version", default="auto", choices=["auto", "0.8", "0.10", "2.1", "hmb"],
+                   help="protocol versions: auto probes ApiVersions; 'hmb' for the HMB broker")
+
+
+def _zookeeper_opt(p: argparse.ArgumentParser, what: str) -> None:
+    p.add_argument("--zookeeper", default=None, metavar="HOST:PORT[/CHROOT]", help=what)
+
+
+def _add_server_commands(sub: Subparsers) -> None:
+    p = sub.add_parser("broker", help="run an embedded broker until Ctrl-C",
+                       description="Run an embedded broker. Once serving it prints 'hmb broker <id>"
+                       " listening on <host>:<port> log.dir=<dir>' on stdout.")
+    p.add_argument("--host", default=None, help="interface to bind (host.name; default 127.0.0.1)")
+    p.add_argument("--port", type=int, default=None,
+                   help=f"listen port (port; 0: ephemeral; default {DEFAULT_BROKER_PORT})")
+    p.add_argument("--log-dir", default=None, help="data directory (log.dirs; default: a temp dir removed on exit)")
+    p.add_argument("--broker-id", type=int, default=None, help="unique id within the cluster (broker.id; default 0)")
+    p.add_argument("--num-partitions", type=int, default=None,
+                   help="partitions of auto-created topics (num.partitions; default 1)")
+    _zookeeper_opt(p, "register in this ZooKeeper (zookeeper.connect; default: standalone)")
+    p.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
+                   help="any broker setting by its Kafka property name, e.g. --set log.segment.bytes=1048576"
+                   " (repeatable; the options above win over --set)")
     p.set_defaults(func=cmd_broker)
 
     p = sub.add_parser("zookeeper", help="run a LocalZooKeeper (Debian's zookeeper jars)")
-    p.add_argument("--port", type=int, default=2181)
-    p.add_argument("--data-dir", default=None)
+    p.add_argument("--port", type=int, default=2181, help="client port (default 2181)")
+    p.add_argument("--data-dir", default=None, help="snapshot and log directory (default: a temp dir)")
     p.set_defaults(func=cmd_zookeeper)
 
+
+def _add_produce_command(sub: Subparsers) -> None:
     p = sub.add_parser("produce", help="produce lines from stdin or --file")
-    p.add_argument("topic")
-    client_opts(p)
+    p.add_argument("topic", help="topic to produce to")
+    _client_opts(p)
     p.add_argument("--file", "-f", default=None, help="read messages from this file (progress bar)")
     p.add_argument("--key-delimiter", "-K", default=None, help="split each line into key<delim>value")
-    p.add_argument("--acks", type=int, default=1, choices=[-1, 0, 1])
-    p.add_argument("--compression", "-z", default="none", choices=["none", "gzip", "snappy", "lz4", "zstd"])
+    p.add_argument("--acks", type=int, default=1, choices=[-1, 0, 1],
+                   help="request.required.acks: 0 none, 1 the leader, -1 every in-sync replica (default 1)")
+    p.add_argument("--compression", "-z", default="none", choices=["none", "gzip", "snappy", "lz4", "zstd"],
+                   help="compression codec of each batch (default none)")
     p.add_argument("--skip-empty", action="store_true", help="skip empty lines")
-    p.add_argument("--timeout-ms", type=int, default=30000)
+    p.add_argument("--timeout-ms", type=int, default=30000,
+                   help="how long to wait for the brokers to acknowledge every message (default 30000)")
     p.add_argument("--quiet", "-q", action="store_true", help="no progress bar")
     p.set_defaults(func=cmd_produce)
 
+
+def _add_consume_command(sub: Subparsers) -> None:
     p = sub.add_parser("consume", help="print messages")
-    p.add_argument("topic")
-    client_opts(p)
+    p.add_argument("topic", help="topic to consume")
+    _client_opts(p)
     p.add_argument("--offset", "-o", default="earliest", help="earliest | latest | N | -N (N before the end)")
-    p.add_argument("--partition", "-p", type=int, default=None)
+    p.add_argument("--partition", "-p", type=int, default=None, help="only this partition (default: all)")
     p.add_argument("--count", "-c", type=int, default=None, help="stop after this many messages")
     p.add_argument("--format", default=None, help="kcat-style: %%t %%p %%o %%k %%s %%K %%S %%T (default '%%s\\n')")
     p.add_argument("--group", "-G", default=None, help="consume as this ZooKeeper consumer group")
-    p.add_argument("--zookeeper", default=None)
+    _zookeeper_opt(p, "the group's ZooKeeper (needed with --group)")
     p.add_argument("--exit-at-end", "-e", action="store_true", help="stop at the end of every partition")
     p.add_argument("--timeout-ms", type=int, default=-1, help="stop after this long without messages")
-    p.add_argument("--max-bytes", type=int, default=1 << 20)
+    p.add_argument("--max-bytes", type=int, default=1 << 20,
+                   help="max bytes per partition per fetch (default 1048576)")
     p.set_defaults(func=cmd_consume)
 
+
+def _add_inspect_commands(sub: Subparsers) -> None:
     p = sub.add_parser("offsets", help="earliest/latest offsets per partition")
-    p.add_argument("topic")
-    client_opts(p)
+    p.add_argument("topic", help="topic whose partitions to list")
+    _client_opts(p)
     p.set_defaults(func=cmd_offsets)
 
     p = sub.add_parser("topics", help="list topics")
-    client_opts(p)
+    _client_opts(p)
     p.set_defaults(func=cmd_topics)
 
     p = sub.add_parser("groups", help="ZooKeeper consumer groups; with GROUP: owners, offsets, lag")
-    p.add_argument("group", nargs="?")
-    client_opts(p)
-    p.add_argument("--zookeeper", default=None)
+    p.add_argument("group", nargs="?", help="describe this group (default: list every group)")
+    _client_opts(p)
+    _zookeeper_opt(p, "where the groups live (required)")
     p.set_defaults(func=cmd_groups)
 
+
+def _add_demo_command(sub: Subparsers) -> None:
+    from hmbclient.demo import DEFAULT_MESSAGES, DEFAULT_SECONDS  # standard library only: cheap
+
     p = sub.add_parser("demo", help="the main job: ZooKeeper + 3 brokers, produce, group consume, Spark")
-    client_opts(p)
-    p.add_argument("--zookeeper", default=None)
-    p.add_argument("--messages", type=int, default=100_000)
+    _client_opts(p)
+    _zookeeper_opt(p, "use this ZooKeeper (with --brokers; default: start ZooKeeper and 3 brokers)")
+    p.add_argument("--messages", type=int, default=DEFAULT_MESSAGES,
+                   help=f"messages to produce (default {DEFAULT_MESSAGES})")
+    p.add_argument("--seconds", type=float, default=DEFAULT_SECONDS,
+                   help=f"spread production over this long while the group consumes (default {DEFAULT_SECONDS:g})")
     p.add_argument("--no-spark", action="store_true", help="skip the Spark step")
     p.set_defaults(func=cmd_demo)
-    return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -1,16 +1,27 @@
-"""``hmb demo``: the whole SDK working end to end on embedded defaults.
+"""``hmb demo`` (what ``make demo`` runs): the SDK end to end, checking the story it tells.
 
-1. Servers: a LocalZooKeeper and a 3-broker EmbeddedCluster in a temp dir (or the servers
-   given with ``--brokers`` / ``--zookeeper``).
-2. Produce N keyed messages with the async batching Producer (progress bar).
-3. Consume them with a 3-member ZooKeeper consumer group: two members start, a third joins
-   late (after a third of the messages), the first leaves (after two thirds).
-4. Spark: one RDD partition per offset range, aggregated on local[2] executors, checked
-   against what was produced; the ranges are committed to a second group's ZooKeeper offsets.
-5. A short report, then everything is shut down (no process is left behind).
+The story, on embedded servers (or on the servers given with ``--brokers`` and ``--zookeeper``):
 
-The report's ``ok`` is True only when every produced message was consumed at least once,
-every member that was alive at the end owned a share, and Spark's aggregate matches.
+1. Servers: a LocalZooKeeper and a 3-broker EmbeddedCluster in a temp dir.
+2. The topic is created (12 partitions by default) and a ZooKeeper consumer group of two
+   members, alpha and beta, settles on it.
+3. The async batching Producer sends ``messages`` keyed messages at an even pace over
+   ``seconds`` while the group consumes them as they arrive.
+4. Once a third of the messages are produced, gamma joins: the group rebalances and gamma
+   consumes its share of what follows.
+5. Once two thirds are produced, alpha leaves: its partitions move to beta and gamma.
+6. When every acknowledged message has been delivered, beta and gamma commit and leave.
+7. Spark reads the topic back (one RDD partition per offset range, on local[2] executors),
+   counts and sums it, and commits the ranges to a second group's ZooKeeper offsets.
+8. The report; everything is shut down (no process is left behind).
+
+Every step is checked. A failed check is a problem named after its step (``produce``,
+``group``, ``delivery``, ``offsets``, ``spark``); the report lists them and ``hmb demo`` exits 1.
+The checks: every message is acknowledged; at every moment the group settled, each partition
+is owned by exactly one member; gamma consumes messages; alpha owns partitions when it leaves
+and beta or gamma consume from each of them afterwards; every acknowledged message is delivered
+to some member (at least once: a rebalance may redeliver); the committed offsets add up to the
+messages produced; Spark counts every message and its sum of amounts is the expected one.
 """
 
 from __future__ import annotations
@@ -22,27 +33,70 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import IO, Any
 
-__all__ = ["DemoReport", "run_demo"]
+__all__ = ["DEFAULT_MESSAGES", "DEFAULT_SECONDS", "DemoReport", "MemberReport", "run_demo"]
 
+DEFAULT_MESSAGES = 100_000
+#: How long production is spread over (the group's story happens meanwhile).
+DEFAULT_SECONDS = 15.0
 DEFAULT_PARTITIONS = 12
 KEYS = 1000
+#: How long a group may take to settle after a join or a leave before that counts as a problem.
+SETTLE_TIMEOUT_S = 30.0
+#: How long the survivors may take to consume what is left once production ended.
+CATCH_UP_TIMEOUT_S = 60.0
+#: The producer sends what is due at this period (the pace, not a wait for a condition).
+PACE_TICK_S = 0.02
+
+#: The moments the group settles, in story order: the report's ownership columns.
+AT_START, GAMMA_JOINED, ALPHA_LEFT = "at start", "gamma joined", "alpha left"
+MOMENTS = (AT_START, GAMMA_JOINED, ALPHA_LEFT)
+
+
+def _payload(i: int) -> bytes:
+    """Message ``i``'s value: its id (to check delivery) and an amount (for Spark to sum)."""
+    return b"%d:%d" % (i, i % 100)
+
+
+def _message_id(value: bytes) -> int:
+    return int(value.split(b":", 1)[0])
+
+
+class _StoryBroken(Exception):
+    """A step the rest of the story depends on failed; the message names the step."""
+
+
+# --- the report ---------------------------------------------------------------------------------
+
+
+@dataclass
+class MemberReport:
+    """What one group member did: ``owned`` maps each moment the group settled (``MOMENTS``)
+    while it was a member to the partitions it owned then."""
+
+    role: str
+    messages: int = 0
+    owned: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass
 class DemoReport:
     topic: str = ""
     partitions: int = 0
-    produced: int = 0
     produce_seconds: float = 0.0
+    produced: int = 0  # acknowledged by the brokers
     consumed_unique: int = 0
-    consumed_total: int = 0
-    consume_seconds: float = 0.0
-    members: dict[str, dict[str, Any]] = field(default_factory=dict)
+    consumed_total: int = 0  # deliveries, redeliveries after a rebalance included
+    catch_up_seconds: float | None = None  # from the last send to the last message delivered
+    members: dict[str, MemberReport] = field(default_factory=dict)
+    alpha_left_owning: list[int] = field(default_factory=list)
+    alpha_partitions_taken_by: dict[str, list[int]] = field(default_factory=dict)
     committed: int = 0
+    spark_count: int | None = None
     spark_total: int | None = None
     spark_expected: int = 0
     spark_partitions: int = 0
@@ -54,29 +108,56 @@ class DemoReport:
     def ok(self) -> bool:
         return not self.problems
 
+    def problem(self, step: str, what: str) -> None:
+        self.problems.append(f"{step}: {what}")
+
     def render(self) -> str:
+        lines = ["", f"hmb demo report (topic {self.topic}, {self.partitions} partitions)"]
+        lines += self._render_flow()
+        lines += self._render_members()
+        lines += self._render_spark()
+        if self.ok:
+            lines.append("  result: OK (every step of the story happened)")
+        else:
+            lines.append("  result: FAILED")
+            lines += [f"    {p}" for p in self.problems]
+        return "\n".join(lines) + "\n"
+
+    def _render_flow(self) -> list[str]:
+        caught_up = ("" if self.catch_up_seconds is None else
+                     f"; the last one {self.catch_up_seconds:.2f} s after the last send")
+        return [
+            f"  produced  {self.produced:>9,} messages acknowledged, paced over {self.produce_seconds:.1f} s",
+            f"  consumed  {self.consumed_unique:>9,} distinct messages ({self.consumed_total:,} deliveries,"
+            f" {self.consumed_total - self.consumed_unique:,} redelivered after rebalances){caught_up}",
+        ]
+
+    def _render_members(self) -> list[str]:
         lines = [
-            "",
-            f"hmb demo report (topic {self.topic}, {self.partitions} partitions)",
-            f"  produced  {self.produced:>9,} messages in {self.produce_seconds:6.2f} s"
-            f"  = {self.produced / max(self.produce_seconds, 1e-9):>10,.0f} msg/s",
-            f"  consumed  {self.consumed_unique:>9,} unique ({self.consumed_total:,} deliveries)"
-            f" in {self.consume_seconds:6.2f} s  = {self.consumed_total / max(self.consume_seconds, 1e-9):>10,.0f} msg/s",
-            "  group members (partitions owned at the end / messages consumed):",
+            f"  {'group member':<42}{'messages':>10}   partitions owned once the group settled",
+            f"  {'':<42}{'consumed':>10}   " + "".join(f"{m:>14}" for m in MOMENTS),
         ]
         for name, m in self.members.items():
-            lines.append(f"    {name:<8} {m['role']:<22} {m['partitions']:>3} partitions  {m['messages']:>8,} messages")
+            owned = "".join(f"{m.owned[t] if t in m.owned else '-':>14}" for t in MOMENTS)
+            lines.append(f"    {name:<7}{m.role:<33}{m.messages:>10,}   {owned}")
+        taken = ", ".join(f"{name} {len(ps)}" for name, ps in self.alpha_partitions_taken_by.items())
+        moved = sum(len(ps) for ps in self.alpha_partitions_taken_by.values())
+        lines.append(f"  alpha left owning {len(self.alpha_left_owning)} partitions;"
+                     f" {moved} of them were consumed from afterwards by beta or gamma ({taken or 'none'})")
         lines.append(f"  offsets committed to ZooKeeper: {self.committed:,} (sum of next offsets)")
-        if self.spark_total is not None:
-            lines.append(
-                f"  spark: {self.spark_partitions} RDD partitions (one per offset range), sum of amounts"
-                f" {self.spark_total:,} (expected {self.spark_expected:,}) in {self.spark_seconds:.2f} s;"
-                f" ranges committed for group demo-spark: {self.spark_committed:,}"
-            )
-        else:
-            lines.append("  spark: skipped")
-        lines.append("  result: " + ("OK" if self.ok else "PROBLEMS: " + "; ".join(self.problems)))
-        return "\n".join(lines) + "\n"
+        return lines
+
+    def _render_spark(self) -> list[str]:
+        if self.spark_total is None:
+            return ["  spark: skipped"]
+        return [
+            f"  spark: {self.spark_partitions} RDD partitions (one per offset range) in {self.spark_seconds:.2f} s:"
+            f" {self.spark_count:,} messages, sum of amounts {self.spark_total:,} (expected {self.spark_expected:,});"
+            f" ranges committed for group demo-spark: {self.spark_committed:,}"
+        ]
+
+
+# --- servers --------------------------------------------------------------------------------------
 
 
 @contextlib.contextmanager
@@ -101,189 +182,409 @@ def _servers(brokers: str | None, zookeeper: str | None, out: IO[str]) -> Iterat
             yield cluster.bootstrap, zk.connect
 
 
-def _produce(bootstrap: str, topic: str, n: int, report: DemoReport, out: IO[str]) -> None:
+# --- production -----------------------------------------------------------------------------------
+
+
+class _PacedProducer:
+    """Sends messages 0..n-1 (keyed ``user-<i % KEYS>``) at an even pace over ``seconds``,
+    from a background thread, through one async batching Producer."""
+
+    def __init__(self, producer: Any, topic: str, n: int, seconds: float,
+                 on_sent: Callable[[int], None]) -> None:
+        self._producer = producer
+        self._topic = topic
+        self._n = n
+        self._seconds = max(seconds, 1e-3)
+        self._on_sent = on_sent
+        self._sent = 0
+        self._done = False
+        self._changed = threading.Condition()
+        self._abort = threading.Event()
+        self._futures: list[tuple[int, Future[Any]]] = []
+        self.error: BaseException | None = None
+        self.started_at = self.last_send_at = 0.0
+        self._thread = threading.Thread(target=self._run, name="demo-producer", daemon=True)
+
+    def start(self) -> _PacedProducer:
+        self.started_at = time.monotonic()
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        try:
+            while self._sent < self._n and not self._abort.is_set():
+                elapsed = time.monotonic() - self.started_at
+                due = min(self._n, int(self._n * elapsed / self._seconds) + 1)
+                if due > self._sent:
+                    self._send(self._sent, due)
+                    self.last_send_at = time.monotonic()
+                    with self._changed:
+                        sent, self._sent = self._sent, due
+                        self._changed.notify_all()
+                    self._on_sent(due - sent)
+                self._abort.wait(PACE_TICK_S)
+        except BaseException as e:  # reported by wait_sent/finish: the story stops there
+            self.error = e
+        finally:
+            with self._changed:
+                self._done = True
+                self._changed.notify_all()
+
+    def _send(self, start: int, stop: int) -> None:
+        from hmbclient import ProducerData
+
+        # One ProducerData per key: the messages of a key share a partition.
+        by_key: dict[bytes, list[int]] = {}
+        for i in range(start, stop):
+            by_key.setdefault(b"user-%d" % (i % KEYS), []).append(i)
+        for key, ids in by_key.items():
+            futures = self._producer.send(ProducerData(self._topic, key, [_payload(i) for i in ids]))
+            self._futures.extend(zip(ids, futures, strict=True))
+
+    def wait_sent(self, count: int, timeout: float) -> None:
+        """Block until ``count`` messages are sent.
+
+        Raises:
+            _StoryBroken: production failed or stalled.
+        """
+        with self._changed:
+            self._changed.wait_for(lambda: self._sent >= count or self._done, timeout)
+            sent = self._sent
+        if sent < count:
+            raise _StoryBroken(f"produce: stopped after {sent:,} of {count:,} messages"
+                               + (f" ({type(self.error).__name__}: {self.error})" if self.error else ""))
+
+    def finish(self) -> tuple[set[int], int]:
+        """Wait for the last send and every acknowledgement; returns (acknowledged ids, failures)."""
+        self.wait_sent(self._n, timeout=self._seconds + 60)
+        self._thread.join()
+        self._producer.flush()
+        acked: set[int] = set()
+        for i, f in self._futures:
+            if f.exception(timeout=60) is None:
+                acked.add(i)
+        return acked, len(self._futures) - len(acked)
+
+    def abort(self) -> None:
+        self._abort.set()
+        self._thread.join(timeout=10)
+
+
+# --- the consumer group ---------------------------------------------------------------------------
+
+
+class _Deliveries:
+    """Every message handed to any member, by message id (thread-safe)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.ids: set[int] = set()
+        self.total = 0
+        self.counts: dict[str, int] = {}
+        # Once alpha has left: member -> partitions it consumed from since.
+        self.after_alpha_left: dict[str, set[int]] = {}
+        self._alpha_gone = False
+        self._missing: set[int] | None = None
+        self.complete = threading.Event()
+        self.completed_at = 0.0
+
+    def record(self, member: str, partition: int, value: bytes) -> None:
+        i = _message_id(value)
+        with self._lock:
+            self.total += 1
+            self.counts[member] = self.counts.get(member, 0) + 1
+            self.ids.add(i)
+            if self._alpha_gone:
+                self.after_alpha_left.setdefault(member, set()).add(partition)
+            if self._missing is not None:
+                self._missing.discard(i)
+                self._check_complete()
+
+    def alpha_left(self) -> None:
+        """From now on, record which partitions each (surviving) member consumes from."""
+        with self._lock:
+            self._alpha_gone = True
+
+    def expect(self, ids: set[int]) -> None:
+        """``complete`` is set once every one of ``ids`` has been delivered."""
+        with self._lock:
+            self._missing = ids - self.ids
+            self._check_complete()
+
+    def _check_complete(self) -> None:
+        if not self._missing and not self.complete.is_set():
+            self.completed_at = time.monotonic()
+            self.complete.set()
+
+
+class _Member:
+    """One group member: a ConsumerConnector with one stream, drained by its own thread."""
+
+    def __init__(self, name: str, props: dict[str, Any], topic: str, deliveries: _Deliveries) -> None:
+        from hmbclient import Consumer
+
+        self.name = name
+        self._topic = topic
+        self._deliveries = deliveries
+        self.error: BaseException | None = None
+        self.connector = Consumer.create(props)
+        (self._stream,) = self.connector.create_message_streams({topic: 1})[topic]
+        self._thread = threading.Thread(target=self._drain, name=f"demo-{name}", daemon=True)
+        self._thread.start()
+
+    def _drain(self) -> None:
+        from hmbclient.errors import ConsumerTimeoutError
+
+        try:
+            while True:
+                try:
+                    for mam in self._stream:
+                        self._deliveries.record(self.name, mam.partition, mam.message)
+                    return  # the iteration ends for good when the connector shuts down
+                except ConsumerTimeoutError:
+                    continue  # idle for consumer.timeout.ms: production may still be paced
+        except BaseException as e:  # reported as a group problem
+            self.error = e
+
+    def owned(self) -> list[int]:
+        return sorted(p for (t, p) in self.connector.owned_partitions() if t == self._topic)
+
+    def leave(self) -> None:
+        """Commit what was handed out, release the partitions, leave the group."""
+        self.connector.shutdown()
+        self._thread.join(timeout=10)
+
+
+class _Story:
+    """Directs the group's story against the paced production and records it in the report."""
+
+    def __init__(self, bootstrap: str, zk: str, topic: str, report: DemoReport, out: IO[str]) -> None:
+        self.report = report
+        self.topic = topic
+        self.out = out
+        self.deliveries = _Deliveries()
+        self.members: dict[str, _Member] = {}
+        self.group = f"demo-{uuid.uuid4().hex[:6]}"
+        self.props: dict[str, Any] = {
+            "zookeeper.connect": zk, "group.id": self.group,
+            "auto.offset.reset": "smallest", "consumer.timeout.ms": 500,
+            "auto.commit.interval.ms": 1000, "metadata.broker.list": bootstrap,
+        }
+        self.t0 = time.monotonic()
+
+    def say(self, text: str) -> None:
+        from tqdm import tqdm
+
+        tqdm.write(f"[{time.monotonic() - self.t0:5.1f} s] {text}", file=self.out)
+
+    def join(self, name: str, role: str) -> None:
+        self.report.members[name] = MemberReport(role=role)
+        self.members[name] = _Member(name, self.props, self.topic, self.deliveries)
+
+    def settle(self, moment: str) -> None:
+        """Wait until every member owns its share, then record who owns what at ``moment``."""
+        deadline = time.monotonic() + SETTLE_TIMEOUT_S
+        for name, m in self.members.items():
+            if not m.connector.await_rebalance(timeout=max(0.0, deadline - time.monotonic())):
+                self.report.problem("group", f"{name} did not settle within {SETTLE_TIMEOUT_S:g} s ({moment})")
+        owned = {name: m.owned() for name, m in self.members.items()}
+        for name, ps in owned.items():
+            self.report.members[name].owned[moment] = len(ps)
+        self.say(f"group settled ({moment}): " + ", ".join(f"{n} {len(ps)}" for n, ps in owned.items())
+                 + " partitions")
+        claimed = sorted(p for ps in owned.values() for p in ps)
+        if claimed != list(range(self.report.partitions)):
+            self.report.problem("group", f"{moment}: the members own partitions {claimed},"
+                                f" not each of the {self.report.partitions} exactly once")
+
+    def alpha_leaves(self, why: str) -> None:
+        alpha = self.members.pop("alpha")
+        self.report.alpha_left_owning = alpha.owned()
+        self.say(f"{why}: alpha leaves, owning {len(self.report.alpha_left_owning)} partitions")
+        alpha.leave()
+        self.deliveries.alpha_left()
+        if alpha.error is not None:
+            self.report.problem("group", f"alpha's stream failed: {alpha.error!r}")
+
+    def catch_up(self, acked: set[int], sends_ended_at: float) -> None:
+        """Wait until every acknowledged message has been delivered (or the time is up)."""
+        self.deliveries.expect(acked)
+        if self.deliveries.complete.wait(CATCH_UP_TIMEOUT_S):
+            self.report.catch_up_seconds = self.deliveries.completed_at - sends_ended_at
+            self.say("every acknowledged message has been delivered")
+
+    def close(self) -> None:
+        """The survivors commit and leave (also after a broken story: no thread is left behind)."""
+        for name, m in list(self.members.items()):
+            with contextlib.suppress(Exception):
+                m.connector.commit_offsets()
+            m.leave()
+            if m.error is not None:
+                self.report.problem("group", f"{name}'s stream failed: {m.error!r}")
+        self.members.clear()
+
+
+def _open_producer(bootstrap: str) -> Any:
+    from hmbclient import Producer
+
+    return Producer(metadata_broker_list=bootstrap, producer_type="async", batch_num_messages=1000,
+                    queue_buffering_max_ms=10, queue_buffering_max_messages=50_000,
+                    compression_codec="lz4")
+
+
+def _run_story(story: _Story, producer: Any, n: int, seconds: float) -> None:
+    """Steps 2 to 6 of the module docstring: the group's story while production is paced."""
     from tqdm import tqdm
 
-    from hmbclient import Producer, ProducerData
-
-    producer = Producer(metadata_broker_list=bootstrap, producer_type="async",
-                        batch_num_messages=1000, queue_buffering_max_ms=10,
-                        queue_buffering_max_messages=50_000, compression_codec="lz4")
-    t0 = time.monotonic()
-    futures = []
-    chunk = 1000
-    with tqdm(total=n, unit="msg", desc="produce", file=out, disable=None) as bar:
-        for start in range(0, n, chunk):
-            # One ProducerData per key: the messages of a key share a partition.
-            by_key: dict[bytes, list[bytes]] = {}
-            for i in range(start, min(n, start + chunk)):
-                by_key.setdefault(b"user-%d" % (i % KEYS), []).append(b"%d:%d" % (i, i % 100))
-            for key, values in by_key.items():
-                futures.append(producer.send(ProducerData(topic, key, values)))
-            bar.update(min(n, start + chunk) - start)
-        producer.flush()
-    failed = 0
-    for fs in futures:
-        for f in fs:
-            if f.exception(timeout=60) is not None:
-                failed += 1
-    producer.close()
-    report.produced = n - failed
-    report.produce_seconds = time.monotonic() - t0
+    story.join("alpha", "from the start, left at 2/3")
+    story.join("beta", "from the start")
+    story.settle(AT_START)
+    with tqdm(total=n, unit="msg", desc="produce", file=story.out, disable=None) as bar:
+        paced = _PacedProducer(producer, story.topic, n, seconds, bar.update).start()
+        try:
+            paced.wait_sent(n // 3, timeout=seconds + 60)
+            story.say(f"{n // 3:,} messages produced: gamma joins")
+            story.join("gamma", "joined at 1/3")
+            story.settle(GAMMA_JOINED)
+            paced.wait_sent(2 * n // 3, timeout=seconds + 60)
+            story.alpha_leaves(f"{2 * n // 3:,} messages produced")
+            story.settle(ALPHA_LEFT)
+            acked, failed = paced.finish()
+        finally:
+            paced.abort()
+    story.report.produce_seconds = paced.last_send_at - paced.started_at
+    story.report.produced = len(acked)
     if failed:
-        report.problems.append(f"{failed} messages failed to produce")
+        story.report.problem("produce", f"{failed:,} of {n:,} messages were not acknowledged")
+    story.say(f"production ended: {len(acked):,} messages acknowledged")
+    story.catch_up(acked, paced.last_send_at)
+    missing = acked - story.deliveries.ids
+    if missing:
+        story.report.problem("delivery", f"{len(missing):,} acknowledged messages were delivered to no member"
+                             f" (ids {sorted(missing)[:5]}...)")
 
 
-def _consume(bootstrap: str, zk: str, topic: str, n: int, report: DemoReport, out: IO[str]) -> None:
-    from hmbclient import Consumer
-    from hmbclient.errors import ConsumerTimeoutError
+def _check_group(report: DemoReport, deliveries: _Deliveries) -> None:
+    """The group's part of the story: gamma consumed, alpha's partitions moved."""
+    for name, m in report.members.items():
+        m.messages = deliveries.counts.get(name, 0)
+    if not deliveries.counts.get("gamma"):
+        report.problem("group", "gamma joined but consumed no message")
+    if not report.alpha_left_owning:
+        report.problem("group", "alpha owned no partition when it left")
+    for name, ps in sorted(deliveries.after_alpha_left.items()):
+        taken = sorted(ps & set(report.alpha_left_owning))
+        if taken:
+            report.alpha_partitions_taken_by[name] = taken
+    moved = {p for ps in report.alpha_partitions_taken_by.values() for p in ps}
+    stayed = sorted(set(report.alpha_left_owning) - moved)
+    if stayed:
+        report.problem("group", f"alpha's partitions {stayed} were not consumed by beta or gamma after it left")
 
-    group = f"demo-{uuid.uuid4().hex[:6]}"
-    seen: set[tuple[int, int]] = set()
-    lock = threading.Lock()
-    counts: dict[str, int] = {}
-    total = [0]
-    connectors: dict[str, Any] = {}
-    threads: list[threading.Thread] = []
-    stop = threading.Event()
 
-    def start_member(name: str) -> None:
-        connector = Consumer.create({
-            "zookeeper.connect": zk, "group.id": group, "auto.offset.reset": "smallest",
-            "consumer.timeout.ms": 500, "auto.commit.interval.ms": 1000,
-            "metadata.broker.list": bootstrap, "fetch.message.max.bytes": 1 << 20,
-        })
-        connectors[name] = connector
-        counts[name] = 0
-        (stream,) = connector.create_message_streams({topic: 1})[topic]
-
-        def drain() -> None:
-            local: list[tuple[int, int]] = []
-            while not stop.is_set():
-                ended = True  # the iteration ends for good when the connector shuts down
-                try:
-                    for mam in stream:
-                        local.append((mam.partition, mam.offset))
-                        if len(local) >= 500:
-                            ended = False
-                            break
-                except ConsumerTimeoutError:
-                    ended = False
-                if local:
-                    with lock:
-                        seen.update(local)
-                        counts[name] += len(local)
-                        total[0] += len(local)
-                    local = []
-                if ended:
-                    break
-
-        t = threading.Thread(target=drain, name=f"demo-{name}", daemon=True)
-        t.start()
-        threads.append(t)
-
-    t0 = time.monotonic()
-    start_member("alpha")
-    start_member("beta")
-    roles = {"alpha": "left after 2/3", "beta": "member from the start", "gamma": "joined late at 1/3"}
-    joined = left = False
-    deadline = time.monotonic() + 120
-    final_owned: dict[str, int] = {}
-    while time.monotonic() < deadline:
-        with lock:
-            done = len(seen)
-        if not joined and done >= n // 3:
-            start_member("gamma")
-            joined = True
-        if joined and not left and done >= 2 * n // 3:
-            c = connectors["alpha"]
-            final_owned["alpha"] = len(c.owned_partitions())
-            c.shutdown()
-            left = True
-        if done >= n and left:
-            break
-        time.sleep(0.05)
-    # settle: the survivors own everything
-    for name in ("beta", "gamma"):
-        c = connectors.get(name)
-        if c is not None:
-            c.await_rebalance(timeout=10)
-            final_owned[name] = len(c.owned_partitions())
-    report.consume_seconds = time.monotonic() - t0
-    for name in ("beta", "gamma"):
-        if name in connectors:
-            connectors[name].commit_offsets()
-    stop.set()
-    for name in ("beta", "gamma"):
-        if name in connectors:
-            connectors[name].shutdown()
-    for t in threads:
-        t.join(timeout=10)
-    report.consumed_unique = len(seen)
-    report.consumed_total = total[0]
-    for name in ("alpha", "beta", "gamma"):
-        report.members[name] = {"role": roles[name], "partitions": final_owned.get(name, 0),
-                                "messages": counts.get(name, 0)}
-    if report.consumed_unique != report.produced:
-        report.problems.append(f"consumed {report.consumed_unique} unique messages of {report.produced}")
-    if final_owned.get("beta", 0) + final_owned.get("gamma", 0) != report.partitions:
-        report.problems.append(f"survivors own {final_owned.get('beta', 0)}+{final_owned.get('gamma', 0)}"
-                               f" partitions, not {report.partitions}")
-    if not final_owned.get("beta") or not final_owned.get("gamma"):
-        report.problems.append("a surviving member owned no partition")
-    # what the group committed (ZooKeeper offsets), read back as a 0.8 tool would
+def _check_offsets(report: DemoReport, zk: str, bootstrap: str, group: str) -> None:
+    """What the group committed (ZooKeeper offsets), read back as a 0.8 tool would."""
     from hmbclient.admin import describe_group
 
     info = describe_group(zk, group, brokers=bootstrap)
-    report.committed = sum(r["committed"] or 0 for r in info["partitions"] if r["topic"] == topic)
+    report.committed = sum(r["committed"] or 0 for r in info["partitions"] if r["topic"] == report.topic)
     if report.committed != report.produced:
-        report.problems.append(f"committed offsets sum to {report.committed}, not {report.produced}")
+        report.problem("offsets", f"committed offsets sum to {report.committed:,}, not {report.produced:,}")
 
 
-def _spark(bootstrap: str, zk: str, topic: str, n: int, report: DemoReport, out: IO[str]) -> None:
+def _consume(bootstrap: str, zk: str, n: int, seconds: float, report: DemoReport, out: IO[str]) -> bool:
+    """Create the topic, run the group's story, check it. Returns False when it broke off."""
+    producer = _open_producer(bootstrap)
+    story = _Story(bootstrap, zk, report.topic, report, out)
+    told = True
+    try:
+        # Asking for the topic's partitions creates it: the group starts on a topic that exists.
+        report.partitions = len(producer.partitions_for(report.topic))
+        _run_story(story, producer, n, seconds)
+    except _StoryBroken as e:
+        report.problems.append(str(e))
+        told = False
+    finally:
+        story.close()
+        producer.close()
+    report.consumed_unique = len(story.deliveries.ids)
+    report.consumed_total = story.deliveries.total
+    _check_group(report, story.deliveries)
+    if told:
+        _check_offsets(report, zk, bootstrap, story.group)
+    return told
+
+
+# --- Spark ----------------------------------------------------------------------------------------
+
+
+def _spark_session() -> Any:
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # local mode: stay on loopback
     from pyspark.sql import SparkSession
 
-    from spark_integration import OffsetRange, commit_offset_ranges, create_rdd, get_latest_offsets
-
-    t0 = time.monotonic()
     spark = (SparkSession.builder.master("local[2]").appName("hmb-demo")
              .config("spark.driver.host", "127.0.0.1").config("spark.ui.enabled", "false")
              .config("spark.ui.showConsoleProgress", "false")
              .config("spark.sql.shuffle.partitions", "4").getOrCreate())
     spark.sparkContext.setLogLevel("ERROR")
+    return spark
+
+
+def _spark(bootstrap: str, zk: str, report: DemoReport) -> None:
+    """Step 7: count and sum the topic over offset-range RDD partitions; commit the ranges."""
+    from spark_integration import OffsetRange, commit_offset_ranges, create_rdd, get_latest_offsets
+
+    t0 = time.monotonic()
+    spark = _spark_session()
     try:
         params = {"metadata.broker.list": bootstrap, "zookeeper.connect": zk, "group.id": "demo-spark"}
-        ends = get_latest_offsets(params, [topic])
+        ends = get_latest_offsets(params, [report.topic])
         ranges = [OffsetRange(t, p, 0, end) for (t, p), end in sorted(ends.items())]
         rdd = create_rdd(spark.sparkContext, params, ranges)
         report.spark_partitions = rdd.getNumPartitions()
-        report.spark_total = int(rdd.map(lambda kv: int(kv[1].split(b":")[1])).sum())
-        report.spark_expected = sum(i % 100 for i in range(n))
-        committed = commit_offset_ranges(params, rdd)
-        report.spark_committed = sum(committed.values())
+        count, total = (rdd.map(lambda kv: (1, int(kv[1].split(b":")[1])))
+                        .fold((0, 0), lambda a, b: (a[0] + b[0], a[1] + b[1])))
+        report.spark_count, report.spark_total = int(count), int(total)
+        report.spark_committed = sum(commit_offset_ranges(params, rdd).values())
     finally:
         spark.stop()
     report.spark_seconds = time.monotonic() - t0
+
+
+def _check_spark(report: DemoReport, n: int) -> None:
+    # Every message was acknowledged when there is no produce problem; otherwise the expected
+    # sum is unknown (a failed send may still have been written) and produce already failed.
+    report.spark_expected = sum(i % 100 for i in range(n))
+    if report.spark_count != report.produced:
+        report.problem("spark", f"counted {report.spark_count:,} messages, not the {report.produced:,} produced")
     if report.spark_total != report.spark_expected:
-        report.problems.append(f"spark sum {report.spark_total} != expected {report.spark_expected}")
+        report.problem("spark", f"sum of amounts {report.spark_total:,} != expected {report.spark_expected:,}")
     if report.spark_partitions != report.partitions:
-        report.problems.append(f"spark used {report.spark_partitions} partitions, not {report.partitions}")
+        report.problem("spark", f"used {report.spark_partitions} RDD partitions, not {report.partitions}")
 
 
-def run_demo(brokers: str | None = None, zookeeper: str | None = None, messages: int = 100_000,
-             spark: bool = True, out: IO[str] = sys.stdout) -> DemoReport:
-    """Run the demo and print its report to ``out``; returns the report (``.ok``)."""
+# --- the whole job --------------------------------------------------------------------------------
+
+
+def run_demo(brokers: str | None = None, zookeeper: str | None = None, messages: int = DEFAULT_MESSAGES,
+             seconds: float = DEFAULT_SECONDS, spark: bool = True, out: IO[str] = sys.stdout) -> DemoReport:
+    """Run the demo and print its report to ``out``.
+
+    Returns:
+        The report; ``report.ok`` is False (and ``report.problems`` says which step failed)
+        when any part of the story did not happen.
+    """
     report = DemoReport(topic=f"demo-events-{uuid.uuid4().hex[:6]}")
     with _servers(brokers, zookeeper, out) as (bootstrap, zk):
-        from hmbclient.admin import topic_partitions
-
-        _produce(bootstrap, report.topic, messages, report, out)
-        report.partitions = len(topic_partitions(bootstrap, report.topic))
-        _consume(bootstrap, zk, report.topic, messages, report, out)
-        if spark:
-            _spark(bootstrap, zk, report.topic, messages, report, out)
+        told = _consume(bootstrap, zk, messages, seconds, report, out)
+        if spark and told:
+            try:
+                _spark(bootstrap, zk, report)
+            except Exception as e:  # a report naming the step beats a traceback from deep in Spark
+                report.problem("spark", f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")
+            else:
+                _check_spark(report, messages)
     out.write(report.render())
     out.flush()
     return report

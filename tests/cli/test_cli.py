@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import re
+import select
 import subprocess
 import sys
 import uuid
@@ -119,3 +121,80 @@ def test_hmb_dialect_produce_and_consume(hmb_broker) -> None:
     assert r.stdout.splitlines() == [b"0 x1", b"1 x2", b"2 x3"]
     r = run("offsets", topic, "-b", hmb_broker.bootstrap, "--api-version", "hmb")
     assert r.returncode == 1 and "UnsupportedByBroker" in r.stderr.decode() and "HMB" in r.stderr.decode()
+
+
+def test_every_option_and_command_has_help() -> None:
+    """Walk every argparse parser of ``hmb``: each option, positional and sub-command says what it does."""
+    import argparse
+
+    from hmbclient.cli import build_parser
+
+    missing: list[str] = []
+    todo = [("hmb", build_parser())]
+    while todo:
+        name, parser = todo.pop()
+        for action in parser._actions:
+            if isinstance(action, argparse._HelpAction):
+                continue
+            label = f"{name} {'/'.join(action.option_strings) or action.dest}"
+            if not action.help or action.help == argparse.SUPPRESS:
+                missing.append(label)
+            if isinstance(action, argparse._SubParsersAction):
+                helps = {a.dest: a.help for a in action._choices_actions}
+                for sub_name, sub_parser in action.choices.items():
+                    if not helps.get(sub_name):
+                        missing.append(f"{name} {sub_name} (sub-command)")
+                    todo.append((f"{name} {sub_name}", sub_parser))
+    assert not missing, missing
+
+
+def _start_broker(err_file: Path, *args: str) -> tuple[subprocess.Popen[str], re.Match[str]]:
+    """A real ``hmb broker`` subprocess, serving; returns it with its ready line parsed (id, address, log dir)."""
+    with err_file.open("w") as err:  # a file, not a pipe: nobody drains it while the broker serves
+        proc = subprocess.Popen([*HMB, "broker", "--port", "0", *args], stdout=subprocess.PIPE, stderr=err,
+                                text=True, env=dict(os.environ, PYTHONUNBUFFERED="1"))
+    assert proc.stdout is not None
+    ready, _, _ = select.select([proc.stdout], [], [], 60)
+    line = proc.stdout.readline() if ready else ""
+    if not line:
+        proc.kill()
+        proc.wait(timeout=30)
+        raise AssertionError(f"hmb broker did not serve (exit {proc.returncode}): {err_file.read_text()}")
+    m = re.match(r"hmb broker (?P<id>\d+) listening on (?P<address>\S+) log\.dir=(?P<log_dir>\S+)", line)
+    assert m, line
+    return proc, m
+
+
+def test_broker_set_reaches_the_broker(tmp_path: Path) -> None:
+    """``--set`` takes Kafka property names (and their aliases); checked through the broker's behaviour."""
+    log_dir = tmp_path / "broker-logs"
+    proc, ready = _start_broker(tmp_path / "broker.err", "--set", "num.partitions=5", "--set", f"log.dir={log_dir}", "--set", "broker.id=7")
+    bootstrap = ready["address"]
+    try:
+        assert ready["id"] == "7" and ready["log_dir"] == str(log_dir), ready.group(0)
+        topic = f"cli-set-{uuid.uuid4().hex[:8]}"
+        r = run("produce", topic, "-b", bootstrap, input=b"a\nb\nc\n")  # auto-creates the topic
+        assert r.returncode == 0, r.stderr.decode()
+        r = run("topics", "-b", bootstrap)
+        assert r.returncode == 0, r.stderr.decode()
+        rows = dict(line.split() for line in r.stdout.decode().splitlines()[1:])
+        assert rows[topic] == "5", r.stdout.decode()  # num.partitions of auto-created topics
+        assert (log_dir / f"{topic}-0").is_dir()
+    finally:
+        proc.terminate()
+        assert proc.wait(timeout=30) == 0
+
+
+@pytest.mark.parametrize(("setting", "named"), [
+    ("no.such.setting=1", "no.such.setting"),
+    ("num.partitions=zero", "num.partitions"),
+    ("num.partitions=0", "num.partitions"),
+    ("num.partitions", "NAME=VALUE"),
+])
+def test_broker_set_refuses_unknown_names_and_bad_values(setting: str, named: str) -> None:
+    r = run("broker", "--port", "0", "--set", setting, timeout=30)
+    assert r.returncode == 1
+    err = r.stderr.decode().strip()
+    assert len(err.splitlines()) == 1 and "Traceback" not in err, err
+    assert err.startswith("hmb broker:") and named in err, err
+    assert r.stdout == b""  # refused before serving
