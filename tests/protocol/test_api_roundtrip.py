@@ -1,7 +1,8 @@
 """hypothesis round-trips for every request and response schema: ``decode(encode(x)) == x``.
 
 Strategies are generated from our own Struct/Array/type tree, so a new schema is covered the
-moment it is registered. Each schema also runs explicit edge cases (@example): everything null
+moment it is registered (the consumer embedded protocol's classes, which have no API key, are
+listed here by hand). Each schema also runs explicit edge cases (@example): everything null
 or empty, every integer at its minimum, every integer at its maximum with long strings, and
 zero-length versus null record sets. The compiled fast paths are checked against the plain
 field-by-field reference on the same values.
@@ -16,7 +17,13 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from hmbclient.errors import ProtocolError
-from hmbclient.protocol.api import REQUESTS, RESPONSES, ApiKey
+from hmbclient.protocol.api import (
+    REQUESTS,
+    RESPONSES,
+    ApiKey,
+    ConsumerProtocolMemberAssignment,
+    ConsumerProtocolMemberMetadata,
+)
 from hmbclient.protocol.types import (
     Array,
     Boolean,
@@ -102,7 +109,11 @@ def plain(t: Type, x: Any) -> Any:
     return x
 
 
-CLASSES = [REQUESTS[p] for p in sorted(REQUESTS)] + [RESPONSES[p] for p in sorted(RESPONSES)]
+CLASSES = (
+    [REQUESTS[p] for p in sorted(REQUESTS)]
+    + [RESPONSES[p] for p in sorted(RESPONSES)]
+    + [c[v] for c in (ConsumerProtocolMemberMetadata, ConsumerProtocolMemberAssignment) for v in sorted(c)]
+)
 
 
 def _check(cls: Any, value: Any) -> None:

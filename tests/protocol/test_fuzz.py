@@ -2,7 +2,8 @@
 ProtocolError - never struct.error, IndexError, UnicodeDecodeError, TypeError, ValueError,
 MemoryError, a hang, or an allocation past the frame.
 
-Inputs: random bytes, and valid encodings of every request/response class mutated (bit flips,
+Inputs: random bytes, and valid encodings of every request/response class (and of the
+consumer embedded protocol's metadata and assignment) mutated (bit flips,
 hostile 32/16-bit values such as 0x7fffffff counts and lengths, truncation, insertion, deletion,
 duplication), fed to every ``decode`` and, framed and split at random points, to
 ``ClientConnection`` and ``ServerConnection``. Bounded example counts keep the file fast.
@@ -20,7 +21,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from hmbclient.errors import ProtocolError
-from hmbclient.protocol.api import REQUESTS, RESPONSES
+from hmbclient.protocol.api import (
+    REQUESTS,
+    RESPONSES,
+    ConsumerProtocolMemberAssignment,
+    ConsumerProtocolMemberMetadata,
+    decode_member_assignment,
+    decode_member_metadata,
+)
 from hmbclient.protocol.frame import NEED_DATA, ClientConnection, ServerConnection, encode_request
 from hmbclient.protocol.types import (
     Array,
@@ -36,7 +44,11 @@ from hmbclient.protocol.types import (
 
 pytestmark = pytest.mark.timeout(120)
 
-CLASSES = [REQUESTS[p] for p in sorted(REQUESTS)] + [RESPONSES[p] for p in sorted(RESPONSES)]
+CLASSES = (
+    [REQUESTS[p] for p in sorted(REQUESTS)]
+    + [RESPONSES[p] for p in sorted(RESPONSES)]
+    + [c[v] for c in (ConsumerProtocolMemberMetadata, ConsumerProtocolMemberAssignment) for v in sorted(c)]
+)
 HOSTILE32 = [0x7FFFFFFF, 0xFFFFFFFF, 0x80000000, 0xFFFFFFFE, 0x00FFFFFF, 0x00010000]
 HOSTILE16 = [0x7FFF, 0xFFFF, 0x8000, 0xFFFE]
 # the ones that matter most for counts and lengths, for the exhaustive (every offset) pass
@@ -107,6 +119,23 @@ def test_decode_random_and_mutated(cls: Any) -> None:
     @given(_inputs(cls))
     def check(data: bytes) -> None:
         must_decode_or_protocol_error(cls, data)
+
+    check()
+
+
+@pytest.mark.parametrize("decode", [decode_member_metadata, decode_member_assignment], ids=lambda f: f.__name__)
+def test_consumer_protocol_version_dispatch(decode: Any) -> None:
+    """The embedded protocol's decoders pick a class from the first two bytes (any version,
+    newer ones read leniently): seeds of every class, mutated, still decode or fail cleanly."""
+    seeds = [seed for cls in CLASSES if not hasattr(cls, "API_KEY") for seed in SEEDS[cls]]
+
+    @settings(max_examples=200, deadline=None, suppress_health_check=list(HealthCheck), database=None)
+    @given(st.one_of(st.binary(max_size=64), st.sampled_from(seeds).flatmap(mutated)))
+    def check(data: bytes) -> None:
+        try:
+            decode(data)
+        except ProtocolError:
+            pass
 
     check()
 
