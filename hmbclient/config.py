@@ -1183,6 +1183,44 @@ class BrokerConfig(ConfigBase):
     offsets_retention_minutes: int = setting(
         1_440, min=1, doc="offsets.retention.minutes: drop committed offsets older than this"
     )
+    offsets_topic_replication_factor: int = setting(
+        3,
+        min=1,
+        doc="offsets.topic.replication.factor: replicas of __consumer_offsets (capped at the live brokers)",
+    )
+    min_insync_replicas: int = setting(
+        1, min=1, doc="min.insync.replicas: ISR size an acks=-1 produce needs"
+    )
+    replica_lag_time_max_ms: int = setting(
+        10_000, min=1, doc="replica.lag.time.max.ms: a follower not caught up this long leaves the ISR"
+    )
+    replica_fetch_wait_max_ms: int = setting(
+        500, min=0, doc="replica.fetch.wait.max.ms: max wait of a follower's fetch"
+    )
+    replica_fetch_max_bytes: int = setting(
+        1024 * 1024, min=1, doc="replica.fetch.max.bytes: bytes a follower asks per partition"
+    )
+    replica_fetch_backoff_ms: int = setting(
+        200, min=0, doc="replica.fetch.backoff.ms: pause after a failed follower fetch"
+    )
+    replica_high_watermark_checkpoint_interval_ms: int = setting(
+        5_000, min=1, doc="replica.high.watermark.checkpoint.interval.ms: how often HWs are saved"
+    )
+    unclean_leader_election_enable: bool = setting(
+        False, doc="unclean.leader.election.enable: elect a replica outside the ISR (may lose data)"
+    )
+    controlled_shutdown_enable: bool = setting(
+        True, doc="controlled.shutdown.enable: move leaderships away before stopping"
+    )
+    controlled_shutdown_max_retries: int = setting(
+        3, min=0, doc="controlled.shutdown.max.retries: attempts before stopping anyway"
+    )
+    controlled_shutdown_retry_backoff_ms: int = setting(
+        500, min=0, doc="controlled.shutdown.retry.backoff.ms: pause between attempts"
+    )
+    controller_socket_timeout_ms: int = setting(
+        30_000, min=1, doc="controller.socket.timeout.ms: the controller's wait for a broker's answer"
+    )
 
     def _validate(self) -> None:
         super()._validate()
