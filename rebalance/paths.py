@@ -21,6 +21,12 @@ state) come out in hash-trie order, which we reproduce. Timestamps are decimal s
 Java writes them. Decoding is tolerant: any field order, timestamps as strings or numbers,
 unknown fields ignored, and later broker registrations (version 2+, ``endpoints``) accepted.
 
+Topic names: :func:`is_valid_topic_name` is the project's one statement of Kafka's rule (1-249
+characters of ``[a-zA-Z0-9._-]``, not ``.`` or ``..``), used by the embedded broker, the
+group rebalancer and the Spark integration alike. It lives here because a topic name is a
+znode name (``/brokers/topics/<topic>``) and a directory name, and because every layer may
+import this module.
+
 Pure functions only; nothing here talks to ZooKeeper. Malformed znode data raises
 :class:`ZnodeDataError` (a ``ValueError``).
 """
@@ -29,6 +35,7 @@ from __future__ import annotations
 
 import json
 import platform
+import re
 import time
 import uuid
 from collections.abc import Iterable, Mapping
@@ -44,6 +51,10 @@ __all__ = [
     "CONTROLLER_EPOCH_PATH",
     "Pattern",
     "ZnodeDataError",
+    "MAX_TOPIC_NAME_LENGTH",
+    "TOPIC_NAME_PATTERN",
+    "TOPIC_NAME_RULE",
+    "is_valid_topic_name",
     "consumer_group_path",
     "consumer_ids_path",
     "consumer_registration_path",
@@ -98,6 +109,37 @@ _PATTERNS: tuple[str, ...] = ("static", "white_list", "black_list")
 
 class ZnodeDataError(ValueError):
     """A znode holds data that does not parse as the Kafka 0.8 layout says it should."""
+
+
+# --------------------------------------------------------------------- topic names
+
+#: Longest legal topic name (Kafka's limit, so that ``<topic>-<partition>`` fits a file name).
+MAX_TOPIC_NAME_LENGTH = 249
+
+#: A legal topic name as a regular expression (without anchors; ``.`` and ``..`` match it
+#: but are not legal, see :func:`is_valid_topic_name`).
+TOPIC_NAME_PATTERN = rf"[a-zA-Z0-9._-]{{1,{MAX_TOPIC_NAME_LENGTH}}}"
+
+#: Kafka's topic-name rule in words, for error messages.
+TOPIC_NAME_RULE = f"1-{MAX_TOPIC_NAME_LENGTH} characters of [a-zA-Z0-9._-], not '.' or '..'"
+
+_TOPIC_NAME = re.compile(TOPIC_NAME_PATTERN)
+
+
+def is_valid_topic_name(name: object) -> bool:
+    """Whether ``name`` is a legal Kafka topic name (:data:`TOPIC_NAME_RULE`).
+
+    Args:
+        name: Anything; only a string can be a topic name.
+
+    Returns:
+        True for 1-249 characters of ``[a-zA-Z0-9._-]`` other than ``.`` and ``..``.
+    """
+    return (
+        isinstance(name, str)
+        and name not in (".", "..")
+        and _TOPIC_NAME.fullmatch(name) is not None
+    )
 
 
 # --------------------------------------------------------------------- paths

@@ -70,6 +70,32 @@ def test_bad_path_elements(call: object) -> None:
         call()  # type: ignore[operator]
 
 
+@pytest.mark.parametrize(
+    ("name", "legal"),
+    [
+        ("events", True),
+        ("a.b_c-D9", True),
+        ("x" * 249, True),
+        ("x" * 250, False),
+        ("", False),
+        (".", False),
+        ("..", False),
+        ("../x", False),
+        ("a/b", False),
+        ("caf\u00e9", False),
+        ("a\n", False),
+        (7, False),
+        (None, False),
+    ],
+)
+def test_topic_name_rule(name: object, legal: bool) -> None:
+    assert paths.is_valid_topic_name(name) is legal
+    # The broker's check and the group subscription's check are this one rule.
+    from hmbclient.broker.topics import is_valid_topic_name
+
+    assert is_valid_topic_name is paths.is_valid_topic_name
+
+
 def test_ids_follow_java_format() -> None:
     cid = paths.make_consumer_id(
         "billing", hostname="host1", now_ms=1411020563145, uuid8="0f1e2d3c"

@@ -22,7 +22,7 @@ from hmbclient.broker.metadata import NO_LEADER, ClusterView
 from hmbclient.broker.producer_ids import INIT_PRODUCER_ID, ProducerIdManager
 from hmbclient.broker.replica_manager import ReplicaManager
 from hmbclient.broker.results import AppendResult, FetchInfo, FetchResult
-from hmbclient.broker.topics import TopicManager, is_valid_topic_name
+from hmbclient.broker.topics import TOPIC_NAME_RULE, TopicManager, is_valid_topic_name
 from hmbclient.clock import wall_ms
 from hmbclient.errors import ErrorCode
 from hmbclient.protocol.api import ApiKey, ApiVersionsResponse
@@ -366,7 +366,7 @@ class KafkaApis:
             if t.topic in seen:
                 code, msg = ErrorCode.INVALID_REQUEST, "topic named twice in one request"
             elif not is_valid_topic_name(t.topic):
-                code, msg = ErrorCode.INVALID_TOPIC_EXCEPTION, "illegal topic name: use 1-249 of [a-zA-Z0-9._-], not '.' or '..'"
+                code, msg = ErrorCode.INVALID_TOPIC_EXCEPTION, f"illegal topic name: use {TOPIC_NAME_RULE}"
             elif t.replication_factor not in (-1, 1) and not t.assignments:
                 code, msg = ErrorCode.INVALID_REPLICATION_FACTOR, "the embedded broker keeps one replica per partition"
             elif validate_only:

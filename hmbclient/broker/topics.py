@@ -8,37 +8,31 @@ empty or 250-character name) is an ErrorCode.INVALID_TOPIC_EXCEPTION error and n
 from __future__ import annotations
 
 import logging
-import re
 import threading
 
 from hmbclient.broker.log.manager import LogManager
 from hmbclient.broker.metadata import ClusterView
 from hmbclient.errors import ErrorCode, InvalidTopicError
 
-__all__ = ["validate_topic_name", "is_valid_topic_name", "TopicManager", "MAX_TOPIC_NAME_LENGTH"]
+# The rule itself is shared with the client side (group subscriptions, Spark), which may not
+# import the broker: it lives with the other names of the Kafka layout.
+from rebalance.paths import MAX_TOPIC_NAME_LENGTH, TOPIC_NAME_RULE, is_valid_topic_name
+
+__all__ = [
+    "validate_topic_name",
+    "is_valid_topic_name",
+    "TopicManager",
+    "MAX_TOPIC_NAME_LENGTH",
+    "TOPIC_NAME_RULE",
+]
 
 log = logging.getLogger("hmbclient.broker.topics")
 
-MAX_TOPIC_NAME_LENGTH = 249
-_LEGAL = re.compile(r"[a-zA-Z0-9._-]+")
-
-
-
-def is_valid_topic_name(name: object) -> bool:
-    return (
-        isinstance(name, str)
-        and 0 < len(name) <= MAX_TOPIC_NAME_LENGTH
-        and name not in (".", "..")
-        and _LEGAL.fullmatch(name) is not None
-    )
-
 
 def validate_topic_name(name: object) -> None:
-    """Raise InvalidTopicError unless ``name`` is a legal topic name."""
+    """Raise InvalidTopicError unless ``name`` is a legal topic name (``is_valid_topic_name``)."""
     if not is_valid_topic_name(name):
-        raise InvalidTopicError(
-            f"illegal topic name {name!r}: use 1-{MAX_TOPIC_NAME_LENGTH} of [a-zA-Z0-9._-], not '.' or '..'"
-        )
+        raise InvalidTopicError(f"illegal topic name {name!r}: use {TOPIC_NAME_RULE}")
 
 
 class TopicManager:

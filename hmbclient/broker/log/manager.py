@@ -17,12 +17,13 @@ from collections.abc import Callable
 from hmbclient.broker.log.config import LogConfig
 from hmbclient.broker.log.log import Log
 from hmbclient.errors import StorageError
+from rebalance.paths import TOPIC_NAME_PATTERN
 
 __all__ = ["LogManager", "partition_dir_name"]
 
 log = logging.getLogger("hmbclient.broker.log")
 
-_PARTITION_DIR = re.compile(r"^([a-zA-Z0-9._-]{1,249})-(\d{1,9})$")
+_PARTITION_DIR = re.compile(rf"^({TOPIC_NAME_PATTERN})-(\d{{1,9}})$")
 
 
 def partition_dir_name(topic: str, partition: int) -> str:
