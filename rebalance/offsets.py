@@ -3,10 +3,15 @@
 Contract
 --------
 * The stored value is the decimal *next offset to consume* (Kafka 0.8 writes
-  ``offset.toString`` of the consumed position), persistent, readable by Java tools.
-* :meth:`ZkOffsetStore.fetch` returns None for a partition that has never been committed
-  or whose node holds something that is not a non-negative integer (logged, never raised:
-  the consumer then applies ``auto.offset.reset``).
+  ``offset.toString`` of the consumed position), persistent, readable by Java tools. The path
+  and the encoding are :mod:`rebalance.paths`' (``offset_path``, ``encode_offset``,
+  ``decode_offset``), shared with the Spark integration and ``hmb groups``.
+* :meth:`ZkOffsetStore.fetch` returns None for a partition that has never been committed,
+  or whose znode holds ``-1`` (Kafka 0.8's "no offset"; the consumer then applies
+  ``auto.offset.reset``). A znode holding anything else is damage, not "no offset": fetch
+  raises :class:`~rebalance.paths.ZnodeDataError` naming the path, rather than silently
+  restarting the partition from ``auto.offset.reset`` (the consumer reports it as a
+  ``CoordinationError``).
 * :meth:`ZkOffsetStore.commit` writes every offset of the batch pipelined (``set``; a missing
   node is created with its parents). It raises if any write failed, so the caller never
   believes an offset durable that is not -- the rebalance loop relies on this to keep
@@ -15,7 +20,6 @@ Contract
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Iterable, Mapping
 
 from kazoo.client import KazooClient
@@ -24,8 +28,6 @@ from kazoo.exceptions import NodeExistsError, NoNodeError
 from rebalance import paths
 
 __all__ = ["ZkOffsetStore"]
-
-log = logging.getLogger("hmbclient.rebalance")
 
 TopicPartition = tuple[str, int]
 
@@ -46,16 +48,20 @@ class ZkOffsetStore:
 
     def path(self, tp: TopicPartition) -> str:
         """``/consumers/<g>/offsets/<topic>/<partition>``."""
-        return paths.consumer_offset_path(self.group, tp[0], tp[1])
+        return paths.offset_path(self.group, tp[0], tp[1])
 
     def fetch(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int | None]:
-        """Committed next offsets (None: nothing usable committed).
+        """Committed next offsets (None: nothing committed).
 
         Args:
             partitions: the partitions to read.
 
         Returns:
             ``{tp: offset or None}`` for every requested partition.
+
+        Raises:
+            ZnodeDataError: a znode holds something other than a decimal offset (or ``-1``);
+                the message names its path.
         """
         reads = [(tp, self.zk.get_async(self.path(tp))) for tp in partitions]
         out: dict[TopicPartition, int | None] = {}
@@ -65,12 +71,8 @@ class ZkOffsetStore:
             except NoNodeError:
                 out[tp] = None
                 continue
-            text = data.decode("utf-8", "replace").strip()
-            if text.isdigit():
-                out[tp] = int(text)
-            else:
-                log.warning("offset node %s holds %r, not an offset: ignoring it", self.path(tp), text[:40])
-                out[tp] = None
+            offset = paths.decode_offset(data, self.path(tp))
+            out[tp] = None if offset == paths.NO_OFFSET else offset
         return out
 
     def commit(self, offsets: Mapping[TopicPartition, int]) -> None:
@@ -80,15 +82,18 @@ class ZkOffsetStore:
             offsets: ``{tp: next offset to consume}``; negative values are refused.
 
         Raises:
-            ValueError: a negative offset.
+            ValueError: a negative offset (nothing is written then).
             kazoo errors: a write failed (nothing is retried here).
         """
+        payloads: dict[TopicPartition, bytes] = {}
         for tp, off in offsets.items():
-            if off < 0:
-                raise ValueError(f"refusing to commit negative offset {off} for {tp}")
+            try:
+                payloads[tp] = paths.encode_offset(off)
+            except ValueError as exc:
+                raise ValueError(f"refusing to commit to {self.path(tp)}: {exc}") from None
         sets = [
-            (tp, str(off).encode(), self.zk.set_async(self.path(tp), str(off).encode()))
-            for tp, off in offsets.items()
+            (tp, payload, self.zk.set_async(self.path(tp), payload))
+            for tp, payload in payloads.items()
         ]
         creates = []
         for tp, payload, res in sets:

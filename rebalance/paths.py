@@ -84,6 +84,7 @@ __all__ = [
     "ControllerRegistration",
     "encode_controller",
     "decode_controller",
+    "NO_OFFSET",
     "encode_offset",
     "decode_offset",
     "encode_owner",
@@ -777,42 +778,54 @@ def decode_controller(data: bytes | str | None) -> ControllerRegistration:
 # --------------------------------------------------------------------- offsets, owners
 
 
+#: What an offsets znode may hold: a decimal offset, or ``-1`` -- Kafka 0.8's ``InvalidOffset``,
+#: which the Java consumer reads as "no offset" (it applies ``auto.offset.reset``).
+_OFFSET_TEXT = re.compile(r"-1|[0-9]+")
+
+#: :func:`decode_offset`'s answer for a znode holding ``-1`` ("nothing usable committed").
+NO_OFFSET = -1
+
+
 def encode_offset(offset: int) -> bytes:
-    """Encode an offsets znode: the decimal offset.
+    """Encode an offsets znode: the decimal next offset to consume, as Java 0.8 writes it.
 
     Args:
-        offset: The next offset to consume (>= 0; -1 is tolerated as "none").
+        offset: The next offset to consume (>= 0). Nothing ever commits :data:`NO_OFFSET`:
+            a partition without an offset simply has no znode.
 
     Returns:
         ASCII digits.
 
     Raises:
-        ValueError: Not an int, or below -1.
+        ValueError: Not an int, or negative (the message names the offset).
     """
-    if isinstance(offset, bool) or not isinstance(offset, int) or offset < -1:
-        raise ValueError(f"offset must be an int >= -1, got {offset!r}")
+    if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
+        raise ValueError(f"a committed offset must be an int >= 0, got {offset!r}")
     return str(offset).encode("ascii")
 
 
-def decode_offset(data: bytes | str | None) -> int:
-    """Parse an offsets znode.
+def decode_offset(data: bytes | str | None, path: str | None = None) -> int:
+    """Parse an offsets znode, strictly: a decimal offset or ``-1``, nothing else.
 
     Args:
         data: The znode data (surrounding whitespace tolerated).
+        path: The znode's path, named in the error (recommended for every read from
+            ZooKeeper).
 
     Returns:
-        The offset.
+        The offset, or :data:`NO_OFFSET` (-1) when the znode says there is none.
 
     Raises:
-        ZnodeDataError: Empty or not a decimal integer.
+        ZnodeDataError: No data, or anything but ASCII digits or ``-1`` (a sign, ``_``
+            separators, hex, ...); the message names ``path``.
     """
+    where = f"offset znode {path}" if path is not None else "offset znode"
     if data is None:
-        raise ZnodeDataError("offset: znode has no data")
+        raise ZnodeDataError(f"{where} has no data")
     text = data.decode("ascii", "replace") if isinstance(data, bytes) else data
-    try:
-        return int(text.strip())
-    except ValueError:
-        raise ZnodeDataError(f"offset: not a decimal integer: {text!r}") from None
+    if _OFFSET_TEXT.fullmatch(text.strip()) is None:
+        raise ZnodeDataError(f"{where} holds {text[:40]!r}, not a decimal offset")
+    return int(text)
 
 
 def encode_owner(owner_thread_id: str) -> bytes:

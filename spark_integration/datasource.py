@@ -76,7 +76,7 @@ from spark_integration.offsets import (
     resolve_offsets,
 )
 from spark_integration.options import SourceOptions, parse_options
-from spark_integration.zk import commit_group_offsets
+from spark_integration.zk import commit_group_offsets, start_zk_client
 
 __all__ = [
     "SCHEMA",
@@ -303,7 +303,8 @@ class HmbStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     # -- group offsets -----------------------------------------------------------------------
 
     def _commit_group(self, offsets: Mapping[TopicPartition, int]) -> None:
-        if self.opts.group_id is None or not offsets:
+        group, connect = self.opts.group_id, self.opts.zookeeper_connect
+        if group is None or connect is None or not offsets:
             return
         # Only forward: a late commit(end) of an older batch must not move the group back.
         todo = {tp: o for tp, o in offsets.items() if o > self._committed.get(tp, -1)}
@@ -311,21 +312,12 @@ class HmbStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             return
         try:
             if self._zk is None:
-                from kazoo.client import KazooClient
-
-                zk = KazooClient(hosts=self.opts.zookeeper_connect, timeout=15.0)
-                try:
-                    zk.start(timeout=15.0)
-                except Exception:
-                    zk.close()
-                    raise
-                self._zk = zk
-            commit_group_offsets(self._zk, self.opts.group_id, todo)
+                self._zk = start_zk_client(connect)
+            commit_group_offsets(self._zk, group, todo)
         except Exception as exc:  # noqa: BLE001
             # Group offsets are for lag monitoring only; the checkpoint drives the query, so a
             # ZooKeeper outage must not stop it. The next batch tries again.
-            log.warning("group %s: could not record offsets in ZooKeeper: %r",
-                        self.opts.group_id, exc)
+            log.warning("group %s: could not record offsets in ZooKeeper: %r", group, exc)
             return
         self._committed.update(todo)
 

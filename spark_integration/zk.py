@@ -7,12 +7,16 @@ write the high-level consumer's offset znodes:
     /consumers/<group>/offsets/<topic>/<partition>   data: the next offset to read, as decimal
                                                       ASCII (what the Java 0.8 consumer writes)
 
+The path and the encoding are :mod:`rebalance.paths`' (``offset_path``, ``encode_offset``,
+``decode_offset``), the same the ConsumerConnector uses.
+
 Contract: a committed value is an ``until_offset`` (exclusive end = next offset to consume),
 the same meaning the ConsumerConnector gives it, so a high-level consumer started later in the
 same group resumes exactly after what Spark processed. Writes create missing parents; reads
-treat a missing znode as "nothing committed". Nothing here retries: kazoo's own connection
-retry covers transient loss, and a failed commit raises :class:`~hmbclient.errors.CoordinationError`
-naming the group.
+treat a missing znode (or one holding ``-1``, Kafka 0.8's "no offset") as "nothing
+committed", and a znode holding anything else as damage: :class:`~hmbclient.errors.CoordinationError`
+naming the path. Nothing here retries: kazoo's own connection retry covers transient loss, and
+a failed commit raises ``CoordinationError`` naming the group.
 """
 
 from __future__ import annotations
@@ -23,22 +27,49 @@ from contextlib import contextmanager
 from typing import Any
 
 from hmbclient.errors import CoordinationError
-from rebalance.paths import offset_path
+from rebalance.paths import NO_OFFSET, ZnodeDataError, decode_offset, encode_offset, offset_path
 from spark_integration.offsets import OffsetRange, TopicPartition
 
-__all__ = ["offset_path", "read_group_offsets", "commit_group_offsets", "zk_client"]
+__all__ = [
+    "offset_path",
+    "read_group_offsets",
+    "commit_group_offsets",
+    "start_zk_client",
+    "zk_client",
+]
 
 log = logging.getLogger("hmbclient.spark")
 
 _ZK_TIMEOUT_S = 15.0
 
 
+def start_zk_client(connect: str) -> Any:
+    """A started KazooClient for ``connect``; the caller stops and closes it.
+
+    Args:
+        connect: ``"host:port[,host:port][/chroot]"``.
+
+    Raises:
+        CoordinationError: ZooKeeper could not be reached within 15 s.
+    """
+    from kazoo.client import KazooClient
+    from kazoo.handlers.threading import KazooTimeoutError
+
+    client = KazooClient(hosts=connect, timeout=_ZK_TIMEOUT_S)
+    try:
+        client.start(timeout=_ZK_TIMEOUT_S)
+    except KazooTimeoutError as exc:
+        client.close()
+        raise CoordinationError(f"cannot reach ZooKeeper at {connect}: {exc}") from exc
+    return client
+
+
 @contextmanager
 def zk_client(zookeeper: Any) -> Iterator[Any]:
     """Yield a started KazooClient: ``zookeeper`` is a connect string or a started client.
 
-    A client passed in is used as is and left open; one made from a connect string is
-    stopped and closed on exit.
+    A client passed in is used as is and left open; one made from a connect string (see
+    :func:`start_zk_client`) is stopped and closed on exit.
 
     Raises:
         CoordinationError: ZooKeeper could not be reached within 15 s.
@@ -46,15 +77,7 @@ def zk_client(zookeeper: Any) -> Iterator[Any]:
     if not isinstance(zookeeper, str):
         yield zookeeper
         return
-    from kazoo.client import KazooClient
-    from kazoo.handlers.threading import KazooTimeoutError
-
-    client = KazooClient(hosts=zookeeper, timeout=_ZK_TIMEOUT_S)
-    try:
-        client.start(timeout=_ZK_TIMEOUT_S)
-    except KazooTimeoutError as exc:
-        client.close()
-        raise CoordinationError(f"cannot reach ZooKeeper at {zookeeper}: {exc}") from exc
+    client = start_zk_client(zookeeper)
     try:
         yield client
     finally:
@@ -78,7 +101,7 @@ def read_group_offsets(
 
     Raises:
         CoordinationError: ZooKeeper unreachable, or a znode holds something that is not a
-            decimal offset.
+            decimal offset (the message names its path).
     """
     from kazoo.exceptions import NoNodeError
 
@@ -90,10 +113,12 @@ def read_group_offsets(
                 data, _ = zk.get(path)
             except NoNodeError:
                 continue
-            text = data.decode("ascii", "replace").strip()
-            if not text.isdigit():
-                raise CoordinationError(f"{path} holds {text!r}, not a decimal offset")
-            result[(topic, partition)] = int(text)
+            try:
+                offset = decode_offset(data, path)
+            except ZnodeDataError as exc:
+                raise CoordinationError(f"group {group_id!r}: {exc}") from exc
+            if offset != NO_OFFSET:
+                result[(topic, partition)] = offset
     return result
 
 
@@ -115,6 +140,7 @@ def commit_group_offsets(
         The offsets written, ``{(topic, partition): next_offset}``.
 
     Raises:
+        ValueError: A negative offset (nothing is written then).
         CoordinationError: ZooKeeper unreachable or the write failed.
     """
     from kazoo.exceptions import KazooException, NodeExistsError, NoNodeError
@@ -126,10 +152,16 @@ def commit_group_offsets(
         for r in offsets:
             tp = r.topic_partition
             wanted[tp] = max(wanted.get(tp, 0), r.until_offset)
+    # Encode (and so validate) every offset before writing any.
+    writes = []
+    for (topic, partition), next_offset in sorted(wanted.items()):
+        path = offset_path(group_id, topic, partition)
+        try:
+            writes.append((path, topic, partition, next_offset, encode_offset(next_offset)))
+        except ValueError as exc:
+            raise ValueError(f"group {group_id!r}: not committing to {path}: {exc}") from None
     with zk_client(zookeeper) as zk:
-        for (topic, partition), next_offset in sorted(wanted.items()):
-            path = offset_path(group_id, topic, partition)
-            data = str(next_offset).encode("ascii")
+        for path, topic, partition, next_offset, data in writes:
             try:
                 try:
                     zk.set(path, data)

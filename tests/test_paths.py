@@ -194,12 +194,34 @@ def test_decoders_tolerate_field_order_types_and_extras() -> None:
         (paths.decode_consumer_registration, b'{"subscription":{"t":1},"pattern":"regex"}'),
         (paths.decode_consumer_registration, None),
         (paths.decode_offset, b"twelve"),
+        (paths.decode_offset, b""),
+        (paths.decode_offset, None),
+        (paths.decode_offset, b"+5"),
+        (paths.decode_offset, b"1_000"),
+        (paths.decode_offset, b"-2"),
+        (paths.decode_offset, b"0x10"),
+        (paths.decode_offset, "\u0663".encode()),
         (paths.decode_owner, b""),
     ],
 )
 def test_malformed_data_raises_znode_data_error(decode: object, data: bytes | None) -> None:
     with pytest.raises(ZnodeDataError):
         decode(data)  # type: ignore[operator]
+
+
+def test_offsets_are_decimal_and_strict() -> None:
+    assert paths.encode_offset(0) == b"0"
+    assert paths.decode_offset(b"-1") == paths.NO_OFFSET  # Kafka 0.8's "no offset"
+    for bad in (-1, -5, True, 1.0):
+        with pytest.raises(ValueError):
+            paths.encode_offset(bad)  # type: ignore[arg-type]
+    with pytest.raises(ZnodeDataError, match="/consumers/g/offsets/t/0"):
+        paths.decode_offset(b"x", "/consumers/g/offsets/t/0")
+
+
+@given(st.integers(0, 2**63 - 1))
+def test_offset_round_trip(offset: int) -> None:
+    assert paths.decode_offset(paths.encode_offset(offset)) == offset
 
 
 @given(
@@ -267,3 +289,35 @@ def test_layout_in_a_real_zookeeper(zk_client: KazooClient) -> None:
     assert paths.decode_partition_state(
         zk_client.get(paths.partition_state_path("t", 0))[0]
     ).isr == (0,)
+
+
+def test_every_reader_of_offset_znodes_is_strict(zk_client: KazooClient) -> None:
+    """The group's offset store, the consumer's storage and the Spark helpers share one rule:
+    no znode or ``-1`` is "nothing committed"; anything else that is not a decimal offset is
+    an error naming the znode, never a silent restart from auto.offset.reset."""
+    from hmbclient.consumer.offsets import ZooKeeperOffsetStorage
+    from hmbclient.errors import CoordinationError
+    from rebalance.offsets import ZkOffsetStore
+    from spark_integration import commit_group_offsets, read_group_offsets
+
+    store = ZkOffsetStore(zk_client, "strict")
+    store.commit({("t", 0): 5, ("t", 1): 0})
+    assert zk_client.get(paths.offset_path("strict", "t", 0))[0] == b"5"
+    with pytest.raises(ValueError, match="/consumers/strict/offsets/t/2"):
+        store.commit({("t", 3): 1, ("t", 2): -1})
+    assert not zk_client.exists(paths.offset_path("strict", "t", 3))  # nothing written
+    zk_client.create(paths.offset_path("strict", "t", 4), b"-1", makepath=True)
+    wanted = [("t", 0), ("t", 1), ("t", 4), ("t", 9)]
+    assert store.fetch(wanted) == {("t", 0): 5, ("t", 1): 0, ("t", 4): None, ("t", 9): None}
+    assert read_group_offsets(zk_client, "strict", wanted) == {("t", 0): 5, ("t", 1): 0}
+    assert commit_group_offsets(zk_client, "strict", {("t", 1): 7}) == {("t", 1): 7}
+    assert store.fetch([("t", 1)]) == {("t", 1): 7}
+
+    bad = paths.offset_path("strict", "t", 5)
+    zk_client.create(bad, b"5 messages", makepath=True)
+    with pytest.raises(ZnodeDataError, match=bad):
+        store.fetch([("t", 0), ("t", 5)])
+    with pytest.raises(CoordinationError, match=bad):
+        ZooKeeperOffsetStorage(zk_client, "strict").fetch([("t", 5)])
+    with pytest.raises(CoordinationError, match=bad):
+        read_group_offsets(zk_client, "strict", [("t", 5)])

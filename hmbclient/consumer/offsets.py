@@ -37,6 +37,7 @@ from hmbclient.net.retry import retry_policy
 from hmbclient.net.versions import BrokerVersions
 from hmbclient.protocol.api.base import ApiKey
 from rebalance.offsets import ZkOffsetStore
+from rebalance.paths import ZnodeDataError
 
 from .fetcher import build_request
 
@@ -72,7 +73,12 @@ class ZooKeeperOffsetStorage:
         self.store = ZkOffsetStore(zk, group)
 
     def fetch(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int | None]:
-        return self.store.fetch(partitions)
+        try:
+            return self.store.fetch(partitions)
+        except ZnodeDataError as exc:
+            # A damaged offset znode is not "nothing committed": restarting the partition
+            # from auto.offset.reset would silently skip or repeat messages.
+            raise CoordinationError(f"group {self.store.group!r}: {exc}") from exc
 
     def commit(self, offsets: Mapping[TopicPartition, int]) -> None:
         if offsets:
