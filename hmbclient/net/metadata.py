@@ -16,10 +16,11 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NoReturn
+
+import tenacity
 
 from hmbclient.clock import monotonic_ms
 from hmbclient.errors import (
@@ -30,6 +31,7 @@ from hmbclient.errors import (
     for_code,
 )
 from hmbclient.net.client import NetClient
+from hmbclient.net.retry import is_retriable
 from hmbclient.net.versions import BrokerVersions
 from hmbclient.protocol.api.base import ApiKey
 
@@ -77,6 +79,19 @@ class ClusterView:
         if p is None or p.leader < 0 or p.leader not in self.brokers:
             return None
         return p.leader
+
+
+def _unusable(info: TopicInfo | None, topic: str) -> HmbError | None:
+    """Why a topic's metadata does not give every partition a leader yet (None: it does)."""
+    if info is None:
+        return UnknownTopicOrPartitionError(f"topic {topic!r} is not in the broker's metadata")
+    if info.error_code:
+        return for_code(info.error_code)(f"metadata for topic {topic!r}")
+    if not info.partitions:
+        return LeaderNotAvailableError(f"topic {topic!r} has no partitions yet")
+    if any(p.leader < 0 for p in info.partitions.values()):
+        return LeaderNotAvailableError(f"topic {topic!r} has partitions without a leader")
+    return None
 
 
 class Metadata:
@@ -127,46 +142,51 @@ class Metadata:
         """The partition ids of ``topic``, fetching metadata until it is known and every
         partition has a leader, or the timeout passes.
 
+        Retries (tenacity) are deadline-based: a retriable answer or error is followed by a
+        pause of ``retry_backoff_ms`` (less if the deadline is nearer) and another refresh with
+        the time left, until less than a last short attempt's worth (10 ms, or a tenth of
+        ``timeout_ms``) remains.
+
         Raises:
             UnknownTopicOrPartitionError / LeaderNotAvailableError / KafkaConnectionError /
-            RequestTimedOutError: nothing usable within ``timeout_ms``; the last error.
+            RequestTimedOutError: nothing usable within ``timeout_ms``. A broker's own answer
+            ("no such topic") is preferred over the timeout of a last, short attempt; a lost
+            broker is reported over either. A non-retriable error is raised at once.
         """
         t = self.view.topics.get(topic)
         if t is not None and t.partitions and topic not in self._stale:
             return t.partition_ids
         deadline = monotonic_ms() + timeout_ms
-        last: BaseException | None = None
-        answered: BaseException | None = None  # what a broker said, preferred over a timeout
-        while True:
+        last_attempt_ms = min(10.0, timeout_ms / 10)
+        answered: BaseException | None = None  # what a broker said about the topic, last
+
+        def attempt() -> tuple[int, ...]:
+            nonlocal answered
             try:
                 view = self.refresh([topic], timeout_ms=max(1.0, deadline - monotonic_ms()))
-                t = view.topics.get(topic)
-                if t is None:
-                    last = UnknownTopicOrPartitionError(f"topic {topic!r} is not in the broker's metadata")
-                elif t.error_code:
-                    last = for_code(t.error_code)(f"metadata for topic {topic!r}")
-                    if not last.retriable:
-                        raise last
-                elif not t.partitions:
-                    last = LeaderNotAvailableError(f"topic {topic!r} has no partitions yet")
-                elif all(p.leader >= 0 for p in t.partitions.values()):
-                    return t.partition_ids
-                else:
-                    last = LeaderNotAvailableError(f"topic {topic!r} has partitions without a leader")
-                answered = last
-            except HmbError as e:
-                if not e.retriable:
-                    raise
-                last = e
+            except HmbError:
+                self._stale.add(topic)
+                raise
+            problem = _unusable(view.topics.get(topic), topic)
+            if problem is None:
+                return view.topics[topic].partition_ids
+            answered = problem
             self._stale.add(topic)
-            left = deadline - monotonic_ms()
-            if left <= min(10.0, timeout_ms / 10):
-                # A broker's own answer ("no such topic") explains more than the timeout of a
-                # last, short attempt; a lost broker explains more than either.
-                err = last if answered is None or isinstance(last, KafkaConnectionError) else answered
-                assert err is not None
-                raise err
-            time.sleep(min(left, self.retry_backoff_ms) / 1000.0)
+            raise problem
+
+        def give_up(state: tenacity.RetryCallState) -> NoReturn:
+            assert state.outcome is not None
+            last = state.outcome.exception()
+            assert last is not None
+            raise last if answered is None or isinstance(last, KafkaConnectionError) else answered
+
+        retrying = tenacity.Retrying(
+            retry=tenacity.retry_if_exception(is_retriable),
+            stop=lambda _: deadline - monotonic_ms() <= last_attempt_ms,
+            wait=lambda _: max(0.0, min(deadline - monotonic_ms(), self.retry_backoff_ms)) / 1000.0,
+            retry_error_callback=give_up,
+        )
+        return retrying(attempt)
 
     # -- refreshing ------------------------------------------------------------------------
 
