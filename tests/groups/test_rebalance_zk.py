@@ -22,7 +22,7 @@ from kazoo.protocol.connection import _SESSION_EXPIRED
 
 from rebalance import paths
 from rebalance.filters import Blacklist, Whitelist
-from rebalance.rebalancer import Subscription, ZkRebalancer
+from rebalance.rebalancer import MemberState, Subscription, ZkRebalancer
 from rebalance.registry import TopicPartition
 
 from .conftest import unique, wait_for
@@ -84,17 +84,20 @@ class Member:
         self.revocations: list[tuple[list[TopicPartition], bool]] = []
         self.pauses = 0
         self.events: list[str] = []
+        settings: dict[str, Any] = {
+            "session_timeout_ms": SESSION_MS,
+            "rebalance_backoff_ms": 100,
+            "rebalance_max_retries": 20,
+            **kw,
+        }
         self.rb = ZkRebalancer(
             zookeeper_connect=zk,
             group=group,
             consumer_id=paths.make_consumer_id(group),
             subscription=sub,
             listener=self,
-            session_timeout_ms=SESSION_MS,
-            rebalance_backoff_ms=100,
-            rebalance_max_retries=20,
             status=lambda kind, fields: self.events.append(kind),
-            **kw,
+            **settings,
         )
 
     # OwnershipListener
@@ -335,6 +338,26 @@ def test_claim_waits_for_the_previous_owner_without_releasing_anything(
     assert time.monotonic() - t0 < 3, "a release wakes the waiting claim (owner-node watch)"
 
 
+def test_claims_out_of_retries_await_release_without_reporting_stable(
+    admin_zk: KazooClient, brokers_registered: None, members: Any, zk_connect: str
+) -> None:
+    topic, group = unique("ar"), unique("g")
+    make_topic(admin_zk, topic, 4)
+    squatter = KazooClient(zk_connect)
+    squatter.start(timeout=15)
+    squatter.create(paths.owner_path(group, topic, 0), b"ghost-0", ephemeral=True, makepath=True)
+    m = members(group, Subscription(topic_counts={topic: 1}), rebalance_max_retries=1)
+    # Two claim attempts, then the round ends with partition 0 still held elsewhere.
+    wait_for(lambda: m.rb.state is MemberState.AWAITING_RELEASE, 10, "the round to give up on partition 0")
+    assert "rebalance_incomplete" in m.events
+    assert len(m.assigned) == 3 and not m.revocations, "nothing released while waiting"
+    assert not m.rb.await_rebalance(0.5), "a share with a partition missing is not stable"
+    squatter.stop()  # session closed: its owner node goes away, the watch starts a round
+    squatter.close()
+    assert m.rb.await_rebalance(10)
+    assert m.rb.state is MemberState.STABLE and len(m.assigned) == 4
+
+
 def test_expired_session_reregisters_and_takes_its_share_back(
     admin_zk: KazooClient, brokers_registered: None, members: Any, zk_connect: str, ledger: Ledger
 ) -> None:
@@ -351,6 +374,7 @@ def test_expired_session_reregisters_and_takes_its_share_back(
     thief.close()
     wait_for(lambda: a.rb.zk.client_id is not None and a.rb.zk.client_id[0] != old_session[0], 20, "a new session")
     settle([a, b], 12)
+    assert a.rb.state is MemberState.STABLE
     assert a.pauses >= 1
     # The session's partitions were given up without a commit (a new owner may be committing).
     assert any(not commit for _, commit in a.revocations)
