@@ -121,12 +121,12 @@ class Registration:
         Returns:
             ``{topic: [<consumer_id>-0, <consumer_id>-1, ...]}``.
         """
-        flt = self.topic_filter()
-        if flt is None:
+        topic_filter = self.topic_filter()
+        if topic_filter is None:
             counts = dict(self.subscription)
         else:
             (n,) = self.subscription.values()
-            counts = {t: n for t in all_topics if flt.is_topic_allowed(t, exclude_internal_topics)}
+            counts = {t: n for t in all_topics if topic_filter.is_topic_allowed(t, exclude_internal_topics)}
         return {t: paths.thread_ids(self.consumer_id, n) for t, n in counts.items()}
 
 
@@ -215,8 +215,8 @@ class GroupRegistry:
     @property
     def session_id(self) -> int:
         """The current ZooKeeper session id (0 when there is none)."""
-        cid = self.zk.client_id
-        return int(cid[0]) if cid else 0
+        client_id = self.zk.client_id  # (session id, password), None without a session
+        return int(client_id[0]) if client_id else 0
 
     def _is_ours(self, data: bytes | None, stat: ZnodeStat, tid: str | None = None) -> bool:
         if stat.ephemeralOwner != self.session_id:

@@ -1,12 +1,14 @@
-"""The high-level consumer: ``Consumer.create(config) -> ConsumerConnector`` (seed 003 §5.1, §5.6).
+"""The high-level consumer: ``Consumer.create(config) -> ConsumerConnector``, Kafka 0.8's
+``kafka.consumer.Consumer`` and ``ZookeeperConsumerConnector`` (group membership and partition
+ownership in ZooKeeper, streams per consuming thread).
 
 Usage::
 
     connector = Consumer.create({"zookeeper.connect": zk, "group.id": "billing",
                                  "auto.offset.reset": "smallest", "consumer.timeout.ms": 5000})
     streams = connector.create_message_streams({"events": 2}, value_decoder=StringDecoder())
-    for mam in streams["events"][0]:
-        handle(mam.message)
+    for message_and_metadata in streams["events"][0]:
+        handle(message_and_metadata.message)
     connector.shutdown()
 
 Pieces: a :class:`rebalance.rebalancer.ZkRebalancer` (membership, ownership, the rebalance
@@ -205,7 +207,7 @@ class ConsumerConnector:
             CoordinationError: ZooKeeper could not be reached.
         """
         try:
-            sub = Subscription(topic_counts=dict(topic_count_map))
+            subscription = Subscription(topic_counts=dict(topic_count_map))
         except (ValueError, TypeError) as exc:
             raise ConfigError(str(exc)) from None
         with self._lock:
@@ -218,10 +220,10 @@ class ConsumerConnector:
                     raise
             streams = {
                 topic: [self._new_stream(f"{topic}-{i}", key_decoder, value_decoder) for i in range(n)]
-                for topic, n in sub.topic_counts.items()  # type: ignore[union-attr]
+                for topic, n in subscription.topic_counts.items()  # type: ignore[union-attr]
             }
             self._streams_by_topic = streams
-            self._start_or_reset(sub)
+            self._start_or_reset(subscription)
             return {t: list(s) for t, s in streams.items()}
 
     def create_message_streams_by_filter(
@@ -248,7 +250,7 @@ class ConsumerConnector:
         if not isinstance(topic_filter, TopicFilter):
             raise ConfigError(f"expected a Whitelist or Blacklist, got {topic_filter!r}")
         try:
-            sub = Subscription(topic_filter=topic_filter, num_streams=num_streams)
+            subscription = Subscription(topic_filter=topic_filter, num_streams=num_streams)
         except (ValueError, TypeError) as exc:
             raise ConfigError(str(exc)) from None
         with self._lock:
@@ -266,7 +268,7 @@ class ConsumerConnector:
                 for i in range(num_streams)
             ]
             self._filter_streams = streams
-            self._start_or_reset(sub)
+            self._start_or_reset(subscription)
             return list(streams)
 
     def commit_offsets(self) -> None:
@@ -284,9 +286,9 @@ class ConsumerConnector:
         with self._commit_lock:
             offsets: dict[TopicPartition, int] = {}
             for tp, pti in list(self._ptis.items()):
-                pos = pti.consumed
-                if pos is not None and pos != pti.committed and not pti.revoked:
-                    offsets[tp] = pos
+                position = pti.consumed
+                if position is not None and position != pti.committed and not pti.revoked:
+                    offsets[tp] = position
             if not offsets:
                 return
             try:
@@ -294,10 +296,10 @@ class ConsumerConnector:
             except Exception as exc:
                 self._emit("commit_failed", error=repr(exc), partitions=len(offsets))
                 raise
-            for tp, off in offsets.items():
+            for tp, offset in offsets.items():
                 done = self._ptis.get(tp)
                 if done is not None:
-                    done.committed = off
+                    done.committed = offset
             self._emit("committed", partitions=len(offsets))
 
     def await_rebalance(self, timeout: float | None = None) -> bool:
@@ -309,11 +311,11 @@ class ConsumerConnector:
         Returns:
             True when settled, False on timeout (or before streams were created).
         """
-        rb = self._rebalancer
-        if rb is None:
+        rebalancer = self._rebalancer
+        if rebalancer is None:
             return False
         deadline = None if timeout is None else time.monotonic() + timeout
-        if not rb.await_rebalance(timeout):
+        if not rebalancer.await_rebalance(timeout):
             return False
         for member in list(self._members):
             left = None if deadline is None else max(0.0, deadline - time.monotonic())
@@ -323,8 +325,8 @@ class ConsumerConnector:
 
     def owned_partitions(self) -> dict[TopicPartition, str]:
         """Partitions this connector currently owns (``tp -> thread id``)."""
-        rb = self._rebalancer
-        out = dict(rb.owned) if rb is not None else {}
+        rebalancer = self._rebalancer
+        out = dict(rebalancer.owned) if rebalancer is not None else {}
         for member in list(self._members):
             out.update(member.owned_partitions())
         return out
@@ -359,8 +361,8 @@ class ConsumerConnector:
         finally:
             if self._fetchers is not None:
                 self._fetchers.close()
-            for s in self._all_streams:
-                s._close()
+            for stream in self._all_streams:
+                stream._close()
             if self._client is not None:
                 self._client.close()
 
@@ -402,21 +404,21 @@ class ConsumerConnector:
                 log.exception("status listener failed on %s", event.kind)
 
     def _new_stream(self, name: str, key_decoder: Any, value_decoder: Any) -> KafkaStream:
-        s = KafkaStream(
+        stream = KafkaStream(
             name,
             queued_max_chunks=self.config.queued_max_message_chunks,
             consumer_timeout_ms=self.config.consumer_timeout_ms,
             key_decoder=key_decoder,
             value_decoder=value_decoder,
         )
-        self._all_streams.append(s)
-        return s
+        self._all_streams.append(stream)
+        return stream
 
-    def _start_or_reset(self, sub: Subscription) -> None:
+    def _start_or_reset(self, subscription: Subscription) -> None:
         # A failed start (ZooKeeper unreachable, no brokers) leaves the connector as it was,
         # so the caller may fix the cause and create streams again.
         try:
-            self._start(sub)
+            self._start(subscription)
         except BaseException:
             self._stop_parts()
             if self._rebalancer is not None:
@@ -435,48 +437,18 @@ class ConsumerConnector:
         self._metadata = None
         self._storage = None
 
-    def _start(self, sub: Subscription) -> None:
+    def _start(self, subscription: Subscription) -> None:
+        # ZooKeeper first (it may name the brokers), then the broker side, then join the group.
         cfg = self.config
-        rb = ZkRebalancer(
-            zookeeper_connect=cfg.zookeeper_connect,
-            group=self.group,
-            consumer_id=self.consumer_id,
-            subscription=sub,
-            listener=self,
-            assignor=cfg.partition_assignment_strategy,
-            session_timeout_ms=cfg.zookeeper_session_timeout_ms,
-            connection_timeout_ms=cfg.zookeeper_connection_timeout_ms,
-            rebalance_backoff_ms=cfg.rebalance_backoff_ms,
-            rebalance_max_retries=cfg.rebalance_max_retries,
-            exclude_internal_topics=cfg.exclude_internal_topics,
-            metadata_partitions=self._metadata_partitions if cfg.metadata_broker_list else None,
-            status=self._on_status,
-        )
-        self._rebalancer = rb
+        rebalancer = self._rebalancer = self._new_rebalancer(subscription)
         try:
-            rb.connect()
-            brokers = rb.registry.brokers()
+            rebalancer.connect()
+            brokers = rebalancer.registry.brokers()
         except (KazooException, KazooTimeoutError) as exc:
             raise CoordinationError(
                 f"cannot reach ZooKeeper at {cfg.zookeeper_connect!r}: {type(exc).__name__}: {exc}"
             ) from exc
-        bootstrap: Any = list(cfg.metadata_broker_list)
-        if not bootstrap:
-            if not brokers:
-                raise ConfigError(
-                    "no brokers registered in ZooKeeper under /brokers/ids and no "
-                    "metadata.broker.list: set metadata_broker_list for brokers that do not "
-                    "register in ZooKeeper (Tansu, HMB)"
-                )
-            bootstrap = [(b.host, b.port) for b in brokers]
-        self._client = NetClient(
-            bootstrap,
-            client_id=cfg.client_id,
-            api_version=cfg.api_version,
-            request_timeout_ms=cfg.socket_timeout_ms,
-            receive_buffer_bytes=cfg.socket_receive_buffer_bytes if cfg.socket_receive_buffer_bytes > 0 else None,
-            name=f"hmb-consumer-io-{self.group}",
-        )
+        self._client = self._new_client(brokers)
         self._metadata = Metadata(self._client, allow_auto_topic_creation=False)
         self._fetchers = FetcherManager(
             self._client,
@@ -488,20 +460,9 @@ class ConsumerConnector:
             refresh_leader_backoff_ms=cfg.refresh_leader_backoff_ms,
             request_timeout_ms=cfg.socket_timeout_ms,
         )
-        zk_storage = ZooKeeperOffsetStorage(rb.zk, self.group)
-        if cfg.offsets_storage == "kafka":
-            kafka = KafkaOffsetStorage(
-                self._client,
-                self.group,
-                max_retries=cfg.offsets_commit_max_retries,
-                backoff_ms=cfg.offsets_channel_backoff_ms,
-                timeout_ms=cfg.offsets_channel_socket_timeout_ms,
-            )
-            self._storage = DualOffsetStorage(kafka, zk_storage) if cfg.dual_commit_enabled else kafka
-        else:
-            self._storage = zk_storage
+        self._storage = self._new_offset_storage(rebalancer, self._client)
         try:
-            rb.start()
+            rebalancer.start()
         except (KazooException, KazooTimeoutError) as exc:
             raise CoordinationError(f"cannot register in group {self.group!r}: {exc}") from exc
         if cfg.auto_commit_enable:
@@ -510,12 +471,67 @@ class ConsumerConnector:
             )
             self._auto_commit_thread.start()
 
+    def _new_rebalancer(self, subscription: Subscription) -> ZkRebalancer:
+        cfg = self.config
+        return ZkRebalancer(
+            zookeeper_connect=cfg.zookeeper_connect,
+            group=self.group,
+            consumer_id=self.consumer_id,
+            subscription=subscription,
+            listener=self,
+            assignor=cfg.partition_assignment_strategy,
+            session_timeout_ms=cfg.zookeeper_session_timeout_ms,
+            connection_timeout_ms=cfg.zookeeper_connection_timeout_ms,
+            rebalance_backoff_ms=cfg.rebalance_backoff_ms,
+            rebalance_max_retries=cfg.rebalance_max_retries,
+            exclude_internal_topics=cfg.exclude_internal_topics,
+            metadata_partitions=self._metadata_partitions if cfg.metadata_broker_list else None,
+            status=self._on_status,
+        )
+
+    def _new_client(self, brokers: list[BrokerInfo] | None) -> NetClient:
+        # Bootstrap from metadata.broker.list, else from the brokers registered in ZooKeeper.
+        cfg = self.config
+        bootstrap: Any = list(cfg.metadata_broker_list)
+        if not bootstrap:
+            if not brokers:
+                raise ConfigError(
+                    "no brokers registered in ZooKeeper under /brokers/ids and no "
+                    "metadata.broker.list: set metadata_broker_list for brokers that do not "
+                    "register in ZooKeeper (Tansu, HMB)"
+                )
+            bootstrap = [(broker.host, broker.port) for broker in brokers]
+        return NetClient(
+            bootstrap,
+            client_id=cfg.client_id,
+            api_version=cfg.api_version,
+            request_timeout_ms=cfg.socket_timeout_ms,
+            receive_buffer_bytes=cfg.socket_receive_buffer_bytes if cfg.socket_receive_buffer_bytes > 0 else None,
+            name=f"hmb-consumer-io-{self.group}",
+        )
+
+    def _new_offset_storage(self, rebalancer: ZkRebalancer, client: NetClient) -> OffsetStorage:
+        # offsets.storage=zookeeper (default) or kafka, the latter optionally dual-committing
+        # to ZooKeeper too while a group migrates.
+        cfg = self.config
+        zk_storage = ZooKeeperOffsetStorage(rebalancer.zk, self.group)
+        if cfg.offsets_storage != "kafka":
+            return zk_storage
+        kafka = KafkaOffsetStorage(
+            client,
+            self.group,
+            max_retries=cfg.offsets_commit_max_retries,
+            backoff_ms=cfg.offsets_channel_backoff_ms,
+            timeout_ms=cfg.offsets_channel_socket_timeout_ms,
+        )
+        return DualOffsetStorage(kafka, zk_storage) if cfg.dual_commit_enabled else kafka
+
     def _metadata_partitions(self, topics: list[str] | None) -> Mapping[str, list[int]]:
         # Partition discovery for brokers that are not in ZooKeeper (Tansu, HMB): Metadata API.
-        md = self._metadata
-        if md is None:
+        metadata = self._metadata
+        if metadata is None:
             raise CoordinationError("metadata is not available yet")
-        view = md.refresh(topics, timeout_ms=self.config.socket_timeout_ms)
+        view = metadata.refresh(topics, timeout_ms=self.config.socket_timeout_ms)
         out: dict[str, list[int]] = {}
         for name, info in view.topics.items():
             if topics is not None and name not in topics:
@@ -535,22 +551,22 @@ class ConsumerConnector:
     # ------------------------------------------------------------------ OwnershipListener
 
     def _stream_for(self, tp: TopicPartition, tid: str) -> KafkaStream:
-        idx = thread_index(self.consumer_id, tid)
-        if idx is None:
+        index = thread_index(self.consumer_id, tid)
+        if index is None:
             raise CoordinationError(f"thread id {tid!r} is not one of {self.consumer_id}'s")
         if self._filter_streams is not None:
-            return self._filter_streams[idx]
-        return self._streams_by_topic[tp[0]][idx]
+            return self._filter_streams[index]
+        return self._streams_by_topic[tp[0]][index]
 
     def on_pause(self) -> None:
         self._paused = True
-        for s in self._all_streams:
-            s._pause(True)
+        for stream in self._all_streams:
+            stream._pause(True)
 
     def on_resume(self) -> None:
         self._paused = False
-        for s in self._all_streams:
-            s._pause(False)
+        for stream in self._all_streams:
+            stream._pause(False)
 
     def on_revoke(self, partitions: Mapping[TopicPartition, str], commit: bool) -> None:
         # 1. Stop hand-out: after _revoke returns, not one more message of tp leaves its stream.
@@ -559,10 +575,10 @@ class ConsumerConnector:
             pti = self._ptis.pop(tp, None)
             if pti is None:
                 continue
-            pos = pti.stream._revoke(pti)
+            position = pti.stream._revoke(pti)
             stopped.append(tp)
-            if pos is not None and pos != pti.committed:
-                self._pending[tp] = pos
+            if position is not None and position != pti.committed:
+                self._pending[tp] = position
         if self._fetchers is not None:
             self._fetchers.remove(partitions)
         if stopped and self._rebalance_listener is not None:
@@ -617,7 +633,7 @@ class ConsumerConnector:
 
     def on_brokers_changed(self, brokers: list[BrokerInfo] | None) -> None:
         if brokers and self._client is not None:
-            self._client.update_brokers({b.broker_id: (b.host, b.port) for b in brokers})
+            self._client.update_brokers({broker.broker_id: (broker.host, broker.port) for broker in brokers})
         if self._metadata is not None:
             self._metadata.invalidate()
 

@@ -62,13 +62,13 @@ def _fit(schema: Struct, value: Any) -> Any:
     if not isinstance(value, dict):
         return value
     out = {}
-    for name, typ in schema.fields:
+    for name, field_type in schema.fields:
         if name not in value:
             continue
-        v = value[name]
-        if isinstance(typ, Array) and isinstance(typ.item, Struct) and v is not None:
-            v = [_fit(typ.item, x) for x in v]
-        out[name] = v
+        field_value = value[name]
+        if isinstance(field_type, Array) and isinstance(field_type.item, Struct) and field_value is not None:
+            field_value = [_fit(field_type.item, item) for item in field_value]
+        out[name] = field_value
     return out
 
 
@@ -90,10 +90,10 @@ def list_offsets(
     Returns:
         ``{tp: offset}`` or ``{tp: error}`` per partition.
     """
-    ts = LATEST_TIMESTAMP if latest else EARLIEST_TIMESTAMP
+    timestamp = LATEST_TIMESTAMP if latest else EARLIEST_TIMESTAMP
     by_topic: dict[str, list[int]] = {}
-    for t, p in partitions:
-        by_topic.setdefault(t, []).append(p)
+    for topic, partition in partitions:
+        by_topic.setdefault(topic, []).append(partition)
 
     def build(versions: BrokerVersions) -> Any:
         return build_request(
@@ -103,28 +103,28 @@ def list_offsets(
             isolation_level=0,
             topics=[
                 {
-                    "topic": t,
+                    "topic": topic,
                     "partitions": [
-                        {"partition": p, "timestamp": ts, "max_num_offsets": 1, "current_leader_epoch": -1}
-                        for p in ps
+                        {"partition": p, "timestamp": timestamp, "max_num_offsets": 1, "current_leader_epoch": -1}
+                        for p in partition_ids
                     ],
                 }
-                for t, ps in by_topic.items()
+                for topic, partition_ids in by_topic.items()
             ],
         )
 
     resp = client.call(node_id, build, timeout_ms=timeout_ms)
     out: dict[TopicPartition, int | BaseException] = {}
-    for t in resp.topics:
-        for p in t.partitions:
-            tp = (t.topic, p.partition)
-            if p.error_code:
-                out[tp] = for_code(p.error_code)(f"ListOffsets {t.topic}-{p.partition}")
-            elif hasattr(p, "old_style_offsets"):
-                offs = list(p.old_style_offsets)
-                out[tp] = offs[0] if offs else 0
+    for topic in resp.topics:
+        for answer in topic.partitions:
+            tp = (topic.topic, answer.partition)
+            if answer.error_code:
+                out[tp] = for_code(answer.error_code)(f"ListOffsets {topic.topic}-{answer.partition}")
+            elif hasattr(answer, "old_style_offsets"):  # v0: a list of offsets
+                offsets = list(answer.old_style_offsets)
+                out[tp] = offsets[0] if offsets else 0
             else:
-                out[tp] = int(p.offset)
+                out[tp] = int(answer.offset)
     return out
 
 
@@ -160,7 +160,7 @@ class _BrokerFetcher:
                 self.partitions = parts
 
     def _run(self) -> None:
-        m = self.manager
+        manager = self.manager
         while not self._stop.is_set():
             parts = {tp: pti for tp, pti in self.partitions.items() if not pti.revoked}
             if not parts:
@@ -177,53 +177,56 @@ class _BrokerFetcher:
                 if self._stop.is_set():
                     return
                 log.info("fetcher for broker %s: %s; finding leaders again", self.node_id, exc)
-                m.metadata.invalidate()
+                manager.metadata.invalidate()
                 for pti in parts.values():
                     self._drop(pti)
-                    m._leaderless(pti)
-                self._stop.wait(m.refresh_leader_backoff_s)
+                    manager._leaderless(pti)
+                self._stop.wait(manager.refresh_leader_backoff_s)
             except Exception:  # noqa: BLE001 - keep fetching other partitions
                 log.exception("fetcher for broker %s failed", self.node_id)
-                self._stop.wait(m.refresh_leader_backoff_s)
+                self._stop.wait(manager.refresh_leader_backoff_s)
 
     def _reset(self, ptis: list[PartitionTopicInfo]) -> None:
-        m = self.manager
+        manager = self.manager
         try:
-            got = list_offsets(m.client, self.node_id, [p.tp for p in ptis], m.reset_to_latest, m.request_timeout_ms)
-        except UnsupportedByBroker as e:
+            offsets = list_offsets(
+                manager.client, self.node_id, [pti.tp for pti in ptis], manager.reset_to_latest,
+                manager.request_timeout_ms,
+            )
+        except UnsupportedByBroker as exc:
             # A broker without ListOffsets (HMB): its logs are never truncated, so the earliest
             # offset is 0; the latest cannot be asked for, so "largest" starts at 0 too.
-            if m.reset_to_latest:
-                log.warning("%s; auto.offset.reset=largest cannot be honoured, starting at 0", e)
-            got = {p.tp: 0 for p in ptis}
+            if manager.reset_to_latest:
+                log.warning("%s; auto.offset.reset=largest cannot be honoured, starting at 0", exc)
+            offsets = {pti.tp: 0 for pti in ptis}
         for pti in ptis:
-            res = got.get(pti.tp)
-            if isinstance(res, int):
+            offset = offsets.get(pti.tp)
+            if isinstance(offset, int):
                 log.info(
                     "%s-%s: no usable committed offset, starting at %s (%s)",
-                    pti.topic, pti.partition, res, "largest" if m.reset_to_latest else "smallest",
+                    pti.topic, pti.partition, offset, "largest" if manager.reset_to_latest else "smallest",
                 )
-                pti.stream._set_position(pti, res)
-                pti.fetch_offset = res
+                pti.stream._set_position(pti, offset)
+                pti.fetch_offset = offset
             else:
                 self._drop(pti)
-                m._leaderless(pti)
+                manager._leaderless(pti)
 
     def _fetch_once(self, parts: dict[TopicPartition, PartitionTopicInfo]) -> None:
-        m = self.manager
+        manager = self.manager
         by_topic: dict[str, list[dict[str, Any]]] = {}
         asked: dict[TopicPartition, int] = {}
         for tp, pti in parts.items():
-            off = pti.fetch_offset
-            assert off is not None
-            asked[tp] = off
+            offset = pti.fetch_offset
+            assert offset is not None
+            asked[tp] = offset
             by_topic.setdefault(tp[0], []).append(
                 {
                     "partition": tp[1],
-                    "fetch_offset": off,
+                    "fetch_offset": offset,
                     "log_start_offset": -1,
                     "current_leader_epoch": -1,
-                    "partition_max_bytes": m.fetch_max_bytes,
+                    "partition_max_bytes": manager.fetch_max_bytes,
                 }
             )
 
@@ -232,72 +235,76 @@ class _BrokerFetcher:
                 versions,
                 ApiKey.FETCH,
                 replica_id=-1,
-                max_wait_ms=m.max_wait_ms,
-                min_bytes=m.min_bytes,
+                max_wait_ms=manager.max_wait_ms,
+                min_bytes=manager.min_bytes,
                 max_bytes=0x7FFFFFFF,
                 isolation_level=0,
                 session_id=0,
                 session_epoch=-1,
-                topics=[{"topic": t, "partitions": ps} for t, ps in by_topic.items()],
+                topics=[{"topic": topic, "partitions": asks} for topic, asks in by_topic.items()],
                 forgotten_topics_data=[],
             )
 
-        resp = m.client.call(self.node_id, build, timeout_ms=m.request_timeout_ms + m.max_wait_ms)
+        resp = manager.client.call(
+            self.node_id, build, timeout_ms=manager.request_timeout_ms + manager.max_wait_ms
+        )
         top_error = getattr(resp, "error_code", 0)
         if top_error:
             raise for_code(top_error)(f"Fetch from broker {self.node_id}")
-        for t in resp.topics:
-            for p in t.partitions:
-                tp = (t.topic, p.partition)
-                found = parts.get(tp)
-                if found is None or found.revoked or self._stop.is_set():
+        for topic in resp.topics:
+            for answer in topic.partitions:
+                tp = (topic.topic, answer.partition)
+                owned = parts.get(tp)
+                if owned is None or owned.revoked or self._stop.is_set():
                     continue
-                pti = found
-                if p.error_code:
-                    self._partition_error(pti, for_code(p.error_code)(f"Fetch {t.topic}-{p.partition}"))
+                if answer.error_code:
+                    self._partition_error(owned, for_code(answer.error_code)(f"Fetch {topic.topic}-{answer.partition}"))
                     continue
-                raw = p.records
-                if raw is None or len(raw) == 0:
-                    continue
-                start = asked[tp]
-                try:
-                    records = decode_records(raw)
-                except CorruptRecordError as exc:
-                    self._drop(pti)
-                    pti.stream._fail(pti, exc, self._stop)
-                    continue
-                if records and records[0].offset < start:
-                    records = [r for r in records if r.offset >= start]
-                if not records:
-                    if not decode_records(raw):
-                        # Bytes came back but not one whole message: it is bigger than
-                        # fetch_message_max_bytes and no retry can make progress.
-                        self._drop(pti)
-                        pti.stream._fail(
-                            pti,
-                            MessageSizeTooLargeError(
-                                f"{t.topic}-{p.partition} at offset {start}: a message is larger than "
-                                f"fetch.message.max.bytes ({m.fetch_max_bytes}); raise it to consume"
-                            ),
-                            self._stop,
-                        )
-                    continue
-                nxt = records[-1].offset + 1
-                if pti.stream._enqueue(FetchedChunk(pti, records), self._stop):
-                    # Only advance if nobody reset the position meanwhile.
-                    if pti.fetch_offset == start:
-                        pti.fetch_offset = nxt
+                self._deliver(owned, answer.records, asked[tp])
+
+    def _deliver(self, pti: PartitionTopicInfo, raw: Any, start: int) -> None:
+        # One partition's record bytes from a fetch at offset ``start``: decode (CRC checked)
+        # and queue them as one chunk, or queue the error the stream will raise.
+        if raw is None or len(raw) == 0:
+            return
+        try:
+            records = decode_records(raw)
+        except CorruptRecordError as exc:
+            self._drop(pti)
+            pti.stream._fail(pti, exc, self._stop)
+            return
+        if records and records[0].offset < start:
+            records = [r for r in records if r.offset >= start]
+        if not records:
+            if not decode_records(raw):
+                # Bytes came back but not one whole message: it is bigger than
+                # fetch_message_max_bytes and no retry can make progress.
+                self._drop(pti)
+                pti.stream._fail(
+                    pti,
+                    MessageSizeTooLargeError(
+                        f"{pti.topic}-{pti.partition} at offset {start}: a message is larger than "
+                        f"fetch.message.max.bytes ({self.manager.fetch_max_bytes}); raise it to consume"
+                    ),
+                    self._stop,
+                )
+            return
+        next_offset = records[-1].offset + 1
+        if pti.stream._enqueue(FetchedChunk(pti, records), self._stop):
+            # Only advance if nobody reset the position meanwhile.
+            if pti.fetch_offset == start:
+                pti.fetch_offset = next_offset
 
     def _partition_error(self, pti: PartitionTopicInfo, exc: BaseException) -> None:
-        m = self.manager
+        manager = self.manager
         if isinstance(exc, OffsetOutOfRangeError):
             log.warning("%s-%s: offset %s out of range; applying auto.offset.reset", pti.topic, pti.partition, pti.fetch_offset)
             pti.fetch_offset = None
             return
         if getattr(exc, "retriable", False) or getattr(exc, "invalid_metadata", False):
-            m.metadata.invalidate(pti.topic)
+            manager.metadata.invalidate(pti.topic)
             self._drop(pti)
-            m._leaderless(pti)
+            manager._leaderless(pti)
             return
         log.error("%s-%s: fetch failed: %s", pti.topic, pti.partition, exc)
         self._drop(pti)
@@ -355,29 +362,29 @@ class FetcherManager:
         """Stop fetching these partitions (a chunk already in flight is refused by the stream)."""
         tps = list(tps)
         with self._lock:
-            nl = dict(self._no_leader)
+            no_leader = dict(self._no_leader)
             for tp in tps:
-                nl.pop(tp, None)
-            self._no_leader = nl
-        for f in list(self._fetchers.values()):
-            f.remove(tps)
+                no_leader.pop(tp, None)
+            self._no_leader = no_leader
+        for fetcher in list(self._fetchers.values()):
+            fetcher.remove(tps)
 
     def close(self) -> None:
         """Stop every fetcher thread (waits briefly for them)."""
         self._stop.set()
         self._finder_wake.set()
-        for f in list(self._fetchers.values()):
-            f._wake.set()
+        for fetcher in list(self._fetchers.values()):
+            fetcher._wake.set()
         deadline = time.monotonic() + 5
-        for t in [self._finder, *(f.thread for f in self._fetchers.values())]:
-            t.join(max(0.0, deadline - time.monotonic()))
+        for thread in [self._finder, *(fetcher.thread for fetcher in self._fetchers.values())]:
+            thread.join(max(0.0, deadline - time.monotonic()))
 
     def assigned(self) -> dict[TopicPartition, int | None]:
         """Partitions per leader broker (``tp -> node id``, None while looking for a leader)."""
         out: dict[TopicPartition, int | None] = {tp: None for tp in self._no_leader}
-        for nid, f in self._fetchers.items():
-            for tp in f.partitions:
-                out[tp] = nid
+        for node_id, fetcher in self._fetchers.items():
+            for tp in fetcher.partitions:
+                out[tp] = node_id
         return out
 
     def _leaderless(self, pti: PartitionTopicInfo) -> None:
@@ -419,11 +426,11 @@ class FetcherManager:
                     fetcher.add(pti)
                 placed.append((tp, pti))
             with self._lock:
-                nl = dict(self._no_leader)
+                no_leader = dict(self._no_leader)
                 for tp, pti in placed:
-                    if nl.get(tp) is pti:
-                        del nl[tp]
-                self._no_leader = nl
+                    if no_leader.get(tp) is pti:
+                        del no_leader[tp]
+                self._no_leader = no_leader
             if self._no_leader:
                 self._stop.wait(self.refresh_leader_backoff_s)
                 self._finder_wake.set()

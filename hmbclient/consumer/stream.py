@@ -1,4 +1,5 @@
-"""KafkaStream: the high-level consumer's iterator, one per consuming thread (seed §5.1).
+"""KafkaStream: the high-level consumer's iterator, one per consuming thread (Kafka 0.8's
+``kafka.consumer.KafkaStream``, handed out by ``ConsumerConnector.createMessageStreams``).
 
 Contract
 --------
@@ -37,7 +38,7 @@ from hmbclient.errors import ConsumerTimeoutError, HmbError
 __all__ = ["MessageAndMetadata", "KafkaStream", "PartitionTopicInfo", "FetchedChunk"]
 
 # namedtuple's __new__ is a Python function; tuple.__new__ builds the same object in C.
-_new_mam = tuple.__new__
+_new_message_and_metadata = tuple.__new__
 
 
 class MessageAndMetadata(NamedTuple):
@@ -152,28 +153,28 @@ class KafkaStream:
             pti = self._cur_pti
             if pti is not None and not self._paused and not pti.revoked and not self._closed:
                 floor = pti.consumed
-                for rec in self._cur_iter:  # type: ignore[union-attr]
-                    off = rec.offset
-                    if floor is None or off >= floor:
-                        pti.consumed = off + 1
+                for record in self._cur_iter:  # type: ignore[union-attr]
+                    offset = record.offset
+                    if floor is None or offset >= floor:
+                        pti.consumed = offset + 1
                         break
                     # Below the position (a compressed wrapper, a reset): never hand out twice.
                 else:
-                    rec = self._next_slow()
+                    record = self._next_slow()
                     pti = self._cur_pti
             else:
-                rec = self._next_slow()
+                record = self._next_slow()
                 pti = self._cur_pti
             topic, partition = pti.topic, pti.partition  # type: ignore[union-attr]
         finally:
             lock.release()
         # Decode outside the lock: user decoders may be slow.
-        key, value = rec.key, rec.value
+        key, value = record.key, record.value
         if self._key_decode is not None:
             key = self._key_decode(key)
         if self._value_decode is not None:
             value = self._value_decode(value)
-        return _new_mam(MessageAndMetadata, (topic, partition, rec.offset, key, value))
+        return _new_message_and_metadata(MessageAndMetadata, (topic, partition, record.offset, key, value))
 
     def _next_slow(self) -> Any:
         # Called with the lock held: move to the next chunk, waiting (with the timeout) while
@@ -186,10 +187,10 @@ class KafkaStream:
                 pti = self._cur_pti
                 if pti is not None and not pti.revoked:
                     floor = pti.consumed
-                    for rec in self._cur_iter:  # type: ignore[union-attr]
-                        if floor is None or rec.offset >= floor:
-                            pti.consumed = rec.offset + 1
-                            return rec
+                    for record in self._cur_iter:  # type: ignore[union-attr]
+                        if floor is None or record.offset >= floor:
+                            pti.consumed = record.offset + 1
+                            return record
                 self._cur_iter = None
                 self._cur_pti = None
                 if self._chunks:
@@ -243,7 +244,7 @@ class KafkaStream:
         with self._cond:
             pti.revoked = True
             if self._chunks:
-                self._chunks = deque(c for c in self._chunks if c.pti is not pti)
+                self._chunks = deque(chunk for chunk in self._chunks if chunk.pti is not pti)
             if self._cur_pti is pti:
                 self._cur_iter = None
                 self._cur_pti = None
@@ -257,7 +258,7 @@ class KafkaStream:
                 return
             pti.consumed = offset
             if self._chunks:
-                self._chunks = deque(c for c in self._chunks if c.pti is not pti)
+                self._chunks = deque(chunk for chunk in self._chunks if chunk.pti is not pti)
             if self._cur_pti is pti:
                 self._cur_iter = None
                 self._cur_pti = None

@@ -1,6 +1,7 @@
-"""A ZooKeeper group in the HMB dialect (issue 8): Metadata v0 + Fetch v0 only, offsets in
-ZooKeeper, start at the committed offset or 0. Run against our embedded broker, which is
-stricter than HMB and not registered in ZooKeeper (partitions come from Metadata)."""
+"""A ZooKeeper group in the HMB dialect -- Metadata v0 + Fetch v0 only, which is all the HMB
+broker answers -- with offsets in ZooKeeper, starting at the committed offset or 0. Run
+against our embedded broker, which is stricter than HMB and not registered in ZooKeeper
+(partitions come from Metadata)."""
 
 from __future__ import annotations
 
