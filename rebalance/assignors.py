@@ -78,7 +78,7 @@ def _check_inputs(
 
 
 def _empty_assignment(threads_by_topic: Mapping[str, Sequence[str]]) -> Assignment:
-    threads = {t for ts in threads_by_topic.values() for t in ts}
+    threads = {thread for subscribed in threads_by_topic.values() for thread in subscribed}
     return {t: [] for t in sorted(threads, key=java_sort_key)}
 
 
