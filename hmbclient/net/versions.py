@@ -9,7 +9,8 @@ connection:
   closes the connection or never answers; the connection then reconnects without a probe and
   uses :data:`LEGACY_VERSIONS` (the 0.8 set).
 * ``"0.8"``, ``"0.10"``, ``"2.1"``: a pinned set, no probe.
-* ``"hmb"``: the seed's Haskell broker (issue 8). A probe kills its request handler, so it never
+* ``"hmb"``: HMB, the Haskell Message Broker (the HMB dialect, docs/architecture.md). A probe
+  kills its request handler, so it never
   gets one; it speaks only Metadata v0, Produce v0 and Fetch v0, one request in flight, frames
   its Fetch replies with size 0 / correlation id 0, answers one Fetch per connection, ignores
   max_bytes, drops keyed messages, answers acks=0 and reports fake offsets. Any other API raises :class:`UnsupportedByBroker` locally, before a byte is sent.
