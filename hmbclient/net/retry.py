@@ -1,6 +1,6 @@
 """Retry policies: tenacity objects with exponential backoff and jitter.
 
-Retries live in two places only (ARCHITECTURE.md): reconnect backoff inside
+Retries live in two places only (docs/architecture.md, "Error model"): reconnect backoff inside
 :mod:`.connection`, and request retries driven by ``error.retriable`` — built here. Blocking
 callers run a policy directly (``policy(fn)`` or ``for attempt in policy``); the async
 producer's sender, which must not sleep, asks :func:`backoff_ms` for the wait before attempt
