@@ -1,6 +1,6 @@
 """Consumers.
 
-* :class:`SimpleConsumer` — the low-level, stateless consumer of one broker (seed 003, 5.1),
+* :class:`SimpleConsumer` — the low-level, stateless consumer of one broker (Kafka 0.8's API),
   with :class:`FetchRequest`, ``LATEST_TIME`` / ``EARLIEST_TIME`` and the lazily decoded
   :class:`ByteBufferMessageSet` of :data:`MessageAndOffset` values.
 * :class:`Consumer` / :class:`ConsumerConnector` — the high-level consumer of ZooKeeper groups
