@@ -1,4 +1,4 @@
-"""SimpleConsumer: Kafka 0.8's low-level, stateless consumer of one broker (seed 003, 5.1).
+"""SimpleConsumer: Kafka 0.8's low-level, stateless consumer of one broker.
 
     consumer = SimpleConsumer("127.0.0.1", 9092, so_timeout_ms=10_000, api_version="auto")
     ms = consumer.fetch(FetchRequest("events", 0, offset, max_size=1_048_576))
