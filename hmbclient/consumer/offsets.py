@@ -13,7 +13,8 @@ otherwise (the rebalance loop releases a partition only after its commit returne
   ``offsets_channel_backoff_ms`` and ``offsets_commit_max_retries``.
 * :class:`DualOffsetStorage` -- ``offsets.storage=kafka`` with ``dual.commit.enabled``: commits
   go to both; a fetch takes the larger of the two, so a group migrating from ZooKeeper to
-  Kafka (or back) resumes where it was, as the seed's migration steps describe.
+  Kafka (or back) resumes where it was, as Kafka 0.8.2's documented offset migration (dual
+  commit on, then ``offsets.storage=kafka``) expects.
 """
 
 from __future__ import annotations
