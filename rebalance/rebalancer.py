@@ -105,7 +105,6 @@ from __future__ import annotations
 
 import enum
 import logging
-import re
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -159,9 +158,6 @@ _MAX_RETRY_S = 5.0
 
 #: How often one round re-reads a membership that keeps changing before it gives up.
 _MAX_VIEW_READS = 20
-
-#: Kafka's legal topic names.
-_LEGAL_TOPIC = re.compile(r"[a-zA-Z0-9._-]{1,249}")
 
 
 class RebalanceError(Exception):
@@ -326,10 +322,8 @@ class Subscription:
             if not self.topic_counts:
                 raise ValueError("subscribe to at least one topic")
             for topic, n in self.topic_counts.items():
-                if not isinstance(topic, str) or not _LEGAL_TOPIC.fullmatch(topic) or topic in (".", ".."):
-                    raise ValueError(
-                        f"illegal topic name {topic!r}: 1-249 characters of [a-zA-Z0-9._-], not '.' or '..'"
-                    )
+                if not paths.is_valid_topic_name(topic):
+                    raise ValueError(f"illegal topic name {topic!r}: {paths.TOPIC_NAME_RULE}")
                 if not isinstance(n, int) or isinstance(n, bool) or n < 1:
                     raise ValueError(f"stream count for {topic!r} must be an int >= 1, got {n!r}")
         elif not isinstance(self.num_streams, int) or self.num_streams < 1:
