@@ -804,8 +804,8 @@ class ProducerConfig(ConfigBase):
       producer could never report a failed write; 1 makes futures and sync ``send``
       meaningful.
     * ``client_id`` = "hmbclient" (0.8: "").
-    * ``batch.size`` is an alias of ``batch_num_messages`` (a message count, as in the
-      seed design); the byte cap is ``batch_max_bytes``. Note that the modern Java client's
+    * ``batch.size`` is an alias of ``batch_num_messages`` (a message count, as it was in
+      Kafka 0.7's async producer); the byte cap is ``batch_max_bytes``. Note that the modern Java client's
       ``batch.size`` is in bytes.
     """
 
