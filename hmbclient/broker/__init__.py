@@ -1,4 +1,4 @@
-"""hmbclient.broker: an embedded Kafka-protocol broker (the seeds' design, in Python).
+"""hmbclient.broker: an embedded Kafka-protocol broker (Kafka's broker design, in Python).
 
     from hmbclient.broker import EmbeddedBroker, EmbeddedCluster, run_broker
 
