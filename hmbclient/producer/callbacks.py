@@ -1,4 +1,4 @@
-"""Hooks into the producer pipeline (Kafka 0.8 async producer's ``callback.handler`` and ``event.handler``).
+"""Hooks into the producer pipeline (Kafka 0.8's ``callback.handler`` and ``event.handler``).
 
 :class:`CallbackHandler` — subclass it and override the hooks you need; the producer calls only
 the hooks a subclass overrides, so an unused hook costs nothing. Stages, in order:
