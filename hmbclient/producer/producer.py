@@ -1,4 +1,4 @@
-"""Producer: the one front for sync and async sending (seed 003, 5.1; Kafka 0.8 producer configs).
+"""Producer: the one front for sync and async sending (Kafka 0.8's producer API and configs).
 
     producer = Producer(metadata_broker_list="127.0.0.1:9092", producer_type="async")
     futures = producer.send(ProducerData("events", key=b"user-1", messages=[b"a", b"b"]))
