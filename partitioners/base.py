@@ -5,7 +5,7 @@ number of partitions of a topic to a partition index in ``[0, num_partitions)``.
 called from the producer's ``send`` path, possibly from several threads at once, so
 implementations must be thread-safe and must not block.
 
-This package imports nothing from hmbclient (it is a leaf, see ARCHITECTURE.md).
+This package imports nothing from hmbclient (it is a leaf, see docs/architecture.md).
 """
 
 from __future__ import annotations
