@@ -6,7 +6,7 @@ keyless message, or a tombstone value), so every encoder here maps ``None`` to `
 every decoder maps ``None`` back to ``None``. Encoders and decoders are called from
 producer and consumer threads concurrently and must hold no mutable state.
 
-This package imports nothing from hmbclient (it is a leaf, see ARCHITECTURE.md).
+This package imports nothing from hmbclient (it is a leaf, see docs/architecture.md).
 """
 
 from __future__ import annotations
