@@ -30,8 +30,8 @@ expiry tests; ``maxSessionTimeout`` is raised to 60 s so that the usual 6-30 s c
 timeouts are granted as asked. ``forceSync=no`` trades durability on power loss (irrelevant
 for a throw-away server) for fast writes.
 
-Note: the architecture lets only ``hmbclient.net`` import ``socket``. This module is the
-one exception: :meth:`LocalZooKeeper.four_letter_word` opens a plain TCP connection to send
+Note: sockets belong to ``hmbclient.net``, the broker and these local servers
+(docs/architecture.md); here :meth:`LocalZooKeeper.four_letter_word` opens a plain TCP connection to send
 a four-letter word; it is kept to that one small function.
 """
 
