@@ -1,6 +1,6 @@
 """hmbclient: a pure-Python SDK for brokers that speak the Kafka wire protocol.
 
-Public names (see API.md) are imported lazily, so ``import hmbclient`` stays cheap and a
+Public names (``__all__`` below) are imported lazily, so ``import hmbclient`` stays cheap and a
 component's dependencies load only when it is used::
 
     from hmbclient import Producer, ProducerData, SimpleConsumer, FetchRequest
