@@ -46,8 +46,8 @@ with brokers(num_partitions=4) as bootstrap:
         serializer=StringEncoder(),
         key_serializer=StringEncoder(),
         compression_codec="gzip",
-        batch_num_messages=500,          # seed: batch.size
-        queue_buffering_max_ms=20,       # seed: queue.time
+        batch_num_messages=500,          # alias: batch.size (a message count, as in Kafka 0.7)
+        queue_buffering_max_ms=20,       # alias: queue.time
         callback_handler=callbacks,
     )
     futures = []
