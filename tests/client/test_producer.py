@@ -60,7 +60,7 @@ def test_unknown_config_keys_are_errors() -> None:
         SimpleConsumer("127.0.0.1", 9, no_such_thing=3)
 
 
-def test_properties_with_kafka_08_aliases(broker: BrokerHandle) -> None:
+def test_properties_with_legacy_aliases(broker: BrokerHandle) -> None:
     topic = unique("props")
     p = Producer.from_properties(
         {
