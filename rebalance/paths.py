@@ -361,9 +361,9 @@ def make_consumer_id(
     """
     _element("group", group)
     host = hostname if hostname is not None else (platform.node() or "localhost")
-    ms = now_ms if now_ms is not None else int(time.time() * 1000)
+    created_ms = now_ms if now_ms is not None else int(time.time() * 1000)
     tag = uuid8 if uuid8 is not None else uuid.uuid4().hex[:8]
-    return f"{group}_{host}-{ms}-{tag}"
+    return f"{group}_{host}-{created_ms}-{tag}"
 
 
 def thread_id(consumer_id: str, index: int) -> str:

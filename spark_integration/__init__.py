@@ -12,13 +12,18 @@ Three ways in, best first:
 3. **A receiver-style DStream** (``create_stream``) for parity with Spark's old
    ``KafkaUtils.createStream``; DStreams are deprecated in Spark, prefer 1.
 
+Modules: :mod:`~spark_integration.options` (validated options, on hmbclient's config classes),
+:mod:`~spark_integration.planner` (driver side: partitions, leaders, offsets),
+:mod:`~spark_integration.reader` (executor side: one offset range), :mod:`~spark_integration.offsets`
+(pure planning), :mod:`~spark_integration.zk` (group offsets in ZooKeeper),
+:mod:`~spark_integration.settings` (what tasks receive).
+
 This package is a leaf: it imports hmbclient's public API (``SimpleConsumer``, ``Consumer``,
-the ``hmbclient.net`` Metadata view for leaders, ``hmbclient.errors``), ``rebalance.paths``,
-kazoo and pyspark only. Everything shipped to executors is picklable; consumers are created inside
-tasks and closed there.
+the ``hmbclient.net`` Metadata view and retry policy, ``hmbclient.config``'s config classes,
+``hmbclient.errors``), ``rebalance.paths``, kazoo, tenacity, pyarrow and pyspark only.
+Everything shipped to executors is picklable; consumers are created inside tasks and closed there.
 """
 
-from spark_integration._kafka import OffsetRangeError, ReadSettings
 from spark_integration.offsets import OffsetRange
 from spark_integration.rdd import (
     commit_offset_ranges,
@@ -28,7 +33,9 @@ from spark_integration.rdd import (
     offset_ranges,
     ranges_from_group_offsets,
 )
+from spark_integration.reader import OffsetRangeError
 from spark_integration.receiver import HmbReceiver, create_stream
+from spark_integration.settings import ReadSettings
 from spark_integration.zk import commit_group_offsets, read_group_offsets
 
 

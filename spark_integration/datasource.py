@@ -18,10 +18,11 @@ Usage::
 Schema: ``key binary, value binary, topic string, partition int, offset long,
 timestamp timestamp`` (timestamp is null for messages that carry none, i.e. magic 0).
 
-Planning happens in Spark's planner worker on the driver (metadata and ListOffsets requests);
-each input partition is one topic-partition :class:`~spark_integration.offsets.OffsetRange`
-plus its leader, read on an executor by :func:`spark_integration._kafka.read_range` and handed
-to Spark as Arrow record batches (no per-row Python-to-Arrow conversion).
+Planning happens in Spark's planner worker on the driver (metadata and ListOffsets requests,
+through :class:`~spark_integration.planner.PartitionPlanner`); each input partition is one
+topic-partition :class:`~spark_integration.offsets.OffsetRange` plus its leader, read on an
+executor by :func:`spark_integration.reader.read_range_arrow` and handed to Spark as Arrow
+record batches (no per-row Python-to-Arrow conversion).
 
 Streaming contract (exactly-once reading):
 
@@ -63,7 +64,6 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from spark_integration import _kafka
 from spark_integration.offsets import (
     EARLIEST,
     LATEST,
@@ -76,6 +76,9 @@ from spark_integration.offsets import (
     resolve_offsets,
 )
 from spark_integration.options import SourceOptions, parse_options
+from spark_integration.planner import PartitionPlanner
+from spark_integration.reader import read_range_arrow
+from spark_integration.settings import ReadSettings
 from spark_integration.zk import commit_group_offsets, start_zk_client
 
 __all__ = [
@@ -101,10 +104,10 @@ class RangePartition(InputPartition):
 
     range: OffsetRange
     leader: tuple[str, int] | None
-    settings: _kafka.ReadSettings
+    settings: ReadSettings
 
     def __init__(
-        self, range: OffsetRange, leader: tuple[str, int] | None, settings: _kafka.ReadSettings
+        self, range: OffsetRange, leader: tuple[str, int] | None, settings: ReadSettings
     ) -> None:
         # InputPartition.__init__ would set .value; this subclass carries typed fields instead.
         self.range = range
@@ -114,34 +117,24 @@ class RangePartition(InputPartition):
 
 def _read(partition: InputPartition) -> Iterator[Any]:
     if isinstance(partition, RangePartition):
-        return _kafka.read_range_arrow(partition.settings, partition.range, partition.leader)
+        return read_range_arrow(partition.settings, partition.range, partition.leader)
     if type(partition) is InputPartition and partition.value is None:
         # Spark runs one task with InputPartition(None) when a plan has no partitions.
         return iter(())
     raise TypeError(f"format 'hmb' cannot read {partition!r}")
 
 
-def _settings(opts: SourceOptions) -> _kafka.ReadSettings:
-    return _kafka.ReadSettings(
-        brokers=opts.brokers,
-        fetch_message_max_bytes=opts.fetch_message_max_bytes,
-        socket_timeout_ms=opts.socket_timeout_ms,
-        client_id=opts.client_id,
-        api_version=opts.api_version,
-    )
-
-
-def _subscribed(cluster: _kafka.Cluster, opts: SourceOptions) -> dict[TopicPartition, Any]:
+def _subscribed(planner: PartitionPlanner, opts: SourceOptions) -> dict[TopicPartition, Any]:
     """Partitions (with leaders) of every subscribed topic; named topics must exist."""
-    if opts.topics is not None:
-        return cluster.partitions(list(opts.topics))
-    return cluster.partitions(None, pattern=opts.topic_pattern)
+    if opts.topic_names is not None:
+        return planner.partitions(list(opts.topic_names))
+    return planner.partitions(None, pattern=opts.topic_pattern)
 
 
 def _range_partitions(
     ranges: Sequence[OffsetRange],
     leaders: Mapping[TopicPartition, Any],
-    settings: _kafka.ReadSettings,
+    settings: ReadSettings,
 ) -> list[RangePartition]:
     return [
         RangePartition(r, leaders.get(r.topic_partition), settings) for r in ranges if r.count > 0
@@ -153,7 +146,7 @@ class HmbBatchReader(DataSourceReader):
 
     def __init__(self, opts: SourceOptions) -> None:
         self.opts = opts
-        self.settings = _settings(opts)
+        self.settings = opts.read_settings()
 
     def plan(self) -> tuple[list[OffsetRange], dict[TopicPartition, Any]]:
         """Resolve the options against the cluster: every range (empty ones too) and leaders.
@@ -163,16 +156,16 @@ class HmbBatchReader(DataSourceReader):
                 ending offset lies before its starting offset.
             UnknownTopicOrPartitionError: A named topic does not exist.
         """
-        with _kafka.Cluster(self.settings) as cluster:
-            leaders = _subscribed(cluster, self.opts)
+        with PartitionPlanner(self.settings) as planner:
+            leaders = _subscribed(planner, self.opts)
             parts = sorted(leaders)
-            earliest = cluster.offsets(parts, EARLIEST)
-            latest = cluster.offsets(parts, LATEST)
+            earliest = planner.offsets(parts, EARLIEST)
+            latest = planner.offsets(parts, LATEST)
         starts = resolve_offsets(
-            self.opts.starting, parts, earliest, latest, option="startingOffsets", default="earliest"
+            self.opts.starting_offsets, parts, earliest, latest, option="startingOffsets", default="earliest"
         )
         ends = resolve_offsets(
-            self.opts.ending, parts, earliest, latest, option="endingOffsets", default="latest"
+            self.opts.ending_offsets, parts, earliest, latest, option="endingOffsets", default="latest"
         )
         return plan_ranges(starts, ends), leaders
 
@@ -196,7 +189,7 @@ class HmbStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def __init__(self, opts: SourceOptions) -> None:
         self.opts = opts
-        self.settings = _settings(opts)
+        self.settings = opts.read_settings()
         self._target: dict[TopicPartition, int] | None = None
         self._new_starts: dict[TopicPartition, int] = {}
         self._committed: dict[TopicPartition, int] = {}
@@ -206,12 +199,12 @@ class HmbStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     # -- offsets -----------------------------------------------------------------------------
 
     def initialOffset(self) -> dict:
-        with _kafka.Cluster(self.settings) as cluster:
-            parts = sorted(_subscribed(cluster, self.opts))
-            earliest = cluster.offsets(parts, EARLIEST)
-            latest = cluster.offsets(parts, LATEST)
+        with PartitionPlanner(self.settings) as planner:
+            parts = sorted(_subscribed(planner, self.opts))
+            earliest = planner.offsets(parts, EARLIEST)
+            latest = planner.offsets(parts, LATEST)
         starts = resolve_offsets(
-            self.opts.starting, parts, earliest, latest, option="startingOffsets", default="latest"
+            self.opts.starting_offsets, parts, earliest, latest, option="startingOffsets", default="latest"
         )
         log.info("streaming query starts at %s", starts)
         return offsets_to_dict(starts)
@@ -222,9 +215,9 @@ class HmbStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return ReadMaxRows(self.opts.max_offsets_per_trigger)
 
     def prepareForTriggerAvailableNow(self) -> None:
-        with _kafka.Cluster(self.settings) as cluster:
-            parts = sorted(_subscribed(cluster, self.opts))
-            self._target = cluster.offsets(parts, LATEST)
+        with PartitionPlanner(self.settings) as planner:
+            parts = sorted(_subscribed(planner, self.opts))
+            self._target = planner.offsets(parts, LATEST)
         log.info("availableNow target offsets: %s", self._target)
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
@@ -232,14 +225,14 @@ class HmbStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         # Spark plans the next batch only after the previous one finished, so ``start`` is
         # processed data: a good moment to update the group's offsets for lag tools.
         self._commit_group(starts)
-        with _kafka.Cluster(self.settings) as cluster:
-            parts = sorted(_subscribed(cluster, self.opts))
+        with PartitionPlanner(self.settings) as planner:
+            parts = sorted(_subscribed(planner, self.opts))
             if self._target is not None:
                 parts = [tp for tp in parts if tp in self._target]
-            latest = cluster.offsets(parts, LATEST)
+            latest = planner.offsets(parts, LATEST)
             new = [tp for tp in parts if tp not in starts]
             if new:
-                earliest = cluster.offsets(new, EARLIEST)
+                earliest = planner.offsets(new, EARLIEST)
                 for tp in new:
                     self._new_starts.setdefault(tp, earliest[tp])
         self._last_latest = dict(latest)
@@ -271,17 +264,17 @@ class HmbStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         starts = offsets_from_dict(start, what="start offset")
         ends = offsets_from_dict(end, what="end offset")
         missing = [tp for tp in ends if tp not in starts and tp not in self._new_starts]
-        with _kafka.Cluster(self.settings) as cluster:
+        with PartitionPlanner(self.settings) as planner:
             if missing:
                 # A batch replayed after a restart that first saw these partitions: they were
                 # read from their earliest offset then, and still are.
-                earliest = cluster.offsets(missing, EARLIEST)
+                earliest = planner.offsets(missing, EARLIEST)
                 for tp in missing:
                     self._new_starts[tp] = earliest[tp]
             wanted = [
                 tp for tp in ends if ends[tp] > starts.get(tp, self._new_starts.get(tp, 0))
             ]
-            leaders = cluster.leaders(wanted) if wanted else {}
+            leaders = planner.leaders(wanted) if wanted else {}
         full_starts = {tp: starts.get(tp, self._new_starts.get(tp, 0)) for tp in ends}
         # plan_ranges raises if an end lies behind its start (a corrupt or foreign checkpoint).
         return _range_partitions(plan_ranges(full_starts, ends), leaders, self.settings)

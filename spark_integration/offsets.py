@@ -108,6 +108,12 @@ class OffsetSpec:
     kind: str
     offsets: Mapping[TopicPartition, int] | None = None
 
+    def __str__(self) -> str:
+        """The option text this spec parses from (``earliest``, ``latest`` or JSON)."""
+        if self.kind == "specific":
+            return offsets_to_json(self.offsets or {})
+        return self.kind
+
 
 def parse_offset_spec(text: str | None, *, option: str, default: str) -> OffsetSpec:
     """Parse a ``startingOffsets`` / ``endingOffsets`` option value.
@@ -220,7 +226,7 @@ def offsets_to_json(offsets: Mapping[TopicPartition, int]) -> str:
 
 
 def resolve_offsets(
-    spec: OffsetSpec,
+    spec: OffsetSpec | None,
     partitions: Iterable[TopicPartition],
     earliest: Mapping[TopicPartition, int],
     latest: Mapping[TopicPartition, int],
@@ -231,7 +237,8 @@ def resolve_offsets(
     """Turn an :class:`OffsetSpec` into concrete offsets for ``partitions``.
 
     Args:
-        spec: The parsed option.
+        spec: The parsed option, or None if it was not given (every partition gets
+            ``default``).
         partitions: The partitions being read.
         earliest: Earliest available offset per partition.
         latest: Latest offset (next offset to be written) per partition.
@@ -245,6 +252,8 @@ def resolve_offsets(
         ConfigError: The JSON names a partition that is not being read, or an offset outside
             ``[earliest, latest]`` of its partition.
     """
+    if spec is None:
+        spec = OffsetSpec(default)
     wanted = list(partitions)
     result: dict[TopicPartition, int] = {}
     specific = dict(spec.offsets or {})

@@ -1,195 +1,316 @@
-"""Options of the ``"hmb"`` Spark data source, parsed once into a frozen dataclass.
+"""Options of the Spark integration, validated by the config machinery every hmbclient client uses.
 
-Spark hands a data source its options as a case-insensitive string map. :func:`parse_options`
-validates every key (unknown keys raise :class:`~hmbclient.errors.ConfigError`, as everywhere
-in hmbclient) and converts values, so that readers and partitions carry plain typed fields
-that pickle cheaply to executors.
+Two option sets, each a frozen config class (:mod:`hmbclient.config`): keys in any spelling
+(``startingOffsets``, ``startingoffsets``, ``starting_offsets``; Spark lower-cases option names),
+unknown keys raise :class:`~hmbclient.errors.ConfigError` naming the key and suggesting close
+matches, and values given as strings (Spark passes every option as one) are converted to the
+setting's type. The broker list goes through :func:`hmbclient.config.parse_broker_list`, topic
+names through :func:`rebalance.paths.is_valid_topic_name`, group ids through the znode rules of
+:mod:`rebalance.paths`.
 
-Recognised options (case-insensitive):
+* :class:`SourceOptions` -- the ``"hmb"`` data source (``spark.read`` / ``spark.readStream``),
+  from :func:`parse_options`.
+* :class:`KafkaParams` -- ``kafka_params`` of ``create_rdd`` and the group helpers, from
+  :func:`parse_kafka_params`.
+
+Options shared by both (:class:`ReadOptions`):
+
+=============================  ==============================================================
+``metadata.broker.list``       required; ``host:port[,host:port]`` (alias ``bootstrap.servers``)
+``fetch.message.max.bytes``    bytes asked per fetch request (default 1 MiB)
+``socket.timeout.ms``          SimpleConsumer socket timeout (default 30 000)
+``client.id``                  client id sent to brokers (default ``hmb-spark``)
+``api.version``                ``auto`` (default), ``0.8``, ``0.10``, ``2.1``, ``hmb``
+``refresh.leader.backoff.ms``  pause before asking a moved leader again (default 200)
+``zookeeper.connect``          with ``group.id``: the ZooKeeper consumer group whose offsets
+``group.id``                   ``/consumers/<group>/offsets`` are read or written
+=============================  ==============================================================
+
+Data source only (:class:`SourceOptions`):
 
 =========================  ==================================================================
-``metadata.broker.list``   required; ``host:port[,host:port]`` (alias ``bootstrap.servers``)
 ``topic``                  one topic; or ``topics`` (comma-separated); or ``topicPattern``
                            (a regex that must match a whole topic name). Exactly one of them.
 ``startingOffsets``        ``earliest`` | ``latest`` | JSON ``{"t": {"0": 5}}`` (-2 earliest,
                            -1 latest). Default: ``earliest`` for batch, ``latest`` streaming.
 ``endingOffsets``          batch only: ``latest`` (default) | JSON (-1 latest)
 ``maxOffsetsPerTrigger``   streaming only: at most this many offsets per micro-batch
-``fetch.message.max.bytes`` bytes asked per fetch request (default 1 MiB)
-``socket.timeout.ms``      SimpleConsumer socket timeout (default 30 000)
-``client.id``              client id sent to brokers (default ``hmb-spark``)
-``api.version``            ``auto`` (default), ``0.8``, ``0.10``, ``2.1``, ``hmb``
-``zookeeper.connect``      streaming only, with ``group.id``: also record processed offsets
-``group.id``               under ``/consumers/<group>/offsets`` so lag tools see progress
 =========================  ==================================================================
+
+For the data source, ``zookeeper.connect`` and ``group.id`` are streaming only and go together:
+the query then also records processed offsets in the group so lag tools see progress.
+
+``create_rdd`` only (:class:`KafkaParams`): ``auto.offset.reset`` (``smallest`` | ``largest``,
+default ``largest`` as in Kafka 0.8; ``earliest``/``latest`` are accepted as synonyms), used by
+``ranges_from_group_offsets`` for a partition with nothing committed.
+
+An option given as an empty string counts as not given (Spark has no way to unset one).
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from typing import Any, Literal
 
-from hmbclient.config import parse_broker_list
+from hmbclient.config import (
+    ApiVersion,
+    BrokerList,
+    ConfigBase,
+    config_class,
+    parse_broker_list,
+    parse_zookeeper_connect,
+    setting,
+)
 from hmbclient.errors import ConfigError
+from rebalance.paths import TOPIC_NAME_RULE, consumer_group_path, is_valid_topic_name
 from spark_integration.offsets import OffsetSpec, parse_offset_spec
+from spark_integration.settings import ReadSettings
 
-__all__ = ["SourceOptions", "parse_options"]
-
-_DEFAULT_FETCH_BYTES = 1024 * 1024
-_DEFAULT_SOCKET_TIMEOUT_MS = 30_000
-
-_KNOWN = {
-    "metadata.broker.list",
-    "bootstrap.servers",
-    "topic",
-    "topics",
-    "topicpattern",
-    "startingoffsets",
-    "endingoffsets",
-    "maxoffsetspertrigger",
-    "fetch.message.max.bytes",
-    "socket.timeout.ms",
-    "client.id",
-    "api.version",
-    "zookeeper.connect",
-    "group.id",
-    # Spark passes ``path`` when load("...") is given an argument; we accept it only empty.
-    "path",
-}
+__all__ = [
+    "ReadOptions",
+    "SourceOptions",
+    "KafkaParams",
+    "parse_options",
+    "parse_kafka_params",
+]
 
 
-@dataclass(frozen=True, slots=True)
-class SourceOptions:
-    """Validated data source options (see the module docstring for each field's meaning)."""
+def _zookeeper_connect(value: Any) -> Any:
+    if isinstance(value, str):
+        parse_zookeeper_connect(value)  # raises ValueError naming what is wrong
+        return value.strip()
+    return value
 
-    brokers: tuple[tuple[str, int], ...]
-    topics: tuple[str, ...] | None
-    topic_pattern: str | None
-    starting: OffsetSpec
-    ending: OffsetSpec
-    max_offsets_per_trigger: int | None
-    fetch_message_max_bytes: int
-    socket_timeout_ms: int
-    client_id: str
-    api_version: str
-    zookeeper_connect: str | None
-    group_id: str | None
+
+def _group_id(value: Any) -> Any:
+    if isinstance(value, str):
+        consumer_group_path(value)  # the group is a znode name: raises ValueError if unusable
+    return value
+
+
+def _regex(value: Any) -> Any:
+    if isinstance(value, str):
+        try:
+            re.compile(value)
+        except re.error as exc:
+            raise ValueError(f"not a valid regex: {exc}") from None
+    return value
+
+
+def _offset_spec(option: str) -> Any:
+    def convert(value: Any) -> Any:
+        if isinstance(value, str):
+            # Defaults depend on the read (batch or streaming); a given value needs none.
+            return parse_offset_spec(value, option=option, default="latest")
+        return value
+
+    return convert
+
+
+def _offset_reset(value: Any) -> Any:
+    # The modern names mean the same thing; accept them rather than fail a copied config.
+    if isinstance(value, str):
+        return {"earliest": "smallest", "latest": "largest"}.get(value.strip().lower(), value)
+    return value
+
+
+@config_class
+class ReadOptions(ConfigBase):
+    """What every read needs: where the brokers are, how to fetch, which group (if any)."""
+
+    metadata_broker_list: BrokerList = setting(
+        aliases=("bootstrap.servers",),
+        convert=parse_broker_list,
+        doc="metadata.broker.list: bootstrap brokers 'host:port,...' (at least one)",
+    )
+    fetch_message_max_bytes: int = setting(
+        1_048_576, min=1, doc="fetch.message.max.bytes: bytes asked per partition per fetch"
+    )
+    socket_timeout_ms: int = setting(
+        30_000, min=1, doc="socket.timeout.ms: how long to wait for a broker's response"
+    )
+    client_id: str = setting("hmb-spark", doc="client.id: sent with every request")
+    api_version: ApiVersion = setting("auto", doc="api.version: auto, 0.8, 0.10, 2.1 or hmb")
+    refresh_leader_backoff_ms: int = setting(
+        200, min=1, doc="refresh.leader.backoff.ms: pause before asking a moved leader again"
+    )
+    zookeeper_connect: str | None = setting(
+        None,
+        convert=_zookeeper_connect,
+        doc="zookeeper.connect: 'host:port,...[/chroot]' holding the group's offsets",
+    )
+    group_id: str | None = setting(
+        None, convert=_group_id, doc="group.id: the consumer group whose offsets are kept"
+    )
+
+    def _validate(self) -> None:
+        super()._validate()
+        if not self.metadata_broker_list:
+            self._fail("'metadata.broker.list' (metadata_broker_list) needs at least one host:port")
+
+    def read_settings(self) -> ReadSettings:
+        """The picklable settings tasks receive."""
+        return ReadSettings(
+            brokers=self.metadata_broker_list,
+            fetch_message_max_bytes=self.fetch_message_max_bytes,
+            socket_timeout_ms=self.socket_timeout_ms,
+            client_id=self.client_id,
+            api_version=self.api_version,
+            retry_backoff_ms=self.refresh_leader_backoff_ms,
+        )
+
+
+@config_class
+class SourceOptions(ReadOptions):
+    """Options of the ``"hmb"`` data source (see the module docstring for each one).
+
+    Rules that hold for batch and streaming alike are checked on construction; the rules of
+    one kind of read by :func:`parse_options`.
+    """
+
+    topic: str | None = setting(None, doc="topic: the one topic to read")
+    topics: tuple[str, ...] | None = setting(None, doc="topics: comma-separated topics to read")
+    topic_pattern: str | None = setting(
+        None,
+        prop="topicPattern",
+        convert=_regex,
+        doc="topicPattern: read every topic whose whole name matches this regex",
+    )
+    starting_offsets: OffsetSpec | None = setting(
+        None,
+        prop="startingOffsets",
+        convert=_offset_spec("startingOffsets"),
+        doc="startingOffsets: earliest, latest or JSON (default: earliest batch, latest streaming)",
+    )
+    ending_offsets: OffsetSpec | None = setting(
+        None,
+        prop="endingOffsets",
+        convert=_offset_spec("endingOffsets"),
+        doc="endingOffsets: batch only; latest (default) or JSON",
+    )
+    max_offsets_per_trigger: int | None = setting(
+        None,
+        prop="maxOffsetsPerTrigger",
+        min=1,
+        doc="maxOffsetsPerTrigger: streaming only; most offsets one micro-batch reads",
+    )
+    # Spark passes ``path`` when load("...") is given an argument; this source takes none.
+    path: str | None = setting(None, doc="path: not used (topics are options)")
+
+    def _validate(self) -> None:
+        super()._validate()
+        if self.path:
+            self._fail("format 'hmb' takes no path; use .option('topic', ...)")
+        chosen = [
+            name
+            for name, value in (
+                ("topic", self.topic),
+                ("topics", self.topics),
+                ("topicPattern", self.topic_pattern),
+            )
+            if value is not None
+        ]
+        if len(chosen) != 1:
+            self._fail(
+                "needs exactly one of the options topic, topics, topicPattern"
+                + (f" (got {', '.join(chosen)})" if chosen else "")
+            )
+        if self.topics is not None and not self.topics:
+            self._fail("topics: no topic names given")
+        for name in self.topic_names or ():
+            if not is_valid_topic_name(name):
+                self._fail(f"illegal topic name {name!r}: {TOPIC_NAME_RULE}")
+        if (self.zookeeper_connect is None) != (self.group_id is None):
+            self._fail("zookeeper.connect and group.id go together (both or neither)")
+        ending = self.ending_offsets
+        if ending is not None and ending.kind == "earliest":
+            self._fail("endingOffsets='earliest' reads nothing; use 'latest' or JSON")
+        if ending is not None and any(v == -2 for v in (ending.offsets or {}).values()):
+            self._fail("endingOffsets: -2 (earliest) is not allowed as an ending offset")
+
+    @property
+    def topic_names(self) -> tuple[str, ...] | None:
+        """The named topics (``topic`` or ``topics``), or None when ``topicPattern`` chooses."""
+        return (self.topic,) if self.topic is not None else self.topics
 
     def matches(self, topic: str) -> bool:
         """Whether ``topic`` is subscribed by these options."""
-        if self.topics is not None:
-            return topic in self.topics
+        if self.topic_names is not None:
+            return topic in self.topic_names
         assert self.topic_pattern is not None
         return re.fullmatch(self.topic_pattern, topic) is not None
 
 
-def _positive_int(options: Mapping[str, str], key: str, default: int | None) -> int | None:
-    raw = options.get(key)
-    if raw is None:
-        return default
-    try:
-        value = int(str(raw).strip())
-    except ValueError:
-        raise ConfigError(f"{key}={raw!r}: expected a positive integer") from None
-    if value < 1:
-        raise ConfigError(f"{key}={raw!r}: expected a positive integer")
-    return value
+@config_class
+class KafkaParams(ReadOptions):
+    """``kafka_params`` of ``create_rdd`` and the group helpers (Kafka 0.8 property names)."""
+
+    auto_offset_reset: Literal["smallest", "largest"] = setting(
+        "largest",
+        convert=_offset_reset,
+        doc="auto.offset.reset: where a partition with nothing committed starts",
+    )
 
 
-def parse_options(options: Mapping[str, str], *, streaming: bool) -> SourceOptions:
+def _given(options: Mapping[str, Any]) -> dict[str, Any]:
+    """The options that carry a value: Spark cannot unset an option, so "" means not given."""
+    return {
+        str(key): value
+        for key, value in options.items()
+        if value is not None and not (isinstance(value, str) and not value.strip())
+    }
+
+
+def parse_options(options: Mapping[str, Any], *, streaming: bool) -> SourceOptions:
     """Validate the options of a batch or streaming read.
 
     Args:
-        options: Spark's option map (keys compared case-insensitively).
-        streaming: True for ``readStream``; streaming forbids ``endingOffsets`` and defaults
-            ``startingOffsets`` to ``latest``; batch forbids the streaming-only options.
+        options: Spark's option map (any spelling of each key; values usually strings).
+        streaming: True for ``readStream``: ``endingOffsets`` is refused; batch refuses
+            ``maxOffsetsPerTrigger``, ``zookeeper.connect`` and ``group.id``.
 
     Returns:
-        The parsed :class:`SourceOptions`.
+        The :class:`SourceOptions`. ``starting_offsets`` / ``ending_offsets`` are None when
+        not given (the reader applies its kind's default).
 
     Raises:
         ConfigError: Unknown key, missing broker list, not exactly one of
-            ``topic``/``topics``/``topicPattern``, or an invalid value.
+            ``topic``/``topics``/``topicPattern``, an option the kind of read does not take,
+            or an invalid value. The message starts with ``format 'hmb'``.
     """
-    opts = {str(k).lower(): v for k, v in options.items()}
-    unknown = sorted(set(opts) - _KNOWN)
-    if unknown:
-        raise ConfigError(
-            f"unknown option(s) for format 'hmb': {', '.join(unknown)}; known: "
-            "metadata.broker.list, topic, topics, topicPattern, startingOffsets, endingOffsets, "
-            "maxOffsetsPerTrigger, fetch.message.max.bytes, socket.timeout.ms, client.id, "
-            "api.version, zookeeper.connect, group.id"
-        )
-    if opts.get("path"):
-        raise ConfigError("format 'hmb' takes no path; use .option('topic', ...)")
-    broker_text = opts.get("metadata.broker.list") or opts.get("bootstrap.servers")
-    if not broker_text:
-        raise ConfigError("format 'hmb' needs option metadata.broker.list (host:port,...)")
-    brokers = parse_broker_list(broker_text)
-    if not brokers:
-        raise ConfigError("format 'hmb' needs option metadata.broker.list (host:port,...)")
-
-    chosen = [k for k in ("topic", "topics", "topicpattern") if opts.get(k)]
-    if len(chosen) != 1:
-        raise ConfigError(
-            "format 'hmb' needs exactly one of the options topic, topics, topicPattern"
-            + (f" (got {', '.join(chosen)})" if chosen else "")
-        )
-    topics: tuple[str, ...] | None = None
-    pattern: str | None = None
-    if chosen[0] == "topic":
-        topics = (opts["topic"].strip(),)
-    elif chosen[0] == "topics":
-        topics = tuple(t.strip() for t in opts["topics"].split(",") if t.strip())
-        if not topics:
-            raise ConfigError("topics: no topic names given")
-    else:
-        pattern = opts["topicpattern"]
-        try:
-            re.compile(pattern)
-        except re.error as exc:
-            raise ConfigError(f"topicPattern={pattern!r} is not a valid regex: {exc}") from None
-
+    try:
+        opts = SourceOptions.from_properties(_given(options))
+    except ConfigError as exc:
+        raise ConfigError(f"format 'hmb': {exc}") from None
+    refused: dict[str, object]
     if streaming:
-        if "endingoffsets" in opts:
-            raise ConfigError("endingOffsets is for batch reads only (spark.read)")
-        starting = parse_offset_spec(
-            opts.get("startingoffsets"), option="startingOffsets", default="latest"
-        )
-        ending = OffsetSpec("latest")
+        refused = {"endingOffsets": opts.ending_offsets}
+        kind = "batch reads only (spark.read)"
     else:
-        for key, name in (("maxoffsetspertrigger", "maxOffsetsPerTrigger"),
-                          ("zookeeper.connect", "zookeeper.connect"), ("group.id", "group.id")):
-            if key in opts:
-                raise ConfigError(f"{name} is for streaming reads only (spark.readStream)")
-        starting = parse_offset_spec(
-            opts.get("startingoffsets"), option="startingOffsets", default="earliest"
-        )
-        ending = parse_offset_spec(opts.get("endingoffsets"), option="endingOffsets", default="latest")
-        if ending.kind == "earliest":
-            raise ConfigError("endingOffsets='earliest' reads nothing; use 'latest' or JSON")
-        if ending.kind == "specific" and any(v == -2 for v in (ending.offsets or {}).values()):
-            raise ConfigError("endingOffsets: -2 (earliest) is not allowed as an ending offset")
-    zk = opts.get("zookeeper.connect") or None
-    group = opts.get("group.id") or None
-    if (zk is None) != (group is None):
-        raise ConfigError("zookeeper.connect and group.id go together (both or neither)")
+        refused = {
+            "maxOffsetsPerTrigger": opts.max_offsets_per_trigger,
+            "zookeeper.connect": opts.zookeeper_connect,
+            "group.id": opts.group_id,
+        }
+        kind = "streaming reads only (spark.readStream)"
+    for name, value in refused.items():
+        if value is not None:
+            raise ConfigError(f"format 'hmb': {name} is for {kind}")
+    return opts
 
-    api_version = (opts.get("api.version") or "auto").strip()
-    return SourceOptions(
-        brokers=brokers,
-        topics=topics,
-        topic_pattern=pattern,
-        starting=starting,
-        ending=ending,
-        max_offsets_per_trigger=_positive_int(opts, "maxoffsetspertrigger", None),
-        fetch_message_max_bytes=_positive_int(opts, "fetch.message.max.bytes", _DEFAULT_FETCH_BYTES)
-        or _DEFAULT_FETCH_BYTES,
-        socket_timeout_ms=_positive_int(opts, "socket.timeout.ms", _DEFAULT_SOCKET_TIMEOUT_MS)
-        or _DEFAULT_SOCKET_TIMEOUT_MS,
-        client_id=(opts.get("client.id") or "hmb-spark").strip(),
-        api_version=api_version,
-        zookeeper_connect=zk,
-        group_id=group,
-    )
+
+def parse_kafka_params(kafka_params: Mapping[str, Any]) -> KafkaParams:
+    """Validate ``kafka_params`` (Kafka 0.8 dotted property names, or any other spelling).
+
+    Args:
+        kafka_params: See :class:`KafkaParams` and :class:`ReadOptions`
+            (``metadata.broker.list`` is required).
+
+    Returns:
+        The parsed :class:`KafkaParams`.
+
+    Raises:
+        ConfigError: Unknown key, missing broker list, or a bad value.
+    """
+    return KafkaParams.from_properties(_given(kafka_params))

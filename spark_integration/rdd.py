@@ -18,7 +18,7 @@ Contract:
 * a partition yields ``(key, value)`` per message (decoded by ``key_decoder`` /
   ``value_decoder`` when given), or ``message_handler(MessageAndMetadata)``;
 * a range the broker cannot fill fails the task with
-  :class:`~spark_integration._kafka.OffsetRangeError` naming the range (never a short read);
+  :class:`~spark_integration.reader.OffsetRangeError` naming the range (never a short read);
 * the RDD is deterministic: recomputing a partition reads the same offsets again.
 
 The planning helpers (:func:`get_earliest_offsets`, :func:`get_latest_offsets`,
@@ -30,21 +30,22 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
 from functools import partial
 from itertools import chain
 from operator import itemgetter
 from typing import TYPE_CHECKING, Any
 
-from hmbclient.config import parse_broker_list
 from hmbclient.errors import ConfigError
-from spark_integration import _kafka
 from spark_integration.offsets import (
     EARLIEST,
     LATEST,
     OffsetRange,
     TopicPartition,
 )
+from spark_integration.options import KafkaParams, parse_kafka_params
+from spark_integration.planner import PartitionPlanner
+from spark_integration.reader import read_chunks
+from spark_integration.settings import Leader, ReadSettings
 from spark_integration.zk import commit_group_offsets, read_group_offsets
 
 if TYPE_CHECKING:
@@ -67,96 +68,12 @@ _ATTR = "_hmb_offset_ranges"
 _KEY_VALUE = itemgetter(2, 3)
 
 
-@dataclass(frozen=True, slots=True)
-class KafkaParams:
-    """Parsed ``kafka_params``: read settings plus the optional consumer-group settings."""
-
-    settings: _kafka.ReadSettings
-    zookeeper_connect: str | None
-    group_id: str | None
-    auto_offset_reset: str
-
-
-_PARAM_KEYS = {
-    "metadata.broker.list",
-    "bootstrap.servers",
-    "fetch.message.max.bytes",
-    "socket.timeout.ms",
-    "client.id",
-    "api.version",
-    "refresh.leader.backoff.ms",
-    "zookeeper.connect",
-    "group.id",
-    "auto.offset.reset",
-}
-
-
-def parse_kafka_params(kafka_params: Mapping[str, Any]) -> KafkaParams:
-    """Validate ``kafka_params`` (Kafka 0.8 dotted property names).
-
-    Args:
-        kafka_params: ``metadata.broker.list`` (required; alias ``bootstrap.servers``),
-            ``fetch.message.max.bytes``, ``socket.timeout.ms``, ``client.id``,
-            ``api.version``, ``refresh.leader.backoff.ms``; for the group helpers
-            ``zookeeper.connect``, ``group.id``, ``auto.offset.reset`` (``smallest`` |
-            ``largest``, default ``largest`` as in Kafka 0.8; ``earliest``/``latest`` are
-            accepted as synonyms).
-
-    Returns:
-        The parsed :class:`KafkaParams`.
-
-    Raises:
-        ConfigError: Unknown key, missing broker list, or a bad value.
-    """
-    unknown = sorted(set(kafka_params) - _PARAM_KEYS)
-    if unknown:
-        raise ConfigError(
-            f"unknown kafka_params key(s): {', '.join(unknown)}; known: {', '.join(sorted(_PARAM_KEYS))}"
-        )
-    brokers_raw = kafka_params.get("metadata.broker.list") or kafka_params.get("bootstrap.servers")
-    if not brokers_raw:
-        raise ConfigError("kafka_params needs metadata.broker.list ('host:port,...')")
-
-    def positive(key: str, default: int) -> int:
-        raw = kafka_params.get(key, default)
-        try:
-            value = int(raw)
-        except (TypeError, ValueError):
-            raise ConfigError(f"{key}={raw!r}: expected a positive integer") from None
-        if value < 1:
-            raise ConfigError(f"{key}={raw!r}: expected a positive integer")
-        return value
-
-    reset = str(kafka_params.get("auto.offset.reset", "largest")).strip().lower()
-    # The modern names mean the same thing; accept them rather than fail a copied config.
-    reset = {"earliest": "smallest", "latest": "largest"}.get(reset, reset)
-    if reset not in ("smallest", "largest"):
-        raise ConfigError(f"auto.offset.reset={reset!r}: expected 'smallest' or 'largest'")
-    brokers = parse_broker_list(brokers_raw)
-    if not brokers:
-        raise ConfigError("kafka_params needs metadata.broker.list ('host:port,...')")
-    settings = _kafka.ReadSettings(
-        brokers=brokers,
-        fetch_message_max_bytes=positive("fetch.message.max.bytes", 1024 * 1024),
-        socket_timeout_ms=positive("socket.timeout.ms", 30_000),
-        client_id=str(kafka_params.get("client.id", "hmb-spark")),
-        api_version=str(kafka_params.get("api.version", "auto")),
-        retry_backoff_ms=positive("refresh.leader.backoff.ms", 200),
-    )
-    return KafkaParams(
-        settings=settings,
-        zookeeper_connect=kafka_params.get("zookeeper.connect") or None,
-        group_id=kafka_params.get("group.id") or None,
-        auto_offset_reset=reset,
-    )
-
-
 class _ReadPartition:
     """The per-partition task: read one range, yield (key, value) or handler results."""
 
     def __init__(
         self,
-        settings: _kafka.ReadSettings,
+        settings: ReadSettings,
         key_decoder: Any,
         value_decoder: Any,
         message_handler: Callable[[MessageAndMetadata], Any] | None,
@@ -166,44 +83,48 @@ class _ReadPartition:
         self.value_decoder = value_decoder
         self.message_handler = message_handler
 
-    def __call__(self, items: Iterable[tuple[OffsetRange, tuple[str, int] | None]]) -> Iterator[Any]:
+    def __call__(self, items: Iterable[tuple[OffsetRange, Leader | None]]) -> Iterator[Any]:
         return chain.from_iterable(self._read(r, leader) for r, leader in items)
 
-    def _read(self, r: OffsetRange, leader: tuple[str, int] | None) -> Iterator[Any]:
-        chunks = _kafka.read_chunks(self.settings, r, leader)
+    def _read(self, offset_range: OffsetRange, leader: Leader | None) -> Iterator[Any]:
+        chunks = read_chunks(self.settings, offset_range, leader)
         if self.key_decoder is None and self.value_decoder is None and self.message_handler is None:
             # Records are (offset, timestamp, key, value, headers) tuples: per message only C
             # code runs (chain -> map -> itemgetter); Python resumes once per fetch.
             return chain.from_iterable(map(partial(map, _KEY_VALUE), chunks))
-        return self._read_decoded(r, chunks)
+        return self._read_decoded(offset_range, chunks)
 
-    def _read_decoded(self, r: OffsetRange, chunks: Iterator[list[Any]]) -> Iterator[Any]:
-        kd = self.key_decoder.from_message if self.key_decoder is not None else None
-        vd = self.value_decoder.from_message if self.value_decoder is not None else None
+    def _read_decoded(self, offset_range: OffsetRange, chunks: Iterator[list[Any]]) -> Iterator[Any]:
+        decode_key = _decoding(self.key_decoder)
+        decode_value = _decoding(self.value_decoder)
         handler = self.message_handler
         if handler is None:
             for chunk in chunks:
-                for m in chunk:
-                    yield (
-                        kd(m[2]) if kd is not None else m[2],
-                        vd(m[3]) if vd is not None else m[3],
-                    )
-        else:
-            # Imported here: it brings the high-level consumer (and kazoo) along.
-            from hmbclient import MessageAndMetadata
+                for record in chunk:
+                    yield decode_key(record[2]), decode_value(record[3])
+            return
+        # Imported here: it brings the high-level consumer (and kazoo) along.
+        from hmbclient import MessageAndMetadata
 
-            topic, partition = r.topic, r.partition
-            for chunk in chunks:
-                for m in chunk:
-                    yield handler(
-                        MessageAndMetadata(
-                            topic,
-                            partition,
-                            m[0],
-                            kd(m[2]) if kd is not None else m[2],
-                            vd(m[3]) if vd is not None else m[3],
-                        )
-                    )
+        topic, partition = offset_range.topic, offset_range.partition
+        for chunk in chunks:
+            for record in chunk:
+                message = MessageAndMetadata(
+                    topic, partition, record[0], decode_key(record[2]), decode_value(record[3])
+                )
+                yield handler(message)
+
+
+def _decoding(decoder: Any) -> Callable[[Any], Any]:
+    """``decoder.from_message``, or the identity when there is no decoder (raw bytes)."""
+    if decoder is None:
+        return _identity
+    from_message: Callable[[Any], Any] = decoder.from_message
+    return from_message
+
+
+def _identity(value: Any) -> Any:
+    return value
 
 
 def _parallelize_with_locations(
@@ -218,17 +139,17 @@ def _parallelize_with_locations(
     from pyspark.core.rdd import RDD
     from pyspark.serializers import CPickleSerializer
 
-    ser = CPickleSerializer()
+    serializer = CPickleSerializer()
     jvm = sc._jvm
     pairs = jvm.java.util.ArrayList()
     for item, item_hosts in zip(items, hosts, strict=True):
         host_list = jvm.java.util.ArrayList()
         for h in item_hosts:
             host_list.add(h)
-        pairs.add(jvm.scala.Tuple2(bytearray(ser.dumps(item)), jvm.PythonUtils.toSeq(host_list)))
+        pairs.add(jvm.scala.Tuple2(bytearray(serializer.dumps(item)), jvm.PythonUtils.toSeq(host_list)))
     tag = jvm.scala.reflect.ClassTag.apply(jvm.java.lang.Class.forName("[B"))
     scala_rdd = sc._jsc.sc().makeRDD(jvm.PythonUtils.toSeq(pairs), tag)
-    return RDD(scala_rdd.toJavaRDD(), sc, ser)
+    return RDD(scala_rdd.toJavaRDD(), sc, serializer)
 
 
 def create_rdd(
@@ -261,7 +182,7 @@ def create_rdd(
         UnknownTopicOrPartitionError: A range names a topic the cluster does not have.
 
     Reading errors (a range past the end of a log) surface when an action runs: the task
-    fails with :class:`~spark_integration._kafka.OffsetRangeError` naming the range.
+    fails with :class:`~spark_integration.reader.OffsetRangeError` naming the range.
     """
     params = parse_kafka_params(kafka_params)
     ranges = list(offset_ranges)
@@ -272,9 +193,10 @@ def create_rdd(
         rdd = sc.emptyRDD()
         setattr(rdd, _ATTR, ())
         return rdd
-    with _kafka.Cluster(params.settings) as view:
+    settings = params.read_settings()
+    with PartitionPlanner(settings) as planner:
         topics = sorted({r.topic for r in ranges})
-        known = view.partitions(topics)
+        known = planner.partitions(topics)
     absent = sorted({r.topic_partition for r in ranges} - set(known))
     if absent:
         raise ConfigError(
@@ -284,7 +206,7 @@ def create_rdd(
     items = [(r, known.get(r.topic_partition)) for r in ranges]
     hosts = [[leader[0]] if leader else [] for _, leader in items]
     base = _parallelize_with_locations(sc, items, hosts)
-    reader = _ReadPartition(params.settings, key_decoder, value_decoder, message_handler)
+    reader = _ReadPartition(settings, key_decoder, value_decoder, message_handler)
     rdd = base.mapPartitions(reader, preservesPartitioning=True)
     setattr(rdd, _ATTR, tuple(ranges))
     return rdd
@@ -312,9 +234,9 @@ def _topic_offsets(
     kafka_params: Mapping[str, Any], topics: Iterable[str], time_: int
 ) -> dict[TopicPartition, int]:
     params = parse_kafka_params(kafka_params)
-    with _kafka.Cluster(params.settings) as view:
-        parts = sorted(view.partitions(sorted(set(topics))))
-        return view.offsets(parts, time_)
+    with PartitionPlanner(params.read_settings()) as planner:
+        parts = sorted(planner.partitions(sorted(set(topics))))
+        return planner.offsets(parts, time_)
 
 
 def get_earliest_offsets(
@@ -365,10 +287,10 @@ def ranges_from_group_offsets(
     params = parse_kafka_params(kafka_params)
     if params.zookeeper_connect is None or params.group_id is None:
         raise ConfigError("ranges_from_group_offsets needs zookeeper.connect and group.id")
-    with _kafka.Cluster(params.settings) as view:
-        parts = sorted(view.partitions(sorted(set(topics))))
-        earliest = view.offsets(parts, EARLIEST)
-        latest = view.offsets(parts, LATEST)
+    with PartitionPlanner(params.read_settings()) as planner:
+        parts = sorted(planner.partitions(sorted(set(topics))))
+        earliest = planner.offsets(parts, EARLIEST)
+        latest = planner.offsets(parts, LATEST)
     committed = read_group_offsets(params.zookeeper_connect, params.group_id, parts)
     ranges = []
     for tp in parts:

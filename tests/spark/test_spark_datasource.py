@@ -70,7 +70,7 @@ def test_batch_json_offsets(spark: Any, broker: Any, batch_topic: list[Produced]
     with pytest.raises(Exception, match=r"outside the available range \[0, 50\]"):
         _batch(spark, broker, topic="ds-batch",
                startingOffsets=json.dumps({"ds-batch": {"0": 51}})).collect()
-    with pytest.raises(Exception, match="unknown option"):
+    with pytest.raises(Exception, match="unknown SourceOptions key 'startingoffset'; did you mean"):
         _batch(spark, broker, topic="ds-batch", startingOffset="earliest").collect()
 
 

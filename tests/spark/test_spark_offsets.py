@@ -1,6 +1,6 @@
 """Pure planning parts of spark_integration: OffsetRange, JSON offsets, options, read limits.
 
-No Spark, no broker: these run in milliseconds.
+No Spark session, no broker: these run in milliseconds.
 """
 
 from __future__ import annotations
@@ -168,7 +168,7 @@ def test_broker_lists_use_the_one_parser(bad: str) -> None:
         with pytest.raises(ConfigError, match="metadata.broker.list"):
             parse_kafka_params({"metadata.broker.list": empty})
     opts = parse_options({"bootstrap.servers": "a:1, [::1]:9092", "topic": "t"}, streaming=False)
-    assert opts.brokers == (("a", 1), ("::1", 9092))
+    assert opts.metadata_broker_list == (("a", 1), ("::1", 9092))
 
 
 def test_source_options_batch_and_stream() -> None:
@@ -176,16 +176,43 @@ def test_source_options_batch_and_stream() -> None:
         {"metadata.broker.list": "h:1", "TOPICS": "a, b", "startingOffsets": '{"a": {"0": 3}}'},
         streaming=False,
     )
-    assert opts.topics == ("a", "b") and opts.brokers == (("h", 1),)
-    assert opts.starting.kind == "specific" and opts.ending.kind == "latest"
+    assert opts.topic_names == ("a", "b") and opts.metadata_broker_list == (("h", 1),)
+    assert opts.starting_offsets is not None and opts.starting_offsets.kind == "specific"
+    assert opts.ending_offsets is None  # the reader's default (latest) applies
     assert opts.matches("a") and not opts.matches("c")
     s = parse_options(
         {"metadata.broker.list": "h:1", "topicPattern": r"ev\..*", "maxOffsetsPerTrigger": "50",
          "zookeeper.connect": "z:2181", "group.id": "g"},
         streaming=True,
     )
-    assert s.starting.kind == "latest" and s.max_offsets_per_trigger == 50
+    assert s.starting_offsets is None and s.max_offsets_per_trigger == 50
+    assert s.topic_names is None
     assert s.matches("ev.x") and not s.matches("xev.x")
+
+
+def test_source_options_as_spark_passes_them() -> None:
+    # Spark lower-cases option names and passes every value as a string.
+    from pyspark.sql.datasource import CaseInsensitiveDict
+
+    given = CaseInsensitiveDict(
+        {"metadata.broker.list": "h:1", "topic": "t", "startingOffsets": "earliest",
+         "fetch.message.max.bytes": "4096", "socket.timeout.ms": "500", "api.version": "0.10",
+         "refresh.leader.backoff.ms": "50", "maxOffsetsPerTrigger": "7", "group.id": "",
+         "zookeeper.connect": ""}
+    )
+    assert "startingoffsets" in given.data
+    opts = parse_options(given, streaming=True)
+    assert (opts.fetch_message_max_bytes, opts.socket_timeout_ms, opts.api_version) == (
+        4096, 500, "0.10"
+    )
+    assert opts.max_offsets_per_trigger == 7 and opts.group_id is None  # "" = not given
+    settings = opts.read_settings()
+    assert (settings.brokers, settings.retry_backoff_ms, settings.client_id) == (
+        (("h", 1),), 50, "hmb-spark"
+    )
+    assert pickle.loads(pickle.dumps(settings)) == settings
+    # The config machinery's round trip: rendered as properties, parsed back equal.
+    assert parse_options(opts.to_properties(), streaming=True) == opts
 
 
 @pytest.mark.parametrize(
@@ -194,27 +221,42 @@ def test_source_options_batch_and_stream() -> None:
         ({"topic": "t"}, False, "metadata.broker.list"),
         ({"metadata.broker.list": "h:1"}, False, "exactly one"),
         ({"metadata.broker.list": "h:1", "topic": "t", "topics": "a"}, False, "exactly one"),
+        ({"metadata.broker.list": "h:1", "topics": " , "}, False, "no topic names"),
+        ({"metadata.broker.list": "h:1", "topic": "a/b"}, False, "illegal topic name 'a/b'"),
         ({"metadata.broker.list": "h:1", "topic": "t", "bogus": "1"}, False, "bogus"),
+        ({"metadata.broker.list": "h:1", "topic": "t", "startingOfsets": "latest"}, False,
+         "did you mean"),
         ({"metadata.broker.list": "h:1", "topic": "t", "endingOffsets": "latest"}, True, "batch"),
         ({"metadata.broker.list": "h:1", "topic": "t", "maxOffsetsPerTrigger": "5"}, False,
          "streaming"),
         ({"metadata.broker.list": "h:1", "topic": "t", "maxOffsetsPerTrigger": "0"}, True,
-         "positive"),
+         "maxOffsetsPerTrigger"),
+        ({"metadata.broker.list": "h:1", "topic": "t", "maxOffsetsPerTrigger": "many"}, True,
+         "maxOffsetsPerTrigger"),
+        ({"metadata.broker.list": "h:1", "topic": "t", "api.version": "0.9"}, False, "api.version"),
+        ({"metadata.broker.list": "h:1", "topic": "t", "startingOffsets": "newest"}, False,
+         "startingOffsets"),
         ({"metadata.broker.list": "h:1", "topicPattern": "("}, True, "regex"),
         ({"metadata.broker.list": "h:1", "topic": "t", "group.id": "g"}, True, "together"),
+        ({"metadata.broker.list": "h:1", "topic": "t", "group.id": "a/b",
+          "zookeeper.connect": "z:1"}, True, "group.id"),
         ({"metadata.broker.list": "h:1", "topic": "t", "endingOffsets": "earliest"}, False,
          "reads nothing"),
+        ({"metadata.broker.list": "h:1", "topic": "t", "endingOffsets": '{"t": {"0": -2}}'},
+         False, "-2"),
         ({"metadata.broker.list": "h:1", "topic": "t", "path": "/x"}, False, "no path"),
     ],
 )
 def test_source_options_errors(options: dict, streaming: bool, match: str) -> None:
-    with pytest.raises(ConfigError, match=match):
+    with pytest.raises(ConfigError, match=match) as err:
         parse_options(options, streaming=streaming)
+    assert str(err.value).startswith("format 'hmb'")
 
 
 def test_kafka_params() -> None:
     p = parse_kafka_params({"metadata.broker.list": "h:1", "fetch.message.max.bytes": "4096"})
-    assert p.settings.brokers == (("h", 1),) and p.settings.fetch_message_max_bytes == 4096
+    assert p.read_settings().brokers == (("h", 1),)
+    assert p.read_settings().fetch_message_max_bytes == 4096
     assert p.auto_offset_reset == "largest"
     with pytest.raises(ConfigError, match="nope"):
         parse_kafka_params({"metadata.broker.list": "h:1", "nope": 1})
@@ -222,6 +264,10 @@ def test_kafka_params() -> None:
         parse_kafka_params({})
     with pytest.raises(ConfigError, match="auto.offset.reset"):
         parse_kafka_params({"metadata.broker.list": "h:1", "auto.offset.reset": "first"})
+    with pytest.raises(ConfigError, match="refresh.leader.backoff.ms"):
+        parse_kafka_params({"metadata.broker.list": "h:1", "refresh.leader.backoff.ms": 0})
     assert parse_kafka_params(
         {"metadata.broker.list": "h:1", "auto.offset.reset": "earliest"}
     ).auto_offset_reset == "smallest"
+    # Any spelling, as for every other hmbclient config.
+    assert parse_kafka_params({"bootstrap_servers": "h:1", "group_id": "g"}).group_id == "g"
