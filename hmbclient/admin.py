@@ -1,40 +1,90 @@
-"""Read-only cluster inspection used by the ``hmb`` command and by tools: topics, partition
-leaders, and ZooKeeper consumer groups (members, owners, committed offsets, lag).
+"""Cluster administration used by the ``hmb`` command and by tools: topics (list, create,
+describe partition leaders and replicas), and ZooKeeper consumer groups (members, owners,
+committed offsets, lag).
 
 Everything here goes through the public client pieces (``NetClient`` + ``Metadata``,
 ``SimpleConsumer``) and kazoo with the Kafka 0.8 znode layout from :mod:`rebalance.paths`,
-so what it reports is what a Java 0.8 tool would read from the same cluster.
+so what it reports is what a Java 0.8 tool would read from the same cluster. Every request's
+version is chosen by the connection's version seam (:mod:`hmbclient.net.versions`), so
+``api_version`` pins or probes it exactly as for the producer and consumer; a dialect without
+an API (CreateTopics on "0.8" or "hmb") raises ``UnsupportedByBroker`` before anything is sent.
+
+Broker answers are reported through :func:`hmbclient.errors.for_code`: a refused topic
+creation raises the BrokerError subclass of the answer's code, with the broker's own
+error_message as its message.
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Iterable, Iterator
+from typing import Any, NamedTuple
 
 from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError
 from kazoo.handlers.threading import KazooTimeoutError
 
-from hmbclient.errors import CoordinationError, UnknownTopicOrPartitionError
+from hmbclient.errors import (
+    CoordinationError,
+    KafkaConnectionError,
+    RemoteProtocolError,
+    UnknownTopicOrPartitionError,
+    for_code,
+)
+from hmbclient.protocol.api.base import ApiKey
 from rebalance import paths
 
-__all__ = ["topic_partitions", "list_topics", "list_groups", "describe_group", "latest_offsets"]
+__all__ = [
+    "PartitionInfo",
+    "topic_partitions",
+    "list_topics",
+    "create_topic",
+    "describe_topics",
+    "list_groups",
+    "describe_group",
+    "latest_offsets",
+]
 
 _TIMEOUT_MS = 10_000
+# CreateTopics: the broker may use all of timeout_ms before it answers (it waits for the new
+# partitions to get leaders), so the client waits this much longer for the answer to travel.
+_ANSWER_MARGIN_MS = 5_000
+
+
+class PartitionInfo(NamedTuple):
+    """One partition as Metadata reports it (``describe_topics``).
+
+    ``leader`` is -1 while the partition has no leader; ``offline_replicas`` are replicas whose
+    broker is down (always empty below Metadata v5, which added the field).
+    """
+
+    topic: str
+    partition: int
+    leader: int
+    replicas: tuple[int, ...]
+    isr: tuple[int, ...]
+    offline_replicas: tuple[int, ...]
+
+
+@contextlib.contextmanager
+def _client(brokers: str, api_version: str, timeout_ms: float) -> Iterator[Any]:
+    from hmbclient.net.client import NetClient
+
+    client = NetClient(brokers, api_version=api_version, client_id="hmb-admin",
+                       request_timeout_ms=timeout_ms,
+                       connect_timeout_ms=min(timeout_ms, _TIMEOUT_MS))
+    try:
+        yield client
+    finally:
+        client.close()
 
 
 @contextlib.contextmanager
 def _metadata(brokers: str, api_version: str, timeout_ms: float) -> Iterator[Any]:
-    from hmbclient.net.client import NetClient
     from hmbclient.net.metadata import Metadata
 
-    client = NetClient(brokers, api_version=api_version, client_id="hmb-admin",
-                       request_timeout_ms=timeout_ms, connect_timeout_ms=timeout_ms)
-    try:
+    with _client(brokers, api_version, timeout_ms) as client:
         yield Metadata(client, allow_auto_topic_creation=False)
-    finally:
-        client.close()
 
 
 def topic_partitions(brokers: str, topic: str, *, api_version: str = "auto",
@@ -63,6 +113,98 @@ def list_topics(brokers: str, *, api_version: str = "auto", timeout_ms: float = 
     with _metadata(brokers, api_version, timeout_ms) as md:
         view = md.refresh(None, timeout_ms=timeout_ms)
         return {t: len(info.partitions) for t, info in view.topics.items() if not info.error_code}
+
+
+def create_topic(brokers: str, name: str, num_partitions: int, replication_factor: int, *,
+                 timeout_ms: float = 30_000, api_version: str = "auto") -> None:
+    """Create one topic with CreateTopics (no explicit assignment, no topic configs).
+
+    Any broker takes the request (Kafka sends it to the controller itself; our brokers accept
+    it anywhere). The bootstrap brokers are asked in turn until one answers.
+
+    Args:
+        brokers: bootstrap "host:port[,host:port]".
+        name: the topic.
+        num_partitions / replication_factor: as the broker is asked to create them; the broker
+            judges them (-1 asks for its default, on brokers that know CreateTopics v4).
+        timeout_ms: how long the broker may take to create the topic (sent in the request);
+            the client waits a few seconds longer for the answer.
+
+    Raises:
+        BrokerError: the broker refused, as the subclass of the answer's code (for_code), with
+            the broker's error_message: TopicAlreadyExistsError, InvalidReplicationFactorError,
+            InvalidTopicExceptionError, InvalidPartitionsError, RequestTimedOutError (the
+            broker did not finish within timeout_ms; the topic may still appear).
+        UnsupportedByBroker: the dialect or broker has no CreateTopics; nothing was sent.
+        KafkaConnectionError / RequestTimedOutError: no broker answered in time. A connection
+            lost after the request was written moves on to the next broker, which may then
+            answer TOPIC_ALREADY_EXISTS for a topic the first one created.
+    """
+
+    def build(versions: Any) -> Any:
+        return versions.build(
+            ApiKey.CREATE_TOPICS,
+            topics=[(name, num_partitions, replication_factor, [], [])],
+            timeout_ms=int(timeout_ms),
+            validate_only=False,
+        )
+
+    wait_ms = timeout_ms + _ANSWER_MARGIN_MS
+    with _client(brokers, api_version, wait_ms) as client:
+        last: KafkaConnectionError | None = None
+        for node in client.bootstrap_ids:
+            try:
+                resp = client.call(node, build, timeout_ms=wait_ms, api_key=ApiKey.CREATE_TOPICS)
+                break
+            except KafkaConnectionError as e:
+                last = e
+        else:
+            assert last is not None
+            raise last
+    for t in resp.topics:
+        if t.topic != name:
+            continue
+        if t.error_code:
+            # error_message exists from v1 on; v0 answers carry only the code.
+            message = getattr(t, "error_message", None) or f"topic {name!r} was not created"
+            raise for_code(t.error_code)(message)
+        return
+    raise RemoteProtocolError(f"the CreateTopics answer does not mention topic {name!r}")
+
+
+def describe_topics(brokers: str, topics: Iterable[str] | None = None, *, api_version: str = "auto",
+                    timeout_ms: float = _TIMEOUT_MS) -> list[PartitionInfo]:
+    """Every partition of the named topics (all topics when ``topics`` is None or empty),
+    sorted by topic and partition: leader, replicas, ISR and offline replicas from Metadata.
+
+    Metadata is asked for every topic and the named ones are picked from the answer, as
+    kafka-topics.sh does: a request naming an unknown topic would make a broker with
+    auto-creation on create it under Metadata v0-3, which cannot say "do not create".
+    Partitions without a leader are reported (leader -1), not raised.
+
+    Raises:
+        UnknownTopicOrPartitionError: a named topic does not exist.
+        KafkaConnectionError / RequestTimedOutError: no broker answered in time.
+    """
+    wanted = sorted(set(topics)) if topics else None
+    with _metadata(brokers, api_version, timeout_ms) as md:
+        # The raw answer, not md.refresh(): the cluster view keeps no offline_replicas. The
+        # request still goes through Metadata's broker fallback and version choice.
+        resp = md._request(None, timeout_ms)
+    # A topic-level error with no partitions is a topic in flux (being created or deleted):
+    # nothing to describe yet.
+    answered = {t.topic: t for t in resp.topics if t.partitions or not t.error_code}
+    out: list[PartitionInfo] = []
+    for name in wanted if wanted is not None else sorted(answered):
+        t = answered.get(name)
+        if t is None:
+            raise UnknownTopicOrPartitionError(f"topic {name!r} does not exist")
+        for p in sorted(t.partitions, key=lambda p: p.partition):
+            out.append(PartitionInfo(
+                name, p.partition, p.leader, tuple(p.replicas), tuple(p.isr),
+                tuple(getattr(p, "offline_replicas", None) or ()),
+            ))
+    return out
 
 
 @contextlib.contextmanager

@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import IO, Any, TypeAlias
 
-from hmbclient.errors import HmbError
+from hmbclient.errors import BrokerError, HmbError
 
 __all__ = ["main", "build_parser", "format_message"]
 
@@ -362,11 +362,41 @@ def cmd_offsets(args: argparse.Namespace) -> int:
 
 
 def cmd_topics(args: argparse.Namespace) -> int:
-    from hmbclient.admin import list_topics
+    from hmbclient.admin import create_topic, describe_topics, list_topics
 
+    if args.create is None and (args.partitions is not None or args.replication_factor is not None):
+        raise CliError("--partitions and --replication-factor go with --create NAME")
+    if args.create is not None:
+        if args.partitions is None or args.replication_factor is None:
+            raise CliError("--create NAME needs --partitions N and --replication-factor R")
+        try:
+            create_topic(args.brokers, args.create, args.partitions, args.replication_factor,
+                         timeout_ms=args.timeout_ms, api_version=args.api_version)
+        except BrokerError as e:
+            # The broker's message may not name the topic; the line on stderr should.
+            raise CliError(f"topic {args.create} not created: {_describe(e)}") from e
+        n = args.partitions
+        print(f"created topic {args.create} ({n} partition{'' if n == 1 else 's'}, "
+              f"replication factor {args.replication_factor})")
+        return 0
+    if args.describe is not None:
+        parts = describe_topics(args.brokers, args.describe or None, api_version=args.api_version)
+        offline = any(p.offline_replicas for p in parts)
+        headers = ("topic", "partition", "leader", "replicas", "isr") + (("offline",) if offline else ())
+        rows = []
+        for p in parts:
+            row = [p.topic, p.partition, "none" if p.leader < 0 else p.leader, _ids(p.replicas), _ids(p.isr)]
+            rows.append([*row, _ids(p.offline_replicas)] if offline else row)
+        _table(headers, rows, sys.stdout)
+        return 0
     topics = list_topics(args.brokers, api_version=args.api_version)
     _table(("topic", "partitions"), sorted(topics.items()), sys.stdout)
     return 0
+
+
+def _ids(ids: Sequence[int]) -> str:
+    """Broker ids as kafka-topics.sh prints them ("1,2,3"); "-" for none, so columns stay split."""
+    return ",".join(str(i) for i in ids) or "-"
 
 
 def cmd_groups(args: argparse.Namespace) -> int:
@@ -501,8 +531,21 @@ def _add_inspect_commands(sub: Subparsers) -> None:
     _client_opts(p)
     p.set_defaults(func=cmd_offsets)
 
-    p = sub.add_parser("topics", help="list topics")
+    p = sub.add_parser("topics", help="list topics; --create one, or --describe partitions",
+                       description="Without --create or --describe: every topic and its partition count.")
     _client_opts(p)
+    action = p.add_mutually_exclusive_group()
+    action.add_argument("--create", default=None, metavar="NAME",
+                        help="create topic NAME (CreateTopics; needs --partitions and --replication-factor)")
+    action.add_argument("--describe", nargs="*", default=None, metavar="NAME",
+                        help="leader, replicas, ISR (and offline replicas) per partition of the named "
+                             "topics (default: every topic); leader 'none' = no leader now")
+    p.add_argument("--partitions", type=int, default=None, metavar="N",
+                   help="partitions of the topic to --create")
+    p.add_argument("--replication-factor", type=int, default=None, metavar="R",
+                   help="replicas of each partition of the topic to --create (at most the number of brokers)")
+    p.add_argument("--timeout-ms", type=int, default=30000,
+                   help="how long the broker may take to --create the topic (default 30000)")
     p.set_defaults(func=cmd_topics)
 
     p = sub.add_parser("groups", help="ZooKeeper consumer groups; with GROUP: owners, offsets, lag")
