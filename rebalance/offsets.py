@@ -100,7 +100,8 @@ class ZkOffsetStore:
             try:
                 res.get(timeout=self.op_timeout_s)
             except NoNodeError:
-                creates.append((tp, payload, self.zk.create_async(self.path(tp), payload, makepath=True)))
+                created = self.zk.create_async(self.path(tp), payload, makepath=True)
+                creates.append((tp, payload, created))
         for tp, payload, res in creates:
             try:
                 res.get(timeout=self.op_timeout_s)

@@ -14,9 +14,9 @@ Three ways in, best first:
 
 Modules: :mod:`~spark_integration.options` (validated options, on hmbclient's config classes),
 :mod:`~spark_integration.planner` (driver side: partitions, leaders, offsets),
-:mod:`~spark_integration.reader` (executor side: one offset range), :mod:`~spark_integration.offsets`
-(pure planning), :mod:`~spark_integration.zk` (group offsets in ZooKeeper),
-:mod:`~spark_integration.settings` (what tasks receive).
+:mod:`~spark_integration.reader` (executor side: one offset range),
+:mod:`~spark_integration.offsets` (pure planning), :mod:`~spark_integration.zk` (group offsets
+in ZooKeeper), :mod:`~spark_integration.settings` (what tasks receive).
 
 This package is a leaf: it imports hmbclient's public API (``SimpleConsumer``, ``Consumer``,
 the ``hmbclient.net`` Metadata view and retry policy, ``hmbclient.config``'s config classes,

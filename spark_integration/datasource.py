@@ -162,10 +162,12 @@ class HmbBatchReader(DataSourceReader):
             earliest = planner.offsets(parts, EARLIEST)
             latest = planner.offsets(parts, LATEST)
         starts = resolve_offsets(
-            self.opts.starting_offsets, parts, earliest, latest, option="startingOffsets", default="earliest"
+            self.opts.starting_offsets, parts, earliest, latest,
+            option="startingOffsets", default="earliest",
         )
         ends = resolve_offsets(
-            self.opts.ending_offsets, parts, earliest, latest, option="endingOffsets", default="latest"
+            self.opts.ending_offsets, parts, earliest, latest,
+            option="endingOffsets", default="latest",
         )
         return plan_ranges(starts, ends), leaders
 
@@ -204,7 +206,8 @@ class HmbStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             earliest = planner.offsets(parts, EARLIEST)
             latest = planner.offsets(parts, LATEST)
         starts = resolve_offsets(
-            self.opts.starting_offsets, parts, earliest, latest, option="startingOffsets", default="latest"
+            self.opts.starting_offsets, parts, earliest, latest,
+            option="startingOffsets", default="latest",
         )
         log.info("streaming query starts at %s", starts)
         return offsets_to_dict(starts)

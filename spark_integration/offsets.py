@@ -193,7 +193,9 @@ def _offsets_from_obj(raw: Any, *, option: str, allow_sentinels: bool) -> dict[T
             try:
                 partition = int(part)
             except (TypeError, ValueError):
-                raise ConfigError(f"{option}: {topic!r} has a non-integer partition {part!r}") from None
+                raise ConfigError(
+                    f"{option}: {topic!r} has a non-integer partition {part!r}"
+                ) from None
             if partition < 0:
                 raise ConfigError(f"{option}: {topic!r} has a negative partition {part!r}")
             if not isinstance(offset, int) or isinstance(offset, bool) or offset < lowest:

@@ -126,7 +126,9 @@ class PartitionPlanner:
         self._refresh(sorted({t for t, _ in wanted}))
         return {tp: self._leaders.get(tp) for tp in wanted}
 
-    def offsets(self, partitions: Iterable[TopicPartition], time_: int) -> dict[TopicPartition, int]:
+    def offsets(
+        self, partitions: Iterable[TopicPartition], time_: int
+    ) -> dict[TopicPartition, int]:
         """Earliest (``EARLIEST``) or latest (``LATEST``) offset of each partition.
 
         Args:

@@ -4,7 +4,8 @@
 
     from spark_integration import OffsetRange, create_rdd, offset_ranges
     params = {"metadata.broker.list": "127.0.0.1:9092"}
-    rdd = create_rdd(sc, params, [OffsetRange("events", 0, 0, 100), OffsetRange("events", 1, 0, 80)])
+    ranges = [OffsetRange("events", 0, 0, 100), OffsetRange("events", 1, 0, 80)]
+    rdd = create_rdd(sc, params, ranges)
     rdd.count()                      # 180, if the log holds those offsets
     offset_ranges(rdd)               # the ranges behind each partition, in partition order
 
@@ -94,7 +95,9 @@ class _ReadPartition:
             return chain.from_iterable(map(partial(map, _KEY_VALUE), chunks))
         return self._read_decoded(offset_range, chunks)
 
-    def _read_decoded(self, offset_range: OffsetRange, chunks: Iterator[list[Any]]) -> Iterator[Any]:
+    def _read_decoded(
+        self, offset_range: OffsetRange, chunks: Iterator[list[Any]]
+    ) -> Iterator[Any]:
         decode_key = _decoding(self.key_decoder)
         decode_value = _decoding(self.value_decoder)
         handler = self.message_handler
@@ -144,9 +147,10 @@ def _parallelize_with_locations(
     pairs = jvm.java.util.ArrayList()
     for item, item_hosts in zip(items, hosts, strict=True):
         host_list = jvm.java.util.ArrayList()
-        for h in item_hosts:
-            host_list.add(h)
-        pairs.add(jvm.scala.Tuple2(bytearray(serializer.dumps(item)), jvm.PythonUtils.toSeq(host_list)))
+        for host in item_hosts:
+            host_list.add(host)
+        pickled = bytearray(serializer.dumps(item))
+        pairs.add(jvm.scala.Tuple2(pickled, jvm.PythonUtils.toSeq(host_list)))
     tag = jvm.scala.reflect.ClassTag.apply(jvm.java.lang.Class.forName("[B"))
     scala_rdd = sc._jsc.sc().makeRDD(jvm.PythonUtils.toSeq(pairs), tag)
     return RDD(scala_rdd.toJavaRDD(), sc, serializer)

@@ -92,7 +92,9 @@ def _offset_of(record: Any) -> int:
 class _RangeReader:
     """The fetches of one range: the leader's consumer, replaced after a transient failure."""
 
-    def __init__(self, settings: ReadSettings, offset_range: OffsetRange, leader: Leader | None) -> None:
+    def __init__(
+        self, settings: ReadSettings, offset_range: OffsetRange, leader: Leader | None
+    ) -> None:
         self.settings = settings
         self.range = offset_range
         self.leader = leader
@@ -195,18 +197,19 @@ class _RangeReader:
         """Fetches at ``offset`` gave nothing: the log ends before ``until_offset``."""
         from hmbclient import LATEST_TIME
 
-        r = self.range
+        offset_range = self.range
         try:
             latest = self.consumer.get_offsets_before(
-                r.topic, r.partition, LATEST_TIME, max_num_offsets=1
+                offset_range.topic, offset_range.partition, LATEST_TIME, max_num_offsets=1
             )
             log_end: int | None = int(latest[0]) if latest else None
         except HmbError:
             log_end = None
         raise OffsetRangeError(
-            f"offset range {r}: ran out of messages at offset {offset} before reaching "
-            f"until_offset {r.until_offset} (high watermark {high_watermark}, log end offset "
-            f"{log_end}); the range is past the end of the log, or the log was truncated"
+            f"offset range {offset_range}: ran out of messages at offset {offset} before "
+            f"reaching until_offset {offset_range.until_offset} (high watermark "
+            f"{high_watermark}, log end offset {log_end}); the range is past the end of the "
+            "log, or the log was truncated"
         )
 
 

@@ -124,10 +124,10 @@ class HmbReceiver:
             for stream in self._start():
                 while len(out) < budget:
                     try:
-                        mam = next(stream)
+                        message = next(stream)
                     except (ConsumerTimeoutError, StopIteration):
                         break
-                    out.append((mam.key, mam.message))
+                    out.append((message.key, message.message))
             if out:
                 self._connector.commit_offsets()
             self.batches += 1

@@ -14,9 +14,10 @@ Contract: a committed value is an ``until_offset`` (exclusive end = next offset 
 the same meaning the ConsumerConnector gives it, so a high-level consumer started later in the
 same group resumes exactly after what Spark processed. Writes create missing parents; reads
 treat a missing znode (or one holding ``-1``, Kafka 0.8's "no offset") as "nothing
-committed", and a znode holding anything else as damage: :class:`~hmbclient.errors.CoordinationError`
-naming the path. Nothing here retries: kazoo's own connection retry covers transient loss, and
-a failed commit raises ``CoordinationError`` naming the group.
+committed", and a znode holding anything else as damage:
+:class:`~hmbclient.errors.CoordinationError` naming the path. Nothing here retries: kazoo's
+own connection retry covers transient loss, and a failed commit raises ``CoordinationError``
+naming the group.
 """
 
 from __future__ import annotations
@@ -149,9 +150,9 @@ def commit_group_offsets(
         wanted = {tp: int(v) for tp, v in offsets.items()}
     else:
         wanted = {}
-        for r in offsets:
-            tp = r.topic_partition
-            wanted[tp] = max(wanted.get(tp, 0), r.until_offset)
+        for offset_range in offsets:
+            tp = offset_range.topic_partition
+            wanted[tp] = max(wanted.get(tp, 0), offset_range.until_offset)
     # Encode (and so validate) every offset before writing any.
     writes = []
     for (topic, partition), next_offset in sorted(wanted.items()):

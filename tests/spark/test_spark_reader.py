@@ -55,7 +55,8 @@ def test_an_unreachable_cluster_fails_the_range_after_the_retries(topic: str) ->
     settings = ReadSettings(brokers=(_refused_address(),), max_retries=2, retry_backoff_ms=100,
                             socket_timeout_ms=2_000)
     started = time.monotonic()
-    with pytest.raises(OffsetRangeError, match=rf"offset range {topic}-0 \[0, 10\): reading offset 0"):
+    failed = rf"offset range {topic}-0 \[0, 10\): reading offset 0"
+    with pytest.raises(OffsetRangeError, match=failed):
         list(read_range(settings, OffsetRange(topic, 0, 0, 10), _refused_address()))
     # Two pauses of retry_backoff_ms: the retries happened, and nothing waited longer.
     assert 0.2 <= time.monotonic() - started < 30
