@@ -89,10 +89,6 @@ __all__ = [
     "decode_offset",
     "encode_owner",
     "decode_owner",
-    "consumer_ids_dir",
-    "consumer_owners_dir",
-    "consumer_owner_path",
-    "consumer_offset_path",
     "consumer_registration_json",
 ]
 
@@ -857,13 +853,7 @@ def decode_owner(data: bytes | str | None) -> str:
     return data.decode("utf-8") if isinstance(data, bytes) else data
 
 
-# --------------------------------------------------------------------- alternative names
-
-# Spellings used by the rebalance loop and the Spark bridge; same functions.
-consumer_ids_dir = consumer_ids_path
-consumer_owners_dir = consumer_owners_path
-consumer_owner_path = owner_path
-consumer_offset_path = offset_path
+# --------------------------------------------------------------------- registration from parts
 
 
 def consumer_registration_json(

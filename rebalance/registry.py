@@ -234,7 +234,7 @@ class GroupRegistry:
     @property
     def ids_path(self) -> str:
         """``/consumers/<g>/ids``."""
-        return paths.consumer_ids_dir(self.group)
+        return paths.consumer_ids_path(self.group)
 
     def register(self, registration: Registration) -> None:
         """Create (or refresh) our ephemeral registration node.
@@ -384,7 +384,7 @@ class GroupRegistry:
 
     def owner_path(self, tp: TopicPartition) -> str:
         """``/consumers/<g>/owners/<topic>/<partition>``."""
-        return paths.consumer_owner_path(self.group, tp[0], tp[1])
+        return paths.owner_path(self.group, tp[0], tp[1])
 
     def claim(
         self, wanted: Mapping[TopicPartition, str], watch: Watch | None = None
@@ -518,7 +518,7 @@ class GroupRegistry:
         """Current owner thread id of every claimed partition of ``topics`` (for tools, tests)."""
         out: dict[TopicPartition, str] = {}
         for topic in topics:
-            base = paths.consumer_owners_dir(self.group, topic)
+            base = paths.consumer_owners_path(self.group, topic)
             try:
                 children = self._await(self.zk.get_children_async(base))
             except NoNodeError:

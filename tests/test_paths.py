@@ -50,8 +50,6 @@ def test_paths() -> None:
     assert paths.broker_path(7) == "/brokers/ids/7"
     assert paths.topic_path("t") == "/brokers/topics/t"
     assert paths.partition_state_path("t", 2) == "/brokers/topics/t/partitions/2/state"
-    assert paths.consumer_offset_path is paths.offset_path
-    assert paths.consumer_owner_path is paths.owner_path
 
 
 @pytest.mark.parametrize(
