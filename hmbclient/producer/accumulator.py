@@ -2,9 +2,10 @@
 
 State (all guarded by ``lock``; the sender and every caller thread share it):
 
-* per partition (:class:`PartitionState`): at most one *open* batch taking new messages, a FIFO
-  of *ready* (closed) batches, ``muted`` while a Produce request for the partition is in flight,
-  and ``retry_at`` (monotonic ms) during a retry backoff.
+* per partition (:class:`PartitionQueue`, the partition's queue of batches): at most one *open*
+  batch taking new messages, a FIFO of *ready* (closed) batches, ``muted`` while a Produce
+  request for the partition is in flight, and ``retry_at`` (monotonic ms) during a retry
+  backoff.
 * ``queued``: messages handed to ``send`` and not yet completed (acknowledged or failed). It is
   the bound of ``queue_buffering_max_messages``: memory stays bounded whatever the load,
   in-flight batches included.
@@ -32,7 +33,7 @@ from typing import Any
 from hmbclient.errors import QueueFullError
 from hmbclient.producer.data import ProducerBatch
 
-__all__ = ["PartitionState", "TopicState", "RecordAccumulator", "Unit"]
+__all__ = ["PartitionQueue", "TopicState", "RecordAccumulator", "Unit"]
 
 _INF = float("inf")
 
@@ -41,7 +42,10 @@ def _mono_ms() -> float:
     return time.monotonic() * 1000.0
 
 
-class PartitionState:
+class PartitionQueue:
+    """The batches of one partition between ``send`` and the broker: the open batch taking
+    new messages and the FIFO of ready (closed) ones. Guarded by the accumulator's lock."""
+
     __slots__ = ("topic", "partition", "open", "ready", "muted", "retry_at")
 
     def __init__(self, topic: str, partition: int) -> None:
@@ -54,24 +58,28 @@ class PartitionState:
 
 
 class TopicState:
+    """A topic's partition queues, indexed by partition id."""
+
     __slots__ = ("name", "parts")
 
     def __init__(self, name: str, num_partitions: int) -> None:
         self.name = name
-        self.parts = [PartitionState(name, p) for p in range(num_partitions)]
+        self.parts = [PartitionQueue(name, p) for p in range(num_partitions)]
 
 
 class Unit:
     """The batches of one partition that travel in one Produce request (merged into one
     record set)."""
 
-    __slots__ = ("topic", "partition", "batches", "pstate", "count", "node")
+    __slots__ = ("topic", "partition", "batches", "queue", "count", "node")
 
-    def __init__(self, topic: str, partition: int, batches: list[ProducerBatch], pstate: PartitionState | None) -> None:
+    def __init__(
+        self, topic: str, partition: int, batches: list[ProducerBatch], queue: PartitionQueue | None
+    ) -> None:
         self.topic = topic
         self.partition = partition
         self.batches = batches
-        self.pstate = pstate
+        self.queue = queue  # where the batches go back on a retry (None: sync mode)
         self.count = sum(len(b.items) for b in batches)
         self.node = -1
 
@@ -117,7 +125,7 @@ class RecordAccumulator:
         self.space = threading.Condition(self.lock)  # callers wait here (full queue, flush)
         self.topics: dict[str, TopicState] = {}
         self.queued = 0
-        self.lingering: deque[tuple[float, ProducerBatch, PartitionState]] = deque()
+        self.lingering: deque[tuple[float, ProducerBatch, PartitionQueue]] = deque()
         self.ready_count = 0  # partitions may have ready batches (a hint for the sender)
         self.sender_wake_at = _INF
         self.sender_waiting = False
@@ -156,24 +164,24 @@ class RecordAccumulator:
                     )
                 self.space.wait(left / 1000.0)
 
-    def open_batch(self, ps: PartitionState) -> ProducerBatch:
-        """Start the open batch of ``ps`` (lock held)."""
-        b = ProducerBatch(ps.topic, ps.partition, int(time.time() * 1000))
+    def open_batch(self, queue: PartitionQueue) -> ProducerBatch:
+        """Start the open batch of ``queue`` (lock held)."""
+        b = ProducerBatch(queue.topic, queue.partition, int(time.time() * 1000))
         deadline = _mono_ms() + self.linger_ms
         b.deadline = deadline
-        ps.open = b
-        self.lingering.append((deadline, b, ps))
+        queue.open = b
+        self.lingering.append((deadline, b, queue))
         if deadline < self.sender_wake_at and self.sender_waiting:
             self.work.notify()
         return b
 
-    def close_batch(self, ps: PartitionState) -> None:
+    def close_batch(self, queue: PartitionQueue) -> None:
         """open -> ready (lock held)."""
-        b = ps.open
+        b = queue.open
         if b is None:
             return
-        ps.open = None
-        ps.ready.append(b)
+        queue.open = None
+        queue.ready.append(b)
         self.ready_count += 1
         if self.sender_waiting:
             self.work.notify()
@@ -183,16 +191,16 @@ class RecordAccumulator:
     def close_expired(self, now_ms: float) -> list[ProducerBatch]:
         """Close open batches whose linger deadline passed; returns them (lock held)."""
         closed: list[ProducerBatch] = []
-        lq = self.lingering
+        lingering = self.lingering
         force = self.flushing > 0 or self.closing
-        while lq:
-            deadline, b, ps = lq[0]
+        while lingering:
+            deadline, b, queue = lingering[0]
             if deadline > now_ms and not force:
                 break
-            lq.popleft()
-            if ps.open is b:
-                ps.open = None
-                ps.ready.append(b)
+            lingering.popleft()
+            if queue.open is b:
+                queue.open = None
+                queue.ready.append(b)
                 self.ready_count += 1
                 closed.append(b)
         return closed
@@ -206,48 +214,48 @@ class RecordAccumulator:
             return units, wake
         cap = self.max_request_bytes
         remaining = 0
-        for ts in self.topics.values():
-            for ps in ts.parts:
-                rq = ps.ready
-                if not rq:
+        for topic in self.topics.values():
+            for queue in topic.parts:
+                ready = queue.ready
+                if not ready:
                     continue
-                if ps.muted:
+                if queue.muted:
                     remaining += 1
                     continue
-                if ps.retry_at > now_ms:
+                if queue.retry_at > now_ms:
                     remaining += 1
-                    if ps.retry_at < wake:
-                        wake = ps.retry_at
+                    if queue.retry_at < wake:
+                        wake = queue.retry_at
                     continue
-                taken = [rq.popleft()]
+                taken = [ready.popleft()]
                 size = taken[0].nbytes
                 # A batch split off after MESSAGE_TOO_LARGE travels alone.
-                while rq and not taken[0].solo and not rq[0].solo and size + rq[0].nbytes <= cap:
-                    b = rq.popleft()
+                while ready and not taken[0].solo and not ready[0].solo and size + ready[0].nbytes <= cap:
+                    b = ready.popleft()
                     size += b.nbytes
                     taken.append(b)
-                if rq:
+                if ready:
                     remaining += 1
-                ps.muted = True
-                units.append(Unit(ps.topic, ps.partition, taken, ps))
+                queue.muted = True
+                units.append(Unit(queue.topic, queue.partition, taken, queue))
         self.ready_count = remaining
         return units, wake
 
     def requeue_front(self, unit: Unit, retry_at: float) -> None:
         """Put a unit's batches back at the head of its partition queue (lock held)."""
-        ps = unit.pstate
-        assert ps is not None
-        ps.ready.extendleft(reversed(unit.batches))
-        ps.muted = False
-        ps.retry_at = retry_at
+        queue = unit.queue
+        assert queue is not None
+        queue.ready.extendleft(reversed(unit.batches))
+        queue.muted = False
+        queue.retry_at = retry_at
         self.ready_count += 1
 
     def release(self, unit: Unit) -> None:
         """A unit is finished (acknowledged or failed for good) (lock held)."""
-        ps = unit.pstate
-        if ps is not None:
-            ps.muted = False
-            if ps.ready:
+        queue = unit.queue
+        if queue is not None:
+            queue.muted = False
+            if queue.ready:
                 self.ready_count += 1
         self.queued -= unit.count
         self.space.notify_all()

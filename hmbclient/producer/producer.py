@@ -43,7 +43,7 @@ from hmbclient.errors import (
 from hmbclient.net.client import NetClient
 from hmbclient.net.metadata import Metadata
 from hmbclient.net.retry import retry_policy
-from hmbclient.producer.accumulator import RecordAccumulator, TopicState, Unit
+from hmbclient.producer.accumulator import PartitionQueue, RecordAccumulator, TopicState, Unit
 from hmbclient.producer.callbacks import overridden_hooks
 from hmbclient.producer.data import ProducerBatch, ProducerData, RecordMetadata, SendFutures
 from hmbclient.producer.sender import Dispatcher, SenderThread, call_hook
@@ -232,9 +232,7 @@ class Producer:
                     continue
                 n = max(info.partitions) + 1
                 if n > len(ts.parts):
-                    from hmbclient.producer.accumulator import PartitionState
-
-                    ts.parts.extend(PartitionState(name, p) for p in range(len(ts.parts), n))
+                    ts.parts.extend(PartitionQueue(name, p) for p in range(len(ts.parts), n))
 
     def _prepare(self, pd: Any) -> tuple[TopicState, int, Any, list[Any], int]:
         """Serialize and check one ProducerData: (topic state, partition, key bytes, values, bytes)."""
