@@ -9,9 +9,14 @@ State (all guarded by ``lock``; the sender and every caller thread share it):
 * ``queued``: messages handed to ``send`` and not yet completed (acknowledged or failed). It is
   the bound of ``queue_buffering_max_messages``: memory stays bounded whatever the load,
   in-flight batches included.
+* ``closed``: the producer refuses new messages; ``closing``: the sender sends what is queued
+  and stops; ``closing_hard``: no more retries either.
+
+A sync send uses a private accumulator the same way, without a sender thread, only to batch.
 
 Transitions: a batch opens on the first message for its partition; it closes (open -> ready)
-when it reaches ``batch_num_messages`` or ``batch_max_bytes`` (in the appending thread) or when
+when it reaches ``batch_num_messages`` or ``batch_max_bytes`` (in the appending thread, in
+``Producer._queue``, which also keeps every batch under ``batch_max_bytes``) or when
 its ``queue_buffering_max_ms`` deadline passes (in the sender, via the ``lingering`` FIFO,
 which is in deadline order because the linger time is constant). The sender takes *all*
 ready batches of an unmuted partition at once (up to ``max_request_bytes``) and mutes it, so a
@@ -129,7 +134,8 @@ class RecordAccumulator:
         self.ready_count = 0  # partitions may have ready batches (a hint for the sender)
         self.sender_wake_at = _INF
         self.sender_waiting = False
-        self.closing = False
+        self.closed = False  # the producer refuses new messages (set first thing by close())
+        self.closing = False  # the sender finishes what is queued, then stops
         self.closing_hard = False  # close() ran out of time: no more retries
         self.flushing = 0
         self.after_batching: Any = None  # hook, called by the sender

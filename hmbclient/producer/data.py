@@ -155,14 +155,6 @@ class SendFutures(Sequence[RecordFuture]):
                 total += seg[2]
         self._len = total
 
-    @classmethod
-    def one(cls, batch: ProducerBatch, index: int) -> SendFutures:
-        """The futures of a single message (the common send)."""
-        f = cls.__new__(cls)
-        f.segments = [(batch, index, 1)]
-        f._len = 1
-        return f
-
     def __len__(self) -> int:
         return self._len
 

@@ -5,38 +5,48 @@
     futures[0].result(timeout=5)        # RecordMetadata(topic, partition, offset)
     producer.flush(); producer.close()
 
-``send`` serializes (``serializer`` / ``key_serializer``), checks sizes, picks one partition per
-ProducerData (``partitioner``; a one-partition topic skips it) and then:
+``send`` serializes (``serializer`` / ``key_serializer``; skipped for a ProducerData that is
+already a list of raw bytes with a null or bytes key), and then every message takes one path,
+``_queue``, holding the one definition of each check: the dialect's key rule, value types and
+sizes, the topic; one partition per ProducerData (``partitioner``; a one-partition topic skips
+it); then the partition's open batch in an accumulator. From there:
 
-* sync: builds one batch per ProducerData, one unit per partition, one Produce request per
-  leader, waits; retriable failures refresh metadata and retry (tenacity policy,
-  ``message_send_max_retries`` / ``retry_backoff_ms``). Returns completed futures, or raises
-  the first error after completing every future (no message is left unaccounted for).
-* async: appends to the partition's open batch in the :class:`RecordAccumulator` under one
-  short lock and returns lazily built futures; the :class:`SenderThread` does the rest.
-  A full queue blocks / fails per ``queue_enqueue_timeout_ms`` (QueueFullError).
+* sync: the batches are those of a private accumulator (up to the batch cap each); batch k of
+  every partition goes in wave k, one Produce request per leader per wave, and each wave waits;
+  retriable failures refresh metadata and retry (tenacity policy, ``message_send_max_retries``
+  / ``retry_backoff_ms``). Returns completed futures, or raises the first error after
+  completing every future (no message is left unaccounted for).
+* async: the producer's :class:`RecordAccumulator`, under one short lock; returns lazily built
+  futures and the :class:`SenderThread` does the rest. A full queue blocks / fails per
+  ``queue_enqueue_timeout_ms`` (QueueFullError).
 * with an ``event_handler``: hands ProducerData to it instead (see callbacks.py).
 
 Errors raised by ``send`` itself (nothing was queued for the failing ProducerData): ConfigError,
 TypeError (a value that is not bytes and no serializer), MessageSizeTooLargeError (over
 ``message_max_bytes``), UnsupportedByBroker (a keyed message to HMB, which never answers one),
-QueueFullError, ProducerClosedError, and metadata errors for an unknown/unreachable topic.
+QueueFullError, ProducerClosedError, and metadata errors for an unknown/unreachable topic. (A
+ProducerData larger than one batch is queued in consecutive batches: a QueueFullError on a
+later one leaves the earlier ones queued, and their futures complete as usual.)
 """
 
 from __future__ import annotations
 
 import logging
+import sys
 import threading
 import time
 from collections import deque
 from collections.abc import Sequence
+from itertools import repeat
 from typing import Any
 
 from hmbclient.config import ProducerConfig
 from hmbclient.errors import (
     HmbError,
+    LeaderNotAvailableError,
     MessageSizeTooLargeError,
     ProducerClosedError,
+    QueueFullError,
     RequestTimedOutError,
     UnsupportedByBroker,
 )
@@ -65,6 +75,22 @@ def _mono_ms() -> float:
     return time.monotonic() * 1000.0
 
 
+def _open_client(cfg: ProducerConfig) -> NetClient:
+    """The producer's NetClient (its I/O thread starts; connections open on first use)."""
+    return NetClient(
+        cfg.metadata_broker_list,
+        client_id=cfg.client_id,
+        api_version=cfg.api_version,
+        max_in_flight_requests_per_connection=cfg.max_in_flight_requests_per_connection,
+        request_timeout_ms=cfg.request_timeout_ms,
+        connect_timeout_ms=cfg.request_timeout_ms,
+        reconnect_backoff_ms=min(50, max(1, cfg.retry_backoff_ms)),
+        reconnect_backoff_max_ms=max(1000, cfg.retry_backoff_ms),
+        send_buffer_bytes=cfg.send_buffer_bytes if cfg.send_buffer_bytes > 0 else None,
+        name="hmbclient-io-producer",
+    )
+
+
 def _bad_value(v: Any, what: str) -> TypeError:
     return TypeError(
         f"message {what} must be bytes, bytearray, memoryview or None, not {type(v).__name__}; "
@@ -89,80 +115,69 @@ class Producer:
             config = ProducerConfig(**settings)
         elif settings:
             config = config.replace(**settings)
-        self.config = cfg = config
-        self._client = NetClient(
-            cfg.metadata_broker_list,
-            client_id=cfg.client_id,
-            api_version=cfg.api_version,
-            max_in_flight_requests_per_connection=cfg.max_in_flight_requests_per_connection,
-            request_timeout_ms=cfg.request_timeout_ms,
-            connect_timeout_ms=cfg.request_timeout_ms,
-            reconnect_backoff_ms=min(50, max(1, cfg.retry_backoff_ms)),
-            reconnect_backoff_max_ms=max(1000, cfg.retry_backoff_ms),
-            send_buffer_bytes=cfg.send_buffer_bytes if cfg.send_buffer_bytes > 0 else None,
-            name="hmbclient-io-producer",
-        )
-        dialect = self._client.dialect
-        self._allows_keys = dialect.allows_keys
-        self._dialect_label = dialect.broker_label
-        refresh = cfg.topic_metadata_refresh_interval_ms
+        self.config = config
+        self._closed = False
+        self._client = _open_client(config)
+        refresh = config.topic_metadata_refresh_interval_ms
         self._metadata = Metadata(
             self._client,
             max_age_ms=refresh if refresh >= 0 else -1,
-            retry_backoff_ms=cfg.retry_backoff_ms,
+            retry_backoff_ms=config.retry_backoff_ms,
         )
-        ser = cfg.serializer
-        kser = cfg.key_serializer if cfg.key_serializer is not None else ser
-        self._enc = ser.to_message if ser is not None else None
-        self._kenc = kser.to_message if kser is not None else None
-        self._partitioner = cfg.partitioner if cfg.partitioner is not None else DefaultPartitioner()
-        self._codec = codec_from_name(cfg.compression_codec)
-        self._compressed_topics = frozenset(cfg.compressed_topics)
-        self._max_msg = cfg.message_max_bytes
-        self._hooks = overridden_hooks(cfg.callback_handler)
-        # No serializers and no per-send hook: send() may take its inlined path.
-        self._plain = self._enc is None and self._kenc is None and "after_enqueue" not in self._hooks
-        self._policy = retry_policy(max_retries=cfg.message_send_max_retries, backoff_ms=cfg.retry_backoff_ms)
+        self._init_message_rules(config)
+        self._hooks = overridden_hooks(config.callback_handler)
+        self._policy = retry_policy(max_retries=config.message_send_max_retries, backoff_ms=config.retry_backoff_ms)
         self._dispatcher = Dispatcher(
             self._client,
             self._metadata,
-            acks=cfg.request_required_acks,
-            request_timeout_ms=cfg.request_timeout_ms,
+            acks=config.request_required_acks,
+            request_timeout_ms=config.request_timeout_ms,
             codec_for=self._codec_for,
             hooks=self._hooks,
         )
-        self._closed = False
-        self._fast_async = cfg.producer_type == "async" and cfg.event_handler is None
-        self._batch_last = cfg.batch_num_messages - 1  # index at which a batch is full
-        self._sync_cap = max(1, min(cfg.batch_max_bytes, cfg.message_max_bytes - _BATCH_OVERHEAD))
+        self._init_pipeline(config)
+
+    def _init_message_rules(self, cfg: ProducerConfig) -> None:
+        """How ``send`` turns and checks messages: serializers, the dialect's key rule, the size
+        limits, the partitioner and the compression codec."""
+        value_serializer = cfg.serializer
+        key_serializer = cfg.key_serializer if cfg.key_serializer is not None else value_serializer
+        self._encode_value = value_serializer.to_message if value_serializer is not None else None
+        self._encode_key = key_serializer.to_message if key_serializer is not None else None
+        dialect = self._client.dialect
+        self._allows_keys = dialect.allows_keys
+        self._dialect_label = dialect.broker_label
+        self._message_max_bytes = cfg.message_max_bytes
+        # A v2 batch is one "message" to the broker's message.max.bytes: batches, and the units
+        # the sender merges them into, stay under message_max_bytes with room for the header.
+        self._batch_cap = max(1, min(cfg.batch_max_bytes, cfg.message_max_bytes - _BATCH_OVERHEAD))
+        self._partitioner = cfg.partitioner if cfg.partitioner is not None else DefaultPartitioner()
+        self._codec = codec_from_name(cfg.compression_codec)
+        self._compressed_topics = frozenset(cfg.compressed_topics)
+
+    def _init_pipeline(self, cfg: ProducerConfig) -> None:
+        """What ``send`` hands messages to: the event handler (sync, or async through its own
+        queue and thread), the accumulator and its sender thread (async), or nothing (sync
+        sends batch in a private accumulator and send in the caller's thread)."""
         self._async = cfg.producer_type == "async"
         self._event_handler = cfg.event_handler
-        self._topic_lock = threading.Lock()
         self._events: _EventPipeline | None = None
         self._acc: RecordAccumulator | None = None
         self._sender: SenderThread | None = None
-        self._topics: dict[str, TopicState]
         if self._event_handler is not None:
-            self._topics = {}
             if self._async:
                 self._events = _EventPipeline(self._event_handler, cfg)
         elif self._async:
-            # A v2 batch is one "message" to the broker's message.max.bytes: batches, and the
-            # units the sender merges them into, stay under message_max_bytes with room for
-            # the batch header.
-            cap = self._sync_cap
-            acc = RecordAccumulator(
+            self._acc = RecordAccumulator(
                 batch_num_messages=cfg.batch_num_messages,
-                batch_max_bytes=cap,
+                batch_max_bytes=self._batch_cap,
                 linger_ms=cfg.queue_buffering_max_ms,
                 max_messages=cfg.queue_buffering_max_messages,
                 enqueue_timeout_ms=cfg.queue_enqueue_timeout_ms,
-                max_request_bytes=cap,
+                max_request_bytes=self._batch_cap,
             )
-            self._acc = acc
-            self._topics = acc.topics
             self._sender = SenderThread(
-                acc,
+                self._acc,
                 self._dispatcher,
                 self._metadata,
                 self._policy,
@@ -171,8 +186,13 @@ class Producer:
                 refresh_topics=self._grow_topics,
             )
             self._sender.start()
-        else:
-            self._topics = {}
+        # The accumulator when send() may skip _convert: no serializer (messages are taken as
+        # they are) and no after_enqueue hook to call; else None. Cleared by close().
+        self._direct_acc = (
+            self._acc
+            if self._encode_value is None and self._encode_key is None and "after_enqueue" not in self._hooks
+            else None
+        )
 
     @classmethod
     def from_properties(cls, props: dict[str, Any], /, **overrides: Any) -> Producer:
@@ -206,27 +226,27 @@ class Producer:
             return NONE
         return self._codec
 
-    def _topic(self, topic: str) -> TopicState:
-        ts = self._topics.get(topic)
-        if ts is not None:
-            return ts
+    def _topic_state(self, acc: RecordAccumulator, topic: str) -> TopicState:
+        """The partition queues of a topic new to ``acc`` (fetching its metadata)."""
         if not isinstance(topic, str) or not topic:
             raise TypeError(f"topic must be a non-empty str, not {topic!r}")
         parts = self._metadata.partitions_for(topic, self.config.request_timeout_ms)
-        lock = self._acc.lock if self._acc is not None else self._topic_lock
-        with lock:
-            ts = self._topics.get(topic)
+        with acc.lock:
+            ts = acc.topics.get(topic)
             if ts is None:
                 ts = TopicState(topic, max(parts) + 1 if parts else 1)
-                self._topics[topic] = ts
+                acc.topics[topic] = ts
         return ts
 
     def _grow_topics(self) -> None:
-        """After a metadata refresh: give topics that gained partitions their new states."""
+        """After a metadata refresh: give topics that gained partitions their new queues.
+        (Sync sends learn the partitions afresh each time: nothing to grow.)"""
+        acc = self._acc
+        if acc is None:
+            return
         view = self._metadata.view
-        lock = self._acc.lock if self._acc is not None else self._topic_lock
-        with lock:
-            for name, ts in self._topics.items():
+        with acc.lock:
+            for name, ts in acc.topics.items():
                 info = view.topics.get(name)
                 if info is None or not info.partitions:
                     continue
@@ -234,60 +254,139 @@ class Producer:
                 if n > len(ts.parts):
                     ts.parts.extend(PartitionQueue(name, p) for p in range(len(ts.parts), n))
 
-    def _prepare(self, pd: Any) -> tuple[TopicState, int, Any, list[Any], int]:
-        """Serialize and check one ProducerData: (topic state, partition, key bytes, values, bytes)."""
+    # -- the way of every message: _convert, then _queue -------------------------------------
+
+    def _convert(self, pd: Any) -> tuple[str, bytes | None, list[Any]]:
+        """Serialize one ProducerData: (topic, key bytes or None, values as a list).
+
+        Raises:
+            TypeError: not a ProducerData, or a key that is not bytes-like after serializing.
+        """
         if pd.__class__ is not ProducerData:
             if not isinstance(pd, ProducerData):
                 raise TypeError(f"send() takes ProducerData or a list of them, not {type(pd).__name__}")
-        topic, key, msgs = pd
-        if msgs.__class__ is not list:
-            msgs = list(msgs) if isinstance(msgs, tuple) else [msgs]
-        enc = self._enc
-        values = [enc(m) for m in msgs] if enc is not None else msgs
+        topic, key, messages = pd
+        if messages.__class__ is not list:
+            messages = list(messages) if isinstance(messages, tuple) else [messages]
+        encode_value = self._encode_value
+        values = [encode_value(m) for m in messages] if encode_value is not None else messages
+        if key is not None:
+            if self._encode_key is not None:
+                key = self._encode_key(key)
+            if key.__class__ is not bytes:
+                if not isinstance(key, (bytes, bytearray, memoryview)):
+                    raise _bad_value(key, "key")
+                key = bytes(key)
+        return topic, key, values
+
+    def _queue(
+        self,
+        acc: RecordAccumulator,
+        topic: str,
+        key: bytes | None,
+        values: list[Any],
+        queue: PartitionQueue | None = None,
+    ) -> SendFutures:
+        """Check converted messages, pick their partition and add them to its open batch in
+        ``acc``: the one definition of every check a message passes, sync or async (a sync
+        send batches in a private accumulator). Returns the messages' futures.
+
+        In order: the dialect's key rule; each value's type and size; the topic (its metadata
+        fetched on first use); the partitioner's choice, unless ``queue`` is given (the later
+        chunks of a ProducerData too large for one batch, which go in consecutive batches of
+        one partition); then, under the accumulator's lock, room in the queue (waiting per
+        queue_enqueue_timeout_ms), a producer not closed meanwhile, and the batch: rolled over
+        when the messages do not fit, closed once full.
+
+        Kept whole: this is the per-message hot path, and a separate call for the checks
+        measured ~5% slower per send (bench/clients.py, and a send-only microbenchmark).
+
+        Raises:
+            UnsupportedByBroker: a key for a broker that takes none (HMB).
+            TypeError: a value that is not bytes-like or None; a topic that is not a str.
+            MessageSizeTooLargeError: key + value over ``message_max_bytes``.
+            ValueError: the partitioner answered out of range.
+            QueueFullError, ProducerClosedError; metadata errors for an unknown topic.
+        """
         if key is None:
-            kb = None
-            klen = 0
+            key_len = 0
+        elif self._allows_keys:
+            key_len = len(key)
         else:
-            kb = self._kenc(key) if self._kenc is not None else key
-            if kb.__class__ is not bytes:
-                if not isinstance(kb, (bytes, bytearray, memoryview)):
-                    raise _bad_value(kb, "key")
-                kb = bytes(kb)
-            if not self._allows_keys:
-                raise UnsupportedByBroker(
-                    f"{self._dialect_label} cannot take a message with a non-null key (it never answers "
-                    "such a request); send with key=None. Nothing was sent."
-                )
-            klen = len(kb)
-        maxb = self._max_msg
-        nbytes = 0
-        for v in values:
-            if v.__class__ is bytes:
-                ln = len(v)
-            elif v is None:
-                ln = 0
-            elif isinstance(v, (bytearray, memoryview)):
-                ln = len(v)
+            raise UnsupportedByBroker(
+                f"{self._dialect_label} cannot take a message with a non-null key (it never answers "
+                "such a request); send with key=None. Nothing was sent."
+            )
+        n = len(values)
+        nbytes = n * (key_len + _RECORD_OVERHEAD)  # the batch size estimate
+        for value in values:
+            if value.__class__ is bytes:
+                value_len = len(value)
+            elif value is None:
+                value_len = 0
+            elif isinstance(value, (bytearray, memoryview)):
+                value_len = len(value)
             else:
-                raise _bad_value(v, "value")
-            if ln + klen > maxb:
+                raise _bad_value(value, "value")
+            if value_len + key_len > self._message_max_bytes:
                 raise MessageSizeTooLargeError(
-                    f"a message of {ln + klen} bytes (key + value) to {topic!r} is over "
-                    f"message_max_bytes={maxb}; nothing was sent"
+                    f"a message of {value_len + key_len} bytes (key + value) to {topic!r} is over "
+                    f"message_max_bytes={self._message_max_bytes}; nothing was sent"
                 )
-            nbytes += ln
-        nbytes += len(values) * (klen + _RECORD_OVERHEAD)
-        ts = self._topics.get(topic)
-        if ts is None:
-            ts = self._topic(topic)
-        n = len(ts.parts)
-        if n == 1:
-            p = 0
-        else:
-            p = self._partitioner.partition(kb, n)
-            if not 0 <= p < n:
-                raise ValueError(f"partitioner returned {p} for {n} partitions of {topic!r}")
-        return ts, p, kb, values, nbytes
+            nbytes += value_len
+        if queue is None:
+            ts = acc.topics.get(topic)
+            if ts is None:
+                ts = self._topic_state(acc, topic)
+            parts = ts.parts
+            count = len(parts)
+            if count == 1:  # nothing to choose: the partitioner is not asked
+                queue = parts[0]
+            else:
+                p = self._partitioner.partition(key, count)
+                if not 0 <= p < count:
+                    raise ValueError(f"partitioner returned {p} for {count} partitions of {topic!r}")
+                queue = parts[p]
+        if n != 1:
+            if not n:
+                return SendFutures([], 0)
+            if nbytes > acc.batch_max_bytes:
+                return self._queue_in_chunks(acc, topic, key, values, queue)
+        # acquire/release, not ``with``: the lock's __exit__ alone measured ~75 ns of a ~1 us send.
+        lock = acc.lock
+        lock.acquire()
+        try:
+            if acc.queued + n > acc.max_messages and acc.queued:
+                acc.wait_for_space(n)
+            if acc.closed:
+                raise ProducerClosedError("producer closed while send() was queueing")
+            batch = queue.open
+            if batch is None or (batch.items and batch.nbytes + nbytes > acc.batch_max_bytes):
+                if batch is not None:
+                    acc.close_batch(queue)  # keep every batch under the cap
+                batch = acc.open_batch(queue)
+            items = batch.items
+            start = len(items)
+            if n == 1:
+                items.append((key, values[0], None))
+            else:
+                items.extend(zip(repeat(key, n), values, repeat(None, n), strict=True))
+            batch.nbytes += nbytes
+            acc.queued += n
+            if start + n >= acc.batch_num_messages or batch.nbytes >= acc.batch_max_bytes:
+                acc.close_batch(queue)
+        finally:
+            lock.release()
+        return SendFutures([(batch, start, n)], n)
+
+    def _queue_in_chunks(
+        self, acc: RecordAccumulator, topic: str, key: bytes | None, values: list[Any], queue: PartitionQueue
+    ) -> SendFutures:
+        """A ProducerData larger than one batch: consecutive batches of one partition, in order."""
+        segments: list[tuple[ProducerBatch, int, int]] = []
+        for chunk, _ in _chunks(values, key, acc.batch_max_bytes):
+            segments.extend(self._queue(acc, topic, key, chunk, queue).segments)
+        return SendFutures(segments, len(values))
 
     # -- sending ---------------------------------------------------------------------------
 
@@ -301,59 +400,15 @@ class Producer:
         Raises:
             See the module docstring; in sync mode also the send's final error.
         """
+        acc = self._direct_acc
+        if acc is not None and data.__class__ is ProducerData:
+            # The hot path: a ProducerData already in the form _convert returns (a list, a null
+            # or bytes key; no serializer). It skips _convert and nothing else.
+            topic, key, values = data
+            if values.__class__ is list and (key is None or key.__class__ is bytes):
+                return self._queue(acc, topic, key, values)
         if self._closed:
             raise ProducerClosedError("send() after close()")
-        if data.__class__ is ProducerData and self._fast_async:
-            # The hot path: one raw-bytes message, known topic, no hooks. Everything _prepare
-            # and _append do, inlined, with the same checks; anything else takes the general
-            # path below.
-            topic, key, msgs = data
-            ts = self._topics.get(topic)
-            if (
-                ts is not None
-                and msgs.__class__ is list
-                and len(msgs) == 1
-                and self._plain
-                and (key is None or key.__class__ is bytes)
-            ):
-                v = msgs[0]
-                if v.__class__ is bytes:
-                    nb = len(v) + _RECORD_OVERHEAD
-                    if key is not None:
-                        if not self._allows_keys:
-                            self._prepare(data)  # raises the dialect's clear error
-                        nb += len(key)
-                    if nb - _RECORD_OVERHEAD <= self._max_msg:
-                        parts = ts.parts
-                        n = len(parts)
-                        if n == 1:
-                            ps = parts[0]
-                        else:
-                            pi = self._partitioner.partition(key, n)
-                            if not 0 <= pi < n:
-                                raise ValueError(f"partitioner returned {pi} for {n} partitions of {topic!r}")
-                            ps = parts[pi]
-                        acc = self._acc
-                        with acc.lock:  # type: ignore[union-attr]
-                            if acc.queued >= acc.max_messages:  # type: ignore[union-attr]
-                                acc.wait_for_space(1)  # type: ignore[union-attr]
-                                if self._closed:
-                                    raise ProducerClosedError("producer closed while send() waited for queue space")
-                            b = ps.open
-                            if b is None or (b.nbytes + nb > self._sync_cap and b.items):
-                                if b is not None:
-                                    acc.close_batch(ps)  # type: ignore[union-attr]
-                                b = acc.open_batch(ps)  # type: ignore[union-attr]
-                            items = b.items
-                            start = len(items)
-                            items.append((key, v, None))
-                            b.nbytes += nb
-                            acc.queued += 1  # type: ignore[union-attr]
-                            if start >= self._batch_last or b.nbytes >= self._sync_cap:
-                                acc.close_batch(ps)  # type: ignore[union-attr]
-                        return SendFutures.one(b, start)
-            seg = self._append(data)
-            return SendFutures(seg, seg[0][2] if seg else 0)
         pds: Sequence[Any] = (data,) if isinstance(data, ProducerData) else data
         if not isinstance(pds, (list, tuple)):
             raise TypeError(f"send() takes ProducerData or a list of them, not {type(data).__name__}")
@@ -363,95 +418,53 @@ class Producer:
             return self._send_sync(pds)
         segments: list[tuple[ProducerBatch, int, int]] = []
         for pd in pds:
-            segments.extend(self._append(pd))
+            segments.extend(self._append(self._acc, pd))
         return SendFutures(segments)
 
-    def _append(self, pd: Any) -> list[tuple[ProducerBatch, int, int]]:
-        ts, p, kb, values, nbytes = self._prepare(pd)
-        n = len(values)
-        if not n:
-            return []
-        acc = self._acc
-        assert acc is not None
-        if nbytes > acc.batch_max_bytes and n > 1:
-            return self._append_split(pd, ts, p, kb, values)
-        ps = ts.parts[p]
-        with acc.lock:
-            if acc.queued and acc.queued + n > acc.max_messages:
-                try:
-                    acc.wait_for_space(n)
-                except HmbError:
-                    if "after_enqueue" in self._hooks:
-                        call_hook(self._hooks, "after_enqueue", pd, False)
-                    raise
-            if self._closed:
-                raise ProducerClosedError("producer closed while send() waited for queue space")
-            b = ps.open
-            if b is not None and b.items and b.nbytes + nbytes > acc.batch_max_bytes:
-                acc.close_batch(ps)  # keep every batch under the cap
-                b = None
-            if b is None:
-                b = acc.open_batch(ps)
-            items = b.items
-            start = len(items)
-            if n == 1:
-                items.append((kb, values[0], None))
-            else:
-                items.extend([(kb, v, None) for v in values])
-            b.nbytes += nbytes
-            acc.queued += n
-            if start + n >= acc.batch_num_messages or b.nbytes >= acc.batch_max_bytes:
-                acc.close_batch(ps)
+    def _append(self, acc: RecordAccumulator, pd: Any) -> list[tuple[ProducerBatch, int, int]]:
+        """Queue one ProducerData (async mode), telling ``after_enqueue``: its segments."""
+        topic, key, values = self._convert(pd)
+        try:
+            futures = self._queue(acc, topic, key, values)
+        except QueueFullError:
+            if "after_enqueue" in self._hooks:
+                call_hook(self._hooks, "after_enqueue", pd, False)
+            raise
         if "after_enqueue" in self._hooks:
             call_hook(self._hooks, "after_enqueue", pd, True)
-        return [(b, start, n)]
-
-    def _append_split(self, pd: Any, ts: TopicState, p: int, kb: Any, values: list[Any]) -> list[tuple[ProducerBatch, int, int]]:
-        """A ProducerData larger than one batch: several consecutive batches, in order."""
-        acc = self._acc
-        assert acc is not None
-        out: list[tuple[ProducerBatch, int, int]] = []
-        ps = ts.parts[p]
-        for chunk, size in _chunks(values, kb, acc.batch_max_bytes):
-            n = len(chunk)
-            with acc.lock:
-                if acc.queued and acc.queued + n > acc.max_messages:
-                    acc.wait_for_space(n)
-                acc.close_batch(ps)  # each chunk is a batch of its own, in order
-                b = acc.open_batch(ps)
-                b.items.extend([(kb, v, None) for v in chunk])
-                b.nbytes = size
-                acc.queued += n
-                acc.close_batch(ps)
-            out.append((b, 0, n))
-        if "after_enqueue" in self._hooks:
-            call_hook(self._hooks, "after_enqueue", pd, True)
-        return out
+        return futures.segments
 
     def _send_sync(self, pds: Sequence[Any]) -> SendFutures:
-        cap = self._sync_cap
-        # Per partition, units of at most ``cap`` bytes; unit k of every partition goes in
-        # wave k, and waves go one after another, so a partition's messages stay in order.
-        per_part: dict[tuple[str, int], list[Unit]] = {}
+        """Send in the caller's thread; raises the first error once every future is complete.
+
+        The messages are batched in a private accumulator (batches of up to the batch cap);
+        batch k of every partition goes in wave k, and waves go one after another, so a
+        partition's messages stay in order.
+        """
+        acc = RecordAccumulator(
+            batch_num_messages=sys.maxsize,
+            batch_max_bytes=self._batch_cap,
+            linger_ms=0,
+            max_messages=sys.maxsize,
+            enqueue_timeout_ms=-1,
+            max_request_bytes=self._batch_cap,
+        )
         segments: list[tuple[ProducerBatch, int, int]] = []
-        now = int(time.time() * 1000)
         for pd in pds:
-            ts, p, kb, values, _ = self._prepare(pd)
-            for chunk, size in _chunks(values, kb, cap):
-                b = ProducerBatch(ts.name, p, now)
-                b.items = [(kb, v, None) for v in chunk]
-                b.nbytes = size
-                units = per_part.setdefault((ts.name, p), [])
-                if not units or sum(x.nbytes for x in units[-1].batches) + size > cap:
-                    units.append(Unit(ts.name, p, [], None))
-                units[-1].batches.append(b)
-                units[-1].count += len(chunk)
-                segments.append((b, 0, len(chunk)))
+            segments.extend(self._queue(acc, *self._convert(pd)).segments)
+        units_by_partition: dict[tuple[str, int], list[Unit]] = {}
+        for ts in acc.topics.values():
+            for queue in ts.parts:
+                acc.close_batch(queue)
+                if queue.ready:
+                    units_by_partition[(queue.topic, queue.partition)] = [
+                        Unit(queue.topic, queue.partition, [batch], None) for batch in queue.ready
+                    ]
         first_error: BaseException | None = None
         failed_parts: dict[tuple[str, int], BaseException] = {}
         wave = 0
         while True:
-            pending = [us[wave] for us in per_part.values() if len(us) > wave]
+            pending = [us[wave] for us in units_by_partition.values() if len(us) > wave]
             if not pending:
                 break
             wave += 1
@@ -499,8 +512,6 @@ class Producer:
     def _sync_round(self, units: list[Unit]) -> list[tuple[Unit, BaseException]]:
         d = self._dispatcher
         by_node, orphans = d.group_by_leader(units)
-        from hmbclient.errors import LeaderNotAvailableError
-
         failed: list[tuple[Unit, BaseException]] = [
             (u, LeaderNotAvailableError(f"{u.topic}-{u.partition}: no known leader")) for u in orphans
         ]
@@ -587,6 +598,9 @@ class Producer:
         if self._closed:
             return
         self._closed = True
+        self._direct_acc = None
+        if self._acc is not None:
+            self._acc.closed = True
         try:
             if self._events is not None:
                 self._events.close(timeout_s)
@@ -621,19 +635,19 @@ class Producer:
         self.close()
 
 
-def _chunks(values: list[Any], kb: Any, cap: int) -> list[tuple[list[Any], int]]:
+def _chunks(values: list[Any], key: bytes | None, cap: int) -> list[tuple[list[Any], int]]:
     """Split one ProducerData's values into runs of at most ``cap`` estimated bytes."""
-    klen = len(kb) if kb is not None else 0
+    key_len = len(key) if key is not None else 0
     out: list[tuple[list[Any], int]] = []
     chunk: list[Any] = []
     size = 0
-    for v in values:
-        ln = (len(v) if v is not None else 0) + klen + _RECORD_OVERHEAD
-        if chunk and size + ln > cap:
+    for value in values:
+        message_bytes = (len(value) if value is not None else 0) + key_len + _RECORD_OVERHEAD
+        if chunk and size + message_bytes > cap:
             out.append((chunk, size))
             chunk, size = [], 0
-        chunk.append(v)
-        size += ln
+        chunk.append(value)
+        size += message_bytes
     if chunk:
         out.append((chunk, size))
     return out
@@ -657,8 +671,6 @@ class _EventPipeline:
         self.thread.start()
 
     def put(self, entries: list[tuple[Any, ProducerBatch]]) -> None:
-        from hmbclient.errors import QueueFullError
-
         n = sum(len(b.items) for _, b in entries)
         with self.cond:
             t = self.enqueue_timeout_ms

@@ -134,6 +134,57 @@ def test_send_after_close_is_an_error(broker: BrokerHandle) -> None:
         p.send(ProducerData("t", None, [b"x"]))
 
 
+class _OutOfRange:
+    def partition(self, key: Any, num_partitions: int) -> int:
+        return num_partitions
+
+
+@pytest.mark.parametrize("ptype", ["sync", "async"])
+def test_raw_and_converted_sends_meet_the_same_checks(broker: BrokerHandle, ptype: str) -> None:
+    """A ProducerData that is already a list of bytes skips conversion; one that needs it (a
+    tuple of messages, a bytearray key) does not. Both must meet the same checks."""
+    topic = unique("checks")
+    create_topic(broker.bootstrap, topic, 2)
+
+    def raw(values: list[Any], key: bytes | None = None) -> ProducerData:
+        return ProducerData(topic, key, list(values))
+
+    def converted(values: list[Any], key: bytes | None = None) -> ProducerData:
+        return ProducerData(topic, None if key is None else bytearray(key), tuple(values))
+
+    common: dict[str, Any] = dict(metadata_broker_list=broker.bootstrap, producer_type=ptype)
+    with Producer(message_max_bytes=1000, **common) as p, Producer(partitioner=_OutOfRange(), **common) as bad:
+        for shape in (raw, converted):
+            with pytest.raises(MessageSizeTooLargeError, match="1000"):
+                p.send(shape([b"ok", b"x" * 990], key=b"0123456789a"))
+            with pytest.raises(TypeError, match="serializer"):
+                p.send(shape([b"ok", "text"]))
+            with pytest.raises(ValueError, match="partitioner returned 2"):
+                bad.send(shape([b"x"]))
+            futs = p.send(shape([b"a", None], key=b"k"))
+            assert [f.result(20).partition for f in futs] == [futs[0].result().partition] * 2
+    # Nothing of the refused sends went out: each shape delivered exactly its two messages.
+    got = read_all(broker.host, broker.port, topic, 2)
+    assert sorted(r.value or b"" for rs in got.values() for r in rs) == [b"", b"", b"a", b"a"]
+    for shape in (raw, converted):
+        with pytest.raises(ProducerClosedError):
+            p.send(shape([b"x"]))
+
+
+@pytest.mark.parametrize("ptype", ["sync", "async"])
+def test_data_larger_than_a_batch_goes_in_consecutive_batches_in_order(broker: BrokerHandle, ptype: str) -> None:
+    topic = unique("chunks")
+    create_topic(broker.bootstrap, topic, 1)
+    values = [b"%04d" % i + b"." * 300 for i in range(40)]
+    with Producer(metadata_broker_list=broker.bootstrap, producer_type=ptype, batch_max_bytes=2000) as p:
+        futs = p.send([ProducerData(topic, None, values[:30]), ProducerData(topic, None, values[30:])])
+        offsets = [f.result(20).offset for f in futs]
+        batches = {id(b) for b in futs.batches()}
+    assert offsets == list(range(40))
+    assert len(batches) >= 40 * 312 // 2000  # split: no batch over batch_max_bytes
+    assert [r.value for r in read_partition(broker.host, broker.port, topic, 0)] == values
+
+
 @pytest.mark.parametrize("acks", [0, 1, -1])
 def test_acks(broker: BrokerHandle, acks: int) -> None:
     topic = unique(f"acks{acks}")
