@@ -435,12 +435,18 @@ class Producer:
         return futures.segments
 
     def _send_sync(self, pds: Sequence[Any]) -> SendFutures:
-        """Send in the caller's thread; raises the first error once every future is complete.
+        """Send in the caller's thread; raises the first error once every future is complete."""
+        units_by_partition, segments = self._sync_batches(pds)
+        first_error = self._send_waves(units_by_partition)
+        if first_error is not None:
+            raise first_error
+        return SendFutures(segments)
 
-        The messages are batched in a private accumulator (batches of up to the batch cap);
-        batch k of every partition goes in wave k, and waves go one after another, so a
-        partition's messages stay in order.
-        """
+    def _sync_batches(
+        self, pds: Sequence[Any]
+    ) -> tuple[dict[tuple[str, int], list[Unit]], list[tuple[ProducerBatch, int, int]]]:
+        """Batch a sync send in a private accumulator (batches of up to the batch cap): one
+        unit per batch, per partition in order; and the futures' segments."""
         acc = RecordAccumulator(
             batch_num_messages=sys.maxsize,
             batch_max_bytes=self._batch_cap,
@@ -460,19 +466,25 @@ class Producer:
                     units_by_partition[(queue.topic, queue.partition)] = [
                         Unit(queue.topic, queue.partition, [batch], None) for batch in queue.ready
                     ]
+        return units_by_partition, segments
+
+    def _send_waves(self, units_by_partition: dict[tuple[str, int], list[Unit]]) -> BaseException | None:
+        """Unit k of every partition goes in wave k, and waves go one after another, so a
+        partition's messages stay in order; a partition whose unit failed fails the rest.
+        Completes every future; returns the first error."""
         first_error: BaseException | None = None
         failed_parts: dict[tuple[str, int], BaseException] = {}
         wave = 0
         while True:
-            pending = [us[wave] for us in units_by_partition.values() if len(us) > wave]
+            pending = [partition_units[wave] for partition_units in units_by_partition.values() if len(partition_units) > wave]
             if not pending:
                 break
             wave += 1
-            for u in list(pending):
-                err = failed_parts.get((u.topic, u.partition))
+            for unit in list(pending):
+                err = failed_parts.get((unit.topic, unit.partition))
                 if err is not None:  # an earlier part of this partition failed: keep order
-                    self._dispatcher.fail(u, err)
-                    pending.remove(u)
+                    self._dispatcher.fail(unit, err)
+                    pending.remove(unit)
             try:
                 for attempt in self._policy.copy():
                     with attempt:
@@ -481,58 +493,56 @@ class Producer:
                         failed = self._sync_round(pending)
                         pending = []
                         retry_err: BaseException | None = None
-                        for u, err in failed:
+                        for unit, err in failed:
                             if getattr(err, "retriable", False):
-                                pending.append(u)
+                                pending.append(unit)
                                 retry_err = retry_err or err
                                 if getattr(err, "invalid_metadata", False):
-                                    self._metadata.invalidate(u.topic)
+                                    self._metadata.invalidate(unit.topic)
                             else:
-                                self._dispatcher.fail(u, err)
-                                failed_parts[(u.topic, u.partition)] = err
+                                self._dispatcher.fail(unit, err)
+                                failed_parts[(unit.topic, unit.partition)] = err
                                 first_error = first_error or err
                         if retry_err is not None:
                             raise retry_err
             except BaseException as e:
-                for u in pending:
-                    self._dispatcher.fail(u, e)
-                    failed_parts[(u.topic, u.partition)] = e
+                for unit in pending:
+                    self._dispatcher.fail(unit, e)
+                    failed_parts[(unit.topic, unit.partition)] = e
                 first_error = first_error or e
-        if first_error is not None:
-            raise first_error
-        return SendFutures(segments)
+        return first_error
 
     def _refresh_for(self, units: list[Unit]) -> None:
         try:
-            self._metadata.refresh({u.topic for u in units}, timeout_ms=self.config.request_timeout_ms)
+            self._metadata.refresh({unit.topic for unit in units}, timeout_ms=self.config.request_timeout_ms)
             self._grow_topics()
         except HmbError as e:
             log.info("metadata refresh before retry failed: %s", e)
 
     def _sync_round(self, units: list[Unit]) -> list[tuple[Unit, BaseException]]:
-        d = self._dispatcher
-        by_node, orphans = d.group_by_leader(units)
+        dispatcher = self._dispatcher
+        by_node, orphans = dispatcher.group_by_leader(units)
         failed: list[tuple[Unit, BaseException]] = [
-            (u, LeaderNotAvailableError(f"{u.topic}-{u.partition}: no known leader")) for u in orphans
+            (unit, LeaderNotAvailableError(f"{unit.topic}-{unit.partition}: no known leader")) for unit in orphans
         ]
-        for u in orphans:
-            self._metadata.invalidate(u.topic)
+        for unit in orphans:
+            self._metadata.invalidate(unit.topic)
         sent = []
-        for node, nunits in by_node.items():
+        for node, node_units in by_node.items():
             try:
-                sent.append((nunits, d.send(node, nunits)))
+                sent.append((node_units, dispatcher.send(node, node_units)))
             except HmbError as e:
-                d.forget_node(node)
-                failed.extend((u, e) for u in nunits)
+                dispatcher.forget_node(node)
+                failed.extend((unit, e) for unit in node_units)
         wait_s = (self.config.request_timeout_ms + 2_000) / 1000.0 + 1.0
-        for nunits, fut in sent:
+        for node_units, fut in sent:
             try:
                 resp, exc = fut.result(timeout=wait_s), None
             except HmbError as e:
                 resp, exc = None, e
             except TimeoutError:
                 resp, exc = None, RequestTimedOutError("Produce: no answer (client I/O thread stalled?)")
-            failed.extend(d.apply(nunits, resp, exc))
+            failed.extend(dispatcher.apply(node_units, resp, exc))
         return failed
 
     def _send_events(self, pds: Sequence[Any]) -> SendFutures:

@@ -29,9 +29,11 @@ from typing import Any
 from tenacity import Retrying
 
 from hmbclient.errors import (
+    ErrorCode,
     HmbError,
     KafkaConnectionError,
     LeaderNotAvailableError,
+    MessageSizeTooLargeError,
     UnknownTopicOrPartitionError,
     for_code,
 )
@@ -44,6 +46,10 @@ from hmbclient.protocol.api.base import ApiKey
 from hmbclient.protocol.records import encode_records
 
 __all__ = ["Dispatcher", "SenderThread"]
+
+# What a broker answers when a merged record set is over its limits (message.max.bytes, or
+# the segment size).
+_TOO_LARGE = (MessageSizeTooLargeError, for_code(ErrorCode.RECORD_LIST_TOO_LARGE))
 
 log = logging.getLogger("hmbclient.producer")
 
@@ -85,11 +91,11 @@ class Dispatcher:
         self._versions: dict[int, BrokerVersions] = {}
 
     def versions(self, node: int) -> BrokerVersions:
-        v = self._versions.get(node)
-        if v is None:
-            v = self.client.versions(node).result(timeout=self.client.request_timeout_ms / 1000.0 + 1.0)
-            self._versions[node] = v
-        return v
+        versions = self._versions.get(node)
+        if versions is None:
+            versions = self.client.versions(node).result(timeout=self.client.request_timeout_ms / 1000.0 + 1.0)
+            self._versions[node] = versions
+        return versions
 
     def forget_node(self, node: int) -> None:
         self._versions.pop(node, None)
@@ -99,13 +105,13 @@ class Dispatcher:
         by_node: dict[int, list[Unit]] = {}
         orphans: list[Unit] = []
         leader = self.metadata.leader
-        for u in units:
-            n = leader(u.topic, u.partition)
-            if n is None:
-                orphans.append(u)
+        for unit in units:
+            node = leader(unit.topic, unit.partition)
+            if node is None:
+                orphans.append(unit)
             else:
-                u.node = n
-                by_node.setdefault(n, []).append(u)
+                unit.node = node
+                by_node.setdefault(node, []).append(unit)
         return by_node, orphans
 
     def send(self, node: int, units: list[Unit]) -> Future[Any]:
@@ -114,19 +120,18 @@ class Dispatcher:
         Raises:
             HmbError: the connection cannot be used (caller treats it like a failed send).
         """
-        for u in units:
-            for b in u.batches:
+        for unit in units:
+            for b in unit.batches:
                 b.attempts += 1
         versions = self.versions(node)
-        v = versions.version(ApiKey.PRODUCE)
-        magic = produce_magic(v)
+        magic = produce_magic(versions.version(ApiKey.PRODUCE))
         topics: dict[str, list[tuple[int, bytes]]] = {}
-        for u in units:
-            codec = self.codec_for(u.topic)
-            records = encode_records(magic, codec, u.items(), 0, u.batches[0].created_ms)
-            topics.setdefault(u.topic, []).append((u.partition, records))
+        for unit in units:
+            codec = self.codec_for(unit.topic)
+            records = encode_records(magic, codec, unit.items(), 0, unit.batches[0].created_ms)
+            topics.setdefault(unit.topic, []).append((unit.partition, records))
         if "before_send" in self.hooks:
-            call_hook(self.hooks, "before_send", [b for u in units for b in u.batches], node)
+            call_hook(self.hooks, "before_send", [b for unit in units for b in unit.batches], node)
         req = versions.build(
             ApiKey.PRODUCE,
             transactional_id=None,
@@ -149,38 +154,38 @@ class Dispatcher:
         failed: list[tuple[Unit, BaseException]] = []
         if exc is not None:
             if isinstance(exc, KafkaConnectionError) or getattr(exc, "invalid_metadata", False):
-                for u in units:
-                    self.forget_node(u.node)
-            return [(u, exc) for u in units]
+                for unit in units:
+                    self.forget_node(unit.node)
+            return [(unit, exc) for unit in units]
         if resp is None:  # acks=0: no answer, no offsets
-            for u in units:
-                self._complete(u, None)
+            for unit in units:
+                self._complete(unit, None)
             return failed
         answers: dict[tuple[str, int], Any] = {}
-        for t in resp.topics:
-            for p in t.partitions:
-                answers[(t.topic, p.partition)] = p
-        for u in units:
-            p = answers.get((u.topic, u.partition))
-            if p is None:
-                failed.append((u, UnknownTopicOrPartitionError(f"{u.topic}-{u.partition}: missing from the Produce answer")))
-            elif p.error_code:
-                failed.append((u, for_code(p.error_code)(f"produce to {u.topic}-{u.partition} (node {u.node})")))
+        for topic_answer in resp.topics:
+            for answer in topic_answer.partitions:
+                answers[(topic_answer.topic, answer.partition)] = answer
+        for unit in units:
+            answer = answers.get((unit.topic, unit.partition))
+            if answer is None:
+                failed.append((unit, UnknownTopicOrPartitionError(f"{unit.topic}-{unit.partition}: missing from the Produce answer")))
+            elif answer.error_code:
+                failed.append((unit, for_code(answer.error_code)(f"produce to {unit.topic}-{unit.partition} (node {unit.node})")))
             else:
-                self._complete(u, p.base_offset if self.real_offsets else None)
+                self._complete(unit, answer.base_offset if self.real_offsets else None)
         return failed
 
-    def _complete(self, u: Unit, base: int | None) -> None:
+    def _complete(self, unit: Unit, base: int | None) -> None:
         hook = self.hooks.get("on_delivery")
-        for b in u.batches:
+        for b in unit.batches:
             b.complete(base)
             if base is not None:
                 base += len(b.items)
             if hook is not None:
                 call_hook(self.hooks, "on_delivery", b)
 
-    def fail(self, u: Unit, err: BaseException) -> None:
-        for b in u.batches:
+    def fail(self, unit: Unit, err: BaseException) -> None:
+        for b in unit.batches:
             b.fail(err)
             call_hook(self.hooks, "on_error", b, err)
 
@@ -209,7 +214,7 @@ class SenderThread(threading.Thread):
         self.refresh_topics = refresh_topics
         self.completions: deque[tuple[list[Unit], Any, BaseException | None]] = deque()
         self.in_flight = 0
-        self._next_md_attempt = 0.0
+        self._next_metadata_attempt = 0.0
         self.stopped = threading.Event()
 
     # called on the I/O thread
@@ -247,8 +252,8 @@ class SenderThread(threading.Thread):
                     acc.sender_wake_at = wake
                     acc.sender_waiting = True
                     timeout = None if wake == float("inf") else max(0.0, (wake - now) / 1000.0)
-                    if self._md_wanted:
-                        t2 = max(0.0, (self._next_md_attempt - now) / 1000.0)
+                    if self._metadata_wanted:
+                        t2 = max(0.0, (self._next_metadata_attempt - now) / 1000.0)
                         timeout = t2 if timeout is None else min(timeout, t2)
                     acc.work.wait(timeout)
                     acc.sender_waiting = False
@@ -263,90 +268,90 @@ class SenderThread(threading.Thread):
             if units:
                 self._send(units)
 
-    _md_wanted = False
-    _md_failures = 0
+    _metadata_wanted = False
+    _metadata_failures = 0
 
     def _metadata_due(self, now: float) -> bool:
-        if now < self._next_md_attempt:
+        if now < self._next_metadata_attempt:
             return False
         topics = list(self.acc.topics)
-        self._md_wanted = bool(topics) and self.metadata.needs_refresh(topics, now)
-        return self._md_wanted
+        self._metadata_wanted = bool(topics) and self.metadata.needs_refresh(topics, now)
+        return self._metadata_wanted
 
     def _refresh_metadata(self) -> None:
-        self._next_md_attempt = _mono_ms() + self.retry_backoff_ms
+        self._next_metadata_attempt = _mono_ms() + self.retry_backoff_ms
         try:
             self.metadata.refresh(list(self.acc.topics), timeout_ms=self.dispatcher.request_timeout_ms)
             self.refresh_topics()
-            self._md_failures = 0
+            self._metadata_failures = 0
         except HmbError as e:
             # Loud once per outage; the retries that follow are routine.
-            self._md_failures += 1
-            log.log(logging.WARNING if self._md_failures == 1 else logging.DEBUG, "metadata refresh failed: %s", e)
-        self._md_wanted = False
+            self._metadata_failures += 1
+            log.log(logging.WARNING if self._metadata_failures == 1 else logging.DEBUG, "metadata refresh failed: %s", e)
+        self._metadata_wanted = False
 
     def _send(self, units: list[Unit]) -> None:
         by_node, orphans = self.dispatcher.group_by_leader(units)
-        for u in orphans:
-            self.metadata.invalidate(u.topic)
-            for b in u.batches:
+        for unit in orphans:
+            self.metadata.invalidate(unit.topic)
+            for b in unit.batches:
                 b.attempts += 1
-            err = LeaderNotAvailableError(f"{u.topic}-{u.partition}: no known leader")
-            self._retry_or_fail(u, err)
-        for node, nunits in by_node.items():
+            err = LeaderNotAvailableError(f"{unit.topic}-{unit.partition}: no known leader")
+            self._retry_or_fail(unit, err)
+        for node, node_units in by_node.items():
             try:
-                fut = self.dispatcher.send(node, nunits)
+                fut = self.dispatcher.send(node, node_units)
             except HmbError as e:
                 self.dispatcher.forget_node(node)
-                for u in nunits:
+                for unit in node_units:
                     if getattr(e, "retriable", False):
-                        self.metadata.invalidate(u.topic)
-                    self._retry_or_fail(u, e)
+                        self.metadata.invalidate(unit.topic)
+                    self._retry_or_fail(unit, e)
                 continue
             except Exception as e:  # encoding failed: a bad message, not a broker problem
-                for u in nunits:
-                    self._retry_or_fail(u, e)
+                for unit in node_units:
+                    self._retry_or_fail(unit, e)
                 continue
             self.in_flight += 1
-            fut.add_done_callback(functools.partial(self._on_done, nunits))
+            fut.add_done_callback(functools.partial(self._on_done, node_units))
 
     def _complete(self, units: list[Unit], resp: Any, exc: BaseException | None) -> None:
         self.in_flight -= 1
         failed = self.dispatcher.apply(units, resp, exc)
-        failed_ids = {id(u) for u, _ in failed}
+        failed_ids = {id(unit) for unit, _ in failed}
         acc = self.acc
         with acc.lock:
-            for u in units:
-                if id(u) not in failed_ids:
-                    acc.release(u)
-        for u, err in failed:
+            for unit in units:
+                if id(unit) not in failed_ids:
+                    acc.release(unit)
+        for unit, err in failed:
             if getattr(err, "invalid_metadata", False) or isinstance(err, KafkaConnectionError):
-                self.metadata.invalidate(u.topic)
-            self._retry_or_fail(u, err)
+                self.metadata.invalidate(unit.topic)
+            self._retry_or_fail(unit, err)
 
-    def _retry_or_fail(self, u: Unit, err: BaseException) -> None:
-        attempts = max(b.attempts for b in u.batches)
+    def _retry_or_fail(self, unit: Unit, err: BaseException) -> None:
+        attempts = max(b.attempts for b in unit.batches)
         acc = self.acc
-        if getattr(err, "errno", None) in (10, 18) and len(u.batches) > 1:
+        if isinstance(err, _TOO_LARGE) and len(unit.batches) > 1:
             # The broker found the merged record set too large: undo the merge, send the
             # batches one by one (same order, at once; this does not use up a retry).
-            log.info("%s-%s: %d merged batches too large for the broker; sending them one by one", u.topic, u.partition, len(u.batches))
-            for b in u.batches:
+            log.info("%s-%s: %d merged batches too large for the broker; sending them one by one", unit.topic, unit.partition, len(unit.batches))
+            for b in unit.batches:
                 b.solo = True
                 b.attempts -= 1
             with acc.lock:
-                acc.requeue_front(u, 0.0)
+                acc.requeue_front(unit, 0.0)
             return
         if getattr(err, "retriable", False) and attempts <= self.max_retries and not acc.closing_hard:
             wait = backoff_ms(self.policy, max(1, attempts))
-            log.info("retrying %s-%s (%d messages, attempt %d) in %.0f ms: %s", u.topic, u.partition, u.count, attempts, wait, err)
+            log.info("retrying %s-%s (%d messages, attempt %d) in %.0f ms: %s", unit.topic, unit.partition, unit.count, attempts, wait, err)
             with acc.lock:
-                acc.requeue_front(u, _mono_ms() + wait)
+                acc.requeue_front(unit, _mono_ms() + wait)
             return
-        log.warning("giving up on %s-%s (%d messages) after %d attempts: %s", u.topic, u.partition, u.count, attempts, err)
-        self.dispatcher.fail(u, err)
+        log.warning("giving up on %s-%s (%d messages) after %d attempts: %s", unit.topic, unit.partition, unit.count, attempts, err)
+        self.dispatcher.fail(unit, err)
         with acc.lock:
-            acc.release(u)
+            acc.release(unit)
 
     def _abort(self, err: BaseException) -> None:
         acc = self.acc
