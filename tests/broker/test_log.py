@@ -188,7 +188,17 @@ def test_retention_by_size_and_age_deletes_whole_segments(tmp_path: Path) -> Non
     for i in range(40):
         log.append(encode([(None, b"%02d" % i + b"y" * 150)]))
     n_before = len(log.segments)
-    deleted = log.apply_retention(int(time.time() * 1000))
+    # An append without a leader epoch (no replication) moves the high watermark to the end.
+    assert log.high_watermark == log.log_end_offset == 40
+    # Nothing at or past the high watermark is deleted: with the HW at 0, nothing goes.
+    log.set_high_watermark(0)
+    assert log.apply_retention(int(time.time() * 1000)) == 0
+    # With the HW inside the third segment, only the two segments wholly below it may go.
+    log.set_high_watermark(log.segments[2].base_offset + 1)
+    assert log.apply_retention(int(time.time() * 1000)) == 2
+    assert log.log_start_offset == log.segments[0].base_offset <= log.high_watermark
+    log.set_high_watermark(log.log_end_offset)
+    deleted = 2 + log.apply_retention(int(time.time() * 1000))
     assert deleted > 0 and len(log.segments) == n_before - deleted
     assert log.size_bytes - log.segments[0].size < 2500
     start = log.log_start_offset
@@ -236,6 +246,10 @@ def test_compaction_keeps_newest_per_key_and_offsets(tmp_path: Path) -> None:
         log.append(encode([(b"key-%d" % (i % 4), b"v%d" % i)]))
     assert len(log.segments) > 3
     end = log.log_end_offset
+    # Below the high watermark only: with the HW at 0 there is nothing to compact.
+    log.set_high_watermark(0)
+    assert log.compact() == 0
+    log.set_high_watermark(end)
     size_before = log.size_bytes
     dropped = log.compact()
     assert dropped > 20 and log.size_bytes < size_before

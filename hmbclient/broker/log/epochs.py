@@ -48,6 +48,10 @@ class EpochEntry(NamedTuple):
 class LeaderEpochCache:
     """The epoch -> start offset entries of one partition, persisted in ``path``.
 
+    Attributes (read-only):
+        latest_epoch: the newest epoch that wrote data, -1 (``UNDEFINED_EPOCH``) if none.
+        latest_start_offset: the start offset of that epoch, -1 if none.
+
     Args:
         path: the checkpoint file, normally ``<partition folder>/leader-epoch-checkpoint``; a
             folder is taken to mean that file inside it.
@@ -67,24 +71,15 @@ class LeaderEpochCache:
                 raise StorageError(f"{path}: entries are not increasing at {prev} -> {cur}")
         if entries and (entries[0].epoch < 0 or entries[0].start_offset < 0):
             raise StorageError(f"{path}: negative epoch or offset in {entries[0]}")
-        self._entries: tuple[EpochEntry, ...] = tuple(entries)
+        self._entries: tuple[EpochEntry, ...] = ()
+        self.latest_epoch = UNDEFINED_EPOCH
+        self.latest_start_offset = UNDEFINED_EPOCH_OFFSET
+        self._set(tuple(entries))
 
     # -- reads -----------------------------------------------------------------------------
     def entries(self) -> list[EpochEntry]:
         """Every entry, oldest epoch first."""
         return list(self._entries)
-
-    @property
-    def latest_epoch(self) -> int:
-        """The newest epoch that wrote data, or -1 (``UNDEFINED_EPOCH``) if none is known."""
-        e = self._entries
-        return e[-1].epoch if e else UNDEFINED_EPOCH
-
-    @property
-    def latest_start_offset(self) -> int:
-        """Start offset of the newest epoch, or -1 if none is known."""
-        e = self._entries
-        return e[-1].start_offset if e else UNDEFINED_EPOCH_OFFSET
 
     def end_offset_for(self, requested_epoch: int, log_end_offset: int) -> tuple[int, int]:
         """The OffsetsForLeaderEpoch answer for ``requested_epoch``: ``(epoch, end_offset)``.
@@ -118,10 +113,17 @@ class LeaderEpochCache:
         return entries[lo].epoch, entries[lo + 1].start_offset
 
     # -- writes ----------------------------------------------------------------------------
+    def _set(self, entries: tuple[EpochEntry, ...]) -> None:
+        self._entries = entries
+        # Plain attributes, not properties: the leader's append compares with latest_epoch on
+        # every produce.
+        self.latest_epoch = entries[-1].epoch if entries else UNDEFINED_EPOCH
+        self.latest_start_offset = entries[-1].start_offset if entries else UNDEFINED_EPOCH_OFFSET
+
     def _publish(self, entries: tuple[EpochEntry, ...]) -> None:
         # Persist first: readers only ever see what survives a crash.
         self._file.write(entries)
-        self._entries = entries
+        self._set(entries)
 
     def assign(self, epoch: int, start_offset: int) -> bool:
         """Record that ``epoch`` starts at ``start_offset``; True if the cache changed.

@@ -73,6 +73,10 @@ class OffsetIndex:
         self._offsets.append(offset)
         self._positions.append(position)
 
+    def last_position(self) -> int:
+        """Position of the last entry (0 when empty)."""
+        return self._positions[-1] if self._positions else 0
+
     def lookup(self, offset: int) -> tuple[int, int]:
         """``(offset, position)`` of the last entry at or before ``offset``; (base, 0) if none."""
         i = bisect_right(self._offsets, offset) - 1
@@ -81,7 +85,7 @@ class OffsetIndex:
         return self._offsets[i], self._positions[i]
 
     def truncate_to_position(self, valid_bytes: int) -> None:
-        """Drop entries that point at or past ``valid_bytes`` of the log (recovery)."""
+        """Drop entries that point at or past ``valid_bytes`` of the log (recovery, truncation)."""
         n = len(self._positions)
         keep = n
         while keep and self._positions[keep - 1] >= valid_bytes:
@@ -89,7 +93,10 @@ class OffsetIndex:
         if keep != n:
             del self._offsets[keep:]
             del self._positions[keep:]
-            os.ftruncate(self._fd, keep * INDEX_ENTRY_BYTES)
+            try:
+                os.ftruncate(self._fd, keep * INDEX_ENTRY_BYTES)
+            except OSError as e:
+                raise StorageError(f"index truncate {self.path} failed: {e}") from e
 
     def reset(self) -> None:
         """Drop every entry (before a rebuild)."""

@@ -1,21 +1,45 @@
 """Log: the segments of one topic-partition, append at the end, read anywhere.
 
 Contract:
-* ``append(buf)`` takes the bytes a producer sent (MessageSet v0/v1 or RecordBatch v2), lets
-  ``records.assign_offsets`` validate them per batch (CRC, size) and stamp broker offsets, and
+* ``append(buf, leader_epoch=None)`` takes the bytes a producer sent (MessageSet v0/v1 or
+  RecordBatch v2), lets ``records.assign_offsets`` validate them per batch (CRC, size) and stamp
+  broker offsets (and, given a ``leader_epoch``, every v2 batch's partitionLeaderEpoch), and
   writes the result untouched otherwise; it returns an ``AppendInfo``. Nothing is written when
   validation fails.
-* ``read(offset, max_bytes)`` returns a ``FileSlice`` of one segment (sent with sendfile) or
-  None at the log end; OffsetOutOfRangeError outside ``[log_start_offset, log_end_offset]``.
+* ``append_as_follower(buf)`` takes bytes fetched from the leader, offsets already assigned:
+  every whole entry is validated (CRC, sizes, offsets continuing the log), a partial trailing
+  entry (a fetch cut at its byte limit) is ignored, and the bytes are written unchanged.
+* ``read(offset, max_bytes, max_offset=None)`` returns a ``FileSlice`` of one segment (sent with
+  sendfile) or None at the log end (or at ``max_offset``, the high watermark for consumers);
+  OffsetOutOfRangeError outside ``[log_start_offset, log_end_offset]``.
+* High watermark: ``0 <= log_start_offset <= high_watermark <= log_end_offset`` always. The
+  replica manager moves it (``update_high_watermark`` forward only, ``set_high_watermark`` after
+  a restart or truncation; a single-replica leader moves it to the log end after each append).
+  The one exception keeps callers that predate replication working: ``append`` without a
+  ``leader_epoch`` treats the log as its own only replica and moves it to the log end. Retention
+  and compaction never touch offsets at or past it.
+* ``truncate_to(offset)`` drops every entry holding an offset >= ``offset`` (a follower whose
+  tail the leader does not have); ``truncate_fully_and_start_at(offset)`` empties the log.
+* ``leader_epochs`` (``LeaderEpochCache``, ``leader-epoch-checkpoint`` in the folder) learns from
+  the v2 batches appended, forgets entries truncated away, and is cleared when a legacy v0/v1
+  entry is appended: those carry no epoch, so KIP-101 truncation needs RecordBatch v2 (as in
+  Kafka); without it the follower falls back to the high watermark.
 * Segments roll before an append would take the active one past ``segment_bytes``; the folder
-  holds ``<base offset:020d>.log`` + ``.index`` pairs and nothing else.
+  holds ``<base offset:020d>.log`` + ``.index`` pairs and ``leader-epoch-checkpoint``, nothing
+  else.
 * Start-up: every file name is checked (a malformed name or an index without its log is a
   StorageError: we refuse to guess); the newest segment is CRC-scanned and cut at the first
   invalid entry (a torn write or garbage from a crash); older segments are trusted as Kafka does.
+  Epoch entries at or past the recovered log end are dropped; the high watermark starts at the
+  log start until the LogManager restores it from its checkpoint.
 
-Concurrency: one lock serialises writers (append, roll, retention, flush). Readers take no lock:
-they bisect ``_segments``, an immutable tuple that writers replace whole (copy-on-write), and a
-segment's size only grows after its bytes are in the file.
+Concurrency: one lock serialises writers (append, roll, truncation, retention, flush, high
+watermark moves). Readers take no lock: they bisect ``_segments``, an immutable tuple that
+writers replace whole (copy-on-write), and a segment's size only grows after its bytes are in the
+file, except under truncation, which cuts the one segment holding the new end in place (a read
+racing with it may come back short, as in Kafka). The high watermark's position is published
+with it as one tuple ``(offset, segment, file position)``, so a consumer read stops at an entry
+boundary without walking headers.
 """
 
 from __future__ import annotations
@@ -23,16 +47,20 @@ from __future__ import annotations
 import logging
 import os
 import re
+import shutil
 import struct
 import threading
-import time
-from bisect import bisect_right
+import uuid
+from bisect import bisect_left, bisect_right
 from typing import Any, NamedTuple
 
 from crc32c import crc32c
 
+from hmbclient.broker.log.checkpoint import TMP_SUFFIX
 from hmbclient.broker.log.config import LogConfig
+from hmbclient.broker.log.epochs import LEADER_EPOCH_CHECKPOINT, LeaderEpochCache
 from hmbclient.broker.log.segment import INDEX_SUFFIX, LOG_SUFFIX, FileSlice, Segment
+from hmbclient.clock import wall_ms
 from hmbclient.errors import (
     CorruptRecordError,
     ErrorCode,
@@ -45,13 +73,16 @@ from hmbclient.errors import (
 from hmbclient.protocol import records
 from hmbclient.protocol.records import v2 as _v2
 
-__all__ = ["Log", "AppendInfo"]
+__all__ = ["Log", "AppendInfo", "DELETE_SUFFIX"]
 
 log = logging.getLogger("hmbclient.broker.log")
 
 _SEGMENT_FILE = re.compile(r"^(\d{20})\.(log|index)$")
 _CLEANED_SUFFIX = ".cleaned"
+# A partition folder being deleted: ``<topic>-<partition>.<32 hex>-delete`` (as Kafka names it).
+DELETE_SUFFIX = "-delete"
 _RECOVERY_CHUNK = 8 * 1024 * 1024
+_MIN_ENTRY = 14  # smallest size field of any entry (a magic 0 message)
 _RecordListTooLarge = for_code(ErrorCode.RECORD_LIST_TOO_LARGE)
 
 
@@ -64,22 +95,22 @@ class AppendInfo(NamedTuple):
     size: int
 
 
-def _now_ms() -> int:
-    return int(time.time() * 1000)
-
-
 _i32 = struct.Struct(">i")
 _i64 = struct.Struct(">q")
 _V2_MAGIC_AT = 16
+_V2_EPOCH_AT = _v2.EPOCH_OFFSET  # 12: partitionLeaderEpoch, not covered by the CRC
 _V2_LAST_DELTA_AT = struct.calcsize(">qiibIh")  # 23
 _V2_MAX_TS_AT = struct.calcsize(">qiibIhiq")  # 35
 _V2_COUNT_AT = struct.calcsize(">qiibIhiqqqhi")  # 57
 
 
-def _assign_offsets_v2(buf: Any, next_offset: int, max_message_bytes: int) -> tuple[bytearray, int, int, int, int] | None:
+def _assign_offsets_v2(
+    buf: Any, next_offset: int, max_message_bytes: int, leader_epoch: int | None = None
+) -> tuple[bytearray, int, int, int, int] | None:
     """Per-batch validation and offset stamping of a payload made only of v2 RecordBatches
     (what every modern producer sends); None if any entry is another format, which then goes
-    through ``records.assign_offsets``.
+    through ``records.assign_offsets``. With ``leader_epoch``, each batch's partitionLeaderEpoch
+    is set too, in the same pass over the batch starts (it is outside the CRC, like the offset).
 
     Why not always ``records.assign_offsets``: it also decodes every record of every batch,
     which is most of the broker's CPU on the produce path. The batch CRC-32C (computed in C)
@@ -125,10 +156,38 @@ def _assign_offsets_v2(buf: Any, next_offset: int, max_message_bytes: int) -> tu
     out = bytearray(mv)
     off = next_offset
     pack = _i64.pack_into
-    for i in range(0, len(spans), 2):
-        pack(out, spans[i], off)
-        off += spans[i + 1]
+    if leader_epoch is None:
+        for i in range(0, len(spans), 2):
+            pack(out, spans[i], off)
+            off += spans[i + 1]
+    else:
+        pack_epoch = _i32.pack_into
+        for i in range(0, len(spans), 2):
+            pack(out, spans[i], off)
+            pack_epoch(out, spans[i] + _V2_EPOCH_AT, leader_epoch)
+            off += spans[i + 1]
     return out, count, next_offset + count - 1, max_ts, 2 if count else -1
+
+
+def _stamp_epoch(buf: bytes | bytearray, leader_epoch: int) -> tuple[bytes | bytearray, list[tuple[int, int, int]]]:
+    """The slow path's epoch stamp: set partitionLeaderEpoch in every v2 batch of an already
+    validated payload (a header walk; v0/v1 entries have no such field). Returns the stamped
+    bytes (a copy if anything changed) and ``(magic, epoch, base_offset)`` per top-level entry,
+    in order, for the epoch cache."""
+    events: list[tuple[int, int, int]] = []
+    out: bytearray | None = None
+    n = len(buf)
+    pos = 0
+    while pos + _V2_MAGIC_AT < n:
+        magic = buf[pos + _V2_MAGIC_AT]
+        if magic >= 2:
+            if out is None:
+                out = bytearray(buf)
+            _i32.pack_into(out, pos + _V2_EPOCH_AT, leader_epoch)
+        events.append((magic, leader_epoch, _i64.unpack_from(buf, pos)[0]))
+        pos += 12 + _i32.unpack_from(buf, pos + 8)[0]
+    return (buf if out is None else out), events
+
 
 
 class Log:
@@ -138,7 +197,8 @@ class Log:
         directory: the partition folder (``<log_dir>/<topic>-<partition>``).
         config: roll/flush/retention settings.
     Raises:
-        StorageError: a malformed segment file name, an index without its log, or I/O failure.
+        StorageError: a malformed segment file name, an index without its log, a malformed
+            ``leader-epoch-checkpoint``, or I/O failure.
     """
 
     def __init__(self, directory: str, config: LogConfig) -> None:
@@ -146,7 +206,8 @@ class Log:
         self.config = config
         self._lock = threading.Lock()
         self._unflushed_messages = 0
-        self._last_flush_ms = _now_ms()
+        self._last_flush_ms = wall_ms()
+        self._deleted = False
         self.recovered_bytes_cut = 0
         try:
             os.makedirs(directory, exist_ok=True)
@@ -155,28 +216,48 @@ class Log:
         self._segments: tuple[Segment, ...] = ()
         self._bases: tuple[int, ...] = ()
         self._load()
+        self.leader_epochs = LeaderEpochCache(os.path.join(directory, LEADER_EPOCH_CHECKPOINT))
+        end = self.log_end_offset
+        if self.leader_epochs.truncate_from_end(end):
+            log.warning("%s: dropped leader epochs starting at or after the log end %d", directory, end)
+        self.leader_epochs.truncate_from_start(self.log_start_offset)
+        self._hw = self.log_start_offset
+        self._hw_mark: tuple[int, Segment, int] = (self._hw, self.segments[0], 0)
 
     # -- start-up --------------------------------------------------------------------------
     def _load(self) -> None:
         logs: set[int] = set()
         indexes: set[int] = set()
+        leftovers: list[str] = []
         for name in sorted(os.listdir(self.directory)):
             if name.endswith(LOG_SUFFIX + _CLEANED_SUFFIX) and _SEGMENT_FILE.match(name[: -len(_CLEANED_SUFFIX)]):
                 # A compaction rewrite that never reached its rename: the original is intact.
-                log.warning("%s: removing unfinished compaction output %s", self.directory, name)
-                os.unlink(os.path.join(self.directory, name))
+                leftovers.append(name)
+                continue
+            if name == LEADER_EPOCH_CHECKPOINT:
+                continue
+            if name == LEADER_EPOCH_CHECKPOINT + TMP_SUFFIX:
+                # A checkpoint write that never reached its rename: the old file is intact.
+                leftovers.append(name)
                 continue
             m = _SEGMENT_FILE.match(name)
             if m is None:
                 raise StorageError(
                     f"{self.directory}: unexpected file {name!r} (segment files are "
-                    f"<20-digit base offset>{LOG_SUFFIX} and {INDEX_SUFFIX})"
+                    f"<20-digit base offset>{LOG_SUFFIX} and {INDEX_SUFFIX}, plus {LEADER_EPOCH_CHECKPOINT})"
                 )
             (logs if m.group(2) == "log" else indexes).add(int(m.group(1)))
         orphans = indexes - logs
         if orphans:
             names = ", ".join(f"{b:020d}{INDEX_SUFFIX}" for b in sorted(orphans))
             raise StorageError(f"{self.directory}: index without its log: {names}")
+        # Only now that the folder is known to be sound: a refused start-up changes nothing.
+        for name in leftovers:
+            log.warning("%s: removing unfinished write %s", self.directory, name)
+            try:
+                os.unlink(os.path.join(self.directory, name))
+            except OSError as e:
+                raise StorageError(f"{self.directory}: cannot remove {name}: {e}") from e
         bases = sorted(logs)
         if not bases:
             seg = Segment(self.directory, 0, self.config.index_interval_bytes)
@@ -252,49 +333,277 @@ class Log:
 
     @property
     def high_watermark(self) -> int:
-        # One replica: everything appended is committed.
-        return self._segments[-1].next_offset
+        """The offset below which every message is committed (consumers read up to here)."""
+        return self._hw
 
     @property
     def size_bytes(self) -> int:
         return sum(s.size for s in self._segments)
 
-    # -- writes ----------------------------------------------------------------------------
-    def append(self, buf: bytes | bytearray | memoryview) -> AppendInfo:
-        """Validate, assign offsets and append one produce payload.
+    # -- high watermark --------------------------------------------------------------------
+    def _clamp(self, offset: int) -> int:
+        segs = self._segments
+        return max(segs[0].base_offset, min(offset, segs[-1].next_offset))
 
+    def _set_hw_locked(self, hw: int) -> None:
+        # The mark is what lets a consumer read stop at the high watermark without a header
+        # walk: computed here, once per move (O(1) when the HW is the log end, the common
+        # single-replica case), instead of on every read.
+        segs = self._segments
+        active = segs[-1]
+        if hw == active.next_offset:
+            mark = (hw, active, active.size)
+        else:
+            seg, pos = self._cut_for(hw, segs, self._bases)
+            mark = (hw, seg, pos)
+        self._hw_mark = mark
+        self._hw = hw
+
+    def update_high_watermark(self, offset: int) -> bool:
+        """Move the high watermark forward to ``offset`` (clamped to ``[log_start_offset,
+        log_end_offset]``); never backwards. Returns True if it moved."""
+        with self._lock:
+            hw = self._clamp(offset)
+            if hw <= self._hw:
+                return False
+            self._set_hw_locked(hw)
+            return True
+
+    def set_high_watermark(self, offset: int) -> None:
+        """Set the high watermark to ``offset`` (clamped), backwards too: a restart restoring
+        the checkpointed value, or a follower taking the leader's."""
+        with self._lock:
+            self._set_hw_locked(self._clamp(offset))
+
+    @staticmethod
+    def _cut_for(offset: int, segs: tuple[Segment, ...], bases: tuple[int, ...]) -> tuple[Segment, int]:
+        """``(segment, position)``: where the entries holding offsets >= ``offset`` start (an
+        entry straddling ``offset`` counts as after it)."""
+        j = bisect_right(bases, offset) - 1
+        if j < 0:
+            return segs[0], 0
+        seg = segs[j]
+        if offset == seg.base_offset:
+            return seg, 0
+        # Snapshot the size first: anything appended later holds offsets >= the log end >= offset.
+        size = seg.size
+        h = seg.locate(offset, size)
+        return seg, (size if h is None else h.position)
+
+    # -- writes ----------------------------------------------------------------------------
+    def _check_open(self) -> None:
+        if self._deleted:
+            raise StorageError(f"{self.directory}: the log was deleted")
+
+    def append(self, buf: bytes | bytearray | memoryview, *, leader_epoch: int | None = None) -> AppendInfo:
+        """Validate, assign offsets and append one produce payload (the leader's append).
+
+        Args:
+            buf: the record set of one partition of a Produce request.
+            leader_epoch: the leader's epoch: stamped into every v2 batch's partitionLeaderEpoch
+                and recorded in ``leader_epochs`` if it is new; the caller then owns the high
+                watermark (``update_high_watermark``). None is the append of a caller that knows
+                nothing of replication: batches stay as the producer sent them, the epoch cache
+                is left alone, and the log is its own only replica, so the high watermark moves
+                to the new log end (what every append did before replication).
         Returns:
             AppendInfo of what was written (count 0 and nothing written for an empty payload).
         Raises:
             CorruptRecordError: bad CRC or malformed entries (nothing written).
             MessageSizeTooLargeError: an entry over ``max_message_bytes``.
             BrokerError 18 (RECORD_LIST_TOO_LARGE): the payload is bigger than a segment.
-            StorageError: the write failed.
+            StorageError: the write failed, or the log was deleted.
         """
         with self._lock:
+            if self._deleted:
+                self._check_open()
             active = self._segments[-1]
             first = active.next_offset
-            fast = _assign_offsets_v2(buf, first, self.config.max_message_bytes)
+            fast = _assign_offsets_v2(buf, first, self.config.max_message_bytes, leader_epoch)
             new: bytes | bytearray
+            events: list[tuple[int, int, int]] | None = None
             if fast is not None:
                 new, count, last, max_ts, magic = fast
             else:
                 new, count, last, max_ts, magic = records.assign_offsets(
                     buf, first, max_message_bytes=self.config.max_message_bytes
                 )
+                if leader_epoch is not None and count:
+                    new, events = _stamp_epoch(new, leader_epoch)
             if count == 0:
                 return AppendInfo(first, first - 1, 0, -1, magic, 0)
             n = len(new)
             if n > self.config.segment_bytes:
                 raise _RecordListTooLarge(f"{n} bytes is over the segment size {self.config.segment_bytes}")
+            # The epoch cache learns before the bytes are written (as Kafka's append does): if
+            # the write then fails, an entry starting at the log end describes nothing yet.
+            if events is not None:
+                self._learn_epochs(events)
+            elif leader_epoch is not None and leader_epoch > self.leader_epochs.latest_epoch:
+                self.leader_epochs.assign(leader_epoch, first)
             if active.size and active.size + n > self.config.segment_bytes:
                 active = self._roll(first)
-            active.append(new, first, last, max_ts, magic)
+            pos = active.append(new, first, last, max_ts, magic)
+            if leader_epoch is None:
+                # _set_hw_locked for the log end, inlined: the append knows where it ends.
+                self._hw_mark = (last + 1, active, pos + n)
+                self._hw = last + 1
             self._unflushed_messages += count
             fm = self.config.flush_interval_messages
             if fm is not None and self._unflushed_messages >= fm:
                 self._flush_locked()
             return AppendInfo(first, last, count, max_ts, magic, n)
+
+    def _learn_epochs(self, events: list[tuple[int, int, int]]) -> None:
+        """Feed ``(magic, epoch, base_offset)`` per appended entry, in log order, to the cache:
+        a v2 batch with a newer epoch starts that epoch; a v0/v1 entry (no epoch field) makes
+        the cache unable to describe the log, so it is cleared (Kafka's rule)."""
+        cache = self.leader_epochs
+        for magic, epoch, base in events:
+            if magic >= 2:
+                if epoch > cache.latest_epoch:
+                    cache.assign(epoch, base)
+            elif cache.latest_epoch >= 0:
+                log.info("%s: a v%d entry at offset %d carries no leader epoch: clearing the epoch cache", self.directory, magic, base)
+                cache.clear()
+
+    def append_as_follower(self, buf: bytes | bytearray | memoryview) -> AppendInfo:
+        """Append bytes fetched from the leader, as they are (offsets already assigned).
+
+        Every whole entry is validated (CRC and sizes, every format, compressed wrappers
+        decoded); a partial trailing entry (the fetch was cut at its byte limit) is ignored.
+        The first entry must start at ``log_end_offset`` and each next one right after the one
+        before; a compacted log (``config.compact``) accepts forward gaps, which the leader's
+        compaction leaves. The epoch cache learns each v2 batch's partitionLeaderEpoch that is
+        newer than its latest (and is cleared by a v0/v1 entry, see ``append``). Segments roll
+        between entries as for the leader.
+
+        Returns:
+            AppendInfo of what was appended (count 0 and nothing written if no whole entry).
+        Raises:
+            CorruptRecordError: a corrupt entry, or offsets that do not continue the log (the
+                message names them); nothing is written.
+            StorageError: the write failed, or the log was deleted.
+        """
+        entries, valid = records.scan_entries(buf, verify_crc=True)
+        mv = memoryview(buf).cast("B") if not isinstance(buf, bytes | bytearray) else memoryview(buf)
+        n = len(mv)
+        if valid < n and n - valid >= 12:
+            size = _i32.unpack_from(mv, valid + 8)[0]
+            if size < _MIN_ENTRY or valid + 12 + size <= n:
+                # The entry is all there (or its size cannot be right) and still did not scan.
+                raise CorruptRecordError(f"follower append: corrupt entry at byte {valid} of {n}")
+        with self._lock:
+            self._check_open()
+            leo = self._segments[-1].next_offset
+            if not entries:
+                return AppendInfo(leo, leo - 1, 0, -1, -1, 0)
+            expect = leo
+            gaps = self.config.compact
+            for e in entries:
+                if e.base_offset != expect and not (gaps and e.base_offset > expect):
+                    where = "the log end offset" if expect == leo else "the offset after the previous entry"
+                    raise CorruptRecordError(
+                        f"follower append to {self.directory}: entry at byte {e.position} starts at offset "
+                        f"{e.base_offset}, expected {expect} ({where})"
+                    )
+                if e.last_offset < e.base_offset:
+                    raise CorruptRecordError(f"follower append: entry at byte {e.position} ends at {e.last_offset}, before its base offset {e.base_offset}")
+                expect = e.last_offset + 1
+            self._learn_epochs([(e.magic, _i32.unpack_from(mv, e.position + _V2_EPOCH_AT)[0] if e.magic >= 2 else -1, e.base_offset) for e in entries])
+            limit = self.config.segment_bytes
+            active = self._segments[-1]
+            filled = active.size
+            run = 0
+            for k, e in enumerate(entries):
+                if filled and filled + e.size > limit:
+                    if k > run:
+                        self._write_entries(active, mv, entries[run:k])
+                    active = self._roll(e.base_offset)
+                    run, filled = k, 0
+                filled += e.size
+            self._write_entries(active, mv, entries[run:])
+            count = sum(e.count for e in entries)
+            self._unflushed_messages += count
+            fm = self.config.flush_interval_messages
+            if fm is not None and self._unflushed_messages >= fm:
+                self._flush_locked()
+            return AppendInfo(
+                entries[0].base_offset,
+                entries[-1].last_offset,
+                count,
+                max(e.max_timestamp for e in entries),
+                max(e.magic for e in entries),
+                valid,
+            )
+
+    @staticmethod
+    def _write_entries(seg: Segment, mv: memoryview, run: list) -> None:
+        start = run[0].position
+        seg.append_entries(mv[start : run[-1].position + run[-1].size], run, start)
+
+    def truncate_to(self, offset: int) -> None:
+        """Drop every entry holding an offset >= ``offset`` (a follower's tail the leader does
+        not have). An entry straddling ``offset`` (a compressed wrapper, a v2 batch) goes whole,
+        so the log end may end up below ``offset``. Segments whose base is >= ``offset`` are
+        deleted, the one holding the new end is cut and its index trimmed; the epoch cache
+        forgets epochs starting at or after the new end and the high watermark is clamped to it.
+        Nothing happens if ``offset`` is at or past the log end; below the log start the log is
+        emptied and starts at ``offset``.
+
+        Raises:
+            ValueError: a negative offset.
+            StorageError: the files could not be cut or deleted.
+        """
+        if offset < 0:
+            raise ValueError(f"cannot truncate to a negative offset {offset}")
+        with self._lock:
+            self._check_open()
+            segs = self._segments
+            if offset >= segs[-1].next_offset:
+                return
+            if offset <= segs[0].base_offset:
+                self._truncate_fully_locked(offset)
+                return
+            i = bisect_left(self._bases, offset) - 1  # the last segment with base < offset
+            seg = segs[i]
+            gone = segs[i + 1 :]
+            cut, new_end = seg.cut_point(offset)
+            self._set_segments(segs[: i + 1])
+            # Deleted under the lock: a roll must never reopen a base offset being deleted.
+            for s in gone:
+                s.delete()
+            seg.truncate_to(cut, new_end)
+            self.leader_epochs.truncate_from_end(new_end)
+            self._set_hw_locked(min(self._hw, new_end))
+        log.info("%s: truncated to offset %d (log end now %d, %d segments deleted)", self.directory, offset, new_end, len(gone))
+
+    def truncate_fully_and_start_at(self, offset: int) -> None:
+        """Delete every segment and start an empty log at ``offset`` (a follower so far behind
+        that the leader no longer has its log end). The epoch cache is cleared; the log start,
+        the log end and the high watermark become ``offset``.
+
+        Raises:
+            ValueError: a negative offset.
+            StorageError: the files could not be deleted or created.
+        """
+        if offset < 0:
+            raise ValueError(f"cannot start a log at a negative offset {offset}")
+        with self._lock:
+            self._check_open()
+            self._truncate_fully_locked(offset)
+        log.info("%s: emptied, starting at offset %d", self.directory, offset)
+
+    def _truncate_fully_locked(self, offset: int) -> None:
+        # Old files go first (readers keep them through their open descriptors), so the new
+        # segment never reopens an old file with the same base offset.
+        for s in self._segments:
+            s.delete()
+        seg = Segment(self.directory, offset, self.config.index_interval_bytes)
+        seg.mark_known_empty()
+        self._set_segments((seg,))
+        self.leader_epochs.clear()
+        self._set_hw_locked(offset)
 
     def _roll(self, base_offset: int) -> Segment:
         old = self._segments[-1]
@@ -314,7 +623,7 @@ class Log:
     def _flush_locked(self) -> None:
         self._segments[-1].flush()
         self._unflushed_messages = 0
-        self._last_flush_ms = _now_ms()
+        self._last_flush_ms = wall_ms()
 
     def flush(self) -> None:
         with self._lock:
@@ -334,35 +643,47 @@ class Log:
 
     def apply_retention(self, now_ms: int) -> int:
         """Delete whole non-active segments past ``retention_ms`` (by last write) or while the
-        log is over ``retention_bytes`` (oldest first). Returns how many were deleted."""
+        log is over ``retention_bytes`` (oldest first), but never a segment holding an offset at
+        or past the high watermark (uncommitted data may still be truncated and replaced).
+        Moves the epoch cache's first entry up to the new log start. Returns how many segments
+        were deleted."""
         rms, rbytes = self.config.retention_ms, self.config.retention_bytes
         if rms is None and rbytes is None:
             return 0
         with self._lock:
             segs = self._segments
+            # Segment k may go only if everything in it is below the high watermark.
+            deletable = 0
+            while deletable < len(segs) - 1 and segs[deletable + 1].base_offset <= self._hw:
+                deletable += 1
             drop = 0
             if rms is not None:
-                while drop < len(segs) - 1 and now_ms - segs[drop].mtime_ms() > rms:
+                while drop < deletable and now_ms - segs[drop].mtime_ms() > rms:
                     drop += 1
             if rbytes is not None:
                 excess = sum(s.size for s in segs) - rbytes
                 for s in segs[:drop]:
                     excess -= s.size
-                while drop < len(segs) - 1 and excess - segs[drop].size >= 0:
+                while drop < deletable and excess - segs[drop].size >= 0:
                     excess -= segs[drop].size
                     drop += 1
             if not drop:
                 return 0
             gone = segs[:drop]
             self._set_segments(segs[drop:])
+            self.leader_epochs.truncate_from_start(self.log_start_offset)
         for s in gone:
             s.delete()
             log.info("%s: retention deleted segment %d", self.directory, s.base_offset)
         return drop
 
     def compact(self) -> int:
-        """Keep only the newest record per key in the non-active segments (``compact`` logs,
-        i.e. ``__consumer_offsets``). Returns how many records were dropped.
+        """Keep only the newest record per key in the non-active segments below the high
+        watermark (``compact`` logs, i.e. ``__consumer_offsets``). Returns how many records
+        were dropped.
+
+        Only records below the high watermark count as "newer": an uncommitted record may still
+        be truncated away, and must not cost the committed one it would supersede.
 
         Each rewritten segment is written to ``<name>.log.cleaned``, fsynced, and renamed over
         the old file (atomic), then the index is rebuilt; offsets are kept (a kept record becomes
@@ -374,16 +695,22 @@ class Log:
             return 0
         with self._lock:
             segs = self._segments
-            if len(segs) < 2:
+            hw = self._hw
+            cleanable = 0
+            while cleanable < len(segs) - 1 and segs[cleanable + 1].base_offset <= hw:
+                cleanable += 1
+            if not cleanable:
                 return 0
             latest: dict[bytes, int] = {}
             for seg in segs:
+                if seg.base_offset >= hw:
+                    break
                 for r in records.decode_records(seg.store.read(0, seg.size)):
-                    if r.key is not None:
+                    if r.key is not None and r.offset < hw:
                         latest[r.key] = r.offset
             dropped = 0
             out: list[Segment] = []
-            for seg in segs[:-1]:
+            for seg in segs[:cleanable]:
                 recs = records.decode_records(seg.store.read(0, seg.size))
                 keep = [r for r in recs if r.key is None or latest.get(r.key) == r.offset]
                 if len(keep) == len(recs):
@@ -391,7 +718,10 @@ class Log:
                     continue
                 dropped += len(recs) - len(keep)
                 out.append(self._rewrite(seg, keep))
-            self._set_segments((*out, segs[-1]))
+            self._set_segments((*out, *segs[cleanable:]))
+            # Rewritten segments are new objects: the high watermark's mark must not name a
+            # replaced one.
+            self._set_hw_locked(self._hw)
         if dropped:
             log.info("%s: compaction dropped %d superseded records", self.directory, dropped)
         return dropped
@@ -425,7 +755,9 @@ class Log:
         if offset < start or offset > end:
             raise OffsetOutOfRangeError(f"offset {offset} is outside [{start}, {end}] of {self.directory}")
 
-    def read(self, offset: int, max_bytes: int, *, min_one_entry: bool = False) -> tuple[FileSlice | None, int]:
+    def read(
+        self, offset: int, max_bytes: int, *, min_one_entry: bool = False, max_offset: int | None = None
+    ) -> tuple[FileSlice | None, int]:
         """Read from ``offset``.
 
         Args:
@@ -433,9 +765,14 @@ class Log:
             max_bytes: most bytes to return (a partial trailing entry may be included).
             min_one_entry: return the whole first entry even if bigger than ``max_bytes``
                 (Fetch v3+, KIP-74), so a consumer can always make progress.
+            max_offset: exclusive upper bound (the high watermark, for consumer fetches):
+                nothing holding an offset at or past it is returned, cut at the entry boundary.
+                Reading at or past it is not an error: ``(None, -1)``, nothing to read yet.
+                When it is the current high watermark, its position is known without a walk.
         Returns:
-            ``(slice, magic)``: the slice (None when nothing is at or after ``offset``) and the
-            highest message format in its segment (for down-conversion decisions).
+            ``(slice, magic)``: the slice (None when nothing is at or after ``offset``, below
+            ``max_offset``) and the highest message format in its segment (for down-conversion
+            decisions); magic is -1 with no slice.
         Raises:
             OffsetOutOfRangeError: offset outside ``[log_start_offset, log_end_offset]``.
         """
@@ -444,8 +781,37 @@ class Log:
         i = bisect_right(bases, offset) - 1
         if i < 0:
             i = 0
+        if max_offset is None:
+            while i < len(segs):
+                seg = segs[i]
+                sl = seg.read(offset, max_bytes, min_one_entry=min_one_entry)
+                if sl is not None:
+                    return sl, seg.max_magic
+                i += 1
+            return None, -1
+        if offset >= max_offset:
+            return None, -1
+        mark = self._hw_mark
+        cseg = mark[1]
+        if mark[0] == max_offset:
+            # Use the mark only if its segment is in this reader's snapshot (a compaction or a
+            # truncation may have replaced it since); otherwise compute the cut from the snapshot.
+            j = bisect_right(bases, cseg.base_offset) - 1
+            if j >= 0 and segs[j] is cseg:
+                cpos = mark[2]
+            else:
+                cseg, cpos = self._cut_for(max_offset, segs, bases)
+        else:
+            cseg, cpos = self._cut_for(max_offset, segs, bases)
+        cbase = cseg.base_offset
         while i < len(segs):
             seg = segs[i]
+            if seg.base_offset >= cbase:
+                # The segment holding the cut (nothing after it is below max_offset).
+                if seg is not cseg:
+                    return None, -1
+                sl = seg.read(offset, max_bytes, min_one_entry=min_one_entry, end=cpos)
+                return (sl, seg.max_magic) if sl is not None else (None, -1)
             sl = seg.read(offset, max_bytes, min_one_entry=min_one_entry)
             if sl is not None:
                 return sl, seg.max_magic
@@ -486,6 +852,7 @@ class Log:
                     return rec.offset, rec.timestamp
         return None
 
+    # -- lifecycle -------------------------------------------------------------------------
     def close(self) -> None:
         with self._lock:
             for s in self._segments:
@@ -495,5 +862,33 @@ class Log:
                     log.warning("%s", e)
                 s.close()
 
+    def delete(self) -> None:
+        """Delete the partition folder (StopReplica with delete). The folder is first renamed to
+        ``<name>.<random hex>-delete`` (atomic, so a crash leaves either the intact partition
+        or a folder the LogManager removes at start-up), then removed. Segment files stay
+        readable through their open descriptors until pending fetches are done with them;
+        later writes raise StorageError.
+
+        Raises:
+            StorageError: the folder could not be renamed or removed.
+        """
+        with self._lock:
+            if self._deleted:
+                return
+            self._deleted = True
+            doomed = f"{self.directory}.{uuid.uuid4().hex}{DELETE_SUFFIX}"
+            try:
+                os.rename(self.directory, doomed)
+            except OSError as e:
+                self._deleted = False
+                raise StorageError(f"cannot rename {self.directory} for deletion: {e}") from e
+            for s in self._segments:
+                s.index.close()
+            try:
+                shutil.rmtree(doomed)
+            except OSError as e:
+                raise StorageError(f"cannot remove {doomed}: {e}") from e
+        log.info("%s: deleted", self.directory)
+
     def __repr__(self) -> str:
-        return f"Log({self.directory!r}, start={self.log_start_offset}, end={self.log_end_offset})"
+        return f"Log({self.directory!r}, start={self.log_start_offset}, end={self.log_end_offset}, hw={self._hw})"

@@ -13,20 +13,22 @@ never payloads, so locating an offset costs one index bisect plus at most
 ``index_interval_bytes`` of headers (or one append's worth).
 
 Invariants: ``next_offset`` is one past the last offset stored (``base_offset`` when empty);
-entries are whole (recovery cuts a torn or corrupt tail); one writer at a time (the Log's lock),
-any number of readers.
+entries are whole (recovery cuts a torn or corrupt tail, truncation cuts at an entry boundary);
+one writer at a time (the Log's lock), any number of readers. A read may be limited to the bytes
+before an ``end`` position (the Log's high watermark cut), which is always an entry boundary.
 """
 
 from __future__ import annotations
 
 import os
 import struct
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import NamedTuple
 
 from hmbclient.broker.log.index import OffsetIndex
 from hmbclient.broker.log.store import Store
 from hmbclient.errors import StorageError
+from hmbclient.protocol.records import Entry
 
 __all__ = ["Segment", "EntryHeader", "FileSlice", "segment_file_name", "walk_headers", "LOG_SUFFIX", "INDEX_SUFFIX"]
 
@@ -189,6 +191,74 @@ class Segment:
             self._max_timestamp = max_timestamp
         return pos
 
+    def append_entries(self, data: bytes | bytearray | memoryview, entries: Sequence[Entry], data_start: int) -> int:
+        """Append validated whole entries as they are (a follower's fetched bytes): ``data`` is
+        exactly ``entries``, whose positions count from ``data_start``. Index entries are added
+        per entry every ``index_interval_bytes``, as recovery would build them, and only after
+        the bytes are written (an index entry never points past the log). Returns the position
+        the data was written at."""
+        base = self.store.size
+        marks: list[tuple[int, int]] = []
+        since = self._bytes_since_index
+        mm, mt = -1, -1
+        for e in entries:
+            if since >= self.index_interval_bytes:
+                marks.append((e.base_offset, base + e.position - data_start))
+                since = 0
+            since += e.size
+            if e.magic > mm:
+                mm = e.magic
+            if e.max_timestamp > mt:
+                mt = e.max_timestamp
+        pos = self.store.append(data)
+        for offset, position in marks:
+            self.index.append(offset, position)
+        self._bytes_since_index = since
+        self.next_offset = entries[-1].last_offset + 1
+        if self._max_magic is not None and mm > self._max_magic:
+            self._max_magic = mm
+        if self._max_timestamp is not None and mt > self._max_timestamp:
+            self._max_timestamp = mt
+        return pos
+
+    def cut_point(self, offset: int) -> tuple[int, int]:
+        """Where truncating to ``offset`` cuts this segment: ``(position, next_offset)``, the
+        position of the first entry holding an offset >= ``offset`` (an entry straddling
+        ``offset`` goes whole) and one past the last offset kept before it. ``(size,
+        next_offset)`` if nothing here is at or after ``offset``."""
+        size = self.store.size
+        index_offset, start = self.index.lookup(offset)
+        cut = -1
+        prev_last: int | None = None
+        for h in walk_headers(self.store, start, size):
+            if h.last_offset >= offset:
+                cut = h.position
+                break
+            prev_last = h.last_offset
+        if cut < 0:
+            return size, self.next_offset
+        if prev_last is None and cut > 0:
+            # The cut entry is the one the index pointed at: the entry before it lies between
+            # the previous index entry and here.
+            _, back = self.index.lookup(index_offset - 1)
+            for h in walk_headers(self.store, back, cut):
+                prev_last = h.last_offset
+        return cut, (self.base_offset if prev_last is None else prev_last + 1)
+
+    def truncate_to(self, position: int, next_offset: int) -> None:
+        """Cut the file at ``position`` (an entry boundary from ``cut_point``), drop the index
+        entries at or past it, and recompute next_offset/max_magic/max_timestamp from what is
+        left. The file is fsynced: a machine crash must not bring the cut tail back."""
+        self.store.truncate(position)
+        self.index.truncate_to_position(position)
+        self.next_offset = max(next_offset, self.base_offset)
+        self._bytes_since_index = position - self.index.last_position()
+        if position == 0:
+            self.mark_known_empty()
+        else:
+            self._scan_meta()
+        self.flush()
+
     def mark_known_empty(self) -> None:
         self._max_magic = -1
         self._max_timestamp = -1
@@ -232,11 +302,13 @@ class Segment:
                 return h
         return None
 
-    def read(self, offset: int, max_bytes: int, *, min_one_entry: bool) -> FileSlice | None:
+    def read(self, offset: int, max_bytes: int, *, min_one_entry: bool, end: int | None = None) -> FileSlice | None:
         """Bytes from the entry holding ``offset``: at most ``max_bytes`` (so possibly ending in a
         partial entry, as Kafka's reads do), or the whole first entry if ``min_one_entry`` and it
-        is bigger. None if this segment holds nothing at or after ``offset``."""
-        end = self.store.size
+        is bigger. Nothing at or past position ``end`` (an entry boundary) is returned. None if
+        this segment holds nothing at or after ``offset`` (before ``end``)."""
+        size = self.store.size
+        end = size if end is None or end > size else end
         h = self.locate(offset, end)
         if h is None:
             return None
