@@ -1,6 +1,6 @@
 """What replication needs from the log, on real files: checkpoint files, the leader-epoch cache,
 the high watermark (consumer reads stop there), follower appends, truncation, epoch stamping and
-learning."""
+learning, and the LogManager's high-watermark checkpoint."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from hmbclient.broker.log.checkpoint import EPOCH_ENTRY_FORMAT, HW_ENTRY_FORMAT,
 from hmbclient.broker.log.config import LogConfig
 from hmbclient.broker.log.epochs import LEADER_EPOCH_CHECKPOINT, EpochEntry, LeaderEpochCache
 from hmbclient.broker.log.log import Log
+from hmbclient.broker.log.manager import HW_CHECKPOINT, LogManager
 from hmbclient.broker.log.segment import walk_headers
 from hmbclient.clock import wall_ms
 from hmbclient.errors import CorruptRecordError, OffsetOutOfRangeError, StorageError
@@ -584,3 +585,60 @@ def test_only_the_epoch_checkpoint_may_join_the_segments(tmp_path: Path) -> None
     (d / LEADER_EPOCH_CHECKPOINT).write_text("0\n2\n1 0\n")
     with pytest.raises(StorageError, match="line 4"):
         Log(str(d), LogConfig())
+
+
+# -- LogManager: high-watermark checkpoint and deletion ----------------------------------------------
+
+
+def test_log_manager_checkpoints_and_restores_high_watermarks(tmp_path: Path) -> None:
+    m = LogManager(str(tmp_path), LogConfig())
+    for topic, part, n in (("a", 0, 5), ("a", 1, 3), ("b.x", 0, 7)):
+        lg = m.get_or_create(topic, part)
+        for i in range(n):
+            lg.append(encode([(None, b"%d" % i)]), leader_epoch=0)
+    m.get_or_create("a", 0).update_high_watermark(4)
+    m.get_or_create("b.x", 0).update_high_watermark(7)
+    m.checkpoint_high_watermarks()
+    path = tmp_path / HW_CHECKPOINT
+    assert path.read_text() == "0\n3\na 0 4\na 1 0\nb.x 0 7\n"
+    m.get_or_create("a", 1).update_high_watermark(2)
+    m.close()  # a clean shutdown checkpoints too
+    assert path.read_text() == "0\n3\na 0 4\na 1 2\nb.x 0 7\n"
+    m.close()  # a second close must not overwrite it with nothing
+    assert path.read_text() == "0\n3\na 0 4\na 1 2\nb.x 0 7\n"
+
+    # restart: each named log gets its high watermark back, clamped to what recovery kept
+    path.write_text("0\n4\na 0 4\na 1 2\nb.x 0 900\ngone 3 10\n")
+    m2 = LogManager(str(tmp_path), LogConfig())
+    hws = {tp: lg.high_watermark for tp, lg in m2.all_logs()}
+    assert hws == {("a", 0): 4, ("a", 1): 2, ("b.x", 0): 7}
+    m2.close()
+    # a missing checkpoint: every HW stays at its default (the log start)
+    os.unlink(path)
+    m3 = LogManager(str(tmp_path), LogConfig())
+    assert {lg.high_watermark for _, lg in m3.all_logs()} == {0}
+    m3.close()
+    path.write_text("0\n1\na zero 4\n")
+    with pytest.raises(StorageError, match=f"{HW_CHECKPOINT}, line 3"):
+        LogManager(str(tmp_path), LogConfig())
+
+
+def test_log_manager_delete_log(tmp_path: Path) -> None:
+    m = LogManager(str(tmp_path), LogConfig())
+    lg = m.get_or_create("t", 0)
+    lg.append(encode([(None, b"x" * 100)]), leader_epoch=1)
+    sl, _ = lg.read(0, 1 << 20)  # a fetch still holding the segment
+    assert sl is not None
+    m.get_or_create("t", 1)
+    assert m.delete_log("t", 0)
+    assert not m.delete_log("t", 0)
+    assert m.get("t", 0) is None and sorted(os.listdir(tmp_path)) == ["t-1"]
+    assert records.decode_records(sl.read())[0].value == b"x" * 100  # still readable
+    with pytest.raises(StorageError, match="deleted"):
+        lg.append(encode([(None, b"late")]))
+    # a deletion interrupted by a crash (renamed, not yet removed) is finished at start-up
+    m.close()
+    os.rename(tmp_path / "t-1", tmp_path / ("t-1." + "ab" * 16 + "-delete"))
+    m2 = LogManager(str(tmp_path), LogConfig())
+    assert m2.all_logs() == [] and sorted(os.listdir(tmp_path)) == [HW_CHECKPOINT]
+    m2.close()

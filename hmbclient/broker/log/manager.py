@@ -1,9 +1,17 @@
 """LogManager: every partition log under one data directory.
 
 Layout: ``<log_dir>/<topic>-<partition>/`` per partition (the topic name is validated before it
-reaches here, so it cannot contain a path separator). Start-up loads every partition folder; a
-folder whose name is not ``<valid topic>-<number>`` is a StorageError, as is any segment problem
-(see ``Log``). Logs are created on demand and never deleted (no DeleteTopics).
+reaches here, so it cannot contain a path separator), plus ``replication-offset-checkpoint``: the
+high watermark of every log (Kafka's checkpoint format, entries ``topic partition hw``), written
+by ``checkpoint_high_watermarks`` (the replica manager's periodic task, and ``close``).
+
+Start-up loads every partition folder; a folder whose name is not ``<valid topic>-<number>`` is a
+StorageError, as is any segment problem (see ``Log``) or a malformed high-watermark checkpoint.
+Each log the checkpoint names gets its high watermark back (clamped to what recovery kept); a log
+it does not name, or every log when the file is missing, keeps the default (its log start). A
+folder ``<topic>-<partition>.<hex>-delete`` is a deletion a crash interrupted: it is removed.
+
+Logs are created on demand and deleted by ``delete_log`` (StopReplica with delete).
 """
 
 from __future__ import annotations
@@ -11,19 +19,23 @@ from __future__ import annotations
 import logging
 import os
 import re
+import shutil
 import threading
 from collections.abc import Callable
 
+from hmbclient.broker.log.checkpoint import HW_ENTRY_FORMAT, CheckpointFile
 from hmbclient.broker.log.config import LogConfig
-from hmbclient.broker.log.log import Log
+from hmbclient.broker.log.log import DELETE_SUFFIX, Log
 from hmbclient.errors import StorageError
 from rebalance.paths import TOPIC_NAME_PATTERN
 
-__all__ = ["LogManager", "partition_dir_name"]
+__all__ = ["LogManager", "partition_dir_name", "HW_CHECKPOINT"]
 
 log = logging.getLogger("hmbclient.broker.log")
 
 _PARTITION_DIR = re.compile(rf"^({TOPIC_NAME_PATTERN})-(\d{{1,9}})$")
+_DELETED_DIR = re.compile(rf"^({TOPIC_NAME_PATTERN})-(\d{{1,9}})\.[0-9a-f]{{32}}{re.escape(DELETE_SUFFIX)}$")
+HW_CHECKPOINT = "replication-offset-checkpoint"
 
 
 def partition_dir_name(topic: str, partition: int) -> str:
@@ -39,7 +51,8 @@ class LogManager:
         config_for: optional ``topic -> LogConfig`` override (e.g. compaction for the offsets
             topic); None means ``default_config``.
     Raises:
-        StorageError: unreadable directory or a malformed partition folder or segment.
+        StorageError: unreadable directory, a malformed partition folder or segment, or a
+            malformed ``replication-offset-checkpoint``.
     """
 
     def __init__(self, log_dir: str, default_config: LogConfig, config_for: Callable[[str], LogConfig | None] | None = None) -> None:
@@ -48,20 +61,38 @@ class LogManager:
         self._config_for = config_for
         self._logs: dict[tuple[str, int], Log] = {}
         self._lock = threading.Lock()
+        # Serialises checkpoint writers (a periodic task and close): they share the .tmp file.
+        self._checkpoint_lock = threading.Lock()
+        self._closed = False
+        self._hw_checkpoint = CheckpointFile(os.path.join(log_dir, HW_CHECKPOINT), HW_ENTRY_FORMAT)
         try:
             os.makedirs(log_dir, exist_ok=True)
             names = sorted(os.listdir(log_dir))
         except OSError as e:
             raise StorageError(f"cannot use log directory {log_dir}: {e}") from e
+        doomed: list[str] = []
         for name in names:
             path = os.path.join(log_dir, name)
             if not os.path.isdir(path):
-                continue  # e.g. a lock or metadata file; partitions are folders
+                continue  # e.g. a lock or checkpoint file; partitions are folders
+            if _DELETED_DIR.match(name):
+                doomed.append(path)
+                continue
             m = _PARTITION_DIR.match(name)
             if m is None or m.group(1) in (".", ".."):
                 raise StorageError(f"{log_dir}: folder {name!r} is not <topic>-<partition>")
             topic, part = m.group(1), int(m.group(2))
             self._logs[(topic, part)] = Log(path, self._config(topic))
+        for topic, part, hw in self._hw_checkpoint.read():
+            lg = self._logs.get((topic, part))
+            if lg is not None:
+                lg.set_high_watermark(hw)
+        for path in doomed:
+            log.info("removing %s (a partition deletion interrupted by a restart)", path)
+            try:
+                shutil.rmtree(path)
+            except OSError as e:
+                raise StorageError(f"cannot remove {path}: {e}") from e
         if self._logs:
             log.info("loaded %d partition logs from %s", len(self._logs), log_dir)
 
@@ -97,6 +128,34 @@ class LogManager:
     def all_logs(self) -> list[tuple[tuple[str, int], Log]]:
         return list(self._logs.items())
 
+    def delete_log(self, topic: str, partition: int) -> bool:
+        """Forget a partition and delete its folder (StopReplica with delete); False if there
+        was no such log. See ``Log.delete``: a crash midway leaves a folder removed at start-up.
+
+        Raises:
+            StorageError: the folder could not be renamed or removed.
+        """
+        with self._lock:
+            lg = self._logs.pop((topic, partition), None)
+        if lg is None:
+            return False
+        lg.delete()
+        return True
+
+    def checkpoint_high_watermarks(self) -> None:
+        """Write every log's high watermark to ``replication-offset-checkpoint`` (atomically).
+
+        Does nothing after ``close`` (the logs are gone; the file written at close stays).
+
+        Raises:
+            StorageError: the file could not be written (the previous one stays).
+        """
+        if self._closed:
+            return
+        entries = sorted((topic, part, lg.high_watermark) for (topic, part), lg in self.all_logs())
+        with self._checkpoint_lock:
+            self._hw_checkpoint.write(entries)
+
     def run_retention(self, now_ms: int) -> int:
         n = 0
         for _, lg in self.all_logs():
@@ -125,6 +184,15 @@ class LogManager:
         return n
 
     def close(self) -> None:
+        """Checkpoint the high watermarks (a clean shutdown keeps them), then close every log.
+        A second call does nothing (it must not checkpoint an empty set over the real one)."""
+        if self._closed:
+            return
+        try:
+            self.checkpoint_high_watermarks()
+        except StorageError as e:
+            log.error("high watermark checkpoint at close: %s", e)
+        self._closed = True
         with self._lock:
             for lg in self._logs.values():
                 lg.close()
