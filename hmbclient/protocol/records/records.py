@@ -300,65 +300,19 @@ def assign_offsets(
     count = 0
     max_ts = NO_TIMESTAMP
     max_magic = -1
-    pack_offset = I64.pack_into
     try:
         while pos < n:
-            if pos + 12 > n:
-                raise CorruptRecordError(f"truncated entry header at {pos}")
-            (size,) = I32.unpack_from(mv, pos + 8)
-            if size < _MIN_ENTRY:
-                raise CorruptRecordError(f"entry size {size} at {pos} is below the minimum")
-            end = pos + 12 + size
-            if end > n:
-                raise CorruptRecordError(f"partial entry at {pos}: {end - n} bytes missing")
-            if max_message_bytes is not None and end - pos > max_message_bytes:
-                raise MessageSizeTooLargeError(
-                    f"entry of {end - pos} bytes is over max.message.bytes={max_message_bytes}"
-                )
+            end = _checked_entry_end(mv, pos, n, max_message_bytes)
             magic = mv[pos + 16]
             if magic == 2:
-                if size < v2.MIN_SIZE:
-                    raise CorruptRecordError(f"record batch at {pos}: length {size} is too small")
-                h = v2.HEADER.unpack_from(mv, pos)
-                if crc32c(mv[pos + v2.ATTRIBUTES_OFFSET : end]) != h[4]:
-                    raise CorruptRecordError(f"record batch at {pos}: CRC mismatch")
-                k = h[12]
-                if k <= 0 or h[6] != k - 1:
-                    raise CorruptRecordError(
-                        f"record batch at {pos}: {k} records but lastOffsetDelta {h[6]}"
-                    )
-                v2.validate_records(mv, pos, end, h)
-                pack_offset(out, pos + shift, next_offset)
-                if h[8] > max_ts:
-                    max_ts = h[8]
+                k, ts = _assign_batch(mv, pos, end, out, pos + shift, next_offset)
             elif magic < 2:
-                _, _, attrs, ts, key, _, _ = legacy.read_message(mv, pos, end)
-                if attrs & CODEC_MASK:
-                    recs, inner = legacy.parse_wrapper(mv, pos, end, magic)
-                    k = len(recs)
-                    start = 0 if magic == 1 else next_offset
-                    wanted = list(range(start, start + k))
-                    if inner.offsets == wanted:
-                        pack_offset(out, pos + shift, next_offset + k - 1)
-                    else:
-                        ib = bytearray(inner.data)
-                        for p, o in zip(inner.positions, wanted, strict=True):
-                            pack_offset(ib, p, o)
-                        value = codecs.compress(attrs & CODEC_MASK, ib, magic)
-                        wkey = None if key is None else bytes(key)
-                        wrapper = legacy.build_wrapper(
-                            magic, attrs, next_offset + k - 1, ts, wkey, value
-                        )
-                        out[pos + shift : end + shift] = wrapper
-                        shift += len(wrapper) - (end - pos)
-                    ts = max(r.timestamp for r in recs)
-                else:
-                    k = 1
-                    pack_offset(out, pos + shift, next_offset)
-                if ts > max_ts:
-                    max_ts = ts
+                k, ts, moved = _assign_message(mv, pos, end, magic, out, shift, next_offset)
+                shift += moved
             else:
                 raise CorruptRecordError(f"entry at {pos} has unknown magic {magic}")
+            if ts > max_ts:
+                max_ts = ts
             if magic > max_magic:
                 max_magic = magic
             next_offset += k
@@ -371,6 +325,75 @@ def assign_offsets(
     finally:
         mv.release()
     return bytes(out), count, next_offset - 1, max_ts, max_magic
+
+
+def _checked_entry_end(mv: memoryview, pos: int, n: int, max_message_bytes: int | None) -> int:
+    """Where the entry at ``pos`` ends, once its size field is checked (append path)."""
+    if pos + 12 > n:
+        raise CorruptRecordError(f"truncated entry header at {pos}")
+    (size,) = I32.unpack_from(mv, pos + 8)
+    if size < _MIN_ENTRY:
+        raise CorruptRecordError(f"entry size {size} at {pos} is below the minimum")
+    end = pos + 12 + size
+    if end > n:
+        raise CorruptRecordError(f"partial entry at {pos}: {end - n} bytes missing")
+    if max_message_bytes is not None and end - pos > max_message_bytes:
+        raise MessageSizeTooLargeError(
+            f"entry of {end - pos} bytes is over max.message.bytes={max_message_bytes}"
+        )
+    return end
+
+
+def _assign_batch(
+    mv: memoryview, pos: int, end: int, out: bytearray, out_pos: int, next_offset: int
+) -> tuple[int, int]:
+    """Validate the v2 batch at ``mv[pos:end]`` and give it baseOffset ``next_offset`` at
+    ``out[out_pos]`` (outside the CRC); returns (record count, max timestamp)."""
+    size = end - pos - 12
+    if size < v2.MIN_SIZE:
+        raise CorruptRecordError(f"record batch at {pos}: length {size} is too small")
+    h = v2.HEADER.unpack_from(mv, pos)
+    if crc32c(mv[pos + v2.ATTRIBUTES_OFFSET : end]) != h[4]:
+        raise CorruptRecordError(f"record batch at {pos}: CRC mismatch")
+    k = h[12]
+    if k <= 0 or h[6] != k - 1:
+        raise CorruptRecordError(f"record batch at {pos}: {k} records but lastOffsetDelta {h[6]}")
+    v2.validate_records(mv, pos, end, h)
+    I64.pack_into(out, out_pos, next_offset)
+    return k, h[8]
+
+
+def _assign_message(
+    mv: memoryview, pos: int, end: int, magic: int, out: bytearray, shift: int, next_offset: int
+) -> tuple[int, int, int]:
+    """Validate the v0/v1 message at ``mv[pos:end]`` (``out[pos + shift:]``) and give it
+    offsets from ``next_offset`` on; returns (offsets used, max timestamp, how many bytes a
+    rebuilt wrapper moved the rest of ``out``).
+
+    A plain message gets a new offset field; a magic 1 wrapper the offset of its last inner
+    message; a wrapper whose inner offsets are not what they must be (magic 1: 0..n-1 relative,
+    magic 0: absolute) is rebuilt, recompressed with the same codec.
+    """
+    _, _, attrs, ts, key, _, _ = legacy.read_message(mv, pos, end)
+    if not attrs & CODEC_MASK:
+        I64.pack_into(out, pos + shift, next_offset)
+        return 1, ts, 0
+    recs, inner = legacy.parse_wrapper(mv, pos, end, magic)
+    k = len(recs)
+    start = 0 if magic == 1 else next_offset
+    wanted = list(range(start, start + k))
+    max_ts = max(r.timestamp for r in recs)
+    if inner.offsets == wanted:
+        I64.pack_into(out, pos + shift, next_offset + k - 1)
+        return k, max_ts, 0
+    inner_set = bytearray(inner.data)
+    for p, o in zip(inner.positions, wanted, strict=True):
+        I64.pack_into(inner_set, p, o)
+    value = codecs.compress(attrs & CODEC_MASK, inner_set, magic)
+    wrapper_key = None if key is None else bytes(key)
+    wrapper = legacy.build_wrapper(magic, attrs, next_offset + k - 1, ts, wrapper_key, value)
+    out[pos + shift : end + shift] = wrapper
+    return k, max_ts, len(wrapper) - (end - pos)
 
 
 # --- down-conversion for old fetch versions --------------------------------------------------

@@ -111,52 +111,64 @@ def write_records(
     batch's size each cost ~10x a copy here: glibc trims the freed pair back to the OS and the
     next batch page-faults it all in again.
     """
+    # Kept whole, with VARINT table lookups inline: the producer's per-record encode path.
     chunks: list[bytes] = []
-    V = VARINT
-    VN = VARINT_TABLE
+    varint = VARINT  # varint[n] for 0 <= n < table_size; encode_varint beyond
+    table_size = VARINT_TABLE
     null = NULL_VARINT
     empty = b""
     no_headers = b"\x00"
-    attrs = b"\x00"
+    attributes = b"\x00"
     max_ts = base_ts
-    od = -1
     for start in range(0, len(items), _CHUNK):
         parts: list[Any] = []
-        ext = parts.extend
-        for i, it in enumerate(items[start : start + _CHUNK], start):
-            key = it[0]
-            value = it[1]
-            ts = it[2]
+        extend = parts.extend
+        for i, item in enumerate(items[start : start + _CHUNK], start):
+            key = item[0]
+            value = item[1]
+            ts = item[2]
             if ts is None:
                 ts = default_ts
             if ts > max_ts:
                 max_ts = ts
-            d = ts - base_ts
-            tsv = V[d] if 0 <= d < VN else encode_varint(d)
-            od = i if deltas is None else deltas[i]
-            odv = V[od] if od < VN else encode_varint(od)
+            ts_delta = ts - base_ts
+            ts_delta_field = varint[ts_delta] if 0 <= ts_delta < table_size else encode_varint(ts_delta)
+            offset_delta = i if deltas is None else deltas[i]
+            offset_delta_field = varint[offset_delta] if offset_delta < table_size else encode_varint(offset_delta)
             if key is None:
-                kv = null
+                key_len_field = null
                 key = empty
-                n = 1
+                size = 1
             else:
-                kl = len(key)
-                kv = V[kl] if kl < VN else encode_varint(kl)
-                n = len(kv) + kl
+                key_len = len(key)
+                key_len_field = varint[key_len] if key_len < table_size else encode_varint(key_len)
+                size = len(key_len_field) + key_len
             if value is None:
-                vv = null
+                value_len_field = null
                 value = empty
-                n += 1
+                size += 1
             else:
-                vl = len(value)
-                vv = V[vl] if vl < VN else encode_varint(vl)
-                n += len(vv) + vl
-            if len(it) > 3 and it[3]:
-                hb = _encode_headers(it[3])
+                value_len = len(value)
+                value_len_field = varint[value_len] if value_len < table_size else encode_varint(value_len)
+                size += len(value_len_field) + value_len
+            if len(item) > 3 and item[3]:
+                headers_field = _encode_headers(item[3])
             else:
-                hb = no_headers
-            n += 1 + len(tsv) + len(odv) + len(hb)
-            ext((V[n] if n < VN else encode_varint(n), attrs, tsv, odv, kv, key, vv, value, hb))
+                headers_field = no_headers
+            size += 1 + len(ts_delta_field) + len(offset_delta_field) + len(headers_field)
+            extend(
+                (
+                    varint[size] if size < table_size else encode_varint(size),
+                    attributes,
+                    ts_delta_field,
+                    offset_delta_field,
+                    key_len_field,
+                    key,
+                    value_len_field,
+                    value,
+                    headers_field,
+                )
+            )
         chunks.append(b"".join(parts))
     return chunks, max_ts
 
@@ -253,50 +265,55 @@ def read_records(
     ``data`` must be ``bytes`` (slicing it yields the key/value objects). Malformed input raises
     CorruptRecordError or IndexError (past the data); the caller turns the latter into the
     former and checks that the records end exactly where the batch does.
+
+    One loop with the short varints decoded inline, kept whole: it is the consumer's
+    per-record path, and reading just the two delta varints through ``read_varint`` measured
+    ~35% slower per record.
     """
     append = out.append
     new = tuple.__new__
     rec = Record
-    Z = ZIGZAG
-    uvarint = read_uvarint
+    zigzag = ZIGZAG
+    read_raw = read_uvarint
+    # b, b2: the first two bytes of the varint being read
     for _ in range(count):
         # length (then skip the attributes byte)
         # (a zigzag value's sign is bit 0 of its first byte: ``not b & 0x81`` = one byte, >= 0)
         b = data[pos]
         if not b & 0x81:
-            rend = pos + 1 + (b >> 1)
+            record_end = pos + 1 + (b >> 1)
             pos += 2
         elif b & 1:
             raise CorruptRecordError("negative record length")
         else:
             b2 = data[pos + 1]
             if b2 < 0x80:
-                rend = pos + 2 + (((b & 0x7F) | (b2 << 7)) >> 1)
+                record_end = pos + 2 + (((b & 0x7F) | (b2 << 7)) >> 1)
                 pos += 3
             else:
-                raw, pos = uvarint(data, pos)
-                rend = pos + (raw >> 1)
+                raw, pos = read_raw(data, pos)
+                record_end = pos + (raw >> 1)
                 pos += 1
         # timestampDelta
         b = data[pos]
         if b < 0x80:
-            ts = base_ts + Z[b]
+            ts = base_ts + zigzag[b]
             pos += 1
         else:
-            raw, pos = uvarint(data, pos)
+            raw, pos = read_raw(data, pos)
             ts = base_ts + ((raw >> 1) ^ -(raw & 1))
         # offsetDelta
         b = data[pos]
         if b < 0x80:
-            off = base_offset + Z[b]
+            off = base_offset + zigzag[b]
             pos += 1
         else:
             b2 = data[pos + 1]
             if b2 < 0x80:
-                off = base_offset + Z[(b & 0x7F) | (b2 << 7)]
+                off = base_offset + zigzag[(b & 0x7F) | (b2 << 7)]
                 pos += 2
             else:
-                raw, pos = uvarint(data, pos)
+                raw, pos = read_raw(data, pos)
                 off = base_offset + ((raw >> 1) ^ -(raw & 1))
         # key
         b = data[pos]
@@ -305,23 +322,23 @@ def read_records(
             pos += 1
         elif not b & 0x81:
             pos += 1
-            e = pos + (b >> 1)
-            key = data[pos:e]
-            pos = e
+            field_end = pos + (b >> 1)
+            key = data[pos:field_end]
+            pos = field_end
         elif b & 1:
             raise CorruptRecordError(f"record at offset {off}: negative key length")
         else:
-            raw, pos = uvarint(data, pos)
-            e = pos + (raw >> 1)
-            key = data[pos:e]
-            pos = e
+            raw, pos = read_raw(data, pos)
+            field_end = pos + (raw >> 1)
+            key = data[pos:field_end]
+            pos = field_end
         # value
         b = data[pos]
         if not b & 0x81:
             pos += 1
-            e = pos + (b >> 1)
-            value = data[pos:e]
-            pos = e
+            field_end = pos + (b >> 1)
+            value = data[pos:field_end]
+            pos = field_end
         elif b == 1:
             value = None
             pos += 1
@@ -331,19 +348,19 @@ def read_records(
             b2 = data[pos + 1]
             if b2 < 0x80:
                 pos += 2
-                e = pos + (((b & 0x7F) | (b2 << 7)) >> 1)
+                field_end = pos + (((b & 0x7F) | (b2 << 7)) >> 1)
             else:
-                raw, pos = uvarint(data, pos)
-                e = pos + (raw >> 1)
-            value = data[pos:e]
-            pos = e
+                raw, pos = read_raw(data, pos)
+                field_end = pos + (raw >> 1)
+            value = data[pos:field_end]
+            pos = field_end
         # headers: none (a zero count that ends the record) is the common case
-        if pos + 1 == rend and data[pos] == 0:
-            pos = rend
+        if pos + 1 == record_end and data[pos] == 0:
+            pos = record_end
             append(new(rec, (off, ts, key, value, ())))
             continue
         headers, pos = _read_headers(data, pos)
-        if pos != rend:
+        if pos != record_end:
             raise CorruptRecordError(f"record at offset {off}: fields do not fill its length")
         append(new(rec, (off, ts, key, value, headers)))
     return pos
