@@ -85,26 +85,26 @@ def codec_from_name(name: str | int | None) -> int:
 
 
 def _gzip_compress(data: Any) -> bytes:
-    c = zlib.compressobj(GZIP_LEVEL, zlib.DEFLATED, 31)
-    return c.compress(data) + c.flush()
+    compressor = zlib.compressobj(GZIP_LEVEL, zlib.DEFLATED, 31)
+    return compressor.compress(data) + compressor.flush()
 
 
 def _gzip_decompress(data: Any) -> bytes:
     # wbits 47 = gzip or zlib header, detected. Concatenated gzip members are legal gzip.
-    d = zlib.decompressobj(47)
-    out = d.decompress(data)
-    if not d.eof:
+    decompressor = zlib.decompressobj(47)
+    out = decompressor.decompress(data)
+    if not decompressor.eof:
         raise CorruptRecordError("gzip: truncated stream")
-    rest = d.unused_data
+    rest = decompressor.unused_data
     if not rest:
         return out
     parts = [out]
     while rest:
-        d = zlib.decompressobj(47)
-        parts.append(d.decompress(rest))
-        if not d.eof:
+        decompressor = zlib.decompressobj(47)
+        parts.append(decompressor.decompress(rest))
+        if not decompressor.eof:
             raise CorruptRecordError("gzip: truncated stream")
-        rest = d.unused_data
+        rest = decompressor.unused_data
     return b"".join(parts)
 
 

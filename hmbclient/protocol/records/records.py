@@ -245,10 +245,10 @@ def scan_entries(buf: Buffer, verify_crc: bool = True) -> tuple[list[Entry], int
                 if magic == 2:
                     if size < v2.MIN_SIZE:
                         break
-                    h = unpack_v2(mv, pos)
-                    if verify_crc and crc32c(mv[pos + v2.ATTRIBUTES_OFFSET : end]) != h[4]:
+                    header = unpack_v2(mv, pos)
+                    if verify_crc and crc32c(mv[pos + v2.ATTRIBUTES_OFFSET : end]) != header[4]:
                         break
-                    append(Entry(pos, end - pos, 2, h[0], h[0] + h[6], h[8], h[12]))
+                    append(Entry(pos, end - pos, 2, header[0], header[0] + header[6], header[8], header[12]))
                 elif magic < 2:
                     append(_legacy_entry(mv, pos, end, magic, verify_crc))
                 else:
@@ -352,15 +352,15 @@ def _assign_batch(
     size = end - pos - 12
     if size < v2.MIN_SIZE:
         raise CorruptRecordError(f"record batch at {pos}: length {size} is too small")
-    h = v2.HEADER.unpack_from(mv, pos)
-    if crc32c(mv[pos + v2.ATTRIBUTES_OFFSET : end]) != h[4]:
+    header = v2.HEADER.unpack_from(mv, pos)
+    if crc32c(mv[pos + v2.ATTRIBUTES_OFFSET : end]) != header[4]:
         raise CorruptRecordError(f"record batch at {pos}: CRC mismatch")
-    k = h[12]
-    if k <= 0 or h[6] != k - 1:
-        raise CorruptRecordError(f"record batch at {pos}: {k} records but lastOffsetDelta {h[6]}")
-    v2.validate_records(mv, pos, end, h)
+    count = header[12]
+    if count <= 0 or header[6] != count - 1:
+        raise CorruptRecordError(f"record batch at {pos}: {count} records but lastOffsetDelta {header[6]}")
+    v2.validate_records(mv, pos, end, header)
     I64.pack_into(out, out_pos, next_offset)
-    return k, h[8]
+    return count, header[8]
 
 
 def _assign_message(
@@ -378,22 +378,22 @@ def _assign_message(
     if not attrs & CODEC_MASK:
         I64.pack_into(out, pos + shift, next_offset)
         return 1, ts, 0
-    recs, inner = legacy.parse_wrapper(mv, pos, end, magic)
-    k = len(recs)
+    records, inner = legacy.parse_wrapper(mv, pos, end, magic)
+    count = len(records)
     start = 0 if magic == 1 else next_offset
-    wanted = list(range(start, start + k))
-    max_ts = max(r.timestamp for r in recs)
+    wanted = list(range(start, start + count))
+    max_ts = max(r.timestamp for r in records)
     if inner.offsets == wanted:
-        I64.pack_into(out, pos + shift, next_offset + k - 1)
-        return k, max_ts, 0
+        I64.pack_into(out, pos + shift, next_offset + count - 1)
+        return count, max_ts, 0
     inner_set = bytearray(inner.data)
-    for p, o in zip(inner.positions, wanted, strict=True):
-        I64.pack_into(inner_set, p, o)
+    for position, offset in zip(inner.positions, wanted, strict=True):
+        I64.pack_into(inner_set, position, offset)
     value = codecs.compress(attrs & CODEC_MASK, inner_set, magic)
     wrapper_key = None if key is None else bytes(key)
-    wrapper = legacy.build_wrapper(magic, attrs, next_offset + k - 1, ts, wrapper_key, value)
+    wrapper = legacy.build_wrapper(magic, attrs, next_offset + count - 1, ts, wrapper_key, value)
     out[pos + shift : end + shift] = wrapper
-    return k, max_ts, len(wrapper) - (end - pos)
+    return count, max_ts, len(wrapper) - (end - pos)
 
 
 # --- down-conversion for old fetch versions --------------------------------------------------

@@ -85,15 +85,15 @@ NO_PARTITION_LEADER_EPOCH = -1
 
 def _encode_headers(headers: Any) -> bytes:
     out = [encode_varint(len(headers))]
-    for hk, hv in headers:
-        kb = hk.encode("utf-8") if isinstance(hk, str) else bytes(hk)
-        out.append(encode_varint(len(kb)))
-        out.append(kb)
-        if hv is None:
+    for name, value in headers:
+        name_bytes = name.encode("utf-8") if isinstance(name, str) else bytes(name)
+        out.append(encode_varint(len(name_bytes)))
+        out.append(name_bytes)
+        if value is None:
             out.append(NULL_VARINT)
         else:
-            out.append(encode_varint(len(hv)))
-            out.append(bytes(hv))
+            out.append(encode_varint(len(value)))
+            out.append(bytes(value))
     return b"".join(out)
 
 
@@ -231,29 +231,29 @@ def encode(
 
 
 def _read_headers(data: bytes, pos: int) -> tuple[Headers, int]:
-    n, pos = read_varint(data, pos)
-    if n < 0:
-        raise CorruptRecordError(f"record header count {n}")
+    count, pos = read_varint(data, pos)
+    if count < 0:
+        raise CorruptRecordError(f"record header count {count}")
     headers = []
-    for _ in range(n):
-        kl, pos = read_varint(data, pos)
-        if kl < 0:
-            raise CorruptRecordError(f"record header key length {kl}")
-        end = pos + kl
+    for _ in range(count):
+        name_len, pos = read_varint(data, pos)
+        if name_len < 0:
+            raise CorruptRecordError(f"record header key length {name_len}")
+        end = pos + name_len
         if end > len(data):
             raise CorruptRecordError("record header key runs past the data")
-        hk = str(data[pos:end], "utf-8")
+        name = str(data[pos:end], "utf-8")
         pos = end
-        vl, pos = read_varint(data, pos)
-        if vl < 0:
-            if vl != -1:
-                raise CorruptRecordError(f"record header value length {vl}")
-            hv = None
+        value_len, pos = read_varint(data, pos)
+        if value_len < 0:
+            if value_len != -1:
+                raise CorruptRecordError(f"record header value length {value_len}")
+            value = None
         else:
-            end = pos + vl
-            hv = data[pos:end]
+            end = pos + value_len
+            value = data[pos:end]
             pos = end
-        headers.append((hk, hv))
+        headers.append((name, value))
     return tuple(headers), pos
 
 
