@@ -6,10 +6,15 @@ Contract (the I/O thread is the only caller; nothing here is thread-safe by desi
   fewer than ``max_in_flight`` requests await an answer. Kafka answers a connection's requests
   in order, so the in-flight queue is FIFO and the sans-IO ``ClientConnection`` checks each
   correlation id against its head.
-* States: DISCONNECTED -> CONNECTING -> (PROBING) -> READY -> DISCONNECTED. PROBING exists only
-  for a dialect with ``probe=True``: an ApiVersions v0 request is the first thing written. If the
+* States (:class:`ConnState`): DISCONNECTED -> CONNECTING -> (PROBING) -> READY ->
+  DISCONNECTED, and CLOSED for good from any of them; ``_TRANSITIONS`` lists the legal moves and
+  ``BrokerConnection._enter`` is the one place the state changes. PROBING exists only for a
+  dialect with ``probe=True``: an ApiVersions v0 request is the first thing written. If the
   broker closes the connection or does not answer within the probe timeout (Kafka 0.8/0.9), the
   connection reconnects at once without a probe and keeps the legacy version set for good.
+  The other flags are not states: ``_legacy`` remembers that this broker takes no probe,
+  ``_recycled`` that the next READY is a deliberate reconnect (no status event), ``_writing``
+  whether the selector watches for writability.
 * A request whose deadline passes fails with RequestTimedOutError naming the API; since a late
   answer would desynchronise the ordered stream, the connection is then closed and the other
   requests in flight fail with KafkaConnectionError (retriable). Requests not yet written stay
@@ -43,6 +48,7 @@ from enum import Enum
 from typing import Any, Protocol
 
 from hmbclient.errors import (
+    ErrorCode,
     HmbError,
     KafkaConnectionError,
     ProtocolError,
@@ -68,10 +74,20 @@ _i32 = struct.Struct(">i")
 
 
 class ConnState(Enum):
-    DISCONNECTED = "disconnected"
-    CONNECTING = "connecting"
-    PROBING = "probing"
-    READY = "ready"
+    DISCONNECTED = "disconnected"  # no socket; connects when a request waits and backoff allows
+    CONNECTING = "connecting"  # TCP connect in progress
+    PROBING = "probing"  # connected; the ApiVersions probe is in flight
+    READY = "ready"  # versions known: requests are written
+    CLOSED = "closed"  # for good (client closed, or the broker moved): requests fail at once
+
+
+_TRANSITIONS: dict[ConnState, frozenset[ConnState]] = {
+    ConnState.DISCONNECTED: frozenset({ConnState.CONNECTING, ConnState.CLOSED}),
+    ConnState.CONNECTING: frozenset({ConnState.PROBING, ConnState.READY, ConnState.DISCONNECTED, ConnState.CLOSED}),
+    ConnState.PROBING: frozenset({ConnState.READY, ConnState.DISCONNECTED, ConnState.CLOSED}),
+    ConnState.READY: frozenset({ConnState.DISCONNECTED, ConnState.CLOSED}),
+    ConnState.CLOSED: frozenset(),
+}
 
 
 class ConnectionOwner(Protocol):
@@ -273,7 +289,6 @@ class BrokerConnection:
         self._big_have = 0
         self._partial: bytes = b""
         self._version_waiters: list[Future[BrokerVersions]] = []
-        self.closed = False
 
     # -- public (I/O thread) ---------------------------------------------------------------
 
@@ -284,6 +299,10 @@ class BrokerConnection:
     @property
     def in_flight(self) -> int:
         return len(self._in_flight)
+
+    @property
+    def closed(self) -> bool:
+        return self.state is ConnState.CLOSED
 
     def enqueue(self, req: PendingRequest, now_ms: float) -> None:
         if self.closed:
@@ -296,6 +315,9 @@ class BrokerConnection:
             self._start_connect(now_ms)
 
     def wait_versions(self, fut: Future[BrokerVersions], now_ms: float) -> None:
+        if self.closed:
+            _fail(fut, KafkaConnectionError(f"{self.address}: client closed"))
+            return
         if self.state is ConnState.READY and self.versions is not None:
             _succeed(fut, self.versions)
             return
@@ -380,10 +402,12 @@ class BrokerConnection:
             self._read(now_ms)
 
     def close(self, err: HmbError | None = None) -> None:
-        """Close for good: every queued and in-flight request fails."""
-        self.closed = True
+        """Close for good: every queued and in-flight request fails (no status event)."""
         e = err or KafkaConnectionError(f"{self.address}: client closed")
-        self._disconnect(e, 0.0, final=True)
+        if self.sock is not None:
+            log.info("%s disconnected: %s", self.address, e)
+        self._enter(ConnState.CLOSED)
+        self._teardown(e)
         for r in self._pending:
             _fail(r.future, e)
         self._pending.clear()
@@ -414,7 +438,7 @@ class BrokerConnection:
             )
             return
         self.sock = sock
-        self.state = ConnState.CONNECTING
+        self._enter(ConnState.CONNECTING)
         self._connect_deadline = now_ms + self.connect_timeout_ms
         self.owner._watch(self, sock, True)
 
@@ -435,7 +459,7 @@ class BrokerConnection:
         self._last_error = None
         self.owner._watch(self, self.sock, False)
         if self.dialect.probe and not self._legacy:
-            self.state = ConnState.PROBING
+            self._enter(ConnState.PROBING)
             self._probe_deadline = now_ms + self.probe_timeout_ms
             _, data = self._proto.send_request(ApiVersionsRequest[0]())
             probe = PendingRequest(ApiVersionsRequest[0](), Future(), self._probe_deadline + 1e12, self.probe_timeout_ms)
@@ -448,7 +472,7 @@ class BrokerConnection:
 
     def _ready(self, versions: BrokerVersions, now_ms: float) -> None:
         self.versions = versions
-        self.state = ConnState.READY
+        self._enter(ConnState.READY)
         log.debug("%s ready: %r", self.address, versions)
         if self._recycled:
             self._recycled = False  # a deliberate reconnect is not news to listeners
@@ -460,8 +484,8 @@ class BrokerConnection:
         self._pump(now_ms)
 
     def _on_probe_answer(self, resp: Any, now_ms: float) -> None:
-        # error 35 (UNSUPPORTED_VERSION) still carries the broker's ranges (KIP-511).
-        if resp.error_code not in (0, 35):
+        # UNSUPPORTED_VERSION still carries the broker's ranges (KIP-511).
+        if resp.error_code not in (ErrorCode.NONE, ErrorCode.UNSUPPORTED_VERSION):
             log.warning("%s: ApiVersions error %s; using the legacy versions", self.address, resp.error_code)
             self._ready(self.dialect.fallback_versions(), now_ms)
             return
@@ -692,8 +716,18 @@ class BrokerConnection:
         if responses and self.state is ConnState.READY:
             self._pump(now_ms)
 
+    def _enter(self, state: ConnState) -> None:
+        """The one place the state changes. An illegal move is a bug: it fails loudly (the I/O
+        thread then closes every connection)."""
+        if state is self.state:
+            return
+        if state not in _TRANSITIONS[self.state]:
+            raise AssertionError(f"{self.address}: connection state {self.state.value} -> {state.value}")
+        self.state = state
+
     def _close_socket(self) -> None:
-        """Forget the socket and its protocol state; the connection becomes DISCONNECTED."""
+        """Forget the socket and its protocol state; the connection becomes DISCONNECTED (or
+        stays CLOSED)."""
         sock = self.sock
         if sock is not None:
             self.owner._unwatch(self, sock)
@@ -705,8 +739,9 @@ class BrokerConnection:
         self._proto = None
         self._out.clear()
         self._writing = False
-        self.state = ConnState.DISCONNECTED
         self.versions = None
+        if self.state is not ConnState.CLOSED:
+            self._enter(ConnState.DISCONNECTED)
 
     def _teardown(self, err: HmbError) -> None:
         """Close the socket and fail what was in flight; queued requests stay queued."""
@@ -715,7 +750,7 @@ class BrokerConnection:
         in_flight, self._in_flight = self._in_flight, deque()
         for r in in_flight:
             _fail(r.future, err)
-        if was in (ConnState.READY,):
+        if was is ConnState.READY:
             self.owner._emit("broker_disconnected", self, err)
 
     def _recycle(self, now_ms: float) -> None:
@@ -726,13 +761,11 @@ class BrokerConnection:
         if self._pending or self._version_waiters:
             self._start_connect(now_ms)
 
-    def _disconnect(self, err: HmbError, now_ms: float, *, final: bool = False) -> None:
-        if self.sock is None and self.state is ConnState.DISCONNECTED:
+    def _disconnect(self, err: HmbError, now_ms: float) -> None:
+        if self.sock is None:  # already DISCONNECTED (or CLOSED)
             return
         log.info("%s disconnected: %s", self.address, err)
         self._teardown(err)
-        if final:
-            return
         # The next attempt is immediate after a good connection; failures back off.
         self._backoff_until = now_ms
         if self._pending or self._version_waiters:
