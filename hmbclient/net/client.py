@@ -228,9 +228,9 @@ class NetClient:
         """Record broker addresses from metadata (node id -> (host, port))."""
         new = dict(self._addresses)
         changed = False
-        for nid, addr in brokers.items():
-            if new.get(nid) != addr:
-                new[nid] = (addr[0], int(addr[1]))
+        for node_id, addr in brokers.items():
+            if new.get(node_id) != addr:
+                new[node_id] = (addr[0], int(addr[1]))
                 changed = True
         if changed:
             self._addresses = new
@@ -246,20 +246,20 @@ class NetClient:
         return sorted(i for i in ids if i >= 0) + [i for i in self.bootstrap_ids if i in self._addresses]
 
     def is_ready(self, node_id: int) -> bool:
-        c = self._conns.get(node_id)
-        return c is not None and c.state is ConnState.READY
+        conn = self._conns.get(node_id)
+        return conn is not None and conn.state is ConnState.READY
 
     def in_flight(self, node_id: int) -> int:
-        c = self._conns.get(node_id)
-        return c.in_flight if c is not None else 0
+        conn = self._conns.get(node_id)
+        return conn.in_flight if conn is not None else 0
 
     def least_loaded_node(self) -> int:
         """A ready node with the fewest requests in flight; else the first known node."""
         best: int | None = None
         best_n = 1 << 30
-        for nid, c in list(self._conns.items()):
-            if c.state is ConnState.READY and nid in self._addresses and c.in_flight < best_n:
-                best, best_n = nid, c.in_flight
+        for node_id, conn in list(self._conns.items()):
+            if conn.state is ConnState.READY and node_id in self._addresses and conn.in_flight < best_n:
+                best, best_n = node_id, conn.in_flight
         if best is not None:
             return best
         return self.known_nodes()[0]
@@ -329,18 +329,18 @@ class NetClient:
     # -- the loop --------------------------------------------------------------------------
 
     def _conn(self, node_id: int) -> BrokerConnection | None:
-        c = self._conns.get(node_id)
+        conn = self._conns.get(node_id)
         addr = self._addresses.get(node_id)
-        if c is not None and (addr is None or (c.host, c.port) == addr):
-            return c
+        if conn is not None and (addr is None or (conn.host, conn.port) == addr):
+            return conn
         if addr is None:
-            return c
-        if c is not None:
+            return conn
+        if conn is not None:
             # The broker moved: finish the old connection's work by failing it (retriable).
-            c.close(KafkaConnectionError(f"{c.address}: broker {node_id} moved to {addr[0]}:{addr[1]}"))
-        c = BrokerConnection(self, node_id, addr[0], addr[1], **self._conn_kwargs)
-        self._conns[node_id] = c
-        return c
+            conn.close(KafkaConnectionError(f"{conn.address}: broker {node_id} moved to {addr[0]}:{addr[1]}"))
+        conn = BrokerConnection(self, node_id, addr[0], addr[1], **self._conn_kwargs)
+        self._conns[node_id] = conn
+        return conn
 
     def _run(self) -> None:
         try:
@@ -352,15 +352,15 @@ class NetClient:
             self._shutdown()
 
     def _loop(self) -> None:
-        sel = self._selector
+        selector = self._selector
         commands = self._commands
         while True:
             now = monotonic_ms()
             timeout: float | None = None
-            for c in self._conns.values():
-                d = c.next_deadline()
-                if d is not None and (timeout is None or d < timeout):
-                    timeout = d
+            for conn in self._conns.values():
+                deadline = conn.next_deadline()
+                if deadline is not None and (timeout is None or deadline < timeout):
+                    timeout = deadline
             wait: float | None
             if commands:
                 wait = 0.0
@@ -368,7 +368,7 @@ class NetClient:
                 wait = None
             else:
                 wait = max(0.0, (timeout - now) / 1000.0)
-            events = sel.select(wait)
+            events = selector.select(wait)
             now = monotonic_ms()
             for key, mask in events:
                 conn = key.data
@@ -389,33 +389,33 @@ class NetClient:
                 cmd = commands.popleft()
                 op = cmd[0]
                 if op == "send":
-                    _, nid, req = cmd
-                    conn1 = self._conn(nid)
-                    if conn1 is None:
+                    _, node_id, req = cmd
+                    target = self._conn(node_id)
+                    if target is None:
                         req.future.set_exception(
-                            KafkaConnectionError(f"unknown broker node {nid} (not in metadata)")
+                            KafkaConnectionError(f"unknown broker node {node_id} (not in metadata)")
                         )
                     else:
-                        conn1.enqueue(req, now)
+                        target.enqueue(req, now)
                 elif op == "versions":
-                    _, nid, fut = cmd
-                    conn2 = self._conn(nid)
-                    if conn2 is None:
-                        fut.set_exception(KafkaConnectionError(f"unknown broker node {nid} (not in metadata)"))
+                    _, node_id, fut = cmd
+                    target = self._conn(node_id)
+                    if target is None:
+                        fut.set_exception(KafkaConnectionError(f"unknown broker node {node_id} (not in metadata)"))
                     else:
-                        conn2.wait_versions(fut, now)
+                        target.wait_versions(fut, now)
                 elif op == "addresses":
-                    for nid in list(self._conns):
-                        self._conn(nid)
+                    for node_id in list(self._conns):
+                        self._conn(node_id)
                 elif op == "close":
                     return
-            for c in list(self._conns.values()):
-                c.check_timeouts(now)
+            for conn in list(self._conns.values()):
+                conn.check_timeouts(now)
 
     def _shutdown(self) -> None:
         err = KafkaConnectionError("client closed")
-        for c in list(self._conns.values()):
-            c.close(err)
+        for conn in list(self._conns.values()):
+            conn.close(err)
         while self._commands:
             cmd = self._commands.popleft()
             if cmd[0] == "send":

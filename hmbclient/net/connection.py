@@ -346,18 +346,18 @@ class BrokerConnection:
         return d
 
     def check_timeouts(self, now_ms: float) -> None:
-        st = self.state
-        if st is ConnState.CONNECTING and now_ms >= self._connect_deadline:
+        state = self.state
+        if state is ConnState.CONNECTING and now_ms >= self._connect_deadline:
             self._connect_failed(
                 KafkaConnectionError(f"{self.address}: connect timed out after {self.connect_timeout_ms:.0f} ms"),
                 now_ms,
             )
             return
-        if st is ConnState.PROBING and now_ms >= self._probe_deadline:
+        if state is ConnState.PROBING and now_ms >= self._probe_deadline:
             log.info("%s: no answer to the ApiVersions probe; using the legacy (0.8) versions", self.address)
             self._probe_failed(now_ms)
             return
-        if st is ConnState.DISCONNECTED and now_ms >= self._backoff_until and (self._pending or self._version_waiters):
+        if state is ConnState.DISCONNECTED and now_ms >= self._backoff_until and (self._pending or self._version_waiters):
             self._start_connect(now_ms)
         for r in self._in_flight:
             if now_ms >= r.deadline_ms:
@@ -650,10 +650,10 @@ class BrokerConnection:
                     frames.append(bytes(data[pos + 4 : pos + 4 + size]))
                     pos += 4 + size
                 else:
-                    fb = bytearray(size)
+                    frame = bytearray(size)
                     have = end - pos - 4
-                    fb[:have] = data[pos + 4 : end]
-                    self._big = fb
+                    frame[:have] = data[pos + 4 : end]
+                    self._big = frame
                     self._big_have = have
                     pos = end
             if pos < end:
