@@ -2,7 +2,8 @@
 
     .venv/bin/python bench/clients.py                       # everything (a few minutes)
     .venv/bin/python bench/clients.py --brokers tansu --sizes 100 --rounds 3
-    .venv/bin/python bench/clients.py --profile produce --size 100   # py-spy/pyinstrument target
+    .venv/bin/python bench/clients.py --worker hmbclient produce HOST:PORT TOPIC 200000 100
+                                                            # one measurement: a profiler target
 
 Workloads: produce N messages of S bytes (null keys, one partition, acks=1, linger 5 ms, each
 client's own batching) and time until every one is acknowledged; consume the same N messages
@@ -42,36 +43,36 @@ def produce_hmbclient(bootstrap: str, topic: str, n: int, size: int) -> float:
     from hmbclient import Producer, ProducerData
 
     value = _payload(size)
-    p = Producer(metadata_broker_list=bootstrap, producer_type="async", queue_buffering_max_ms=5)
-    p.partitions_for(topic)  # metadata outside the timed part, as the peers' warm-up does
+    producer = Producer(metadata_broker_list=bootstrap, producer_type="async", queue_buffering_max_ms=5)
+    producer.partitions_for(topic)  # metadata outside the timed part, as the peers' warm-up does
     t0 = time.perf_counter()
-    send = p.send
+    send = producer.send
     last: Any = None
     for _ in range(n):
         last = send(ProducerData(topic, None, [value]))
-    p.flush()
-    dt = time.perf_counter() - t0
+    producer.flush()
+    elapsed = time.perf_counter() - t0
     assert last is not None and last[0].result().offset == n - 1, last[0].result()
-    p.close()
-    return dt
+    producer.close()
+    return elapsed
 
 
 def produce_kafka_python(bootstrap: str, topic: str, n: int, size: int) -> float:
     from kafka import KafkaProducer
 
     value = _payload(size)
-    p = KafkaProducer(bootstrap_servers=bootstrap, linger_ms=5, acks=1)
-    p.partitions_for(topic)
+    producer = KafkaProducer(bootstrap_servers=bootstrap, linger_ms=5, acks=1)
+    producer.partitions_for(topic)
     t0 = time.perf_counter()
-    send = p.send
-    f = None
+    send = producer.send
+    future = None
     for _ in range(n):
-        f = send(topic, value)
-    p.flush()
-    dt = time.perf_counter() - t0
-    assert f is not None and f.get().offset == n - 1
-    p.close()
-    return dt
+        future = send(topic, value)
+    producer.flush()
+    elapsed = time.perf_counter() - t0
+    assert future is not None and future.get().offset == n - 1
+    producer.close()
+    return elapsed
 
 
 def produce_aiokafka(bootstrap: str, topic: str, n: int, size: int) -> float:
@@ -80,19 +81,19 @@ def produce_aiokafka(bootstrap: str, topic: str, n: int, size: int) -> float:
     value = _payload(size)
 
     async def run() -> float:
-        p = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=5, acks=1)
-        await p.start()
-        await p.partitions_for(topic)
+        producer = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=5, acks=1)
+        await producer.start()
+        await producer.partitions_for(topic)
         t0 = time.perf_counter()
-        send = p.send
-        fut = None
+        send = producer.send
+        future = None
         for _ in range(n):
-            fut = await send(topic, value)
-        await p.flush()
-        dt = time.perf_counter() - t0
-        assert fut is not None and (await fut).offset == n - 1
-        await p.stop()
-        return dt
+            future = await send(topic, value)
+        await producer.flush()
+        elapsed = time.perf_counter() - t0
+        assert future is not None and (await future).offset == n - 1
+        await producer.stop()
+        return elapsed
 
     return asyncio.run(run())
 
@@ -101,85 +102,85 @@ def produce_confluent(bootstrap: str, topic: str, n: int, size: int) -> float:
     from confluent_kafka import Producer as CProducer
 
     value = _payload(size)
-    p = CProducer({"bootstrap.servers": bootstrap, "linger.ms": 5, "acks": 1, "queue.buffering.max.messages": 1_000_000})
-    p.list_topics(topic, timeout=10)
+    producer = CProducer({"bootstrap.servers": bootstrap, "linger.ms": 5, "acks": 1, "queue.buffering.max.messages": 1_000_000})
+    producer.list_topics(topic, timeout=10)
     t0 = time.perf_counter()
-    produce = p.produce
+    produce = producer.produce
     for i in range(n):
         try:
             produce(topic, value)
         except BufferError:
-            p.poll(0.01)
+            producer.poll(0.01)
             produce(topic, value)
         if i % 10000 == 0:
-            p.poll(0)
-    left = p.flush(60)
-    dt = time.perf_counter() - t0
+            producer.poll(0)
+    left = producer.flush(60)
+    elapsed = time.perf_counter() - t0
     assert left == 0
-    return dt
+    return elapsed
 
 
 def consume_hmbclient(host: str, port: int, topic: str, n: int) -> float:
     from hmbclient import FetchRequest, SimpleConsumer
 
-    c = SimpleConsumer(host, port, so_timeout_ms=30_000, buffer_size=-1)
-    c.get_offsets_before(topic, 0, -2, 1)  # connect outside the timed part
+    consumer = SimpleConsumer(host, port, so_timeout_ms=30_000, buffer_size=-1)
+    consumer.get_offsets_before(topic, 0, -2, 1)  # connect outside the timed part
     t0 = time.perf_counter()
     offset = 0
     got = 0
     total = 0
-    fetch = c.fetch
+    fetch = consumer.fetch
     while got < n:
-        for mo in fetch(FetchRequest(topic, 0, offset, 1_048_576)):
-            total += len(mo.value)  # type: ignore[arg-type]
+        for message in fetch(FetchRequest(topic, 0, offset, 1_048_576)):
+            total += len(message.value)  # type: ignore[arg-type]
             got += 1
-            offset = mo.offset + 1
-    dt = time.perf_counter() - t0
-    c.close()
+            offset = message.offset + 1
+    elapsed = time.perf_counter() - t0
+    consumer.close()
     assert got == n, got
-    return dt
+    return elapsed
 
 
 def consume_kafka_python(bootstrap: str, topic: str, n: int) -> float:
     from kafka import KafkaConsumer, TopicPartition
 
-    c = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, group_id=None)
-    tp = TopicPartition(topic, 0)
-    c.assign([tp])
-    c.seek(tp, 0)
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, group_id=None)
+    partition = TopicPartition(topic, 0)
+    consumer.assign([partition])
+    consumer.seek(partition, 0)
     t0 = time.perf_counter()
     got = 0
     total = 0
     while got < n:
-        for recs in c.poll(timeout_ms=1000, max_records=100_000).values():
-            for r in recs:
-                total += len(r.value)
+        for records in consumer.poll(timeout_ms=1000, max_records=100_000).values():
+            for record in records:
+                total += len(record.value)
                 got += 1
-    dt = time.perf_counter() - t0
-    c.close()
-    return dt
+    elapsed = time.perf_counter() - t0
+    consumer.close()
+    return elapsed
 
 
 def consume_aiokafka(bootstrap: str, topic: str, n: int) -> float:
     from aiokafka import AIOKafkaConsumer, TopicPartition
 
     async def run() -> float:
-        c = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, group_id=None)
-        await c.start()
-        tp = TopicPartition(topic, 0)
-        c.assign([tp])
-        c.seek(tp, 0)
+        consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, group_id=None)
+        await consumer.start()
+        partition = TopicPartition(topic, 0)
+        consumer.assign([partition])
+        consumer.seek(partition, 0)
         t0 = time.perf_counter()
         got = 0
         total = 0
         while got < n:
-            for recs in (await c.getmany(timeout_ms=1000, max_records=100_000)).values():
-                for r in recs:
-                    total += len(r.value)
+            for records in (await consumer.getmany(timeout_ms=1000, max_records=100_000)).values():
+                for record in records:
+                    total += len(record.value)
                     got += 1
-        dt = time.perf_counter() - t0
-        await c.stop()
-        return dt
+        elapsed = time.perf_counter() - t0
+        await consumer.stop()
+        return elapsed
 
     return asyncio.run(run())
 
@@ -188,20 +189,20 @@ def consume_confluent(bootstrap: str, topic: str, n: int) -> float:
     from confluent_kafka import Consumer as CConsumer
     from confluent_kafka import TopicPartition
 
-    c = CConsumer({"bootstrap.servers": bootstrap, "group.id": "bench-" + uuid.uuid4().hex, "enable.auto.commit": False})
-    c.assign([TopicPartition(topic, 0, 0)])
+    consumer = CConsumer({"bootstrap.servers": bootstrap, "group.id": "bench-" + uuid.uuid4().hex, "enable.auto.commit": False})
+    consumer.assign([TopicPartition(topic, 0, 0)])
     t0 = time.perf_counter()
     got = 0
     total = 0
     while got < n:
-        for m in c.consume(num_messages=10_000, timeout=1.0):
-            if m.error():
+        for message in consumer.consume(num_messages=10_000, timeout=1.0):
+            if message.error():
                 continue
-            total += len(m.value())  # type: ignore[arg-type]
+            total += len(message.value())  # type: ignore[arg-type]
             got += 1
-    dt = time.perf_counter() - t0
-    c.close()
-    return dt
+    elapsed = time.perf_counter() - t0
+    consumer.close()
+    return elapsed
 
 
 PRODUCERS = {
@@ -212,20 +213,23 @@ PRODUCERS = {
 }
 
 
-def worker(args: argparse.Namespace) -> None:
-    if args.workload == "produce":
-        dt = PRODUCERS[args.client](args.bootstrap, args.topic, args.n, args.size)
+def worker(argv: list[str]) -> None:
+    """One measurement (``--worker CLIENT WORKLOAD BOOTSTRAP TOPIC N SIZE``); prints its seconds."""
+    client, workload, bootstrap, topic, count, size = argv
+    n = int(count)
+    if workload == "produce":
+        elapsed = PRODUCERS[client](bootstrap, topic, n, int(size))
     else:
-        host, port = args.bootstrap.rsplit(":", 1)
-        if args.client == "hmbclient":
-            dt = consume_hmbclient(host, int(port), args.topic, args.n)
-        elif args.client == "kafka-python":
-            dt = consume_kafka_python(args.bootstrap, args.topic, args.n)
-        elif args.client == "aiokafka":
-            dt = consume_aiokafka(args.bootstrap, args.topic, args.n)
+        host, port = bootstrap.rsplit(":", 1)
+        if client == "hmbclient":
+            elapsed = consume_hmbclient(host, int(port), topic, n)
+        elif client == "kafka-python":
+            elapsed = consume_kafka_python(bootstrap, topic, n)
+        elif client == "aiokafka":
+            elapsed = consume_aiokafka(bootstrap, topic, n)
         else:
-            dt = consume_confluent(args.bootstrap, args.topic, args.n)
-    print(json.dumps({"seconds": dt}))
+            elapsed = consume_confluent(bootstrap, topic, n)
+    print(json.dumps({"seconds": elapsed}))
 
 
 # --------------------------------------------------------------------------- orchestration
@@ -266,75 +270,78 @@ class Brokers:
         if "tansu" in self.names:
             from hmbclient.testing.tansu import LocalTansu
 
-            t = LocalTansu().start()
-            self._stack.append(t)
-            self.bootstrap["tansu"] = t.bootstrap
+            tansu = LocalTansu().start()
+            self._stack.append(tansu)
+            self.bootstrap["tansu"] = tansu.bootstrap
         if "embedded" in self.names:
             from hmbclient.broker.process import BrokerProcess
 
-            d = tempfile.mkdtemp(prefix="bench-broker-")
-            bp = BrokerProcess(log_dir=d)
-            bp.start()
-            self._stack.append(bp)
-            self.bootstrap["embedded"] = bp.bootstrap
+            log_dir = tempfile.mkdtemp(prefix="bench-broker-")
+            broker = BrokerProcess(log_dir=log_dir)
+            broker.start()
+            self._stack.append(broker)
+            self.bootstrap["embedded"] = broker.bootstrap
         return self
 
     def __exit__(self, *exc: object) -> None:
-        for s in reversed(self._stack):
-            stop: Any = getattr(s, "terminate", None) or s.stop
+        for server in reversed(self._stack):
+            stop: Any = getattr(server, "terminate", None) or server.stop
             stop()
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--worker", nargs=6, metavar=("CLIENT", "WORKLOAD", "BOOTSTRAP", "TOPIC", "N", "SIZE"))
-    ap.add_argument("--brokers", default="tansu,embedded")
-    ap.add_argument("--sizes", default="100,1000")
-    ap.add_argument("--clients", default=",".join(CLIENTS))
-    ap.add_argument("--workloads", default="produce,consume")
-    ap.add_argument("--n", type=int, default=200_000)
-    ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--json", help="also write the raw results here")
-    a = ap.parse_args()
-    if a.worker:
-        c, w, b, t, n, s = a.worker
-        worker(argparse.Namespace(client=c, workload=w, bootstrap=b, topic=t, n=int(n), size=int(s)))
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--worker", nargs=6, metavar=("CLIENT", "WORKLOAD", "BOOTSTRAP", "TOPIC", "N", "SIZE"))
+    parser.add_argument("--brokers", default="tansu,embedded")
+    parser.add_argument("--sizes", default="100,1000")
+    parser.add_argument("--clients", default=",".join(CLIENTS))
+    parser.add_argument("--workloads", default="produce,consume")
+    parser.add_argument("--n", type=int, default=200_000)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--json", help="also write the raw results here")
+    args = parser.parse_args()
+    if args.worker:
+        worker(args.worker)
         return
-    clients = a.clients.split(",")
-    sizes = [int(s) for s in a.sizes.split(",")]
-    workloads = a.workloads.split(",")
+    clients = args.clients.split(",")
+    sizes = [int(size) for size in args.sizes.split(",")]
+    workloads = args.workloads.split(",")
     results: dict[tuple[str, str, int, str], list[float]] = {}
-    with Brokers(a.brokers.split(",")) as brokers:
+    with Brokers(args.brokers.split(",")) as brokers:
         for bname, bootstrap in brokers.bootstrap.items():
             for size in sizes:
                 consume_topic = None
                 if "consume" in workloads:
                     consume_topic = f"bench-c{size}-{uuid.uuid4().hex[:6]}"
                     create_topic(bootstrap, consume_topic)
-                    if run_worker("confluent", "produce", bootstrap, consume_topic, a.n, size) is None:
-                        run_worker("hmbclient", "produce", bootstrap, consume_topic, a.n, size)
-                for rnd in range(a.rounds):
+                    if run_worker("confluent", "produce", bootstrap, consume_topic, args.n, size) is None:
+                        run_worker("hmbclient", "produce", bootstrap, consume_topic, args.n, size)
+                for rnd in range(args.rounds):
                     order = clients[rnd % len(clients) :] + clients[: rnd % len(clients)]
-                    for w in workloads:
+                    for workload in workloads:
                         for client in order:
-                            if w == "produce":
+                            if workload == "produce":
                                 topic = f"bench-p{size}-{uuid.uuid4().hex[:8]}"
                                 create_topic(bootstrap, topic)
                             else:
                                 topic = consume_topic  # type: ignore[assignment]
-                            dt = run_worker(client, w, bootstrap, topic, a.n, size)
-                            if dt is not None:
-                                results.setdefault((bname, w, size, client), []).append(dt)
-                                rate = a.n / dt
-                                print(f"[{bname} {w} {size}B round {rnd + 1}] {client:13s} {rate:>11,.0f} msg/s  {rate * size / 1e6:7.1f} MB/s", flush=True)
+                            elapsed = run_worker(client, workload, bootstrap, topic, args.n, size)
+                            if elapsed is not None:
+                                results.setdefault((bname, workload, size, client), []).append(elapsed)
+                                rate = args.n / elapsed
+                                print(f"[{bname} {workload} {size}B round {rnd + 1}] {client:13s} {rate:>11,.0f} msg/s  {rate * size / 1e6:7.1f} MB/s", flush=True)
     print()
-    print(f"{'broker':9s} {'workload':8s} {'size':>5s} " + " ".join(f"{c:>13s}" for c in clients) + "   hmb/aiokafka  hmb/kafka-python  hmb/confluent")
+    print(f"{'broker':9s} {'workload':8s} {'size':>5s} " + " ".join(f"{client:>13s}" for client in clients) + "   hmb/aiokafka  hmb/kafka-python  hmb/confluent")
     for bname in brokers.bootstrap:
-        for w in workloads:
+        for workload in workloads:
             for size in sizes:
-                med = {c: statistics.median(results[(bname, w, size, c)]) for c in clients if (bname, w, size, c) in results}
-                rates = {c: a.n / dt for c, dt in med.items()}
-                row = f"{bname:9s} {w:8s} {size:>5d} " + " ".join(f"{rates.get(c, 0):>13,.0f}" for c in clients)
+                medians = {
+                    client: statistics.median(results[(bname, workload, size, client)])
+                    for client in clients
+                    if (bname, workload, size, client) in results
+                }
+                rates = {client: args.n / elapsed for client, elapsed in medians.items()}
+                row = f"{bname:9s} {workload:8s} {size:>5d} " + " ".join(f"{rates.get(client, 0):>13,.0f}" for client in clients)
 
                 def ratio(peer: str, rates: dict[str, float] = rates) -> str:
                     if "hmbclient" in rates and peer in rates:
@@ -342,9 +349,9 @@ def main() -> None:
                     return "-"
 
                 print(row + f"   {ratio('aiokafka'):>12s}  {ratio('kafka-python'):>16s}  {ratio('confluent'):>13s}")
-    if a.json:
-        with open(a.json, "w") as f:
-            json.dump({"|".join(map(str, k)): v for k, v in results.items()}, f, indent=1)
+    if args.json:
+        with open(args.json, "w") as out:
+            json.dump({"|".join(map(str, key)): seconds for key, seconds in results.items()}, out, indent=1)
 
 
 if __name__ == "__main__":

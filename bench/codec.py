@@ -55,49 +55,49 @@ def _rates(
     return statistics.median(results[0]), statistics.median(results[1])
 
 
-def _kp_build(magic: int, codec: int, value: bytes, n: int) -> bytes:
-    b = MemoryRecordsBuilder(magic, codec, batch_size=1 << 30)
-    append = b.append
+def _kafka_python_build(magic: int, codec: int, value: bytes, n: int) -> bytes:
+    builder = MemoryRecordsBuilder(magic, codec, batch_size=1 << 30)
+    append = builder.append
     for _ in range(n):
         append(TS, None, value)
-    b.close()
-    return bytes(b.buffer())
+    builder.close()
+    return bytes(builder.buffer())
 
 
-def _kp_read(buf: bytes) -> int:
+def _kafka_python_read(buf: bytes) -> int:
     n = 0
     records = MemoryRecords(buf)
     while records.has_next():
         batch = records.next_batch()
         if not batch.validate_crc():
             raise RuntimeError("crc")
-        for r in batch:
-            r.offset, r.key, r.value  # noqa: B018 - touch what a consumer touches
+        for record in batch:
+            record.offset, record.key, record.value  # noqa: B018 - touch what a consumer touches
             n += 1
     return n
 
 
 def _hmb_read(buf: bytes) -> int:
     n = 0
-    for r in decode_records(buf):
-        r.offset, r.key, r.value  # noqa: B018
+    for record in decode_records(buf):
+        record.offset, record.key, record.value  # noqa: B018
         n += 1
     return n
 
 
 def _hmb_iter(buf: bytes) -> int:
     n = 0
-    for r in iter_records(buf):
-        r.offset, r.key, r.value  # noqa: B018
+    for record in iter_records(buf):
+        record.offset, record.key, record.value  # noqa: B018
         n += 1
     return n
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--quick", action="store_true", help="short rounds")
-    ap.add_argument("--gzip", action="store_true", help="also gzip batches")
-    args = ap.parse_args(argv)
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--quick", action="store_true", help="short rounds")
+    parser.add_argument("--gzip", action="store_true", help="also gzip batches")
+    args = parser.parse_args(argv)
     seconds, rounds = (0.15, 3) if args.quick else (0.6, 5)
 
     codecs = [(NONE, "none")] + ([(GZIP, "gzip")] if args.gzip else [])
@@ -115,27 +115,27 @@ def main(argv: list[str] | None = None) -> int:
                     encode_records(magic, codec, items, 0, TS)
                     return BATCH
 
-                def kp_encode(magic: int = magic, codec: int = codec, value: bytes = value) -> int:
-                    _kp_build(magic, codec, value, BATCH)
+                def kafka_python_encode(magic: int = magic, codec: int = codec, value: bytes = value) -> int:
+                    _kafka_python_build(magic, codec, value, BATCH)
                     return BATCH
 
-                rows.append((f"encode {label}", *_rates(hmb_encode, kp_encode, seconds, rounds)))
+                rows.append((f"encode {label}", *_rates(hmb_encode, kafka_python_encode, seconds, rounds)))
 
-                one = _kp_build(magic, codec, value, BATCH)
+                one = _kafka_python_build(magic, codec, value, BATCH)
                 batches = max(1, FETCH_BYTES // (len(items) * (size + 30)))
                 fetched = one * batches
-                assert len(decode_records(fetched)) == BATCH * batches == _kp_read(fetched)
-                kp_read = partial(_kp_read, fetched)
+                assert len(decode_records(fetched)) == BATCH * batches == _kafka_python_read(fetched)
+                kafka_python_read = partial(_kafka_python_read, fetched)
                 rows.append(
                     (
                         f"decode {label}",
-                        *_rates(partial(_hmb_read, fetched), kp_read, seconds, rounds),
+                        *_rates(partial(_hmb_read, fetched), kafka_python_read, seconds, rounds),
                     )
                 )
                 rows.append(
                     (
                         f"iter   {label}",
-                        *_rates(partial(_hmb_iter, fetched), kp_read, seconds, rounds),
+                        *_rates(partial(_hmb_iter, fetched), kafka_python_read, seconds, rounds),
                     )
                 )
 
