@@ -696,19 +696,19 @@ class _EventPipeline:
     @staticmethod
     def deliver(handler: Any, entries: list[tuple[Any, ProducerBatch]]) -> None:
         try:
-            res = handler.handle([pd for pd, _ in entries])
+            result = handler.handle([pd for pd, _ in entries])
         except BaseException as e:
-            for _, b in entries:
-                b.fail(e)
+            for _, batch in entries:
+                batch.fail(e)
             return
-        metas = list(res) if res is not None else []
+        metas = list(result) if result is not None else []
         i = 0
-        for _, b in entries:
-            n = len(b.items)
-            md = metas[i] if i < len(metas) and isinstance(metas[i], RecordMetadata) else None
-            if md is not None:
-                b.partition = md.partition
-            b.complete(md.offset if md is not None else None)
+        for _, batch in entries:
+            n = len(batch.items)
+            meta = metas[i] if i < len(metas) and isinstance(metas[i], RecordMetadata) else None
+            if meta is not None:
+                batch.partition = meta.partition
+            batch.complete(meta.offset if meta is not None else None)
             i += n
 
     def _run(self) -> None:

@@ -356,13 +356,13 @@ class SenderThread(threading.Thread):
     def _abort(self, err: BaseException) -> None:
         acc = self.acc
         with acc.lock:
-            for ts in acc.topics.values():
-                for ps in ts.parts:
-                    batches = list(ps.ready)
-                    if ps.open is not None:
-                        batches.append(ps.open)
-                    ps.ready.clear()
-                    ps.open = None
+            for topic in acc.topics.values():
+                for queue in topic.parts:
+                    batches = list(queue.ready)
+                    if queue.open is not None:
+                        batches.append(queue.open)
+                    queue.ready.clear()
+                    queue.open = None
                     for b in batches:
                         b.fail(err)
                         acc.queued -= len(b.items)
