@@ -29,6 +29,12 @@ import time
 import uuid
 from typing import Any
 
+# Run as a script, this directory comes first on sys.path, and its rebalance.py would shadow the
+# rebalance package that hmbclient imports (the broker's log manager, the consumer). The
+# repository root stays reachable through the installed project (or PYTHONPATH).
+_HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path[:] = [entry for entry in sys.path if os.path.abspath(entry or os.curdir) != _HERE]
+
 CLIENTS = ["hmbclient", "kafka-python", "aiokafka", "confluent"]
 
 
