@@ -8,7 +8,16 @@ nothing of sockets: the network layer hands it ``(header, request, channel)`` an
 Versions: every (API, version) in ``hmbclient.protocol.api`` with a handler here is served and
 advertised by ApiVersions, and nothing else. An ApiVersions request of a version we do not know
 (clients open with v3/v4 and a flexible header) is answered in the v0 layout with
-ErrorCode.UNSUPPORTED_VERSION and our ranges (KIP-511), so the client retries with a version we speak.
+UNSUPPORTED_VERSION and our ranges (KIP-511), so the client retries with a version we speak.
+
+Inter-broker APIs (LeaderAndIsr, UpdateMetadata, StopReplica) are obeyed only when they carry
+the controller id and epoch that ZooKeeper names now (``controller_guard``): a request from an
+older controller, or from anything else, is answered STALE_CONTROLLER_EPOCH and changes
+nothing. ControlledShutdown is served by the active controller only (NOT_CONTROLLER elsewhere).
+A follower's Fetch (``replica_id`` >= 0) must name a live broker.
+
+Requests that name a topic this broker does not serve yet (just auto-created, or created by
+CreateTopics) wait for it in the topic purgatory, not on a network thread.
 """
 
 from __future__ import annotations
@@ -18,25 +27,29 @@ from collections.abc import Callable
 from functools import cache
 from typing import Any, Protocol
 
-from hmbclient.broker.metadata import NO_LEADER, ClusterView
+from hmbclient.broker.metadata import NO_LEADER, MetadataCache, PartitionMeta
 from hmbclient.broker.producer_ids import INIT_PRODUCER_ID, ProducerIdManager
-from hmbclient.broker.replica_manager import ReplicaManager
+from hmbclient.broker.replica_manager import PartitionState, ReplicaManager
 from hmbclient.broker.results import AppendResult, FetchInfo, FetchResult
-from hmbclient.broker.topics import TOPIC_NAME_RULE, TopicManager, is_valid_topic_name
+from hmbclient.broker.topics import TopicManager, is_valid_topic_name
 from hmbclient.clock import wall_ms
 from hmbclient.errors import ErrorCode
 from hmbclient.protocol.api import ApiKey, ApiVersionsResponse
 from hmbclient.protocol.api.base import REQUESTS, Request, Response
 from hmbclient.protocol.frame import RequestHeader
 
+#: ``(controller id, controller epoch)`` of a request -> NONE or STALE_CONTROLLER_EPOCH.
+ControllerGuard = Callable[[int, int], int]
+#: Serves a ControlledShutdown on the active controller: ``(broker id, answer)`` where the
+#: answer takes ``(error code, partitions still led)``.
+ShutdownHandler = Callable[[int, Callable[[int, list[tuple[str, int]]], None]], None]
+
+TOPIC_WAIT_MS = 3000
+
 __all__ = ["KafkaApis", "RequestChannel", "api_versions_table", "unsupported_api_versions_response"]
 
 log = logging.getLogger("hmbclient.broker.apis")
 
-_CREATE_TOPIC_MESSAGES: dict[int, str] = {
-    ErrorCode.TOPIC_ALREADY_EXISTS: "topic already exists",
-    ErrorCode.INVALID_PARTITIONS: "number of partitions must be at least 1",
-}
 INT32_MIN = -(2**31)
 INT32_MAX = 2**31 - 1
 
@@ -85,27 +98,34 @@ class KafkaApis:
 
     Args:
         broker_id: this broker.
-        view: cluster metadata.
-        replica_manager: log access.
+        metadata: this broker's metadata cache.
+        replica_manager: the local replicas.
         topics: topic creation / validation.
         offset_manager: the group offset store (None: offset APIs not served).
-        producer_ids: producer id source (shared in a cluster; None: a private one).
+        producer_ids: producer id source (None: a private one).
+        controller_guard: checks the controller id/epoch of inter-broker requests (None: they
+            are not served).
+        controlled_shutdown: serves ControlledShutdown (None: not served).
     """
 
     def __init__(
         self,
         broker_id: int,
-        view: ClusterView,
+        metadata: MetadataCache,
         replica_manager: ReplicaManager,
         topics: TopicManager,
         offset_manager: Any = None,
         producer_ids: ProducerIdManager | None = None,
+        controller_guard: ControllerGuard | None = None,
+        controlled_shutdown: ShutdownHandler | None = None,
     ) -> None:
         self.broker_id = broker_id
-        self.view = view
-        self.rm = replica_manager
+        self.metadata = metadata
+        self.replicas = replica_manager
         self.topics = topics
         self.offsets = offset_manager
+        self.controller_guard = controller_guard
+        self.controlled_shutdown = controlled_shutdown
         self._handlers: dict[int, Callable[[RequestHeader, Any, RequestChannel], None]] = {
             ApiKey.PRODUCE: self.handle_produce,
             ApiKey.FETCH: self.handle_fetch,
@@ -113,12 +133,19 @@ class KafkaApis:
             ApiKey.METADATA: self.handle_metadata,
             ApiKey.API_VERSIONS: self.handle_api_versions,
             ApiKey.CREATE_TOPICS: self.handle_create_topics,
+            ApiKey.OFFSET_FOR_LEADER_EPOCH: self.handle_offset_for_leader_epoch,
             INIT_PRODUCER_ID: (producer_ids or ProducerIdManager()).handle_init_producer_id,
         }
         if offset_manager is not None:
             self._handlers[ApiKey.OFFSET_COMMIT] = offset_manager.handle_offset_commit
             self._handlers[ApiKey.OFFSET_FETCH] = offset_manager.handle_offset_fetch
             self._handlers[ApiKey.FIND_COORDINATOR] = offset_manager.handle_find_coordinator
+        if controller_guard is not None:
+            self._handlers[ApiKey.LEADER_AND_ISR] = self.handle_leader_and_isr
+            self._handlers[ApiKey.UPDATE_METADATA] = self.handle_update_metadata
+            self._handlers[ApiKey.STOP_REPLICA] = self.handle_stop_replica
+        if controlled_shutdown is not None:
+            self._handlers[ApiKey.CONTROLLED_SHUTDOWN] = self.handle_controlled_shutdown
         self.versions = api_versions_table(set(self._handlers))
 
     def handles(self, api_key: int) -> bool:
@@ -137,6 +164,26 @@ class KafkaApis:
             log.exception("%s v%d (correlation id %d) failed", type(request).__name__, header.api_version, header.correlation_id)
             channel.close(f"internal error: {e}")
 
+    def handle_local(self, request: Request, client_id: str = "controller") -> Any:
+        """Serve a request from this broker itself (the controller's requests to its own
+        broker) and return the answer. Only for handlers that answer at once."""
+        box: list[Any] = []
+
+        class _Local:
+            def send(self, response: Response | None) -> None:
+                box.append(response)
+
+            def close(self, reason: str) -> None:
+                box.append(None)
+
+        header = RequestHeader(request.API_KEY, request.API_VERSION, 0, client_id)
+        # Through the codec, so the handler sees exactly what it would from the wire.
+        decoded = type(request).decode(memoryview(request.encode()))
+        self.handle(header, decoded, _Local())
+        if not box:
+            raise RuntimeError(f"{type(request).__name__} was not answered at once")
+        return box[0]
+
     # -- ApiVersions -------------------------------------------------------------------------------
     def handle_api_versions(self, header: RequestHeader, req: Any, channel: RequestChannel) -> None:
         channel.send(type(req).RESPONSE_TYPE.build(error_code=ErrorCode.NONE, api_keys=self.versions, throttle_time_ms=0))
@@ -147,13 +194,25 @@ class KafkaApis:
         resp_cls = type(req).RESPONSE_TYPE
         allow_auto = v < 4 or bool(req.allow_auto_topic_creation)
         if req.topics is None or (v == 0 and not req.topics):
-            names = sorted(self.view.topics())
+            names = sorted(self.metadata.topics())
             codes: dict[str, int] = dict.fromkeys(names, ErrorCode.NONE)
         else:
             names = list(dict.fromkeys(req.topics))
             codes = {n: self.topics.ensure(n, allow_auto_create=allow_auto) for n in names}
+
+        def answer() -> None:
+            channel.send(self._metadata_response(resp_cls, names, codes))
+
+        waiting = [n for n in names if codes[n] == ErrorCode.NONE and not self.metadata.is_ready(n)]
+        if waiting:
+            self.topics.when_ready(waiting, TOPIC_WAIT_MS, answer)
+        else:
+            answer()
+
+    def _metadata_response(self, resp_cls: Any, names: list[str], codes: dict[str, int]) -> Response:
         broker_shape = _shape(resp_cls, "brokers")
-        brokers = [_make(broker_shape, node_id=b.node_id, host=b.host, port=b.port, rack=None) for b in self.view.brokers()]
+        brokers = [_make(broker_shape, node_id=b.node_id, host=b.host, port=b.port, rack=None) for b in self.metadata.brokers()]
+        live = self.metadata.live_broker_ids()
         topic_shape = _shape(resp_cls, "topics")
         part_shape = _shape(resp_cls, "topics", "partitions")
         topics = []
@@ -161,41 +220,42 @@ class KafkaApis:
             code = codes[name]
             parts = []
             if code == ErrorCode.NONE:
-                leaders = self.view.topics().get(name, [])
-                preferred = self.view.preferred(name)
-                for p, leader in enumerate(leaders):
-                    replica = preferred[p] if p < len(preferred) else leader
-                    parts.append(
-                        _make(
-                            part_shape,
-                            error_code=ErrorCode.LEADER_NOT_AVAILABLE if leader == NO_LEADER else ErrorCode.NONE,
-                            partition=p,
-                            leader=leader,
-                            leader_epoch=self.view.leader_epoch(name, p),
-                            replicas=[replica],
-                            isr=[] if leader == NO_LEADER else [leader],
-                            offline_replicas=[replica] if leader == NO_LEADER else [],
-                        )
-                    )
+                metas = self.metadata.topic_partitions(name)
+                if not metas:
+                    code = ErrorCode.LEADER_NOT_AVAILABLE
+                for p, meta in enumerate(metas):
+                    parts.append(self._partition_metadata(part_shape, p, meta, live))
             topics.append(
                 _make(
                     topic_shape,
                     error_code=code,
                     topic=name,
-                    is_internal=self.view.is_internal(name),
+                    is_internal=self.metadata.is_internal(name),
                     partitions=parts,
                     topic_authorized_operations=INT32_MIN,
                 )
             )
-        channel.send(
-            resp_cls.build(
-                throttle_time_ms=0,
-                brokers=brokers,
-                cluster_id=self.view.cluster_id,
-                controller_id=self.view.controller_id(),
-                topics=topics,
-                cluster_authorized_operations=INT32_MIN,
-            )
+        return resp_cls.build(
+            throttle_time_ms=0,
+            brokers=brokers,
+            cluster_id=self.metadata.cluster_id,
+            controller_id=self.metadata.controller_id(),
+            topics=topics,
+            cluster_authorized_operations=INT32_MIN,
+        )
+
+    @staticmethod
+    def _partition_metadata(part_shape: Any, p: int, meta: PartitionMeta, live: set[int]) -> Any:
+        online = meta.leader != NO_LEADER and meta.leader in live
+        return _make(
+            part_shape,
+            error_code=ErrorCode.NONE if online else ErrorCode.LEADER_NOT_AVAILABLE,
+            partition=p,
+            leader=meta.leader if online else NO_LEADER,
+            leader_epoch=meta.leader_epoch,
+            replicas=list(meta.replicas),
+            isr=list(meta.isr),
+            offline_replicas=meta.offline_replicas(live),
         )
 
     # -- Produce -----------------------------------------------------------------------------------
@@ -206,6 +266,7 @@ class KafkaApis:
         order: list[tuple[str, list[int]]] = []
         early: dict[tuple[str, int], int] = {}
         entries: list[tuple[str, int, Any]] = []
+        waiting: list[str] = []
         for t in req.topics:
             topic = t.topic
             parts = [p.partition for p in t.partitions]
@@ -215,6 +276,8 @@ class KafkaApis:
                     early[(topic, p)] = ErrorCode.INVALID_REQUIRED_ACKS
                 continue
             code = self.topics.ensure(topic)
+            if not code and not self.metadata.is_ready(topic):
+                waiting.append(topic)
             for p in t.partitions:
                 if code:
                     early[(topic, p.partition)] = code
@@ -251,10 +314,16 @@ class KafkaApis:
                 topics.append((topic, plist))
             channel.send(resp_cls.build(topics=topics, throttle_time_ms=0))
 
-        if entries:
-            self.rm.append_messages(req.timeout_ms, acks, entries, respond)
+        def append() -> None:
+            if entries:
+                self.replicas.append_messages(req.timeout_ms, acks, entries, respond)
+            else:
+                respond({})
+
+        if waiting:
+            self.topics.when_ready(waiting, min(max(req.timeout_ms, 0), TOPIC_WAIT_MS), append)
         else:
-            respond({})
+            append()
 
     # -- Fetch -------------------------------------------------------------------------------------
     def handle_fetch(self, header: RequestHeader, req: Any, channel: RequestChannel) -> None:
@@ -265,16 +334,20 @@ class KafkaApis:
             # incremental fetch names a session that does not exist.
             channel.send(resp_cls.build(throttle_time_ms=0, error_code=ErrorCode.FETCH_SESSION_ID_NOT_FOUND, session_id=0, topics=[]))
             return
+        replica_id = req.replica_id if req.replica_id >= 0 else -1
         max_magic = 0 if v <= 1 else 1 if v <= 3 else 2
         max_bytes = req.max_bytes if v >= 3 else INT32_MAX
         infos: list[FetchInfo] = []
         layout: list[tuple[str, list[tuple[int, int | None]]]] = []
+        refused = replica_id >= 0 and replica_id not in self.metadata.live_broker_ids()
         for t in req.topics:
             topic = t.topic
-            known = self.view.has_topic(topic)
+            known = self.metadata.has_topic(topic)
             plist: list[tuple[int, int | None]] = []
             for p in t.partitions:
-                if not known:
+                if refused:
+                    plist.append((p.partition, ErrorCode.REPLICA_NOT_AVAILABLE))
+                elif not known:
                     plist.append((p.partition, ErrorCode.INVALID_TOPIC_EXCEPTION if not is_valid_topic_name(topic) else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
                 else:
                     plist.append((p.partition, None))
@@ -311,37 +384,43 @@ class KafkaApis:
         if not infos:
             respond([])
             return
-        self.rm.fetch_messages(req.max_wait_ms, req.min_bytes, max_bytes, infos, max_magic, v >= 3, respond)
+        self.replicas.fetch_messages(req.max_wait_ms, req.min_bytes, max_bytes, infos, max_magic, v >= 3, respond, replica_id)
 
     # -- ListOffsets -------------------------------------------------------------------------------
     def handle_list_offsets(self, header: RequestHeader, req: Any, channel: RequestChannel) -> None:
         v = header.api_version
         resp_cls = type(req).RESPONSE_TYPE
         part_shape = _shape(resp_cls, "topics", "partitions")
+        # Consumers see committed messages only: "latest" is the high watermark; a follower
+        # (replica_id >= 0) asks for the leader's log end.
+        from_replica = req.replica_id >= 0
         now = wall_ms()
         topics = []
         for t in req.topics:
             parts = []
             for p in t.partitions:
-                code, lg = self.rm.leader_log(t.topic, p.partition)
-                if not self.view.has_topic(t.topic) and not is_valid_topic_name(t.topic):
+                code, partition_log = self.replicas.leader_log(t.topic, p.partition)
+                if not self.metadata.has_topic(t.topic) and not is_valid_topic_name(t.topic):
                     code = ErrorCode.INVALID_TOPIC_EXCEPTION
-                epoch = self.view.leader_epoch(t.topic, p.partition)
+                epoch = self.metadata.leader_epoch(t.topic, p.partition)
+                end = -1
+                if partition_log is not None:
+                    end = partition_log.log_end_offset if from_replica else partition_log.high_watermark
                 if v == 0:
                     offsets: list[int] = []
-                    if not code and lg is not None:
-                        offsets = lg.offsets_before(p.timestamp, p.max_num_offsets, now)
+                    if not code and partition_log is not None:
+                        offsets = sorted({min(o, end) for o in partition_log.offsets_before(p.timestamp, p.max_num_offsets, now)}, reverse=True)
                     parts.append(_make(part_shape, partition=p.partition, error_code=code, old_style_offsets=offsets))
                     continue
                 ts, off = -1, -1
-                if not code and lg is not None:
+                if not code and partition_log is not None:
                     if p.timestamp == -1:
-                        off = lg.log_end_offset
+                        off = end
                     elif p.timestamp == -2:
-                        off = lg.log_start_offset
+                        off = partition_log.log_start_offset
                     else:
-                        found = lg.offset_for_timestamp(p.timestamp)
-                        if found is not None:
+                        found = partition_log.offset_for_timestamp(p.timestamp)
+                        if found is not None and found[0] < end:
                             off, ts = found
                 parts.append(_make(part_shape, partition=p.partition, error_code=code, timestamp=ts, offset=off, leader_epoch=epoch))
             topics.append((t.topic, parts))
@@ -353,28 +432,122 @@ class KafkaApis:
         resp_cls = type(req).RESPONSE_TYPE
         shape = _shape(resp_cls, "topics")
         validate_only = v >= 1 and bool(req.validate_only)
-        out = []
+        results: list[tuple[str, int, str | None]] = []
+        created: list[str] = []
         seen: set[str] = set()
         for t in req.topics:
-            msg = None
             code: int
-            n = t.num_partitions
-            if t.assignments:
-                n = len(t.assignments)
-            elif n == -1:
-                n = self.topics.num_partitions
+            msg: str | None
+            assignment = {a.partition_index: list(a.broker_ids) for a in t.assignments} if t.assignments else None
             if t.topic in seen:
                 code, msg = ErrorCode.INVALID_REQUEST, "topic named twice in one request"
-            elif not is_valid_topic_name(t.topic):
-                code, msg = ErrorCode.INVALID_TOPIC_EXCEPTION, f"illegal topic name: use {TOPIC_NAME_RULE}"
-            elif t.replication_factor not in (-1, 1) and not t.assignments:
-                code, msg = ErrorCode.INVALID_REPLICATION_FACTOR, "the embedded broker keeps one replica per partition"
-            elif validate_only:
-                code = ErrorCode.TOPIC_ALREADY_EXISTS if self.view.has_topic(t.topic) else (ErrorCode.INVALID_PARTITIONS if n < 1 else ErrorCode.NONE)
             else:
-                code = self.topics.create(t.topic, n)
+                n = t.num_partitions if t.num_partitions != -1 else self.topics.num_partitions
+                code, msg = self.topics.create_with_message(t.topic, n, t.replication_factor, assignment=assignment, validate_only=validate_only)
+                if code == ErrorCode.NONE and not validate_only:
+                    created.append(t.topic)
             seen.add(t.topic)
-            if code and msg is None:
-                msg = _CREATE_TOPIC_MESSAGES.get(code)
-            out.append(_make(shape, topic=t.topic, error_code=code, error_message=msg))
-        channel.send(resp_cls.build(throttle_time_ms=0, topics=out))
+            results.append((t.topic, code, msg))
+
+        def answer() -> None:
+            out = []
+            for topic, code, msg in results:
+                if topic in created and not self.metadata.is_ready(topic):
+                    code, msg = ErrorCode.REQUEST_TIMED_OUT, "created, but its leaders were not elected within the request's timeout"
+                out.append(_make(shape, topic=topic, error_code=code, error_message=msg))
+            channel.send(resp_cls.build(throttle_time_ms=0, topics=out))
+
+        if created and req.timeout_ms > 0:
+            self.topics.when_ready(created, req.timeout_ms, answer)
+        else:
+            answer()
+
+    # -- inter-broker: LeaderAndIsr, UpdateMetadata, StopReplica --------------------------------------
+    def _check_controller(self, controller_id: int, controller_epoch: int) -> int:
+        assert self.controller_guard is not None
+        return self.controller_guard(controller_id, controller_epoch)
+
+    def handle_leader_and_isr(self, header: RequestHeader, req: Any, channel: RequestChannel) -> None:
+        resp_cls = type(req).RESPONSE_TYPE
+        code = self._check_controller(req.controller_id, req.controller_epoch)
+        if code:
+            log.warning("LeaderAndIsr from controller %d epoch %d refused (error %d)", req.controller_id, req.controller_epoch, code)
+            channel.send(resp_cls.build(error_code=code, partition_errors=[]))
+            return
+        states = [
+            PartitionState(s.topic, s.partition, s.leader, s.leader_epoch, tuple(s.isr), tuple(s.replicas), s.zk_version, s.controller_epoch)
+            for s in req.ungrouped_partition_states
+        ]
+        from hmbclient.broker.metadata import BrokerEndpoint
+
+        leaders = {b.broker_id: BrokerEndpoint(b.broker_id, b.host_name, b.port) for b in req.live_leaders}
+        for b in self.metadata.brokers():
+            leaders.setdefault(b.node_id, b)
+        results = self.replicas.become_leader_or_follower(states, leaders)
+        channel.send(resp_cls.build(error_code=ErrorCode.NONE, partition_errors=[(t, p, c) for (t, p), c in sorted(results.items())]))
+
+    def handle_update_metadata(self, header: RequestHeader, req: Any, channel: RequestChannel) -> None:
+        resp_cls = type(req).RESPONSE_TYPE
+        code = self._check_controller(req.controller_id, req.controller_epoch)
+        if code:
+            log.warning("UpdateMetadata from controller %d epoch %d refused (error %d)", req.controller_id, req.controller_epoch, code)
+            channel.send(resp_cls.build(error_code=code))
+            return
+        from hmbclient.broker.metadata import BrokerEndpoint
+
+        v = header.api_version
+        if v == 0:
+            brokers = [BrokerEndpoint(b.id, b.host, b.port) for b in req.live_brokers]
+        else:
+            brokers = [BrokerEndpoint(b.id, b.endpoints[0].host, b.endpoints[0].port) for b in req.live_brokers if b.endpoints]
+        if v >= 5:
+            flat = [(t.topic, s) for t in req.topic_states for s in t.partition_states]
+        else:
+            flat = [(s.topic, s) for s in req.ungrouped_partition_states]
+        states = [
+            (topic, s.partition, PartitionMeta(s.leader, s.leader_epoch, tuple(s.isr), tuple(s.replicas), s.zk_version, s.controller_epoch))
+            for topic, s in flat
+        ]
+        self.metadata.update(req.controller_id, req.controller_epoch, brokers, states)
+        channel.send(resp_cls.build(error_code=ErrorCode.NONE))
+
+    def handle_stop_replica(self, header: RequestHeader, req: Any, channel: RequestChannel) -> None:
+        resp_cls = type(req).RESPONSE_TYPE
+        code = self._check_controller(req.controller_id, req.controller_epoch)
+        if code:
+            channel.send(resp_cls.build(error_code=code, partition_errors=[]))
+            return
+        results = self.replicas.stop_replicas([(p.topic, p.partition) for p in req.ungrouped_partitions], bool(req.delete_partitions))
+        channel.send(resp_cls.build(error_code=ErrorCode.NONE, partition_errors=[(t, p, c) for (t, p), c in sorted(results.items())]))
+
+    def handle_controlled_shutdown(self, header: RequestHeader, req: Any, channel: RequestChannel) -> None:
+        resp_cls = type(req).RESPONSE_TYPE
+        assert self.controlled_shutdown is not None
+
+        def answer(code: int, remaining: list[tuple[str, int]]) -> None:
+            channel.send(resp_cls.build(error_code=code, remaining_partitions=[list(tp) for tp in remaining]))
+
+        self.controlled_shutdown(req.broker_id, answer)
+
+    # -- OffsetForLeaderEpoch (followers truncating, KIP-101) ------------------------------------------
+    def handle_offset_for_leader_epoch(self, header: RequestHeader, req: Any, channel: RequestChannel) -> None:
+        v = header.api_version
+        resp_cls = type(req).RESPONSE_TYPE
+        part_shape = _shape(resp_cls, "topics", "partitions")
+        topics = []
+        for t in req.topics:
+            parts = []
+            for p in t.partitions:
+                code, epoch, end = self.replicas.last_offset_for_leader_epoch(t.topic, p.partition, p.leader_epoch)
+                current = getattr(p, "current_leader_epoch", -1) if v >= 2 else -1
+                if not code and current >= 0:
+                    mine = self.metadata.leader_epoch(t.topic, p.partition)
+                    part = self.replicas.partition(t.topic, p.partition)
+                    mine = part.leader_epoch if part is not None else mine
+                    if current < mine:
+                        code, epoch, end = ErrorCode.FENCED_LEADER_EPOCH, -1, -1
+                    elif current > mine:
+                        code, epoch, end = ErrorCode.UNKNOWN_LEADER_EPOCH, -1, -1
+                parts.append(_make(part_shape, error_code=code, partition=p.partition, leader_epoch=epoch, end_offset=end))
+            topics.append((t.topic, parts))
+        channel.send(resp_cls.build(throttle_time_ms=0, topics=topics))

@@ -1,13 +1,16 @@
 """Broker: one Kafka-protocol broker assembled from its parts (Kafka's ``KafkaServer``).
 
 Start-up order: logs (recovery happens here, so a damaged log fails before we listen) ->
-replica manager and purgatories -> offset manager -> socket server (binds; the port is known
-from here on) -> registration in the cluster view and, if configured, ZooKeeper -> scheduler
-(retention, time-based flush, offset loading). Shutdown runs the other way round, so nothing
-answers from a half-closed log.
+coordination store (ZooKeeper, or in memory for a standalone broker) -> metadata cache, replica
+manager, replica fetchers, topic and offset managers -> socket server (binds; the port is known
+from here on) -> registration in the store -> controller (every broker competes for
+``/controller``) -> scheduler (retention, time-based flush). Shutdown runs the other way round,
+after a controlled shutdown (the controller moves this broker's leaderships away first), so
+nothing answers from a half-closed log and clients see leaders move instead of vanish.
 
-A Broker either owns its cluster view and logs (standalone) or shares them with the other
-brokers of an in-process ``EmbeddedCluster`` (then the cluster owns them).
+A standalone broker (no ``zookeeper.connect``) is a cluster of one: its in-memory store holds
+the topics found in its log directory, and it is its own controller, so it runs the same code
+paths as a broker of a ZooKeeper cluster.
 """
 
 from __future__ import annotations
@@ -16,19 +19,28 @@ import logging
 import shutil
 import tempfile
 import threading
+import time
+from collections.abc import Callable
 from typing import Any
 
 from hmbclient.broker.apis import KafkaApis
+from hmbclient.broker.channel import BrokerChannel
+from hmbclient.broker.controller.controller import Controller
+from hmbclient.broker.controller.decisions import LeaderIsr
+from hmbclient.broker.controller.store import CoordinationStore, MemoryStore, ZkStore
 from hmbclient.broker.log.config import LogConfig
 from hmbclient.broker.log.manager import LogManager
-from hmbclient.broker.metadata import BrokerEndpoint, ClusterView
-from hmbclient.broker.offset_manager import OFFSETS_TOPIC, OffsetManager
+from hmbclient.broker.metadata import OFFSETS_TOPIC, BrokerEndpoint, MetadataCache
+from hmbclient.broker.offset_manager import OffsetManager
 from hmbclient.broker.producer_ids import ProducerIdManager
+from hmbclient.broker.replica_fetcher import ReplicaFetcherManager
 from hmbclient.broker.replica_manager import ReplicaManager
 from hmbclient.broker.server import SocketServer
 from hmbclient.broker.topics import TopicManager
 from hmbclient.clock import monotonic_ms, wall_ms
 from hmbclient.config import NEVER, BrokerConfig
+from hmbclient.errors import ErrorCode, HmbError
+from hmbclient.protocol.api.cluster import ControlledShutdownRequest
 
 __all__ = ["Broker", "log_config_from", "Scheduler"]
 
@@ -92,10 +104,10 @@ class Scheduler:
             self._thread.join(timeout=10)
 
 
-def register_disk_topics(view: ClusterView, logs: LogManager) -> None:
-    """Put the topics found on disk into the cluster view (start-up)."""
+def _seed_memory_store(store: MemoryStore, logs: LogManager, broker_id: int) -> None:
+    """A standalone broker's topics are the ones in its log directory (all replicas here)."""
     for topic, n in sorted(logs.topics().items()):
-        view.add_topic(topic, n, internal=topic == OFFSETS_TOPIC)
+        store.create_topic(topic, [(broker_id,)] * n)
 
 
 class Broker:
@@ -103,33 +115,23 @@ class Broker:
 
     Args:
         config: the broker settings.
-        view: a shared cluster view (cluster mode) or None to own one.
-        logs: shared logs (cluster mode) or None to open ``config.log_dirs[0]`` (or a temp dir,
-            removed on stop).
-        producer_ids: shared producer id source (cluster mode) or None for a private one.
+        producer_ids: producer id source (None: a private one).
     """
 
-    def __init__(
-        self,
-        config: BrokerConfig,
-        *,
-        view: ClusterView | None = None,
-        logs: LogManager | None = None,
-        producer_ids: ProducerIdManager | None = None,
-    ) -> None:
+    def __init__(self, config: BrokerConfig, *, producer_ids: ProducerIdManager | None = None) -> None:
         self.config = config
         self.producer_ids = producer_ids or ProducerIdManager()
         self.broker_id = config.broker_id
-        self._shared_view = view
-        self._shared_logs = logs
-        self.view: ClusterView | None = None
+        self.metadata: MetadataCache | None = None
         self.logs: LogManager | None = None
+        self.store: CoordinationStore | None = None
         self.replica_manager: ReplicaManager | None = None
         self.offset_manager: OffsetManager | None = None
+        self.topics: TopicManager | None = None
+        self.controller: Controller | None = None
         self.apis: KafkaApis | None = None
         self.server: SocketServer | None = None
         self.scheduler: Scheduler | None = None
-        self.zk: Any = None
         self._temp_dir: str | None = None
         self._port = config.port
         self.running = False
@@ -147,44 +149,73 @@ class Broker:
         return self.config.advertised_port or self._port
 
     @property
+    def endpoint(self) -> BrokerEndpoint:
+        return BrokerEndpoint(self.broker_id, self.host, self.advertised_port)
+
+    @property
     def log_dir(self) -> str | None:
         return self.logs.log_dir if self.logs is not None else None
 
+    # -- start ---------------------------------------------------------------------------------------
     def start(self) -> None:
-        """Open the logs, bind and serve.
+        """Open the logs, bind, register and serve.
 
         Raises:
             StorageError: a log cannot be recovered (nothing is served then).
+            CoordinationError: ZooKeeper is unreachable or the broker id is taken.
             OSError: the port cannot be bound.
         """
         if self.running:
             return
         cfg = self.config
         name = f"broker-{cfg.broker_id}"
-        if self._shared_logs is not None:
-            logs = self._shared_logs
+        if cfg.log_dirs:
+            log_dir = cfg.log_dirs[0]
         else:
-            if cfg.log_dirs:
-                log_dir = cfg.log_dirs[0]
-            else:
-                if self._temp_dir is None:
-                    self._temp_dir = tempfile.mkdtemp(prefix="hmb-broker-")
-                log_dir = self._temp_dir
-            logs = make_log_manager(cfg, log_dir)
-        self.logs = logs
+            if self._temp_dir is None:
+                self._temp_dir = tempfile.mkdtemp(prefix="hmb-broker-")
+            log_dir = self._temp_dir
+        self.logs = logs = make_log_manager(cfg, log_dir)
         try:
-            if self._shared_view is not None:
-                view = self._shared_view
-            else:
-                view = ClusterView()
-                register_disk_topics(view, logs)
-            self.view = view
-            topics = TopicManager(view, logs, cfg.num_partitions, cfg.auto_create_topics_enable)
-            rm = ReplicaManager(cfg.broker_id, view, logs)
+            store = self._open_store(logs)
+            self.metadata = metadata = MetadataCache()
+            rm = ReplicaManager(
+                cfg.broker_id,
+                metadata,
+                logs,
+                min_insync_replicas=cfg.min_insync_replicas,
+                replica_lag_time_max_ms=cfg.replica_lag_time_max_ms,
+                hw_checkpoint_interval_ms=cfg.replica_high_watermark_checkpoint_interval_ms,
+                isr_writer=self._isr_writer(store),
+            )
             self.replica_manager = rm
-            om = OffsetManager(cfg.broker_id, view, rm, topics, cfg)
+            rm.fetchers = ReplicaFetcherManager(
+                rm,
+                fetch_wait_max_ms=cfg.replica_fetch_wait_max_ms,
+                fetch_max_bytes=cfg.replica_fetch_max_bytes,
+                backoff_ms=cfg.replica_fetch_backoff_ms,
+                request_timeout_s=cfg.controller_socket_timeout_ms / 1000.0,
+            )
+            self.topics = topics = TopicManager(metadata, store, cfg.num_partitions, cfg.default_replication_factor, cfg.auto_create_topics_enable)
+            om = OffsetManager(cfg.broker_id, metadata, rm, topics, cfg)
             self.offset_manager = om
-            self.apis = KafkaApis(cfg.broker_id, view, rm, topics, om, self.producer_ids)
+            self.controller = controller = Controller(
+                cfg.broker_id,
+                store,
+                self._local_delivery,
+                unclean_leader_election=cfg.unclean_leader_election_enable,
+                request_timeout_s=cfg.controller_socket_timeout_ms / 1000.0,
+            )
+            self.apis = KafkaApis(
+                cfg.broker_id,
+                metadata,
+                rm,
+                topics,
+                om,
+                self.producer_ids,
+                controller_guard=self._check_controller,
+                controlled_shutdown=self._serve_controlled_shutdown,
+            )
             self.server = SocketServer(
                 self.apis,
                 cfg.host,
@@ -197,34 +228,142 @@ class Broker:
                 receive_buffer_bytes=cfg.socket_receive_buffer_bytes,
                 name=name,
             )
+            topics.purgatory.start()
             rm.start()
             om.start()
             self.server.start()
             self._port = self.server.port
-            view.register_broker(BrokerEndpoint(cfg.broker_id, self.host, self.advertised_port))
-            if cfg.zookeeper_connect:
-                from hmbclient.broker.zk import ZkRegistration
+            store.register_broker(self.endpoint)
+            announced = threading.Event()
 
-                self.zk = ZkRegistration(cfg, view, self.host, self.advertised_port)
-                self.zk.start()
-            if self._shared_logs is None:
-                self.scheduler = Scheduler(logs, cfg, name)
-                self.scheduler.start()
+            def on_metadata(event: str, _: Any) -> None:
+                if metadata.broker(cfg.broker_id) is not None:
+                    announced.set()
+
+            metadata.add_listener(on_metadata)
+            controller.start()
+            # Ready once the controller has told this broker about the cluster (and, being
+            # first in the same queue, about the partitions it hosts): a client connecting right
+            # after start() finds its topics instead of UNKNOWN_TOPIC_OR_PARTITION.
+            if not announced.wait(cfg.zookeeper_session_timeout_ms / 1000.0 + 5):
+                log.warning("broker %d: no metadata from the controller yet; serving anyway", cfg.broker_id)
+            metadata.remove_listener(on_metadata)
+            self.scheduler = Scheduler(logs, cfg, name)
+            self.scheduler.start()
         except BaseException:
             self._teardown()
             raise
         self.running = True
         log.info("broker %d serving on %s:%d (log dir %s)", cfg.broker_id, cfg.host, self._port, logs.log_dir)
 
-    def _teardown(self) -> None:
-        if self.zk is not None:
+    def _open_store(self, logs: LogManager) -> CoordinationStore:
+        cfg = self.config
+        store: CoordinationStore
+        if cfg.zookeeper_connect:
+            store = ZkStore(cfg.zookeeper_connect, cfg.zookeeper_session_timeout_ms, cfg.zookeeper_connection_timeout_ms)
+        else:
+            memory = MemoryStore()
+            _seed_memory_store(memory, logs, cfg.broker_id)
+            store = memory
+        self.store = store
+        return store
+
+    @staticmethod
+    def _isr_writer(store: CoordinationStore) -> Callable[[str, int, int, int, tuple[int, ...], int, int], int | None]:
+        def write(topic: str, partition: int, leader: int, leader_epoch: int, isr: tuple[int, ...], controller_epoch: int, version: int) -> int | None:
             try:
-                self.zk.stop()
+                return store.write_isr(topic, partition, LeaderIsr(leader, leader_epoch, isr, controller_epoch), version)
+            except Exception as e:  # ZooKeeper trouble: keep the old ISR, try again later
+                log.warning("ISR write for %s-%d failed: %s", topic, partition, e)
+                return None
+
+        return write
+
+    # -- the controller's hooks ----------------------------------------------------------------------
+    def _local_delivery(self, request: Any) -> Any:
+        assert self.apis is not None
+        return self.apis.handle_local(request, client_id=f"broker-{self.broker_id}-controller")
+
+    def _check_controller(self, controller_id: int, controller_epoch: int) -> int:
+        controller, metadata = self.controller, self.metadata
+        if controller is None or metadata is None:
+            return ErrorCode.STALE_CONTROLLER_EPOCH
+        if controller_epoch < metadata.controller_epoch:
+            return ErrorCode.STALE_CONTROLLER_EPOCH
+        if (controller_id, controller_epoch) != controller.known_controller:
+            try:
+                controller.refresh_known_controller()
+            except Exception as e:
+                log.warning("cannot check the controller: %s", e)
+                return ErrorCode.STALE_CONTROLLER_EPOCH
+        if (controller_id, controller_epoch) != controller.known_controller:
+            return ErrorCode.STALE_CONTROLLER_EPOCH
+        return ErrorCode.NONE
+
+    def _serve_controlled_shutdown(self, broker_id: int, answer: Callable[[int, list[tuple[str, int]]], None]) -> None:
+        controller = self.controller
+        if controller is None or not controller.active:
+            answer(ErrorCode.NOT_CONTROLLER, [])
+            return
+
+        def done(fut: Any) -> None:
+            try:
+                code, remaining = fut.result()
+            except HmbError as e:
+                code, remaining = getattr(e, "errno", ErrorCode.UNKNOWN_SERVER_ERROR), []
             except Exception:
-                log.exception("ZooKeeper deregistration failed")
-            self.zk = None
-        if self.view is not None:
-            self.view.deregister_broker(self.broker_id)
+                log.exception("controlled shutdown of broker %d failed", broker_id)
+                code, remaining = ErrorCode.UNKNOWN_SERVER_ERROR, []
+            answer(code, remaining)
+
+        controller.controlled_shutdown(broker_id).add_done_callback(done)
+
+    # -- stop ----------------------------------------------------------------------------------------
+    def controlled_shutdown(self) -> bool:
+        """Ask the controller to move this broker's leaderships away (Kafka's controlled
+        shutdown); True when nothing is left that another replica could take over."""
+        cfg = self.config
+        controller, store = self.controller, self.store
+        if controller is None or store is None or not cfg.controlled_shutdown_enable:
+            return False
+        for attempt in range(cfg.controlled_shutdown_max_retries + 1):
+            if attempt:
+                time.sleep(cfg.controlled_shutdown_retry_backoff_ms / 1000.0)
+            try:
+                cid, _ = controller.refresh_known_controller()
+                if cid < 0:
+                    continue
+                if cid == self.broker_id:
+                    code, remaining = controller.controlled_shutdown(self.broker_id).result(timeout=cfg.controller_socket_timeout_ms / 1000.0)
+                else:
+                    ep = store.live_brokers().get(cid)
+                    if ep is None:
+                        continue
+                    channel = BrokerChannel(ep.host, ep.port, f"broker-{self.broker_id}-shutdown")
+                    try:
+                        resp = channel.request(ControlledShutdownRequest[1](broker_id=self.broker_id), cfg.controller_socket_timeout_ms / 1000.0)
+                    finally:
+                        channel.close()
+                    code, remaining = resp.error_code, [(p.topic, p.partition) for p in resp.remaining_partitions]
+            except Exception as e:
+                log.info("controlled shutdown of broker %d: attempt %d failed: %s", self.broker_id, attempt + 1, e)
+                continue
+            if code == ErrorCode.NONE and not remaining:
+                log.info("controlled shutdown of broker %d done", self.broker_id)
+                return True
+            log.info("controlled shutdown of broker %d: error %d, still leading %s", self.broker_id, code, remaining)
+        return False
+
+    def _teardown(self) -> None:
+        if self.controller is not None:
+            self.controller.shutdown()
+            self.controller = None
+        if self.store is not None:
+            try:
+                self.store.close()
+            except Exception:
+                log.exception("closing the coordination store failed")
+            self.store = None
         if self.server is not None:
             self.server.stop()
             self.server = None
@@ -237,16 +376,22 @@ class Broker:
         if self.replica_manager is not None:
             self.replica_manager.shutdown()
             self.replica_manager = None
-        if self._shared_logs is None and self.logs is not None:
+        if self.topics is not None:
+            self.topics.purgatory.shutdown(complete_pending=True)
+            self.topics = None
+        if self.logs is not None:
             self.logs.close()
-        self.logs = None if self._shared_logs is None else self.logs
-        self.view = None if self._shared_view is None else self.view
+        self.logs = None
+        self.metadata = None
 
-    def stop(self, *, remove_temp_dir: bool = True) -> None:
-        """Stop serving and close the logs (idempotent). A temp log dir is removed unless
-        ``remove_temp_dir`` is False (a restart then finds the data again)."""
+    def stop(self, *, remove_temp_dir: bool = True, controlled: bool = True) -> None:
+        """Stop serving and close the logs (idempotent). ``controlled`` first moves this
+        broker's leaderships to other ISR members (when ``controlled.shutdown.enable``). A temp
+        log dir is removed unless ``remove_temp_dir`` is False (a restart then finds the data)."""
         if not self.running:
             return
+        if controlled:
+            self.controlled_shutdown()
         self.running = False
         self._teardown()
         if remove_temp_dir and self._temp_dir is not None:
@@ -254,7 +399,15 @@ class Broker:
             self._temp_dir = None
         log.info("broker %d stopped", self.broker_id)
 
+    def kill(self) -> None:
+        """Stop at once, as a crash would: no controlled shutdown, no final checkpoint beyond
+        what the components write on close, the ZooKeeper session closed (so the registration
+        disappears now, as after a session expiry). The log dir is kept."""
+        if not self.running:
+            return
+        self.running = False
+        self._teardown()
+        log.info("broker %d killed", self.broker_id)
+
     def __repr__(self) -> str:
         return f"Broker(id={self.broker_id}, {self.host}:{self._port}, running={self.running})"
-
-

@@ -2,16 +2,20 @@
 
 DelayedProduce (acks=-1) completes when, for every partition it appended to,
   Case A: this broker no longer leads the partition (the partition fails NOT_LEADER), or
-  Case B: the high watermark reached the offset after the appended messages.
-With one replica Case B holds right after the append, so the op completes in
-``try_complete_else_watch``'s first check; replication would only change the high watermark.
-On expiry the partitions still waiting fail with REQUEST_TIMED_OUT.
+  Case B: the high watermark reached the offset after the appended messages: every ISR member
+          has them (NONE), or the ISR shrank below ``min.insync.replicas`` on the way
+          (NOT_ENOUGH_REPLICAS_AFTER_APPEND).
+With one replica in the ISR Case B holds right after the append, so the op completes in
+``try_complete_else_watch``'s first check. On expiry the partitions still waiting fail with
+REQUEST_TIMED_OUT (the messages stay in the log; the producer may retry and duplicate them).
 
 DelayedFetch completes when
   Case A: this broker no longer leads one of the partitions,
-  Case B: a partition is gone or its fetch offset is no longer in the log (truncated/deleted),
-  Case C: the log rolled past the segment the fetch was waiting on,
-  Case D: the bytes available across the partitions reach ``min_bytes``.
+  Case B: a partition's fetch offset is no longer in the log (truncated, deleted) or what the
+          fetch may read up to went backwards,
+  Case C: the bytes readable across the partitions reach ``min_bytes``. A consumer may read up
+          to the high watermark, a follower up to the log end, so an append wakes followers'
+          fetches and a high-watermark move wakes consumers'.
 On completion (by a case or by the ``max_wait_ms`` expiry) it reads again and responds.
 """
 
@@ -19,7 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 from hmbclient.broker.purgatory import DelayedOperation
 from hmbclient.broker.results import AppendResult, FetchInfo
@@ -27,16 +31,21 @@ from hmbclient.errors import ErrorCode
 
 if TYPE_CHECKING:
     from hmbclient.broker.log.log import Log
-    from hmbclient.broker.log.segment import Segment
+
+__all__ = ["DelayedProduce", "DelayedFetch", "ProduceStatus", "FetchWait", "Replicas"]
 
 
-class LeaderLogs(Protocol):
-    """What the delayed operations need of the replica manager: the log of a partition this
-    broker leads, or the error code saying why not."""
+class Replicas(Protocol):
+    """What the delayed operations need of the replica manager."""
 
-    def leader_log(self, topic: str, partition: int) -> tuple[int, Log | None]: ...
+    def acks_status(self, topic: str, partition: int, required_offset: int) -> int | None:
+        """None while an acks=-1 produce still waits, else the partition's final error code."""
+        ...
 
-__all__ = ["DelayedProduce", "DelayedFetch", "ProduceStatus", "FetchWait"]
+    def fetch_end(self, topic: str, partition: int, from_replica: bool) -> tuple[int, Log | None, int]:
+        """``(error, log, end)``: the offset a fetch may read up to (HW or LEO)."""
+        ...
+
 
 @dataclass
 class ProduceStatus:
@@ -52,14 +61,14 @@ class DelayedProduce(DelayedOperation):
         timeout_ms: the request's timeout.
         statuses: per (topic, partition) the offset the high watermark must reach and the append
             result to send; partitions that failed to append are not pending.
-        leaders: for leadership and high watermarks.
+        replicas: for leadership, high watermarks and the ISR size.
         respond: called once with ``{(topic, partition): AppendResult}``.
     """
 
-    def __init__(self, timeout_ms: int, statuses: dict[tuple[str, int], ProduceStatus], leaders: LeaderLogs, respond: Callable[[dict[tuple[str, int], AppendResult]], None]) -> None:
+    def __init__(self, timeout_ms: int, statuses: dict[tuple[str, int], ProduceStatus], replicas: Replicas, respond: Callable[[dict[tuple[str, int], AppendResult]], None]) -> None:
         super().__init__(timeout_ms)
         self.statuses = statuses
-        self.leaders = leaders
+        self.replicas = replicas
         self.respond = respond
 
     def try_complete(self) -> bool:
@@ -67,14 +76,14 @@ class DelayedProduce(DelayedOperation):
         for tp, st in self.statuses.items():
             if not st.pending:
                 continue
-            code, partition_log = self.leaders.leader_log(*tp)
-            if code or partition_log is None:  # Case A
-                st.result = st.result._replace(error_code=code or ErrorCode.NOT_LEADER_FOR_PARTITION)
-                st.pending = False
-            elif partition_log.high_watermark >= st.required_offset:  # Case B
-                st.pending = False
-            else:
+            code = self.replicas.acks_status(tp[0], tp[1], st.required_offset)
+            if code is None:
                 waiting = True
+                continue
+            # Case A (not the leader any more) or Case B (the HW got there)
+            if code:
+                st.result = st.result._replace(error_code=code)
+            st.pending = False
         if waiting:
             return False
         return self.force_complete()
@@ -88,13 +97,11 @@ class DelayedProduce(DelayedOperation):
         self.respond(out)
 
 
-@dataclass
-class FetchWait:
-    """What a parked fetch watches on one partition: the segment its offset was at (the active
-    one when parked), that segment's size then, and the bytes the first read already found."""
+class FetchWait(NamedTuple):
+    """What a parked fetch saw on one partition: the offset it could read up to (-1: the
+    partition failed) and the bytes the first read found."""
 
-    segment: Segment | None
-    size_at_park: int
+    end_at_park: int
     bytes_found: int
 
 
@@ -106,34 +113,36 @@ class DelayedFetch(DelayedOperation):
         min_bytes: bytes to wait for across all partitions.
         infos: the partitions asked for.
         waits: per partition, what the first read saw (see FetchWait).
-        leaders: to check the logs (the caller's ``complete`` reads again).
-        complete: called once, by whoever completes the op, to read and respond.
+        from_replica: a follower's fetch (reads to the log end) or a consumer's (to the HW).
+        replicas: to check the logs.
+        complete: called once, by whoever completes the op, to read again and respond.
     """
 
-    def __init__(self, max_wait_ms: int, min_bytes: int, infos: list[FetchInfo], waits: list[FetchWait], leaders: LeaderLogs, complete: Callable[[], Any]) -> None:
+    def __init__(self, max_wait_ms: int, min_bytes: int, infos: list[FetchInfo], waits: list[FetchWait], from_replica: bool, replicas: Replicas, complete: Callable[[], Any]) -> None:
         super().__init__(max_wait_ms)
         self.min_bytes = min_bytes
         self.infos = infos
         self.waits = waits
-        self.leaders = leaders
+        self.from_replica = from_replica
+        self.replicas = replicas
         self._complete = complete
 
     def try_complete(self) -> bool:
         accumulated = 0
         for info, wait in zip(self.infos, self.waits, strict=True):
-            code, partition_log = self.leaders.leader_log(info.topic, info.partition)
-            if code or partition_log is None:  # Case A / B: not the leader any more, or gone
-                return self.force_complete()
-            if not partition_log.log_start_offset <= info.offset <= partition_log.log_end_offset:  # Case B
-                return self.force_complete()
-            seg = wait.segment
-            if seg is None:
-                accumulated += wait.bytes_found
+            if wait.end_at_park < 0:
                 continue
-            if partition_log.segments[-1] is not seg:  # Case C: rolled
+            code, partition_log, end = self.replicas.fetch_end(info.topic, info.partition, self.from_replica)
+            if code or partition_log is None:  # Case A
                 return self.force_complete()
-            accumulated += wait.bytes_found + max(0, seg.size - wait.size_at_park)
-        if accumulated >= self.min_bytes:  # Case D
+            if not partition_log.log_start_offset <= info.offset <= partition_log.log_end_offset or end < wait.end_at_park:  # Case B
+                return self.force_complete()
+            accumulated += wait.bytes_found
+            if end > wait.end_at_park and end > info.offset:
+                found, _ = partition_log.read(info.offset, info.max_bytes, max_offset=end)
+                if found is not None:
+                    accumulated += len(found) - wait.bytes_found
+        if accumulated >= self.min_bytes:  # Case C
             return self.force_complete()
         return False
 

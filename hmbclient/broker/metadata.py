@@ -1,25 +1,35 @@
-"""ClusterView: the brokers, topics and partition leaders one broker (or an in-process cluster)
-knows about. It plays the part of Kafka's metadata cache plus the controller's leader choice.
+"""MetadataCache: what one broker knows of the cluster, as the controller last told it.
 
-Invariants: a partition's leader is an alive broker id or -1 (no leader: its broker is down);
-``preferred`` remembers the assignment so a restarted broker takes its partitions back.
-Leaders are spread round-robin over the alive brokers from a per-topic start (crc32 of the name)
-so that topics do not all start on the same broker. Listeners hear about every change (the
-ZooKeeper registration and the replica managers' purgatories subscribe).
+Kafka's ``MetadataCache``: the live brokers, the controller, and every partition's leader,
+leader epoch, ISR and replicas. The controller sends it with UpdateMetadata after every change
+(a broker joins or dies, a topic is created, a leader or an ISR changes); in a standalone broker
+the local controller applies the same updates by a direct call. Metadata answers are built
+from here only, so every broker of a cluster answers alike, consistent with ZooKeeper.
+
+Invariants: a partition is known once the controller has decided its first state; its
+``leader`` is a broker id or ``NO_LEADER`` (-1: offline); ``controller_epoch`` only grows (an
+update from an older controller epoch is refused by the request handler before it gets here).
+Listeners hear ``("topic", name)`` for every topic an update touched (waits for a topic to be
+ready complete on that) and ``("brokers", None)`` when the live set changed.
 """
 
 from __future__ import annotations
 
 import threading
-import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any, NamedTuple
 
-__all__ = ["BrokerEndpoint", "ClusterView", "NO_LEADER"]
+__all__ = ["BrokerEndpoint", "PartitionMeta", "MetadataCache", "NO_LEADER", "OFFSETS_TOPIC", "is_internal_topic"]
 
 NO_LEADER = -1
+OFFSETS_TOPIC = "__consumer_offsets"
 
 Listener = Callable[[str, Any], None]
+
+
+def is_internal_topic(topic: str) -> bool:
+    """Kafka's internal topics (clients may not produce to them)."""
+    return topic == OFFSETS_TOPIC
 
 
 class BrokerEndpoint(NamedTuple):
@@ -28,8 +38,23 @@ class BrokerEndpoint(NamedTuple):
     port: int
 
 
-class ClusterView:
-    """Shared, thread-safe cluster metadata.
+class PartitionMeta(NamedTuple):
+    """One partition's state as the controller decided it (the state znode plus replicas)."""
+
+    leader: int
+    leader_epoch: int
+    isr: tuple[int, ...]
+    replicas: tuple[int, ...]
+    zk_version: int = 0
+    controller_epoch: int = 0
+
+    def offline_replicas(self, live: Iterable[int]) -> list[int]:
+        alive = set(live)
+        return [r for r in self.replicas if r not in alive]
+
+
+class MetadataCache:
+    """Thread-safe cluster metadata of one broker.
 
     Args:
         cluster_id: reported in Metadata v2+.
@@ -38,12 +63,11 @@ class ClusterView:
     def __init__(self, cluster_id: str = "hmb-embedded") -> None:
         self.cluster_id = cluster_id
         self._lock = threading.RLock()
-        self._alive: dict[int, BrokerEndpoint] = {}
-        self._known: set[int] = set()
-        self._leaders: dict[str, list[int]] = {}
-        self._preferred: dict[str, list[int]] = {}
-        self._epochs: dict[tuple[str, int], int] = {}
-        self._internal: set[str] = set()
+        self._brokers: dict[int, BrokerEndpoint] = {}
+        self._controller_id = NO_LEADER
+        self.controller_epoch = 0
+        # topic -> partition -> meta; partitions are dense 0..n-1 once the topic is complete
+        self._topics: dict[str, dict[int, PartitionMeta]] = {}
         self._listeners: list[Listener] = []
 
     # -- listeners --------------------------------------------------------------------------
@@ -60,114 +84,89 @@ class ClusterView:
         for fn in list(self._listeners):
             fn(event, arg)
 
+    # -- updates (from UpdateMetadata) --------------------------------------------------------
+    def update(
+        self,
+        controller_id: int,
+        controller_epoch: int,
+        brokers: Iterable[BrokerEndpoint],
+        states: Iterable[tuple[str, int, PartitionMeta]],
+    ) -> None:
+        """Apply one UpdateMetadata: the live brokers are replaced, partition states upserted."""
+        touched: set[str] = set()
+        with self._lock:
+            new_brokers = {b.node_id: b for b in brokers}
+            brokers_changed = new_brokers != self._brokers
+            self._brokers = new_brokers
+            self._controller_id = controller_id
+            self.controller_epoch = max(self.controller_epoch, controller_epoch)
+            for topic, partition, meta in states:
+                self._topics.setdefault(topic, {})[partition] = meta
+                touched.add(topic)
+        if brokers_changed:
+            self._emit("brokers", None)
+        for topic in sorted(touched):
+            self._emit("topic", topic)
+
+    def remove_topic(self, topic: str) -> None:
+        with self._lock:
+            self._topics.pop(topic, None)
+        self._emit("topic", topic)
+
     # -- brokers ----------------------------------------------------------------------------
-    def register_broker(self, endpoint: BrokerEndpoint) -> None:
-        """A broker is up: it leads again the partitions assigned to it that have no leader."""
-        changed: list[tuple[str, int]] = []
-        with self._lock:
-            self._alive[endpoint.node_id] = endpoint
-            self._known.add(endpoint.node_id)
-            for topic, pref in self._preferred.items():
-                leaders = self._leaders[topic]
-                for p, b in enumerate(pref):
-                    if b == endpoint.node_id and leaders[p] == NO_LEADER:
-                        leaders[p] = b
-                        self._bump((topic, p))
-                        changed.append((topic, p))
-        self._emit("broker_up", endpoint.node_id)
-        for tp in changed:
-            self._emit("leader", tp)
-
-    def deregister_broker(self, node_id: int) -> None:
-        """A broker stopped: its partitions have no leader until it is back (one replica each)."""
-        changed: list[tuple[str, int]] = []
-        with self._lock:
-            self._alive.pop(node_id, None)
-            for topic, leaders in self._leaders.items():
-                for p, b in enumerate(leaders):
-                    if b == node_id:
-                        leaders[p] = NO_LEADER
-                        self._bump((topic, p))
-                        changed.append((topic, p))
-        self._emit("broker_down", node_id)
-        for tp in changed:
-            self._emit("leader", tp)
-
     def brokers(self) -> list[BrokerEndpoint]:
         with self._lock:
-            return sorted(self._alive.values())
+            return sorted(self._brokers.values())
 
     def broker(self, node_id: int) -> BrokerEndpoint | None:
-        return self._alive.get(node_id)
+        return self._brokers.get(node_id)
+
+    def live_broker_ids(self) -> set[int]:
+        with self._lock:
+            return set(self._brokers)
 
     def controller_id(self) -> int:
-        with self._lock:
-            return min(self._alive) if self._alive else NO_LEADER
+        return self._controller_id
 
     # -- topics -----------------------------------------------------------------------------
-    def add_topic(self, topic: str, num_partitions: int, *, internal: bool = False, leaders: list[int] | None = None) -> bool:
-        """Add a topic (spreading leaders unless given). Returns False if it already existed."""
-        with self._lock:
-            if topic in self._leaders:
-                return False
-            if leaders is None:
-                ids = sorted(self._alive) or sorted(self._known) or [0]
-                start = zlib.crc32(topic.encode()) % len(ids)
-                leaders = [ids[(start + p) % len(ids)] for p in range(num_partitions)]
-            self._preferred[topic] = list(leaders)
-            self._leaders[topic] = [b if b in self._alive else NO_LEADER for b in leaders]
-            for p in range(num_partitions):
-                self._epochs[(topic, p)] = 0
-            if internal:
-                self._internal.add(topic)
-        self._emit("topic", topic)
-        return True
-
     def has_topic(self, topic: str) -> bool:
-        return topic in self._leaders
+        return topic in self._topics
 
     def is_internal(self, topic: str) -> bool:
-        return topic in self._internal
+        return is_internal_topic(topic)
 
     def num_partitions(self, topic: str) -> int | None:
-        leaders = self._leaders.get(topic)
-        return None if leaders is None else len(leaders)
+        parts = self._topics.get(topic)
+        return None if parts is None else len(parts)
+
+    def partition(self, topic: str, partition: int) -> PartitionMeta | None:
+        parts = self._topics.get(topic)
+        return None if parts is None else parts.get(partition)
 
     def leader(self, topic: str, partition: int) -> int | None:
-        """Leader id, NO_LEADER, or None when the topic-partition does not exist."""
-        leaders = self._leaders.get(topic)
-        if leaders is None or not 0 <= partition < len(leaders):
-            return None
-        return leaders[partition]
+        """Leader id, NO_LEADER, or None when the topic-partition is not known."""
+        meta = self.partition(topic, partition)
+        return None if meta is None else meta.leader
 
     def leader_epoch(self, topic: str, partition: int) -> int:
-        return self._epochs.get((topic, partition), 0)
+        meta = self.partition(topic, partition)
+        return -1 if meta is None else meta.leader_epoch
+
+    def topic_partitions(self, topic: str) -> list[PartitionMeta]:
+        """The partitions of ``topic`` in order (empty if unknown)."""
+        with self._lock:
+            parts = self._topics.get(topic, {})
+            return [parts[p] for p in sorted(parts)]
 
     def topics(self) -> dict[str, list[int]]:
         """Snapshot: topic -> leader per partition."""
         with self._lock:
-            return {t: list(ls) for t, ls in self._leaders.items()}
+            return {t: [parts[p].leader for p in sorted(parts)] for t, parts in self._topics.items()}
 
-    def preferred(self, topic: str) -> list[int]:
+    def is_ready(self, topic: str) -> bool:
+        """The topic is known and every partition has a live leader."""
         with self._lock:
-            return list(self._preferred.get(topic, ()))
-
-    def _bump(self, tp: tuple[str, int]) -> None:
-        self._epochs[tp] = self._epochs.get(tp, 0) + 1
-
-    def move_leader(self, topic: str, partition: int, node_id: int) -> None:
-        """Make ``node_id`` lead the partition (it becomes its assigned broker too).
-
-        Raises:
-            KeyError: unknown topic-partition or broker.
-        """
-        with self._lock:
-            leaders = self._leaders.get(topic)
-            if leaders is None or not 0 <= partition < len(leaders):
-                raise KeyError(f"unknown partition {topic}-{partition}")
-            if node_id not in self._known:
-                raise KeyError(f"unknown broker {node_id}")
-            self._preferred[topic][partition] = node_id
-            leaders[partition] = node_id if node_id in self._alive else NO_LEADER
-            self._bump((topic, partition))
-        self._emit("leader", (topic, partition))
+            parts = self._topics.get(topic)
+            if not parts:
+                return False
+            return all(m.leader != NO_LEADER and m.leader in self._brokers for m in parts.values())

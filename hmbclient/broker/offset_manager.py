@@ -27,7 +27,8 @@ import threading
 from typing import TYPE_CHECKING, Any
 
 from hmbclient.broker.apis import _make, _shape
-from hmbclient.broker.metadata import NO_LEADER, ClusterView
+from hmbclient.broker.controller.decisions import offsets_topic_replication_factor
+from hmbclient.broker.metadata import NO_LEADER, OFFSETS_TOPIC, MetadataCache
 from hmbclient.broker.replica_manager import ReplicaManager
 from hmbclient.broker.results import AppendResult
 from hmbclient.broker.topics import TopicManager
@@ -42,8 +43,8 @@ __all__ = ["OffsetManager", "OFFSETS_TOPIC", "java_string_hash", "partition_for_
 
 log = logging.getLogger("hmbclient.broker.offsets")
 
-OFFSETS_TOPIC = "__consumer_offsets"
 MAX_METADATA_BYTES = 4096
+_FIND_COORDINATOR_WAIT_MS = 3000
 
 
 _i16 = struct.Struct(">h")
@@ -111,18 +112,19 @@ class OffsetManager:
 
     Args:
         broker_id: this broker.
-        view: cluster metadata.
+        metadata: this broker's metadata cache.
         replica_manager: to append commits and to read partitions while loading.
         topics: to create the offsets topic on first use.
         config: ``offsets_topic_num_partitions``, ``offsets_retention_minutes``.
     """
 
-    def __init__(self, broker_id: int, view: ClusterView, replica_manager: ReplicaManager, topics: TopicManager, config: BrokerConfig) -> None:
+    def __init__(self, broker_id: int, metadata: MetadataCache, replica_manager: ReplicaManager, topics: TopicManager, config: BrokerConfig) -> None:
         self.broker_id = broker_id
-        self.view = view
+        self.metadata = metadata
         self.rm = replica_manager
         self.topics = topics
         self.num_partitions = config.offsets_topic_num_partitions
+        self.replication_factor = config.offsets_topic_replication_factor
         self.retention_ms = config.offsets_retention_minutes * 60_000
         self._cache: dict[str, dict[tuple[str, int], OffsetEntry]] = {}
         self._loaded: set[int] = set()
@@ -133,28 +135,20 @@ class OffsetManager:
     # -- lifecycle -------------------------------------------------------------------------------
     def start(self) -> None:
         self._running = True
-        self.view.add_listener(self._on_view_event)
-        if self.view.has_topic(OFFSETS_TOPIC):
-            for p in range(self.view.num_partitions(OFFSETS_TOPIC) or 0):
-                self._maybe_load(p)
+        # Coordination moves with the leadership of the group's offsets partition: load on
+        # becoming its leader, forget on losing it.
+        self.rm.add_leadership_listener(self._on_leadership)
 
     def shutdown(self) -> None:
         self._running = False
-        self.view.remove_listener(self._on_view_event)
 
-    def _on_view_event(self, event: str, arg: Any) -> None:
-        if event == "leader" and arg[0] == OFFSETS_TOPIC:
-            self._maybe_load(arg[1])
-        elif event == "topic" and arg == OFFSETS_TOPIC:
-            for p in range(self.view.num_partitions(OFFSETS_TOPIC) or 0):
-                self._maybe_load(p)
-        elif event in ("broker_up", "broker_down") and self.view.has_topic(OFFSETS_TOPIC):
-            for p in range(self.view.num_partitions(OFFSETS_TOPIC) or 0):
-                self._maybe_load(p)
+    def _on_leadership(self, topic: str, partition: int, leads: bool) -> None:
+        if topic == OFFSETS_TOPIC:
+            self._maybe_load(partition)
 
     def _maybe_load(self, partition: int) -> None:
         """Start loading ``partition`` if this broker now leads it; forget it if not."""
-        leads = self.view.leader(OFFSETS_TOPIC, partition) == self.broker_id
+        leads = self.rm.is_leader(OFFSETS_TOPIC, partition)
         with self._lock:
             if not leads:
                 if partition in self._loaded:
@@ -171,14 +165,16 @@ class OffsetManager:
         loaded: dict[str, dict[tuple[str, int], OffsetEntry]] = {}
         n = 0
         try:
-            lg = self.rm.logs.get_or_create(OFFSETS_TOPIC, partition)
-            offset = lg.log_start_offset
-            end = lg.log_end_offset
+            # A new leader's log may end with entries its followers have not copied yet; they
+            # will be committed (a leader never truncates), so the whole log is loaded.
+            offsets_log = self.rm.logs.get_or_create(OFFSETS_TOPIC, partition)
+            offset = offsets_log.log_start_offset
+            end = offsets_log.log_end_offset
             while offset < end and self._running:
-                sl, _ = lg.read(offset, 1 << 20, min_one_entry=True)
-                if sl is None:
+                found, _ = offsets_log.read(offset, 1 << 20, min_one_entry=True)
+                if found is None:
                     break
-                recs = records.decode_records(sl.read())
+                recs = records.decode_records(found.read())
                 if not recs:
                     break
                 for r in recs:
@@ -209,18 +205,22 @@ class OffsetManager:
         return partition_for_group(group, self.num_partitions)
 
     def _ensure_topic(self) -> None:
-        if not self.view.has_topic(OFFSETS_TOPIC):
-            self.topics.create(OFFSETS_TOPIC, self.num_partitions, internal=True)
+        if not self.metadata.has_topic(OFFSETS_TOPIC):
+            live = len(self.metadata.live_broker_ids()) or 1
+            rf = offsets_topic_replication_factor(self.replication_factor, live)
+            self.topics.create(OFFSETS_TOPIC, self.num_partitions, rf)
 
     def _group_state(self, group: str) -> int:
         """0 if this broker coordinates ``group`` and has its offsets loaded, else the error."""
         self._ensure_topic()
         p = self.partition_for(group)
-        leader = self.view.leader(OFFSETS_TOPIC, p)
+        leader = self.metadata.leader(OFFSETS_TOPIC, p)
         if leader is None or leader == NO_LEADER:
             return ErrorCode.COORDINATOR_NOT_AVAILABLE
         if leader != self.broker_id:
             return ErrorCode.NOT_COORDINATOR
+        if not self.rm.is_leader(OFFSETS_TOPIC, p):
+            return ErrorCode.COORDINATOR_LOAD_IN_PROGRESS  # the LeaderAndIsr is on its way
         with self._lock:
             if p in self._loaded:
                 return ErrorCode.NONE
@@ -242,12 +242,18 @@ class OffsetManager:
             channel.send(resp_cls.build(throttle_time_ms=0, error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE, error_message="transactions are not supported", node_id=-1, host="", port=-1))
             return
         self._ensure_topic()
-        leader = self.view.leader(OFFSETS_TOPIC, self.partition_for(key))
-        ep = self.view.broker(leader) if leader is not None and leader >= 0 else None
-        if ep is None:
-            channel.send(resp_cls.build(throttle_time_ms=0, error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE, error_message="the coordinator's broker is down", node_id=-1, host="", port=-1))
-            return
-        channel.send(resp_cls.build(throttle_time_ms=0, error_code=ErrorCode.NONE, error_message=None, node_id=ep.node_id, host=ep.host, port=ep.port))
+
+        def answer() -> None:
+            leader = self.metadata.leader(OFFSETS_TOPIC, self.partition_for(key))
+            ep = self.metadata.broker(leader) if leader is not None and leader >= 0 else None
+            if ep is None:
+                channel.send(resp_cls.build(throttle_time_ms=0, error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE, error_message="the coordinator's broker is down", node_id=-1, host="", port=-1))
+                return
+            channel.send(resp_cls.build(throttle_time_ms=0, error_code=ErrorCode.NONE, error_message=None, node_id=ep.node_id, host=ep.host, port=ep.port))
+
+        # A just-created offsets topic is served once the controller elected its leaders: the
+        # answer waits for that (bounded) instead of sending the client into a retry loop.
+        self.topics.when_ready([OFFSETS_TOPIC], _FIND_COORDINATOR_WAIT_MS, answer)
 
     def handle_offset_commit(self, header: Any, req: Any, channel: Any) -> None:
         resp_cls = type(req).RESPONSE_TYPE

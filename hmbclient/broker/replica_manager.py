@@ -1,26 +1,43 @@
-"""ReplicaManager: appends to and reads from the partition logs this broker leads.
+"""ReplicaManager: the partitions this broker hosts, as leader or follower.
 
-This is the layer the purgatory refactoring (KAFKA-1583) moved out of the request handlers:
-``append_messages`` and ``fetch_messages`` take per-partition inputs and a callback, answer at
-once when they can, and otherwise park a DelayedProduce / DelayedFetch in their purgatory. The
-request dispatcher (``apis``) and the offset manager both call it; neither knows about logs.
+Kafka's ``ReplicaManager`` after the purgatory refactoring (KAFKA-1583), with 0.8.2 replication:
 
-Per-partition errors are codes, never exceptions: 3 unknown topic-partition, 5 leader not
-available (its broker is down), 6 not the leader here, 1 offset out of range, 2 corrupt message,
-10 message too large, 17 internal topic written by a client, 56 storage error.
+* The controller's LeaderAndIsr makes each local replica a leader or a follower
+  (:meth:`become_leader_or_follower`); followers are handed to the replica fetchers, which
+  truncate by leader epoch and then fetch from their leader. StopReplica takes replicas offline
+  (and may delete them).
+* ``append_messages`` appends to the partitions this broker leads and answers at once for
+  acks 0/1; for acks=-1 it parks a DelayedProduce that completes when the high watermark passes
+  the appended messages (every ISR member has them) or the request times out.
+  ``min.insync.replicas`` refuses an acks=-1 append to a too-small ISR (NOT_ENOUGH_REPLICAS) and
+  fails one whose ISR shrank below it before the HW got there (NOT_ENOUGH_REPLICAS_AFTER_APPEND).
+* ``fetch_messages`` reads up to the high watermark for consumers (only committed messages)
+  and up to the log end for followers (``replica_id`` >= 0, which must be an assigned replica);
+  a follower's fetch offset is its log end offset, which may move the HW and so complete
+  waiting produces and consumer fetches. A fetch that finds less than ``min_bytes`` parks a
+  DelayedFetch.
+* A background thread drops followers that stopped catching up from the ISR
+  (``replica.lag.time.max.ms``) and checkpoints the high watermarks.
+
+Per-partition errors are codes, never exceptions: UNKNOWN_TOPIC_OR_PARTITION (not hosted here
+and unknown), LEADER_NOT_AVAILABLE (offline), NOT_LEADER_FOR_PARTITION, OFFSET_OUT_OF_RANGE,
+CORRUPT_MESSAGE, MESSAGE_TOO_LARGE, INVALID_TOPIC (internal topic written by a client),
+NOT_ENOUGH_REPLICAS(_AFTER_APPEND), KAFKA_STORAGE_ERROR.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
-from typing import Any
+import threading
+from collections.abc import Callable, Iterable
+from typing import Any, NamedTuple
 
 from hmbclient.broker.delayed import DelayedFetch, DelayedProduce, FetchWait, ProduceStatus
 from hmbclient.broker.log.log import Log
 from hmbclient.broker.log.manager import LogManager
 from hmbclient.broker.log.segment import FileSlice
-from hmbclient.broker.metadata import NO_LEADER, ClusterView
+from hmbclient.broker.metadata import NO_LEADER, BrokerEndpoint, MetadataCache, is_internal_topic
+from hmbclient.broker.partition import IsrWriter, Partition, Role
 from hmbclient.broker.purgatory import Purgatory
 from hmbclient.broker.results import TP, AppendResult, FetchInfo, FetchResult
 from hmbclient.clock import monotonic_ms
@@ -34,74 +51,264 @@ from hmbclient.errors import (
 )
 from hmbclient.protocol import records
 
-__all__ = ["ReplicaManager", "AppendResult", "FetchInfo", "FetchResult"]
+__all__ = ["ReplicaManager", "PartitionState", "LeadershipListener"]
 
 log = logging.getLogger("hmbclient.broker.replica_manager")
 
-
 _EMPTY = b""
+
+LeadershipListener = Callable[[str, int, bool], None]
+"""``(topic, partition, is_leader)`` after this broker became leader or stopped leading."""
+
+
+class PartitionState(NamedTuple):
+    """One partition of a LeaderAndIsr request, as the replica manager applies it."""
+
+    topic: str
+    partition: int
+    leader: int
+    leader_epoch: int
+    isr: tuple[int, ...]
+    replicas: tuple[int, ...]
+    zk_version: int
+    controller_epoch: int
 
 
 class ReplicaManager:
-    """Leader-side log access for one broker.
+    """The replicas of one broker.
 
     Args:
         broker_id: this broker.
-        view: cluster metadata (who leads what).
+        metadata: the broker's metadata cache (for error codes on partitions not hosted here).
         logs: the partition logs.
-        now_ms: the purgatories' clock.
+        min_insync_replicas: ``min.insync.replicas``.
+        replica_lag_time_max_ms: ``replica.lag.time.max.ms``.
+        hw_checkpoint_interval_ms: how often HWs are saved.
+        isr_writer: writes a leader's ISR change (ZooKeeper or the standalone store).
+        now_ms: the purgatories' and partitions' monotonic clock.
     """
 
-    def __init__(self, broker_id: int, view: ClusterView, logs: LogManager, now_ms: Callable[[], int] = monotonic_ms) -> None:
+    def __init__(
+        self,
+        broker_id: int,
+        metadata: MetadataCache,
+        logs: LogManager,
+        *,
+        min_insync_replicas: int = 1,
+        replica_lag_time_max_ms: int = 10_000,
+        hw_checkpoint_interval_ms: int = 5_000,
+        isr_writer: IsrWriter | None = None,
+        now_ms: Callable[[], int] = monotonic_ms,
+    ) -> None:
         self.broker_id = broker_id
-        self.view = view
+        self.metadata = metadata
         self.logs = logs
+        self.min_insync_replicas = min_insync_replicas
+        self.replica_lag_time_max_ms = replica_lag_time_max_ms
+        self.hw_checkpoint_interval_ms = hw_checkpoint_interval_ms
+        self.isr_writer = isr_writer
+        self._now_ms = now_ms
         self.produce_purgatory: Purgatory[DelayedProduce] = Purgatory("produce", now_ms)
         self.fetch_purgatory: Purgatory[DelayedFetch] = Purgatory("fetch", now_ms)
+        self._partitions: dict[TP, Partition] = {}
+        self._lock = threading.RLock()
         self._append_listeners: list[Callable[[str, int], None]] = []
+        self._leadership_listeners: list[LeadershipListener] = []
+        self.fetchers: Any = None  # ReplicaFetcherManager, set by the broker
+        self._stop = threading.Event()
+        self._chores: threading.Thread | None = None
 
+    # -- lifecycle ---------------------------------------------------------------------------------
     def start(self) -> None:
-        self.view.add_listener(self._on_view_event)
         self.produce_purgatory.start()
         self.fetch_purgatory.start()
+        self._stop.clear()
+        self._chores = threading.Thread(target=self._run_chores, name=f"broker-{self.broker_id}-replica-chores", daemon=True)
+        self._chores.start()
 
     def shutdown(self) -> None:
-        self.view.remove_listener(self._on_view_event)
+        self._stop.set()
+        if self._chores is not None:
+            self._chores.join(timeout=10)
+            self._chores = None
+        if self.fetchers is not None:
+            self.fetchers.shutdown()
         # Parked requests answer now (a fetch with what is there, a produce with a timeout)
         # instead of holding their connections until the sockets close.
         self.fetch_purgatory.shutdown(complete_pending=True)
         self.produce_purgatory.shutdown(complete_pending=True)
+        self.checkpoint_high_watermarks()
 
-    def _on_view_event(self, event: str, arg: Any) -> None:
-        if event == "leader":
-            self.fetch_purgatory.check_and_complete(arg)
-            self.produce_purgatory.check_and_complete(arg)
-        elif event == "broker_down":
-            for topic, leaders in self.view.topics().items():
-                for p, b in enumerate(leaders):
-                    if b == NO_LEADER:
-                        self.fetch_purgatory.check_and_complete((topic, p))
+    def _run_chores(self) -> None:
+        tick_ms = max(50, min(self.replica_lag_time_max_ms // 2, 1000))
+        next_checkpoint = self._now_ms() + self.hw_checkpoint_interval_ms
+        while not self._stop.wait(tick_ms / 1000.0):
+            try:
+                for p in self.leader_partitions():
+                    if p.maybe_shrink_isr(self.replica_lag_time_max_ms):
+                        self._hw_moved(p.tp)
+                if self._now_ms() >= next_checkpoint:
+                    next_checkpoint = self._now_ms() + self.hw_checkpoint_interval_ms
+                    self.checkpoint_high_watermarks()
+            except Exception:
+                log.exception("replica chores failed")
 
+    def checkpoint_high_watermarks(self) -> None:
+        try:
+            self.logs.checkpoint_high_watermarks()
+        except StorageError as e:
+            log.error("high watermark checkpoint failed: %s", e)
+
+    # -- listeners ---------------------------------------------------------------------------------
     def add_append_listener(self, fn: Callable[[str, int], None]) -> None:
-        """``fn(topic, partition)`` after every successful append (the offset manager's hook)."""
+        """``fn(topic, partition)`` after every successful append as leader."""
         self._append_listeners.append(fn)
 
-    # -- leadership ----------------------------------------------------------------------------
+    def add_leadership_listener(self, fn: LeadershipListener) -> None:
+        self._leadership_listeners.append(fn)
+
+    # -- partitions --------------------------------------------------------------------------------
+    def partition(self, topic: str, partition: int) -> Partition | None:
+        return self._partitions.get((topic, partition))
+
+    def partitions(self) -> list[Partition]:
+        with self._lock:
+            return list(self._partitions.values())
+
+    def leader_partitions(self) -> list[Partition]:
+        return [p for p in self.partitions() if p.role is Role.LEADER]
+
+    def is_leader(self, topic: str, partition: int) -> bool:
+        p = self._partitions.get((topic, partition))
+        return p is not None and p.role is Role.LEADER
+
+    def _not_here(self, topic: str, partition: int) -> int:
+        meta = self.metadata.partition(topic, partition)
+        if meta is None:
+            return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        if meta.leader == NO_LEADER:
+            return ErrorCode.LEADER_NOT_AVAILABLE
+        return ErrorCode.NOT_LEADER_FOR_PARTITION
+
     def leader_log(self, topic: str, partition: int) -> tuple[int, Log | None]:
         """``(0, log)`` if this broker leads the partition, else ``(error code, None)``."""
-        leader = self.view.leader(topic, partition)
-        if leader is None:
-            return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, None
-        if leader == NO_LEADER:
-            return ErrorCode.LEADER_NOT_AVAILABLE, None
-        if leader != self.broker_id:
-            return ErrorCode.NOT_LEADER_FOR_PARTITION, None
-        lg = self.logs.get(topic, partition)
-        if lg is None:
-            lg = self.logs.get_or_create(topic, partition)
-        return ErrorCode.NONE, lg
+        p = self._partitions.get((topic, partition))
+        if p is None or p.role is not Role.LEADER:
+            return self._not_here(topic, partition), None
+        return ErrorCode.NONE, p.log
 
-    # -- appends -------------------------------------------------------------------------------
+    def fetch_end(self, topic: str, partition: int, from_replica: bool) -> tuple[int, Log | None, int]:
+        """What a waiting fetch may read up to: the HW for consumers, the LEO for followers."""
+        code, partition_log = self.leader_log(topic, partition)
+        if code or partition_log is None:
+            return code, None, -1
+        return ErrorCode.NONE, partition_log, partition_log.log_end_offset if from_replica else partition_log.high_watermark
+
+    # -- LeaderAndIsr / StopReplica ------------------------------------------------------------------
+    def become_leader_or_follower(self, states: Iterable[PartitionState], leaders: dict[int, BrokerEndpoint]) -> dict[TP, int]:
+        """Apply the controller's decisions; per-partition error codes."""
+        results: dict[TP, int] = {}
+        new_followers: list[tuple[Partition, BrokerEndpoint]] = []
+        changed_leadership: list[tuple[TP, bool]] = []
+        with self._lock:
+            for st in states:
+                tp = (st.topic, st.partition)
+                if self.broker_id not in st.replicas:
+                    results[tp] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                    continue
+                p = self._partitions.get(tp)
+                if p is None:
+                    try:
+                        partition_log = self.logs.get_or_create(st.topic, st.partition)
+                    except StorageError as e:
+                        log.error("cannot open %s-%d: %s", st.topic, st.partition, e)
+                        results[tp] = ErrorCode.KAFKA_STORAGE_ERROR
+                        continue
+                    p = Partition(st.topic, st.partition, self.broker_id, partition_log, self.isr_writer, self._now_ms)
+                    self._partitions[tp] = p
+                if p.is_stale(st.leader_epoch):
+                    log.warning("%s-%d: ignoring LeaderAndIsr with leader epoch %d (have %d)", st.topic, st.partition, st.leader_epoch, p.leader_epoch)
+                    results[tp] = ErrorCode.STALE_CONTROLLER_EPOCH
+                    continue
+                was_leader = p.is_leader
+                if st.leader == self.broker_id:
+                    if self.fetchers is not None:
+                        self.fetchers.remove_partitions([tp])
+                    p.make_leader(st.leader_epoch, st.isr, st.replicas, st.zk_version, st.controller_epoch)
+                    if not was_leader:
+                        changed_leadership.append((tp, True))
+                    log.info("%s-%d: leader, epoch %d, ISR %s", st.topic, st.partition, st.leader_epoch, list(st.isr))
+                else:
+                    if p.make_follower(st.leader, st.leader_epoch, st.isr, st.replicas, st.zk_version, st.controller_epoch):
+                        leader = leaders.get(st.leader) if st.leader != NO_LEADER else None
+                        if self.fetchers is not None:
+                            self.fetchers.remove_partitions([tp])
+                        if leader is not None:
+                            new_followers.append((p, leader))
+                    if was_leader:
+                        changed_leadership.append((tp, False))
+                results[tp] = ErrorCode.NONE
+        if self.fetchers is not None:
+            by_leader: dict[BrokerEndpoint, list[Partition]] = {}
+            for p, ep in new_followers:
+                by_leader.setdefault(ep, []).append(p)
+            for ep, parts in by_leader.items():
+                self.fetchers.add_partitions(ep, parts)
+        for tp, _ in changed_leadership:
+            self._leadership_moved(tp)
+        for tp, leads in changed_leadership:
+            for fn in self._leadership_listeners:
+                fn(tp[0], tp[1], leads)
+        return results
+
+    def stop_replicas(self, tps: Iterable[TP], delete: bool) -> dict[TP, int]:
+        results: dict[TP, int] = {}
+        stopped: list[TP] = []
+        with self._lock:
+            tps = list(tps)
+            if self.fetchers is not None:
+                self.fetchers.remove_partitions(tps)
+            for tp in tps:
+                p = self._partitions.get(tp)
+                if p is not None:
+                    was_leader = p.is_leader
+                    p.make_offline()
+                    if delete:
+                        del self._partitions[tp]
+                    if was_leader:
+                        stopped.append(tp)
+                if delete:
+                    try:
+                        self.logs.delete_log(*tp)
+                    except StorageError as e:
+                        results[tp] = ErrorCode.KAFKA_STORAGE_ERROR
+                        log.error("deleting %s-%d failed: %s", tp[0], tp[1], e)
+                        continue
+                results[tp] = ErrorCode.NONE
+        for tp in stopped:
+            self._leadership_moved(tp)
+            for fn in self._leadership_listeners:
+                fn(tp[0], tp[1], False)
+        return results
+
+    def _leadership_moved(self, tp: TP) -> None:
+        # Parked requests of a partition this broker no longer leads answer now (Case A).
+        self.fetch_purgatory.check_and_complete(tp)
+        self.produce_purgatory.check_and_complete(tp)
+
+    def _hw_moved(self, tp: TP) -> None:
+        self.produce_purgatory.check_and_complete(tp)
+        self.fetch_purgatory.check_and_complete(tp)
+
+    def last_offset_for_leader_epoch(self, topic: str, partition: int, epoch: int) -> tuple[int, int, int]:
+        """OffsetForLeaderEpoch as the leader answers it: ``(error, epoch, end offset)``."""
+        code, partition_log = self.leader_log(topic, partition)
+        if code or partition_log is None:
+            return code, -1, -1
+        found_epoch, end = partition_log.leader_epochs.end_offset_for(epoch, partition_log.log_end_offset)
+        return ErrorCode.NONE, found_epoch, end
+
+    # -- appends -----------------------------------------------------------------------------------
     def append_messages(
         self,
         timeout_ms: int,
@@ -117,14 +324,15 @@ class ReplicaManager:
         appended: list[tuple[TP, int]] = []
         for topic, partition, buf in entries:
             tp = (topic, partition)
-            code, lg = self.leader_log(topic, partition)
-            if not code and not allow_internal and self.view.is_internal(topic):
-                code = ErrorCode.INVALID_TOPIC_EXCEPTION
-            if code or lg is None:
-                results[tp] = AppendResult(code, -1, -1)
+            p = self._partitions.get(tp)
+            if p is None or p.role is not Role.LEADER:
+                results[tp] = AppendResult(self._not_here(topic, partition), -1, -1)
+                continue
+            if not allow_internal and is_internal_topic(topic):
+                results[tp] = AppendResult(ErrorCode.INVALID_TOPIC_EXCEPTION, -1, -1)
                 continue
             try:
-                info = lg.append(buf if buf is not None else _EMPTY)
+                code, info = p.append_as_leader(buf if buf is not None else _EMPTY, acks, self.min_insync_replicas)
             except BrokerError as e:
                 log.info("append to %s-%d refused: %s", topic, partition, e)
                 results[tp] = AppendResult(e.errno, -1, -1)
@@ -137,7 +345,10 @@ class ReplicaManager:
                 log.error("append to %s-%d failed: %s", topic, partition, e)
                 results[tp] = AppendResult(ErrorCode.KAFKA_STORAGE_ERROR, -1, -1)
                 continue
-            results[tp] = AppendResult(ErrorCode.NONE, info.first_offset, lg.log_start_offset)
+            if code or info is None:
+                results[tp] = AppendResult(code, -1, -1)
+                continue
+            results[tp] = AppendResult(ErrorCode.NONE, info.first_offset, p.log.log_start_offset)
             if info.num_records:
                 appended.append((tp, info.last_offset + 1))
         for tp, _ in appended:
@@ -152,8 +363,23 @@ class ReplicaManager:
         else:
             respond(results)
 
-    # -- fetches -------------------------------------------------------------------------------
-    def read(self, infos: list[FetchInfo], max_bytes: int, max_magic: int, min_one_entry: bool, waits: list[FetchWait] | None = None) -> list[FetchResult]:
+    def acks_status(self, topic: str, partition: int, required_offset: int) -> int | None:
+        """For DelayedProduce: None while waiting, else the partition's final error code."""
+        p = self._partitions.get((topic, partition))
+        if p is None:
+            return self._not_here(topic, partition)
+        return p.acks_status(required_offset, self.min_insync_replicas)
+
+    # -- fetches -----------------------------------------------------------------------------------
+    def read(
+        self,
+        infos: list[FetchInfo],
+        max_bytes: int,
+        max_magic: int,
+        min_one_entry: bool,
+        waits: list[FetchWait] | None = None,
+        replica_id: int = -1,
+    ) -> list[FetchResult]:
         """Read every partition now (no waiting).
 
         Args:
@@ -163,49 +389,57 @@ class ReplicaManager:
                 is down-converted (and then sent from memory, not with sendfile).
             min_one_entry: the first partition with data returns at least one whole entry (KIP-74).
             waits: if given, filled with what a DelayedFetch needs to watch each partition.
+            replica_id: a follower's broker id (reads to the log end and records its progress),
+                or -1 for a consumer (reads below the high watermark only).
         """
         out: list[FetchResult] = []
         remaining = max_bytes
+        from_replica = replica_id >= 0
         for info in infos:
-            code, lg = self.leader_log(info.topic, info.partition)
-            if code or lg is None:
+            p = self._partitions.get((info.topic, info.partition))
+            code: int = ErrorCode.NONE
+            if p is None or p.role is not Role.LEADER:
+                code = self._not_here(info.topic, info.partition)
+            elif from_replica and replica_id not in p.replicas:
+                code = ErrorCode.REPLICA_NOT_AVAILABLE
+            if code or p is None:
                 out.append(FetchResult(code, -1, -1, _EMPTY, 0))
                 if waits is not None:
-                    waits.append(FetchWait(None, 0, 0))
+                    waits.append(FetchWait(-1, 0))
                 continue
-            # Snapshot before reading: an append racing with this read then shows up as growth.
-            active = lg.segments[-1]
-            size_before = active.size
-            hw = lg.high_watermark
-            start = lg.log_start_offset
+            partition_log = p.log
+            leo = partition_log.log_end_offset
+            hw = partition_log.high_watermark
+            end = leo if from_replica else hw
+            start = partition_log.log_start_offset
             limit = min(info.max_bytes, remaining)
             data: FileSlice | bytes = _EMPTY
             n = 0
             if limit > 0 or min_one_entry:
                 try:
-                    sl, magic = lg.read(info.offset, max(limit, 0), min_one_entry=min_one_entry)
+                    found, magic = partition_log.read(info.offset, max(limit, 0), min_one_entry=min_one_entry, max_offset=end)
                 except OffsetOutOfRangeError:
                     out.append(FetchResult(ErrorCode.OFFSET_OUT_OF_RANGE, hw, start, _EMPTY, 0))
                     if waits is not None:
-                        waits.append(FetchWait(None, 0, 0))
+                        waits.append(FetchWait(-1, 0))
                     continue
-                if sl is not None:
-                    if magic > max_magic:
-                        data = self._down_convert(sl, max_magic)
-                    else:
-                        data = sl
+                if found is not None:
+                    data = self._down_convert(found, max_magic) if magic > max_magic else found
                     n = len(data)
             if n:
                 remaining -= n
                 min_one_entry = False
+            if from_replica and p.on_follower_fetch(replica_id, info.offset, leo):
+                self._hw_moved(p.tp)
+                hw = partition_log.high_watermark
             out.append(FetchResult(ErrorCode.NONE, hw, start, data, n))
             if waits is not None:
-                waits.append(FetchWait(active, size_before, n))
+                waits.append(FetchWait(end, n))
         return out
 
     @staticmethod
-    def _down_convert(sl: FileSlice, to_magic: int) -> bytes:
-        buf = sl.read()
+    def _down_convert(found: FileSlice, to_magic: int) -> bytes:
+        buf = found.read()
         # Convert whole entries only: the converter works on complete messages, and a client
         # reading an old format re-fetches from the next offset anyway.
         _, valid = records.scan_entries(buf, verify_crc=False)
@@ -215,8 +449,8 @@ class ReplicaManager:
             return _EMPTY
         # Not even the first entry fits: send the start of its conversion, cut at the limit,
         # as Kafka 0.8 sent a partial message; an old client then knows to fetch bigger.
-        whole = sl.store.read(sl.position, 12 + int.from_bytes(buf[8:12], "big"))
-        return bytes(records.convert_records(whole, to_magic))[: len(sl)]
+        whole = found.store.read(found.position, 12 + int.from_bytes(buf[8:12], "big"))
+        return bytes(records.convert_records(whole, to_magic))[: len(found)]
 
     def fetch_messages(
         self,
@@ -227,11 +461,12 @@ class ReplicaManager:
         max_magic: int,
         min_one_entry: bool,
         respond: Callable[[list[FetchResult]], None],
+        replica_id: int = -1,
     ) -> None:
         """Read now and respond if ``min_bytes`` are there (or an error, or no wait); else park
-        a DelayedFetch that responds when an append satisfies it or ``max_wait_ms`` passes."""
+        a DelayedFetch that responds when the data arrives or ``max_wait_ms`` passes."""
         waits: list[FetchWait] = []
-        results = self.read(infos, max_bytes, max_magic, min_one_entry, waits)
+        results = self.read(infos, max_bytes, max_magic, min_one_entry, waits, replica_id)
         total = 0
         failed = False
         for r in results:
@@ -242,8 +477,37 @@ class ReplicaManager:
             respond(results)
             return
 
-        def complete() -> None:
-            respond(self.read(infos, max_bytes, max_magic, min_one_entry))
+        from_replica = replica_id >= 0
 
-        op = DelayedFetch(max_wait_ms, min_bytes, infos, waits, self, complete)
+        def complete() -> None:
+            if from_replica:
+                # The follower's progress was recorded by the first read; this one only answers.
+                respond(self._read_for_replica_answer(infos, max_bytes, min_one_entry))
+            else:
+                respond(self.read(infos, max_bytes, max_magic, min_one_entry))
+
+        op = DelayedFetch(max_wait_ms, min_bytes, infos, waits, from_replica, self, complete)
         self.fetch_purgatory.try_complete_else_watch(op, [(i.topic, i.partition) for i in infos])
+
+    def _read_for_replica_answer(self, infos: list[FetchInfo], max_bytes: int, min_one_entry: bool) -> list[FetchResult]:
+        """A parked follower fetch answers with the data up to the log end (its fetch offset was
+        already recorded as its log end when the request arrived)."""
+        out: list[FetchResult] = []
+        remaining = max_bytes
+        for info in infos:
+            code, partition_log = self.leader_log(info.topic, info.partition)
+            if code or partition_log is None:
+                out.append(FetchResult(code, -1, -1, _EMPTY, 0))
+                continue
+            hw, start = partition_log.high_watermark, partition_log.log_start_offset
+            try:
+                found, _ = partition_log.read(info.offset, max(min(info.max_bytes, remaining), 0), min_one_entry=min_one_entry, max_offset=partition_log.log_end_offset)
+            except OffsetOutOfRangeError:
+                out.append(FetchResult(ErrorCode.OFFSET_OUT_OF_RANGE, hw, start, _EMPTY, 0))
+                continue
+            n = 0 if found is None else len(found)
+            if n:
+                remaining -= n
+                min_one_entry = False
+            out.append(FetchResult(ErrorCode.NONE, hw, start, found if found is not None else _EMPTY, n))
+        return out

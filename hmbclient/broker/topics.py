@@ -2,17 +2,27 @@
 
 A legal topic name is 1-249 characters of ``[a-zA-Z0-9._-]`` and is not ``.`` or ``..`` (Kafka's
 rule). It is checked before anything else touches it, so an illegal name (``../x``, ``a/b``, an
-empty or 250-character name) is an ErrorCode.INVALID_TOPIC_EXCEPTION error and never reaches the filesystem.
+empty or 250-character name) is an INVALID_TOPIC error and never reaches the filesystem.
+
+Creating a topic, as in Kafka 0.8.2, only writes its replica assignment to the coordination
+store (``/brokers/topics/<t>``, Kafka's round-robin-with-shift over the live brokers); the
+controller notices, elects the first leaders, sends LeaderAndIsr to the replicas (which create
+their logs) and UpdateMetadata to every broker. A request that created a topic, or that names
+one this broker's metadata does not show with leaders yet, waits for it in the purgatory
+(:meth:`TopicManager.when_ready`) instead of blocking a network thread.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable, Iterable
 
-from hmbclient.broker.log.manager import LogManager
-from hmbclient.broker.metadata import ClusterView
-from hmbclient.errors import ErrorCode, InvalidTopicError
+from hmbclient.broker.controller import decisions
+from hmbclient.broker.controller.store import CoordinationStore
+from hmbclient.broker.metadata import MetadataCache
+from hmbclient.broker.purgatory import DelayedOperation, Purgatory
+from hmbclient.errors import BrokerError, ErrorCode, InvalidTopicError
 
 # The rule itself is shared with the client side (group subscriptions, Spark), which may not
 # import the broker: it lives with the other names of the Kafka layout.
@@ -35,48 +45,118 @@ def validate_topic_name(name: object) -> None:
         raise InvalidTopicError(f"illegal topic name {name!r}: use {TOPIC_NAME_RULE}")
 
 
+class DelayedTopics(DelayedOperation):
+    """Waits until every named topic is known with a live leader for each partition (or the
+    timeout), then calls ``then`` once."""
+
+    def __init__(self, timeout_ms: int, topics: list[str], metadata: MetadataCache, then: Callable[[], None]) -> None:
+        super().__init__(timeout_ms)
+        self.topics = topics
+        self.metadata = metadata
+        self.then = then
+
+    def try_complete(self) -> bool:
+        if all(self.metadata.is_ready(t) for t in self.topics):
+            return self.force_complete()
+        return False
+
+    def on_complete(self) -> None:
+        self.then()
+
+
 class TopicManager:
-    """Creates topics in the cluster view and their partition logs on disk.
+    """Creates topics (through the coordination store) and waits for them to be served.
 
     Args:
-        view: the cluster metadata.
-        logs: where partition logs live.
+        metadata: this broker's metadata cache.
+        store: where assignments are written.
         num_partitions: partitions of an auto-created topic.
+        replication_factor: replicas of an auto-created topic (``default.replication.factor``).
         auto_create: whether ``ensure`` creates unknown topics.
+        purgatory: where requests wait for new topics (None: a private one).
     """
 
-    def __init__(self, view: ClusterView, logs: LogManager, num_partitions: int, auto_create: bool) -> None:
-        self.view = view
-        self.logs = logs
+    def __init__(
+        self,
+        metadata: MetadataCache,
+        store: CoordinationStore,
+        num_partitions: int,
+        replication_factor: int,
+        auto_create: bool,
+        purgatory: Purgatory[DelayedTopics] | None = None,
+    ) -> None:
+        self.metadata = metadata
+        self.store = store
         self.num_partitions = num_partitions
+        self.replication_factor = replication_factor
         self.auto_create = auto_create
+        self.purgatory: Purgatory[DelayedTopics] = purgatory or Purgatory("topics")
         self._lock = threading.Lock()
+        metadata.add_listener(self._on_metadata)
+
+    def _on_metadata(self, event: str, arg: object) -> None:
+        if event == "topic":
+            self.purgatory.check_and_complete(("topic", arg))
+        elif event == "brokers":
+            for t in self.metadata.topics():
+                self.purgatory.check_and_complete(("topic", t))
 
     def ensure(self, topic: str, *, allow_auto_create: bool = True) -> int:
-        """Error code for using ``topic``: 0 if it exists (or was just auto-created), 17 for an
-        illegal name, 3 when unknown and auto-creation is off."""
-        if self.view.has_topic(topic):
+        """Error code for using ``topic``: 0 if it exists (or was just auto-created: it may not
+        be served yet, see ``when_ready``), INVALID_TOPIC for an illegal name,
+        UNKNOWN_TOPIC_OR_PARTITION when unknown and auto-creation is off."""
+        if self.metadata.has_topic(topic):
             return ErrorCode.NONE
         if not is_valid_topic_name(topic):
             return ErrorCode.INVALID_TOPIC_EXCEPTION
+        if self.store.assignment(topic) is not None:
+            return ErrorCode.NONE  # created, the controller has not announced it yet
         if not (self.auto_create and allow_auto_create):
             return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-        self.create(topic, self.num_partitions)
-        return ErrorCode.NONE
+        code = self.create(topic, self.num_partitions, self.replication_factor)
+        return ErrorCode.NONE if code == ErrorCode.TOPIC_ALREADY_EXISTS else code
 
-    def create(self, topic: str, num_partitions: int, *, internal: bool = False) -> int:
-        """Create a topic with ``num_partitions`` partitions; error code (36 if it exists)."""
+    def create(self, topic: str, num_partitions: int, replication_factor: int | None = None, *, assignment: dict[int, list[int]] | None = None, validate_only: bool = False) -> int:
+        """Create a topic; error code (TOPIC_ALREADY_EXISTS, INVALID_PARTITIONS,
+        INVALID_REPLICATION_FACTOR, INVALID_REPLICA_ASSIGNMENT, INVALID_TOPIC)."""
+        return self.create_with_message(topic, num_partitions, replication_factor, assignment=assignment, validate_only=validate_only)[0]
+
+    def create_with_message(self, topic: str, num_partitions: int, replication_factor: int | None = None, *, assignment: dict[int, list[int]] | None = None, validate_only: bool = False) -> tuple[int, str | None]:
+        """``create`` plus a message saying why a refused topic was refused."""
         if not is_valid_topic_name(topic):
-            return ErrorCode.INVALID_TOPIC_EXCEPTION
-        if num_partitions < 1:
-            return ErrorCode.INVALID_PARTITIONS
+            return ErrorCode.INVALID_TOPIC_EXCEPTION, f"illegal topic name: use {TOPIC_NAME_RULE}"
+        rf = self.replication_factor if replication_factor is None or replication_factor == -1 else replication_factor
+        live = sorted(self.store.live_brokers())
+        try:
+            if assignment:
+                replicas = decisions.validate_assignment(assignment, live)
+            else:
+                if num_partitions < 1:
+                    return ErrorCode.INVALID_PARTITIONS, "number of partitions must be at least 1"
+                replicas = decisions.assign_replicas(live, num_partitions, rf, start_index=_start(topic, len(live)), next_replica_shift=_start(topic[::-1], len(live)))
+        except BrokerError as e:
+            return e.errno, str(e)
         with self._lock:
-            if self.view.has_topic(topic):
-                return ErrorCode.TOPIC_ALREADY_EXISTS
-            # Logs first: a topic is visible in metadata only once its folders exist, so a
-            # restart finds every topic a client was told about.
-            for p in range(num_partitions):
-                self.logs.get_or_create(topic, p)
-            self.view.add_topic(topic, num_partitions, internal=internal)
-        log.info("created topic %s with %d partitions", topic, num_partitions)
-        return ErrorCode.NONE
+            if self.metadata.has_topic(topic) or self.store.assignment(topic) is not None:
+                return ErrorCode.TOPIC_ALREADY_EXISTS, "topic already exists"
+            if validate_only:
+                return ErrorCode.NONE, None
+            if not self.store.create_topic(topic, replicas):
+                return ErrorCode.TOPIC_ALREADY_EXISTS, "topic already exists"
+        log.info("created topic %s: %d partitions, replicas %s", topic, len(replicas), replicas)
+        return ErrorCode.NONE, None
+
+    def when_ready(self, topics: Iterable[str], timeout_ms: int, then: Callable[[], None]) -> None:
+        """Call ``then`` once every topic is served (leaders known), or after ``timeout_ms``;
+        at once if they already are."""
+        names = sorted(set(topics))
+        op = DelayedTopics(timeout_ms, names, self.metadata, then)
+        self.purgatory.try_complete_else_watch(op, [("topic", t) for t in names])
+
+
+def _start(topic: str, n: int) -> int:
+    # Kafka picks the first broker at random; a stable hash of the name spreads topics as well
+    # and makes a topic's layout repeatable across runs.
+    import zlib
+
+    return zlib.crc32(topic.encode()) % max(1, n)

@@ -88,12 +88,20 @@ def hmb_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
 
 @pytest.fixture(scope="module")
 def hmb_cluster(zookeeper: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    """Three embedded brokers registered in the session's ZooKeeper, shared by a test module."""
+    """Three replicating brokers on the session's ZooKeeper, shared by a test module.
+
+    Each module's cluster lives under its own ZooKeeper chroot (``hmb_cluster.zookeeper_connect``
+    names it: give that to ZooKeeper-based consumers), so clusters of different modules never
+    see each other's brokers, topics or controller. Auto-created topics have 3 replicas.
+    """
+    import uuid
+
     from hmbclient.broker import EmbeddedCluster
 
     with EmbeddedCluster(
         brokers=3,
-        zookeeper_connect=zookeeper.connect,
+        zookeeper_connect=f"{zookeeper.connect}/hmb-cluster-{uuid.uuid4().hex[:8]}",
         log_dir=str(tmp_path_factory.mktemp("hmb-cluster")),
+        replication_factor=3,
     ) as cluster:
         yield cluster

@@ -27,7 +27,8 @@ from hmbclient.protocol.api.base import REQUESTS
 
 from .conftest import RawClient, create_topic, encode, fetch, produce
 
-HANDLED = {0, 1, 2, 3, 8, 9, 10, 18, 19, 22}
+# Inter-broker APIs (4-7, 23) are advertised as Kafka does; they obey only the controller.
+HANDLED = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 18, 19, 22, 23}
 
 
 def _expected_versions() -> list[tuple[int, int, int]]:
@@ -148,7 +149,10 @@ def test_fetch_v4_sends_stored_bytes_untouched(client: RawClient) -> None:
     wire = encode([(b"k", b"v" * 300)], codec=records.SNAPPY)
     assert produce(client, "zero-copy", 0, wire).error_code == 0
     got = bytes(fetch(client, "zero-copy", 0, 0, version=4).records)
-    assert got[8:] == wire[8:]
+    # Stored as sent but for the broker's offset (bytes 0-8) and the partition leader epoch the
+    # leader stamps (bytes 12-16, outside the CRC; -1 from the producer, 0 = the first epoch).
+    assert got[8:12] == wire[8:12] and got[16:] == wire[16:]
+    assert wire[12:16] == b"\xff\xff\xff\xff" and got[12:16] == b"\x00\x00\x00\x00"
 
 
 def test_produce_errors(client: RawClient, broker: EmbeddedBroker) -> None:
@@ -314,7 +318,9 @@ def test_offset_fetch_while_loading_says_load_in_progress(broker: EmbeddedBroker
 
     inner = broker.broker
     assert inner.replica_manager is not None
-    om = OffsetManager(0, inner.view, inner.replica_manager, inner.apis.topics, broker.config)  # type: ignore[union-attr]
+    with RawClient(broker.host, broker.port) as c:  # the offsets topic exists and is led here
+        assert c.request(FindCoordinatorRequest[0].build(group_id="loading")).error_code == 0
+    om = OffsetManager(0, inner.metadata, inner.replica_manager, inner.apis.topics, broker.config)  # type: ignore[union-attr]
     answers: list[object] = []
 
     class Channel:

@@ -1,5 +1,7 @@
-"""EmbeddedCluster on a real ZooKeeper: registration JSON, leaders spread, NotLeader from the
-wrong broker, leader moves, broker stop/restart, the group coordinator."""
+"""EmbeddedCluster on a real ZooKeeper: registration JSON as Java writes it, the assignment and
+state znodes, NotLeader from the wrong broker, leader moves between in-sync replicas, an
+unreplicated partition offline while its broker is down, the group coordinator, and a broker's
+ZooKeeper session expiring (see test_replication.py for replication and failover)."""
 
 from __future__ import annotations
 
@@ -56,26 +58,28 @@ def test_brokers_registered_as_java_writes_them(cluster: EmbeddedCluster, zk: Ka
         assert list(obj) == ["jmx_port", "timestamp", "host", "version", "port"]
         assert (obj["host"], obj["port"], obj["version"]) == ("127.0.0.1", b.port, 1)
         assert zk.exists(f"/brokers/ids/{b.broker_id}").ephemeralOwner != 0
-    assert json.loads(zk.get("/controller")[0])["brokerid"] == 0
+    assert json.loads(zk.get("/controller")[0])["brokerid"] == cluster.controller_id()
 
 
 def test_leaders_spread_and_metadata_agree_with_zookeeper(cluster: EmbeddedCluster, zk: KazooClient) -> None:
     cluster.create_topic("spread", 6)
+    cluster.await_isr("spread")
     with _client(cluster, 1) as c:
         md = c.request(MetadataRequest[1](topics=["spread"]))
     assert sorted(b.node_id for b in md.brokers) == [0, 1, 2]
-    leaders = {p.partition: p.leader for p in md.topics[0].partitions}
-    assert sorted(set(leaders.values())) == [0, 1, 2]
-    _wait(lambda: zk.exists("/brokers/topics/spread/partitions/5/state") is not None)
+    parts = {p.partition: p for p in md.topics[0].partitions}
+    assert sorted({p.leader for p in parts.values()}) == [0, 1, 2]
     assignment = json.loads(zk.get("/brokers/topics/spread")[0])
-    assert assignment == {"version": 1, "partitions": {str(p): [leaders[p]] for p in range(6)}}
+    assert assignment == {"version": 1, "partitions": {str(p): list(parts[p].replicas) for p in range(6)}}
     for p in range(6):
         state = json.loads(zk.get(f"/brokers/topics/spread/partitions/{p}/state")[0])
-        assert (state["leader"], state["isr"]) == (leaders[p], [leaders[p]])
+        assert list(state) == ["controller_epoch", "leader", "version", "leader_epoch", "isr"]
+        assert (state["leader"], sorted(state["isr"])) == (parts[p].leader, sorted(parts[p].isr))
 
 
 def test_not_leader_from_the_wrong_broker(cluster: EmbeddedCluster) -> None:
     cluster.create_topic("nl", 3)
+    cluster.await_isr("nl")
     for p in range(3):
         leader = cluster.leader("nl", p)
         assert leader is not None
@@ -89,11 +93,12 @@ def test_not_leader_from_the_wrong_broker(cluster: EmbeddedCluster) -> None:
 
 def test_move_leader_keeps_the_data(cluster: EmbeddedCluster, zk: KazooClient) -> None:
     cluster.create_topic("mv", 1)
+    cluster.await_isr("mv")
     old = cluster.leader("mv", 0)
     assert old is not None
     with _client(cluster, old) as c:
         for i in range(5):
-            produce(c, "mv", 0, encode([(None, b"m%d" % i)]))
+            produce(c, "mv", 0, encode([(None, b"m%d" % i)]), acks=-1)
     new = (old + 2) % 3
     cluster.move_leader("mv", 0, new)
     with _client(cluster, old) as c:
@@ -101,33 +106,35 @@ def test_move_leader_keeps_the_data(cluster: EmbeddedCluster, zk: KazooClient) -
     with _client(cluster, new) as c:
         md = c.request(MetadataRequest[1](topics=["mv"]))
         assert md.topics[0].partitions[0].leader == new
-        assert produce(c, "mv", 0, encode([(None, b"m5")])).base_offset == 5
+        # acks=-1: consumers see a message once every in-sync replica has it (the new leader's
+        # high watermark moves as the followers fetch from it).
+        assert produce(c, "mv", 0, encode([(None, b"m5")]), acks=-1).base_offset == 5
         p = fetch(c, "mv", 0, 0)
         assert [r.value for r in records.decode_records(p.records)] == [b"m%d" % i for i in range(6)]
     _wait(lambda: json.loads(zk.get("/brokers/topics/mv/partitions/0/state")[0])["leader"] == new)
 
 
-def test_stop_and_restart_a_broker(cluster: EmbeddedCluster, zk: KazooClient) -> None:
-    cluster.create_topic("sr", 3)
+def test_unreplicated_partitions_are_offline_while_their_broker_is_down(cluster: EmbeddedCluster, zk: KazooClient) -> None:
+    cluster.create_topic("sr", 3, replication_factor=1)
     victim = 2
     led = [p for p in range(3) if cluster.leader("sr", p) == victim]
+    assert led, "one partition of three lands on each broker"
     port = cluster.broker(victim).port
     cluster.stop_broker(victim)
     try:
         _wait(lambda: sorted(zk.get_children("/brokers/ids")) == ["0", "1"])
+        for p in led:
+            _wait(lambda p=p: json.loads(zk.get(f"/brokers/topics/sr/partitions/{p}/state")[0])["leader"] == -1)
         with _client(cluster, 0) as c:
             md = c.request(MetadataRequest[1](topics=["sr"]))
             assert sorted(b.node_id for b in md.brokers) == [0, 1]
             for p in md.topics[0].partitions:
                 if p.partition in led:
                     assert (p.error_code, p.leader) == (5, -1)
-        for p in led:
-            _wait(lambda p=p: json.loads(zk.get(f"/brokers/topics/sr/partitions/{p}/state")[0])["leader"] == -1)
     finally:
-        cluster.start_broker(victim)
+        cluster.restart(victim)
     assert cluster.broker(victim).port == port
-    _wait(lambda: sorted(zk.get_children("/brokers/ids")) == ["0", "1", "2"])
-    assert all(cluster.leader("sr", p) == victim for p in led)
+    _wait(lambda: all(cluster.leader("sr", p) == victim for p in led))
     with _client(cluster, victim) as c:
         for p in led:
             assert produce(c, "sr", p, encode([(None, b"back")])).error_code == 0
@@ -156,15 +163,19 @@ def test_group_coordinator_is_one_broker(cluster: EmbeddedCluster) -> None:
 
 
 def test_registration_comes_back_after_session_expiry(cluster: EmbeddedCluster, zk: KazooClient, zookeeper: Any) -> None:
-    reg = cluster.broker(1).zk
-    assert reg is not None
+    store = cluster.broker(1).store
+    assert store is not None
     old_owner = zk.exists("/brokers/ids/1").ephemeralOwner
-    session_id, password = reg.zk.client_id
+    session_id, password = store.zk.client_id
     # Closing a second connection that uses the same session expires it on the server.
-    twin = KazooClient(hosts=zookeeper.connect, client_id=(session_id, password))
+    twin = KazooClient(hosts=cluster.zookeeper_connect, client_id=(session_id, password))
     twin.start(timeout=10)
     twin.stop()
     twin.close()
     _wait(lambda: (st := zk.exists("/brokers/ids/1")) is not None and st.ephemeralOwner != old_owner, 20)
     obj = json.loads(zk.get("/brokers/ids/1")[0])
     assert obj["port"] == cluster.broker(1).port
+    # The cluster is whole again: a controller, and every broker serving every partition.
+    _wait(lambda: zk.exists("/controller") is not None, 20)
+    cluster.create_topic("after-expiry", 3)
+    cluster.await_isr("after-expiry")

@@ -6,13 +6,14 @@ from __future__ import annotations
 import socket
 import threading
 import time
+from typing import Any
 
 import pytest
 
 from hmbclient.broker import EmbeddedBroker, EmbeddedCluster
 from hmbclient.protocol import records
 
-from .conftest import RawClient, create_topic, encode, fetch, produce
+from .conftest import RawClient, create_topic, encode, fetch, produce, wait_until
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -107,9 +108,10 @@ def test_acks_all_goes_through_delayed_produce(client: RawClient, broker: Embedd
     assert rm is not None and rm.produce_purgatory.delayed() == 0
 
 
-def test_parked_fetch_completes_when_leadership_moves() -> None:
-    with EmbeddedCluster(brokers=2, num_partitions=1) as cluster:
+def test_parked_fetch_completes_when_leadership_moves(zookeeper: Any) -> None:
+    with EmbeddedCluster(brokers=2, num_partitions=1, zookeeper_connect=f"{zookeeper.connect}/delayed-{time.monotonic_ns()}") as cluster:
         cluster.create_topic("moving", 1)
+        cluster.await_isr("moving")
         leader = cluster.leader("moving", 0)
         assert leader is not None
         b = cluster.broker(leader)
@@ -123,7 +125,9 @@ def test_parked_fetch_completes_when_leadership_moves() -> None:
 
             th = threading.Thread(target=poll)
             th.start()
-            time.sleep(0.3)
+            rm = b.replica_manager
+            # the follower's fetch parks there too: two parked fetches mean ours is one of them
+            wait_until(lambda: rm.fetch_purgatory.delayed() >= 2, 5, "the fetch parked")
             cluster.move_leader("moving", 0, 1 - leader)
             th.join(5)
             assert result["p"].error_code == 6  # type: ignore[attr-defined]

@@ -414,8 +414,9 @@ def test_sync_producer_rides_out_a_restart(restartable: EmbeddedBroker) -> None:
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedCluster]:
-    with EmbeddedCluster(brokers=3, num_partitions=3, log_dir=str(tmp_path_factory.mktemp("cl"))) as c:
+def cluster(zookeeper: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedCluster]:
+    chroot = f"{zookeeper.connect}/{unique('producer-cluster')}"
+    with EmbeddedCluster(brokers=3, num_partitions=3, zookeeper_connect=chroot, log_dir=str(tmp_path_factory.mktemp("cl"))) as c:
         yield c
 
 
@@ -423,9 +424,12 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedCluste
 def test_leader_move_is_followed(cluster: EmbeddedCluster, ptype: str) -> None:
     topic = unique(f"move-{ptype}")
     cluster.create_topic(topic, 3)
-    with Producer(metadata_broker_list=cluster.bootstrap, producer_type=ptype, retry_backoff_ms=20, batch_num_messages=20) as p:
+    # acks=-1: what was acknowledged is on every in-sync replica, so the new leader has it.
+    with Producer(metadata_broker_list=cluster.bootstrap, producer_type=ptype, retry_backoff_ms=20, batch_num_messages=20, request_required_acks=-1) as p:
         first = [p.send(ProducerData(topic, b"k", [b"a%d" % i]))[0] for i in range(100)]
         part = first[0].result(10).partition
+        for f in first:
+            f.result(10)
         old = cluster.leader(topic, part)
         assert old is not None
         new = (old + 1) % 3

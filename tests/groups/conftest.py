@@ -110,7 +110,9 @@ class Producer:
                 versions,
                 ApiKey.PRODUCE,
                 transactional_id=None,
-                acks=1,
+                # acks=-1: a sent message is committed (below the high watermark) when send()
+                # returns, so "latest" offsets and consumers see it at once on a replicated topic.
+                acks=-1,
                 timeout_ms=10_000,
                 topics=[{"topic": topic, "partitions": [{"partition": partition, "records": records}]}],
             )

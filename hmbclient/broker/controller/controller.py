@@ -1,0 +1,515 @@
+"""Controller: the I/O shell around the pure decisions of :mod:`.decisions` (Kafka's
+``KafkaController`` of 0.8.2, with the 0.9+ ISR change notifications).
+
+Every broker runs one. All of them watch ``/controller``; the one that creates it (``elect``)
+bumps ``/controller_epoch`` and becomes *active*: it reads the whole cluster state from the
+store, elects leaders for partitions whose leader is gone, and tells every live broker
+everything (LeaderAndIsr to the replicas, UpdateMetadata to all). From then on it reacts to:
+
+* Case A — brokers change (``/brokers/ids``): a dead broker's partitions get new leaders from
+  their ISR (leader epoch + 1) and it leaves every ISR; a new broker gets the metadata and the
+  LeaderAndIsr of its partitions (it becomes a follower and rejoins ISRs by catching up), and
+  partitions that were offline waiting for it get a leader again.
+* Case B — topics appear (``/brokers/topics``): their partitions get their first leader and ISR.
+* Case C — a leader changed an ISR (``/isr_change_notification``): re-read, UpdateMetadata.
+* Case D — a broker asks for a controlled shutdown: its leaderships move to other ISR members
+  and it leaves the ISRs; the answer lists what it still leads.
+* Case E — ``/controller`` changes: a deposed controller (its session expired, or another
+  broker bumped the epoch) goes inactive; when nobody holds it, everyone competes again.
+
+Every state write is conditional on the version this controller read and fenced by the
+controller epoch (see the store); on a version conflict (a leader changed the ISR meanwhile)
+the state is re-read and the decision made again, a bounded number of times. All events run on
+one thread in arrival order, so the decision state needs no lock; watches only queue events.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import random
+import threading
+from collections.abc import Callable, Iterable
+from concurrent.futures import Future
+from typing import Any
+
+from hmbclient.broker.channel import BrokerChannel
+from hmbclient.broker.controller import decisions
+from hmbclient.broker.controller.decisions import Change, ClusterState, LeaderIsr
+from hmbclient.broker.controller.store import CoordinationStore
+from hmbclient.broker.metadata import NO_LEADER, BrokerEndpoint
+from hmbclient.errors import ErrorCode, HmbError
+from hmbclient.protocol.api.base import Request
+from hmbclient.protocol.api.cluster import (
+    LeaderAndIsrRequest,
+    StopReplicaRequest,
+    UpdateMetadataRequest,
+)
+
+__all__ = ["Controller", "LocalDelivery"]
+
+log = logging.getLogger("hmbclient.broker.controller")
+
+TP = tuple[str, int]
+LocalDelivery = Callable[[Request], Any]
+"""Serves a request on this broker directly (the controller's requests to itself)."""
+
+_WRITE_ROUNDS = 5
+
+
+class _Sender:
+    """One broker's request queue and the thread that sends it, in order (Kafka's
+    ``RequestSendThread``). A failed send is retried until it goes through or the broker is
+    removed, since a broker must not miss a LeaderAndIsr."""
+
+    def __init__(self, owner: Controller, endpoint: BrokerEndpoint) -> None:
+        self.owner = owner
+        self.endpoint = endpoint
+        self.queue: queue.Queue[Request | None] = queue.Queue()
+        self.stopped = threading.Event()
+        self.channel = BrokerChannel(endpoint.host, endpoint.port, f"broker-{owner.broker_id}-controller")
+        self.thread = threading.Thread(target=self._run, name=f"controller-{owner.broker_id}-to-{endpoint.node_id}", daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        while not self.stopped.is_set():
+            req = self.queue.get()
+            if req is None:
+                break
+            while not self.stopped.is_set():
+                try:
+                    resp = self.owner.deliver(self.endpoint, self.channel, req)
+                    code = getattr(resp, "error_code", 0)
+                    if code:
+                        log.warning("%s to broker %d answered error %d", type(req).__name__, self.endpoint.node_id, code)
+                    break
+                except HmbError as e:
+                    log.info("%s to broker %d failed (%s); retrying", type(req).__name__, self.endpoint.node_id, e)
+                    self.stopped.wait(0.2)
+        self.channel.close()
+
+    def stop(self) -> None:
+        self.stopped.set()
+        self.queue.put(None)
+
+
+class Controller:
+    """The controller role of one broker.
+
+    Args:
+        broker_id: this broker.
+        store: the coordination store.
+        local: serves this broker's own LeaderAndIsr / UpdateMetadata / StopReplica.
+        unclean_leader_election: elect outside the ISR when no ISR member is alive.
+        request_timeout_s: the wait for a broker's answer.
+    """
+
+    def __init__(self, broker_id: int, store: CoordinationStore, local: LocalDelivery, *, unclean_leader_election: bool = False, request_timeout_s: float = 30.0) -> None:
+        self.broker_id = broker_id
+        self.store = store
+        self.local = local
+        self.unclean = unclean_leader_election
+        self.request_timeout_s = request_timeout_s
+        self._events: queue.Queue[tuple[Callable[..., None], tuple[Any, ...]] | None] = queue.Queue()
+        self._thread = threading.Thread(target=self._run, name=f"broker-{broker_id}-controller", daemon=True)
+        self._stopped = False
+        # Active-controller state: touched only on the controller thread.
+        self.active = False
+        self.epoch = 0
+        self.state: ClusterState | None = None
+        self.versions: dict[TP, int] = {}
+        self.endpoints: dict[int, BrokerEndpoint] = {}
+        self._broker_epochs: dict[int, int] = {}
+        self._senders: dict[int, _Sender] = {}
+        # What this broker knows of the current controller (any broker): (id, epoch).
+        self.known_controller: tuple[int, int] = (-1, 0)
+
+    # -- lifecycle -------------------------------------------------------------------------------
+    def start(self) -> None:
+        self.store.add_session_listener(self._on_session)
+        self._thread.start()
+        self._put(self._elect)
+
+    def shutdown(self) -> None:
+        """Stop acting (resign if active) and stop the thread."""
+        if self._stopped:
+            return
+        if not self._thread.is_alive():
+            self._stopped = True
+            return
+        done: Future[None] = Future()
+        self._put(self._resign_and_stop, done)
+        try:
+            done.result(timeout=10)
+        except Exception:
+            log.warning("controller %d did not stop cleanly", self.broker_id)
+        self._stopped = True
+        self._events.put(None)
+        self._thread.join(timeout=10)
+
+    def _put(self, fn: Callable[..., None], *args: Any) -> None:
+        if not self._stopped:
+            self._events.put((fn, args))
+
+    def _run(self) -> None:
+        while True:
+            item = self._events.get()
+            if item is None:
+                return
+            fn, args = item
+            try:
+                fn(*args)
+            except Exception:
+                log.exception("controller %d: %s failed", self.broker_id, getattr(fn, "__name__", fn))
+
+    def _on_session(self, what: str) -> None:
+        if what == "lost":
+            self._put(self._go_inactive, "ZooKeeper session lost")
+        elif what == "renewed":
+            self._put(self._elect)
+
+    # -- election (Case E) -------------------------------------------------------------------------
+    def _watch_controller(self) -> None:
+        self._put(self._controller_changed)
+
+    def _controller_changed(self) -> None:
+        cid, epoch = self.store.controller(watch=self._watch_controller)
+        self.known_controller = (cid, epoch)
+        if self.active and cid != self.broker_id:
+            self._go_inactive(f"broker {cid} is the controller now")
+        if cid < 0:
+            self._elect()
+
+    def _elect(self) -> None:
+        if self.active or self._stopped:
+            return
+        epoch = self.store.elect(self.broker_id)
+        cid, current = self.store.controller(watch=self._watch_controller)
+        self.known_controller = (cid, current)
+        if epoch is None:
+            return
+        self.known_controller = (self.broker_id, epoch)
+        log.info("broker %d is the controller (epoch %d)", self.broker_id, epoch)
+        self.active = True
+        self.epoch = epoch
+        self._failover()
+
+    def _go_inactive(self, why: str) -> None:
+        if not self.active:
+            return
+        log.info("broker %d stops being the controller: %s", self.broker_id, why)
+        self.active = False
+        self.state = None
+        self.versions = {}
+        for s in self._senders.values():
+            s.stop()
+        self._senders = {}
+
+    def _resign_and_stop(self, done: Future[None]) -> None:
+        try:
+            if self.active:
+                self._go_inactive("shutting down")
+                self.store.resign(self.broker_id)
+        finally:
+            done.set_result(None)
+
+    def refresh_known_controller(self) -> tuple[int, int]:
+        """Re-read ``(controller id, epoch)`` from the store (a request claims a newer one)."""
+        self.known_controller = self.store.controller()
+        return self.known_controller
+
+    # -- fail-over: rebuild everything from the store ----------------------------------------------
+    def _failover(self) -> None:
+        live = self.store.live_brokers(watch=self._watch_brokers)
+        self.endpoints = dict(live)
+        self._broker_epochs = dict(self.store.broker_epochs)
+        state = ClusterState(controller_epoch=self.epoch, live_brokers=set(live), assignments={}, states={})
+        self.state = state
+        self.versions = {}
+        for topic in self.store.topics(watch=self._watch_topics):
+            self._load_topic(topic)
+        for b in live.values():
+            self._ensure_sender(b)
+        # Partitions whose leader or ISR members are gone, and ones never given a leader.
+        dead = {r for reps in state.assignments.values() for rs in reps for r in rs} - state.live_brokers
+        changes = decisions.on_broker_failure(state, dead, unclean=self.unclean) if dead else []
+        self._write(changes, lambda: decisions.on_broker_failure(self._state(), dead, unclean=self.unclean))
+        self._write(decisions.on_broker_startup(self._state(), set(live), unclean=self.unclean), lambda: decisions.on_broker_startup(self._state(), set(live), unclean=self.unclean))
+        for topic, assignment in list(state.assignments.items()):
+            fresh = [c for c in decisions.initial_states(state, topic, assignment) if (c.topic, c.partition) not in state.states]
+            if fresh:
+                self._write(fresh, None, create=True)
+        # Everyone hears everything once.
+        all_tps = sorted(state.states)
+        self._send_leader_and_isr(all_tps, set(live))
+        self._send_update_metadata(all_tps, set(live))
+        self.store.isr_changes(watch=self._watch_isr)
+
+    def _state(self) -> ClusterState:
+        assert self.state is not None
+        return self.state
+
+    def _load_topic(self, topic: str) -> None:
+        state = self._state()
+        assignment = self.store.assignment(topic)
+        if assignment is None:
+            return
+        state.assignments[topic] = assignment
+        for p in range(len(assignment)):
+            found = self.store.partition_state(topic, p)
+            if found is not None:
+                state.states[(topic, p)], self.versions[(topic, p)] = found
+
+    def _reload_partition(self, tp: TP) -> None:
+        found = self.store.partition_state(*tp)
+        if found is not None:
+            self._state().states[tp], self.versions[tp] = found
+
+    # -- writing decisions -------------------------------------------------------------------------
+    def _write(self, changes: list[Change], recompute: Callable[[], list[Change]] | None, *, create: bool = False) -> list[Change]:
+        """Write each change conditionally; re-read and decide again on a conflict. Returns the
+        changes written (and applied to the state)."""
+        state = self._state()
+        written: list[Change] = []
+        pending = changes
+        for _ in range(_WRITE_ROUNDS):
+            conflicts: list[TP] = []
+            for ch in pending:
+                tp = (ch.topic, ch.partition)
+                expected = -1 if create and tp not in self.versions else self.versions.get(tp, -1)
+                version = self.store.write_state(ch.topic, ch.partition, ch.state, expected)
+                if version is None:
+                    conflicts.append(tp)
+                    continue
+                self.versions[tp] = version
+                state.apply([ch])
+                written.append(ch)
+            if not conflicts or recompute is None:
+                if conflicts:
+                    log.warning("controller %d: state writes refused for %s", self.broker_id, conflicts)
+                break
+            for tp in conflicts:
+                self._reload_partition(tp)
+            again = set(conflicts)
+            pending = [c for c in recompute() if (c.topic, c.partition) in again]
+        return written
+
+    # -- sending -------------------------------------------------------------------------------------
+    def _ensure_sender(self, endpoint: BrokerEndpoint) -> None:
+        cur = self._senders.get(endpoint.node_id)
+        if cur is not None and cur.endpoint == endpoint:
+            return
+        if cur is not None:
+            cur.stop()
+        self._senders[endpoint.node_id] = _Sender(self, endpoint)
+
+    def deliver(self, endpoint: BrokerEndpoint, channel: BrokerChannel, req: Request) -> Any:
+        """Send on a sender thread: to this broker by a direct call, to others over the wire."""
+        if endpoint.node_id == self.broker_id:
+            return self.local(req)
+        return channel.request(req, self.request_timeout_s)
+
+    def _queue(self, broker: int, req: Request) -> None:
+        s = self._senders.get(broker)
+        if s is not None:
+            s.queue.put(req)
+
+    def _partition_state_tuple(self, tp: TP) -> tuple[Any, ...]:
+        state = self._state()
+        st = state.states[tp]
+        replicas = state.assignments[tp[0]][tp[1]]
+        return (tp[0], tp[1], st.controller_epoch, st.leader, st.leader_epoch, list(st.isr), self.versions.get(tp, 0), list(replicas))
+
+    def _send_leader_and_isr(self, tps: Iterable[TP], to: set[int]) -> None:
+        state = self._state()
+        per_broker: dict[int, list[TP]] = {}
+        for tp in tps:
+            if tp not in state.states:
+                continue
+            for r in state.assignments[tp[0]][tp[1]]:
+                if r in to and r in state.live_brokers:
+                    per_broker.setdefault(r, []).append(tp)
+        for broker, parts in per_broker.items():
+            leaders = {state.states[tp].leader for tp in parts} - {NO_LEADER}
+            req = LeaderAndIsrRequest[0](
+                controller_id=self.broker_id,
+                controller_epoch=self.epoch,
+                ungrouped_partition_states=[self._partition_state_tuple(tp) for tp in parts],
+                live_leaders=[(b, self.endpoints[b].host, self.endpoints[b].port) for b in sorted(leaders) if b in self.endpoints],
+            )
+            self._queue(broker, req)
+
+    def _send_update_metadata(self, tps: Iterable[TP], to: set[int]) -> None:
+        state = self._state()
+        req = UpdateMetadataRequest[0](
+            controller_id=self.broker_id,
+            controller_epoch=self.epoch,
+            ungrouped_partition_states=[self._partition_state_tuple(tp) for tp in tps if tp in state.states],
+            live_brokers=[(b.node_id, b.host, b.port) for b in sorted(self.endpoints.values()) if b.node_id in state.live_brokers],
+        )
+        for broker in sorted(to & state.live_brokers):
+            self._queue(broker, req)
+
+    def _send_stop_replica(self, broker: int, tps: list[TP], delete: bool) -> None:
+        if not tps:
+            return
+        self._queue(broker, StopReplicaRequest[0](controller_id=self.broker_id, controller_epoch=self.epoch, delete_partitions=delete, ungrouped_partitions=[list(tp) for tp in tps]))
+
+    def _announce(self, changes: list[Change]) -> None:
+        """LeaderAndIsr to the live replicas of the changed partitions, UpdateMetadata to all."""
+        if not changes:
+            return
+        tps = sorted({(c.topic, c.partition) for c in changes})
+        live = self._state().live_brokers
+        self._send_leader_and_isr(tps, set(live))
+        self._send_update_metadata(tps, set(live))
+
+    # -- Case A: brokers change ------------------------------------------------------------------------
+    def _watch_brokers(self) -> None:
+        self._put(self._brokers_changed)
+
+    def _brokers_changed(self) -> None:
+        if not self.active:
+            return
+        state = self._state()
+        live = self.store.live_brokers(watch=self._watch_brokers)
+        dead = state.live_brokers - set(live)
+        new = set(live) - state.live_brokers
+        epochs = dict(self.store.broker_epochs)
+        moved = {b for b in set(live) & state.live_brokers if self.endpoints.get(b) != live[b] or epochs.get(b) != self._broker_epochs.get(b)}
+        self._broker_epochs = epochs
+        self.endpoints.update(live)
+        if dead:
+            log.info("controller %d: brokers %s died", self.broker_id, sorted(dead))
+            state.live_brokers -= dead
+            state.shutting_down -= dead
+            for b in dead:
+                s = self._senders.pop(b, None)
+                if s is not None:
+                    s.stop()
+            changes = self._write(
+                decisions.on_broker_failure(state, dead, unclean=self.unclean),
+                lambda: decisions.on_broker_failure(self._state(), dead, unclean=self.unclean),
+            )
+            self._announce(changes)
+            self._send_update_metadata(sorted(state.states), set(state.live_brokers))
+        if new or moved:
+            log.info("controller %d: brokers %s joined", self.broker_id, sorted(new | moved))
+            state.live_brokers |= new
+            for b in new | moved:
+                self._ensure_sender(live[b])
+            everything = sorted(state.states)
+            # The newcomers learn the whole cluster, then become followers of their partitions.
+            self._send_update_metadata(everything, new | moved)
+            hosted = [tp for tp in everything if any(r in new | moved for r in state.assignments[tp[0]][tp[1]])]
+            self._send_leader_and_isr(hosted, new | moved)
+            changes = self._write(
+                decisions.on_broker_startup(state, new | moved, unclean=self.unclean),
+                lambda: decisions.on_broker_startup(self._state(), new | moved, unclean=self.unclean),
+            )
+            self._announce(changes)
+            self._send_update_metadata(everything, set(state.live_brokers) - (new | moved))
+
+    # -- Case B: topics appear ------------------------------------------------------------------------
+    def _watch_topics(self) -> None:
+        self._put(self._topics_changed)
+
+    def _topics_changed(self) -> None:
+        if not self.active:
+            return
+        state = self._state()
+        for topic in self.store.topics(watch=self._watch_topics):
+            if topic in state.assignments:
+                continue
+            self._load_topic(topic)
+            assignment = state.assignments.get(topic)
+            if assignment is None:
+                continue
+            fresh = [c for c in decisions.initial_states(state, topic, assignment) if (c.topic, c.partition) not in state.states]
+            written = self._write(fresh, None, create=True)
+            log.info("controller %d: new topic %s with %d partitions", self.broker_id, topic, len(assignment))
+            self._announce(written)
+
+    # -- Case C: a leader changed an ISR ----------------------------------------------------------------
+    def _watch_isr(self) -> None:
+        self._put(self._isr_changed)
+
+    def _isr_changed(self) -> None:
+        if not self.active:
+            return
+        tps = sorted(set(self.store.isr_changes(watch=self._watch_isr)))
+        tps = [tp for tp in tps if tp[0] in self._state().assignments]
+        for tp in tps:
+            self._reload_partition(tp)
+        if tps:
+            self._send_update_metadata(tps, set(self._state().live_brokers))
+
+    # -- Case D: controlled shutdown -------------------------------------------------------------------
+    def controlled_shutdown(self, broker_id: int) -> Future[tuple[int, list[TP]]]:
+        """Move ``broker_id``'s leaderships away; resolves to ``(error, partitions it still leads)``."""
+        fut: Future[tuple[int, list[TP]]] = Future()
+        self._put(self._controlled_shutdown, broker_id, fut)
+        return fut
+
+    def _controlled_shutdown(self, broker_id: int, fut: Future[tuple[int, list[TP]]]) -> None:
+        try:
+            if not self.active:
+                fut.set_result((ErrorCode.NOT_CONTROLLER, []))
+                return
+            state = self._state()
+            if broker_id not in state.live_brokers:
+                fut.set_result((ErrorCode.BROKER_NOT_AVAILABLE, []))
+                return
+            state.shutting_down.add(broker_id)
+            changes, _ = decisions.on_controlled_shutdown(state, broker_id)
+            written = self._write(changes, lambda: decisions.on_controlled_shutdown(self._state(), broker_id)[0])
+            self._announce(written)
+            # It stops fetching the partitions it followed and left the ISR of.
+            followed = [(c.topic, c.partition) for c in written if c.state.leader != broker_id and broker_id not in c.state.isr]
+            self._send_stop_replica(broker_id, followed, delete=False)
+            remaining = state.partitions_led_by(broker_id)
+            fut.set_result((ErrorCode.NONE, remaining))
+        except Exception as e:
+            fut.set_exception(e)
+
+    # -- admin: move a leadership (tests, tools) ---------------------------------------------------------
+    def move_leader(self, topic: str, partition: int, broker_id: int) -> Future[bool]:
+        """Make ``broker_id`` (an ISR member) lead the partition; resolves to False if it is not
+        an ISR member, not live, or this broker is not the controller."""
+        fut: Future[bool] = Future()
+        self._put(self._move_leader, (topic, partition), broker_id, fut)
+        return fut
+
+    def _move_leader(self, tp: TP, broker_id: int, fut: Future[bool]) -> None:
+        try:
+            if not self.active or tp not in self._state().states:
+                fut.set_result(False)
+                return
+
+            def decide() -> list[Change]:
+                state = self._state()
+                cur = state.states[tp]
+                if broker_id not in cur.isr or broker_id not in state.live_brokers:
+                    return []
+                if cur.leader == broker_id:
+                    return []
+                new = LeaderIsr(broker_id, cur.leader_epoch + 1, cur.isr, self.epoch)
+                return [Change(tp[0], tp[1], new, state.assignments[tp[0]][tp[1]])]
+
+            changes = decide()
+            if not changes:
+                fut.set_result(self._state().states[tp].leader == broker_id)
+                return
+            written = self._write(changes, decide)
+            self._announce(written)
+            fut.set_result(bool(written))
+        except Exception as e:
+            fut.set_exception(e)
+
+    # -- helpers for topic creation -------------------------------------------------------------------
+    @staticmethod
+    def assign(brokers: Iterable[int], num_partitions: int, replication_factor: int) -> list[tuple[int, ...]]:
+        """Kafka's assignment with a random start (spreads topics over brokers)."""
+        ids = sorted(brokers)
+        n = max(1, len(ids))
+        return decisions.assign_replicas(ids, num_partitions, replication_factor, start_index=random.randrange(n), next_replica_shift=random.randrange(n))

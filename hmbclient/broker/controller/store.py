@@ -1,0 +1,469 @@
+"""The coordination store: where brokers register, elect a controller and keep partition state.
+
+Two implementations of one contract:
+
+* :class:`ZkStore` — ZooKeeper in Kafka 0.8.2's layout (``rebalance.paths`` encodes every
+  znode byte for byte as the Java code does), so Kafka's tools and the consumers' ZooKeeper
+  rebalancing read the same data:
+
+  - ``/brokers/ids/<id>`` (ephemeral) — a live broker; a live registration of the same id by
+    another session is refused (two brokers with one id).
+  - ``/controller`` (ephemeral) — who the controller is; the first broker to create it wins.
+  - ``/controller_epoch`` — bumped by every new controller; every state write by the controller
+    is a transaction that checks this znode's version, so a deposed controller's writes fail.
+  - ``/brokers/topics/<t>`` — the replica assignment, written once by whoever creates the topic.
+  - ``/brokers/topics/<t>/partitions/<p>/state`` — leader, leader epoch, ISR, written by the
+    controller (leader changes) or the leader (ISR changes), always conditional on the version
+    the writer read.
+  - ``/isr_change_notification/isr_change_<seq>`` — a leader that changed an ISR tells the
+    controller, which re-reads those states and sends UpdateMetadata.
+
+* :class:`MemoryStore` — the same contract in memory for a standalone broker (no ZooKeeper):
+  one broker, which is its own controller; topics found on disk at start-up are its topics.
+
+Watches are one-shot callbacks (kazoo's model): a callback runs on the store's event thread
+and must only hand work to another thread (the controller queues an event). Versions are
+ZooKeeper ``Stat.version`` values; ``expected_version`` -1 means "create".
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from collections.abc import Callable
+from typing import Protocol
+
+from kazoo.client import KazooClient, KazooState
+from kazoo.exceptions import (
+    BadVersionError,
+    KazooException,
+    NodeExistsError,
+    NoNodeError,
+    RolledBackError,
+)
+
+from hmbclient.broker.controller.decisions import LeaderIsr
+from hmbclient.broker.metadata import BrokerEndpoint
+from hmbclient.errors import CoordinationError
+from rebalance import paths
+
+__all__ = ["CoordinationStore", "ZkStore", "MemoryStore", "ISR_CHANGE_PATH"]
+
+log = logging.getLogger("hmbclient.broker.store")
+
+ISR_CHANGE_PATH = "/isr_change_notification"
+_ISR_CHANGE_PREFIX = ISR_CHANGE_PATH + "/isr_change_"
+
+Watch = Callable[[], None]
+TP = tuple[str, int]
+
+
+class CoordinationStore(Protocol):
+    """What brokers and the controller need of ZooKeeper (see the module docstring)."""
+
+    def register_broker(self, endpoint: BrokerEndpoint) -> None: ...
+    def deregister_broker(self, broker_id: int) -> None: ...
+    broker_epochs: dict[int, int]
+
+    def live_brokers(self, watch: Watch | None = None) -> dict[int, BrokerEndpoint]: ...
+    def elect(self, broker_id: int) -> int | None: ...
+    def controller(self, watch: Watch | None = None) -> tuple[int, int]: ...
+    def resign(self, broker_id: int) -> None: ...
+    def topics(self, watch: Watch | None = None) -> list[str]: ...
+    def assignment(self, topic: str) -> list[tuple[int, ...]] | None: ...
+    def create_topic(self, topic: str, assignment: list[tuple[int, ...]]) -> bool: ...
+    def partition_state(self, topic: str, partition: int) -> tuple[LeaderIsr, int] | None: ...
+    def write_state(self, topic: str, partition: int, state: LeaderIsr, expected_version: int) -> int | None: ...
+    def write_isr(self, topic: str, partition: int, state: LeaderIsr, expected_version: int) -> int | None: ...
+    def isr_changes(self, watch: Watch | None = None) -> list[TP]: ...
+    def add_session_listener(self, fn: Callable[[str], None]) -> None: ...
+    def close(self) -> None: ...
+
+
+def _state_bytes(state: LeaderIsr) -> bytes:
+    return paths.encode_partition_state(
+        paths.PartitionState(leader=state.leader, isr=tuple(state.isr), leader_epoch=state.leader_epoch, controller_epoch=state.controller_epoch)
+    )
+
+
+def _state_from(data: bytes) -> LeaderIsr:
+    st = paths.decode_partition_state(data)
+    return LeaderIsr(st.leader, st.leader_epoch, tuple(st.isr), st.controller_epoch)
+
+
+class ZkStore:
+    """The coordination store on ZooKeeper.
+
+    Args:
+        connect: ``host:port[,host:port...][/chroot]`` (a missing chroot is created).
+        session_timeout_ms: the ZooKeeper session timeout (how long a dead broker stays live).
+        connection_timeout_ms: how long ``start`` may wait to connect.
+    Raises:
+        CoordinationError: ZooKeeper unreachable.
+    """
+
+    def __init__(self, connect: str, session_timeout_ms: int = 6000, connection_timeout_ms: int = 6000) -> None:
+        self._connect = connect
+        self._session_timeout_s = session_timeout_ms / 1000.0
+        self._connect_timeout_s = connection_timeout_ms / 1000.0
+        self.zk = KazooClient(hosts=connect, timeout=self._session_timeout_s)
+        self._epoch_version = -1  # /controller_epoch's version while this broker is controller
+        # broker id -> the creation zxid of its registration: a restarted broker has a new one
+        # even when the controller saw no gap between its old and new registration.
+        self.broker_epochs: dict[int, int] = {}
+        self._session_listeners: list[Callable[[str], None]] = []
+        self._registered: BrokerEndpoint | None = None
+        self._lost = False
+        self._closed = False
+        self._ensure_chroot()
+        try:
+            self.zk.start(timeout=self._connect_timeout_s)
+        except Exception as e:
+            self.zk.close()
+            raise CoordinationError(f"cannot reach ZooKeeper at {connect}: {e}") from e
+        self.zk.add_listener(self._on_state)
+        for p in (paths.BROKER_IDS_PATH, paths.BROKER_TOPICS_PATH, ISR_CHANGE_PATH):
+            self.zk.ensure_path(p)
+
+    def _ensure_chroot(self) -> None:
+        # Kafka creates a missing chroot ("host:port/kafka") itself; kazoo would only warn and
+        # then fail every operation.
+        if "/" not in self._connect:
+            return
+        base, chroot = self._connect.split("/", 1)
+        boot = KazooClient(hosts=base, timeout=self._session_timeout_s)
+        try:
+            boot.start(timeout=self._connect_timeout_s)
+            boot.ensure_path("/" + chroot)
+        except Exception as e:
+            raise CoordinationError(f"cannot reach ZooKeeper at {base}: {e}") from e
+        finally:
+            boot.stop()
+            boot.close()
+
+    # -- session -------------------------------------------------------------------------------
+    def add_session_listener(self, fn: Callable[[str], None]) -> None:
+        """``fn("lost")`` when the session expired (ephemeral znodes are gone), ``fn("renewed")``
+        once a new session is connected and the broker is registered again."""
+        self._session_listeners.append(fn)
+
+    def _on_state(self, state: str) -> None:
+        # kazoo's event thread: never block it.
+        if state == KazooState.LOST:
+            self._lost = True
+            self._epoch_version = -1
+            for fn in list(self._session_listeners):
+                fn("lost")
+        elif state == KazooState.CONNECTED and self._lost and not self._closed:
+            self._lost = False
+            threading.Thread(target=self._renew, name="zk-renew", daemon=True).start()
+
+    def _renew(self) -> None:
+        try:
+            if self._registered is not None:
+                self.register_broker(self._registered)
+        except (KazooException, CoordinationError) as e:
+            log.error("re-registration after a ZooKeeper session loss failed: %s", e)
+            return
+        for fn in list(self._session_listeners):
+            fn("renewed")
+
+    # -- brokers ---------------------------------------------------------------------------------
+    def register_broker(self, endpoint: BrokerEndpoint) -> None:
+        """Create ``/brokers/ids/<id>``.
+
+        Raises:
+            CoordinationError: another live session holds that broker id.
+        """
+        path = paths.broker_path(endpoint.node_id)
+        data = paths.encode_broker_registration(paths.BrokerRegistration(endpoint.host, endpoint.port))
+        try:
+            self.zk.create(path, data, ephemeral=True)
+        except NodeExistsError:
+            try:
+                _, stat = self.zk.get(path)
+            except NoNodeError:
+                self.zk.create(path, data, ephemeral=True)
+            else:
+                if stat.ephemeralOwner != self.zk.client_id[0]:
+                    raise CoordinationError(
+                        f"broker id {endpoint.node_id} is already registered at {path} by another live "
+                        f"ZooKeeper session (two brokers with one broker.id, or a crashed broker whose "
+                        f"session has not expired yet)"
+                    ) from None
+                self.zk.set(path, data)
+        self._registered = endpoint
+        log.info("registered broker %d at %s (%s:%d)", endpoint.node_id, path, endpoint.host, endpoint.port)
+
+    def deregister_broker(self, broker_id: int) -> None:
+        self._registered = None
+        try:
+            self.zk.delete(paths.broker_path(broker_id))
+        except NoNodeError:
+            pass
+
+    def live_brokers(self, watch: Watch | None = None) -> dict[int, BrokerEndpoint]:
+        ids = self.zk.get_children(paths.BROKER_IDS_PATH, watch=(lambda _e: watch()) if watch else None)
+        out: dict[int, BrokerEndpoint] = {}
+        for name in ids:
+            try:
+                data, stat = self.zk.get(paths.broker_path(int(name)))
+            except (NoNodeError, ValueError):
+                continue
+            reg = paths.decode_broker_registration(data)
+            out[int(name)] = BrokerEndpoint(int(name), reg.host, reg.port)
+            self.broker_epochs[int(name)] = int(stat.czxid)
+        return out
+
+    # -- controller ------------------------------------------------------------------------------
+    def elect(self, broker_id: int) -> int | None:
+        """Try to become the controller; returns the new controller epoch, or None if another
+        broker holds ``/controller``."""
+        data = paths.encode_controller(paths.ControllerRegistration(broker_id))
+        try:
+            self.zk.create(paths.CONTROLLER_PATH, data, ephemeral=True)
+        except NodeExistsError:
+            return None
+        try:
+            raw, stat = self.zk.get(paths.CONTROLLER_EPOCH_PATH)
+            epoch = int(raw.decode() or 0) + 1
+            stat = self.zk.set(paths.CONTROLLER_EPOCH_PATH, str(epoch).encode(), version=stat.version)
+        except NoNodeError:
+            epoch = 1
+            try:
+                self.zk.create(paths.CONTROLLER_EPOCH_PATH, b"1")
+                _, stat = self.zk.get(paths.CONTROLLER_EPOCH_PATH)
+            except NodeExistsError:
+                self.resign(broker_id)
+                return None
+        except BadVersionError:
+            # Another controller bumped the epoch in between: it is the newer one.
+            self.resign(broker_id)
+            return None
+        self._epoch_version = stat.version
+        return epoch
+
+    def controller(self, watch: Watch | None = None) -> tuple[int, int]:
+        """``(controller broker id or -1, controller epoch)``; the watch fires on a change of
+        ``/controller`` (created, deleted)."""
+        w = (lambda _e: watch()) if watch else None
+        try:
+            data, _ = self.zk.get(paths.CONTROLLER_PATH, watch=w)
+            cid = paths.decode_controller(data).broker_id
+        except NoNodeError:
+            self.zk.exists(paths.CONTROLLER_PATH, watch=w)
+            cid = -1
+        try:
+            raw, _ = self.zk.get(paths.CONTROLLER_EPOCH_PATH)
+            epoch = int(raw.decode() or 0)
+        except NoNodeError:
+            epoch = 0
+        return cid, epoch
+
+    def resign(self, broker_id: int) -> None:
+        self._epoch_version = -1
+        try:
+            data, stat = self.zk.get(paths.CONTROLLER_PATH)
+            if stat.ephemeralOwner == self.zk.client_id[0]:
+                self.zk.delete(paths.CONTROLLER_PATH, version=stat.version)
+        except (NoNodeError, BadVersionError):
+            pass
+
+    # -- topics ----------------------------------------------------------------------------------
+    def topics(self, watch: Watch | None = None) -> list[str]:
+        return sorted(self.zk.get_children(paths.BROKER_TOPICS_PATH, watch=(lambda _e: watch()) if watch else None))
+
+    def assignment(self, topic: str) -> list[tuple[int, ...]] | None:
+        try:
+            data, _ = self.zk.get(paths.topic_path(topic))
+        except NoNodeError:
+            return None
+        parts = paths.decode_topic_assignment(data)
+        return [tuple(parts[p]) for p in sorted(parts)]
+
+    def create_topic(self, topic: str, assignment: list[tuple[int, ...]]) -> bool:
+        data = paths.encode_topic_assignment({p: list(r) for p, r in enumerate(assignment)})
+        try:
+            self.zk.create(paths.topic_path(topic), data, makepath=True)
+        except NodeExistsError:
+            return False
+        return True
+
+    # -- partition state -------------------------------------------------------------------------
+    def partition_state(self, topic: str, partition: int) -> tuple[LeaderIsr, int] | None:
+        try:
+            data, stat = self.zk.get(paths.partition_state_path(topic, partition))
+        except NoNodeError:
+            return None
+        return _state_from(data), stat.version
+
+    def write_state(self, topic: str, partition: int, state: LeaderIsr, expected_version: int) -> int | None:
+        """The controller's write, fenced by its epoch. Returns the new version or None."""
+        if self._epoch_version < 0:
+            return None
+        path = paths.partition_state_path(topic, partition)
+        if expected_version < 0:
+            self.zk.ensure_path(path.rsplit("/", 1)[0])
+        t = self.zk.transaction()
+        t.check(paths.CONTROLLER_EPOCH_PATH, self._epoch_version)
+        if expected_version < 0:
+            t.create(path, _state_bytes(state))
+        else:
+            t.set_data(path, _state_bytes(state), version=expected_version)
+        results = t.commit()
+        if any(isinstance(r, Exception) for r in results):
+            bad = [r for r in results if isinstance(r, Exception) and not isinstance(r, RolledBackError)]
+            log.info("state write of %s-%d refused: %s", topic, partition, bad)
+            return None
+        return 0 if expected_version < 0 else expected_version + 1
+
+    def write_isr(self, topic: str, partition: int, state: LeaderIsr, expected_version: int) -> int | None:
+        """A leader's ISR change (conditional on the version it holds), then a notification."""
+        try:
+            stat = self.zk.set(paths.partition_state_path(topic, partition), _state_bytes(state), version=expected_version)
+        except (BadVersionError, NoNodeError):
+            return None
+        body = json.dumps({"version": 1, "partitions": [{"topic": topic, "partition": partition}]}, separators=(",", ":")).encode()
+        try:
+            self.zk.create(_ISR_CHANGE_PREFIX, body, sequence=True)
+        except KazooException as e:
+            log.warning("ISR change notification for %s-%d failed: %s", topic, partition, e)
+        return int(stat.version)
+
+    def isr_changes(self, watch: Watch | None = None) -> list[TP]:
+        """Read and delete the pending ISR change notifications."""
+        names = self.zk.get_children(ISR_CHANGE_PATH, watch=(lambda _e: watch()) if watch else None)
+        out: list[TP] = []
+        for name in sorted(names):
+            path = f"{ISR_CHANGE_PATH}/{name}"
+            try:
+                data, _ = self.zk.get(path)
+                for p in json.loads(data.decode()).get("partitions", ()):
+                    out.append((str(p["topic"]), int(p["partition"])))
+                self.zk.delete(path)
+            except NoNodeError:
+                continue
+            except (ValueError, KeyError, TypeError) as e:
+                log.warning("ignoring malformed ISR change notification %s: %s", path, e)
+                self.zk.delete(path)
+        return out
+
+    def close(self) -> None:
+        self._closed = True
+        try:
+            self.zk.stop()
+        finally:
+            self.zk.close()
+
+
+class MemoryStore:
+    """The store of a standalone broker: one broker, its own controller, nothing persisted
+    (topics are rebuilt from the log directory at start-up by the caller)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.RLock()
+        self._brokers: dict[int, BrokerEndpoint] = {}
+        self._controller = -1
+        self._epoch = 0
+        self._topics: dict[str, list[tuple[int, ...]]] = {}
+        self._states: dict[TP, tuple[LeaderIsr, int]] = {}
+        self._watches: dict[str, list[Watch]] = {}
+        self.broker_epochs: dict[int, int] = {}
+        self._registrations = 0
+
+    def _arm(self, key: str, watch: Watch | None) -> None:
+        if watch is not None:
+            self._watches.setdefault(key, []).append(watch)
+
+    def _fire(self, key: str) -> None:
+        for w in self._watches.pop(key, []):
+            w()
+
+    def add_session_listener(self, fn: Callable[[str], None]) -> None:
+        pass
+
+    def register_broker(self, endpoint: BrokerEndpoint) -> None:
+        with self._lock:
+            if endpoint.node_id in self._brokers and self._brokers[endpoint.node_id] != endpoint:
+                raise CoordinationError(f"broker id {endpoint.node_id} is already registered")
+            self._brokers[endpoint.node_id] = endpoint
+            self._registrations += 1
+            self.broker_epochs[endpoint.node_id] = self._registrations
+        self._fire("brokers")
+
+    def deregister_broker(self, broker_id: int) -> None:
+        with self._lock:
+            self._brokers.pop(broker_id, None)
+        self._fire("brokers")
+
+    def live_brokers(self, watch: Watch | None = None) -> dict[int, BrokerEndpoint]:
+        with self._lock:
+            self._arm("brokers", watch)
+            return dict(self._brokers)
+
+    def elect(self, broker_id: int) -> int | None:
+        with self._lock:
+            if self._controller >= 0:
+                return None
+            self._controller = broker_id
+            self._epoch += 1
+            epoch = self._epoch
+        self._fire("controller")
+        return epoch
+
+    def controller(self, watch: Watch | None = None) -> tuple[int, int]:
+        with self._lock:
+            self._arm("controller", watch)
+            return self._controller, self._epoch
+
+    def resign(self, broker_id: int) -> None:
+        with self._lock:
+            if self._controller != broker_id:
+                return
+            self._controller = -1
+        self._fire("controller")
+
+    def topics(self, watch: Watch | None = None) -> list[str]:
+        with self._lock:
+            self._arm("topics", watch)
+            return sorted(self._topics)
+
+    def assignment(self, topic: str) -> list[tuple[int, ...]] | None:
+        with self._lock:
+            a = self._topics.get(topic)
+            return None if a is None else list(a)
+
+    def create_topic(self, topic: str, assignment: list[tuple[int, ...]]) -> bool:
+        with self._lock:
+            if topic in self._topics:
+                return False
+            self._topics[topic] = list(assignment)
+        self._fire("topics")
+        return True
+
+    def partition_state(self, topic: str, partition: int) -> tuple[LeaderIsr, int] | None:
+        with self._lock:
+            return self._states.get((topic, partition))
+
+    def _cas(self, tp: TP, state: LeaderIsr, expected_version: int) -> int | None:
+        with self._lock:
+            cur = self._states.get(tp)
+            if (cur is None and expected_version >= 0) or (cur is not None and cur[1] != expected_version):
+                return None
+            version = 0 if cur is None else cur[1] + 1
+            self._states[tp] = (state, version)
+            return version
+
+    def write_state(self, topic: str, partition: int, state: LeaderIsr, expected_version: int) -> int | None:
+        return self._cas((topic, partition), state, expected_version)
+
+    def write_isr(self, topic: str, partition: int, state: LeaderIsr, expected_version: int) -> int | None:
+        return self._cas((topic, partition), state, expected_version)
+
+    def isr_changes(self, watch: Watch | None = None) -> list[TP]:
+        return []
+
+    def close(self) -> None:
+        pass
+
