@@ -1,4 +1,5 @@
-# Two commands on a fresh machine: `make demo` (the main job) and `make test` (the suite).
+# Two commands on a fresh machine: `make demo` (the main job) and `make test` (lint: ruff and
+# mypy, then the suite).
 # Both install what they need first; every step is idempotent.
 SHELL := /bin/bash
 VENV ?= .venv
@@ -28,7 +29,7 @@ $(STAMP): pyproject.toml | $(PY)
 
 venv: $(STAMP)
 
-test: setup
+test: setup lint
 	PYSPARK_PYTHON=$(abspath $(PY)) $(PY) -m pytest -q $(PYTEST_ARGS)
 
 demo: setup
