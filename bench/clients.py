@@ -29,9 +29,9 @@ import time
 import uuid
 from typing import Any
 
-# Run as a script, this directory comes first on sys.path, and its rebalance.py would shadow the
-# rebalance package that hmbclient imports (the broker's log manager, the consumer). The
-# repository root stays reachable through the installed project (or PYTHONPATH).
+# Run as a script, this directory comes first on sys.path, where a script named like a package
+# (bench/ once held rebalance.py) would shadow the package hmbclient imports. The repository
+# root stays reachable through the installed project (or PYTHONPATH).
 _HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path[:] = [entry for entry in sys.path if os.path.abspath(entry or os.curdir) != _HERE]
 

@@ -30,7 +30,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-# bench/ holds scripts named like packages (bench/rebalance.py): never import from here.
+# A bench script named like a package would shadow it (bench/ once held rebalance.py): never
+# import from here.
 _HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != _HERE]
 

@@ -1,8 +1,8 @@
 """Rebalance convergence of a ZooKeeper consumer group: 10 consumers x 100 partitions.
 
-    .venv/bin/python bench/rebalance.py              # ~1-2 minutes
-    .venv/bin/python bench/rebalance.py --rounds 3   # quicker
-    .venv/bin/python bench/rebalance.py --cluster    # 3 brokers registered in ZooKeeper
+    .venv/bin/python bench/groups_zk.py              # ~1-2 minutes
+    .venv/bin/python bench/groups_zk.py --rounds 3   # quicker
+    .venv/bin/python bench/groups_zk.py --cluster    # 3 brokers registered in ZooKeeper
 
 Set-up: a LocalZooKeeper, an embedded broker (or a 3-broker EmbeddedCluster) with one topic of
 100 partitions, a producer writing one message to every partition every 20 ms (one Produce
