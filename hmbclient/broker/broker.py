@@ -355,6 +355,11 @@ class Broker:
         return False
 
     def _teardown(self) -> None:
+        # Stop answering first: once the ZooKeeper session is closed the controller moves this
+        # broker's leaderships, and nothing may be acknowledged from here after that.
+        if self.server is not None:
+            self.server.stop()
+            self.server = None
         if self.controller is not None:
             self.controller.shutdown()
             self.controller = None
@@ -364,9 +369,6 @@ class Broker:
             except Exception:
                 log.exception("closing the coordination store failed")
             self.store = None
-        if self.server is not None:
-            self.server.stop()
-            self.server = None
         if self.scheduler is not None:
             self.scheduler.stop()
             self.scheduler = None

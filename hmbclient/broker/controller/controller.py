@@ -376,9 +376,13 @@ class Controller:
         dead = state.live_brokers - set(live)
         new = set(live) - state.live_brokers
         epochs = dict(self.store.broker_epochs)
+        # A broker that restarted between two reads of /brokers/ids (a new registration, seen by
+        # its creation zxid or endpoint) died and came back: handle it as both, so its
+        # leaderships get a new epoch and its replicas restart as followers.
         moved = {b for b in set(live) & state.live_brokers if self.endpoints.get(b) != live[b] or epochs.get(b) != self._broker_epochs.get(b)}
         self._broker_epochs = epochs
         self.endpoints.update(live)
+        dead |= moved
         if dead:
             log.info("controller %d: brokers %s died", self.broker_id, sorted(dead))
             state.live_brokers -= dead
@@ -395,7 +399,7 @@ class Controller:
             self._send_update_metadata(sorted(state.states), set(state.live_brokers))
         if new or moved:
             log.info("controller %d: brokers %s joined", self.broker_id, sorted(new | moved))
-            state.live_brokers |= new
+            state.live_brokers |= new | moved
             for b in new | moved:
                 self._ensure_sender(live[b])
             everything = sorted(state.states)
