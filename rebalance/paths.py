@@ -357,7 +357,7 @@ def make_consumer_id(
     """
     _element("group", group)
     host = hostname if hostname is not None else (platform.node() or "localhost")
-    created_ms = now_ms if now_ms is not None else int(time.time() * 1000)
+    created_ms = now_ms if now_ms is not None else wall_ms()
     tag = uuid8 if uuid8 is not None else uuid.uuid4().hex[:8]
     return f"{group}_{host}-{created_ms}-{tag}"
 
@@ -452,8 +452,10 @@ def _int_list(value: Any, what: str) -> list[int]:
     return list(value)
 
 
-def _now_ms() -> int:
-    return int(time.time() * 1000)
+def wall_ms() -> int:
+    """Milliseconds since the Unix epoch, for the timestamps Kafka writes into znodes (this
+    package imports nothing of the project, so it keeps this one-liner of hmbclient.clock)."""
+    return time.time_ns() // 1_000_000
 
 
 # --------------------------------------------------------------------- consumer registration
@@ -469,7 +471,7 @@ class ConsumerRegistration:
 
     subscription: Mapping[str, int]
     pattern: Pattern = "static"
-    timestamp_ms: int = field(default_factory=_now_ms)
+    timestamp_ms: int = field(default_factory=wall_ms)
     version: int = 1
 
 
@@ -543,7 +545,7 @@ class BrokerRegistration:
     host: str
     port: int
     jmx_port: int = -1
-    timestamp_ms: int = field(default_factory=_now_ms)
+    timestamp_ms: int = field(default_factory=wall_ms)
     version: int = 1
     endpoints: tuple[str, ...] = ()
 
@@ -728,7 +730,7 @@ class ControllerRegistration:
     """``/controller``: which broker is the controller."""
 
     broker_id: int
-    timestamp_ms: int = field(default_factory=_now_ms)
+    timestamp_ms: int = field(default_factory=wall_ms)
     version: int = 1
 
 

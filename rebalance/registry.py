@@ -21,7 +21,6 @@ loop (:mod:`rebalance.rebalancer`) owns retries, watches and the order of the st
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -77,7 +76,7 @@ class Registration:
     consumer_id: str
     subscription: Mapping[str, int]
     pattern: str = STATIC
-    timestamp: str = field(default_factory=lambda: str(int(time.time() * 1000)))
+    timestamp: str = field(default_factory=lambda: str(paths.wall_ms()))
     version: int = 1
 
     def to_json(self) -> bytes:

@@ -31,20 +31,16 @@ deadline is earlier than the time the sender is sleeping until.
 from __future__ import annotations
 
 import threading
-import time
 from collections import deque
 from typing import Any
 
+from hmbclient.clock import monotonic_ms, wall_ms
 from hmbclient.errors import QueueFullError
 from hmbclient.producer.data import ProducerBatch
 
 __all__ = ["PartitionQueue", "TopicState", "RecordAccumulator", "Unit"]
 
 _INF = float("inf")
-
-
-def _mono_ms() -> float:
-    return time.monotonic() * 1000.0
 
 
 class PartitionQueue:
@@ -154,7 +150,7 @@ class RecordAccumulator:
                 f"async queue full ({self.queued} of queue_buffering_max_messages={self.max_messages} "
                 "messages waiting); queue_enqueue_timeout_ms=0 drops instead of waiting"
             )
-        deadline = None if t < 0 else _mono_ms() + t
+        deadline = None if t < 0 else monotonic_ms() + t
         # A send larger than the whole bound is let in once the queue is empty.
         while self.queued and self.queued + n > self.max_messages:
             if self.closing:
@@ -162,7 +158,7 @@ class RecordAccumulator:
             if deadline is None:
                 self.space.wait()
             else:
-                left = deadline - _mono_ms()
+                left = deadline - monotonic_ms()
                 if left <= 0:
                     raise QueueFullError(
                         f"async queue still full after queue_enqueue_timeout_ms={t} "
@@ -172,8 +168,8 @@ class RecordAccumulator:
 
     def open_batch(self, queue: PartitionQueue) -> ProducerBatch:
         """Start the open batch of ``queue`` (lock held)."""
-        b = ProducerBatch(queue.topic, queue.partition, int(time.time() * 1000))
-        deadline = _mono_ms() + self.linger_ms
+        b = ProducerBatch(queue.topic, queue.partition, wall_ms())
+        deadline = monotonic_ms() + self.linger_ms
         b.deadline = deadline
         queue.open = b
         self.lingering.append((deadline, b, queue))

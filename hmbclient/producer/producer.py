@@ -34,12 +34,12 @@ from __future__ import annotations
 import logging
 import sys
 import threading
-import time
 from collections import deque
 from collections.abc import Sequence
 from itertools import repeat
 from typing import Any
 
+from hmbclient.clock import monotonic_ms, wall_ms
 from hmbclient.config import ProducerConfig
 from hmbclient.errors import (
     HmbError,
@@ -69,10 +69,6 @@ log = logging.getLogger("hmbclient.producer")
 _RECORD_OVERHEAD = 12
 # RecordBatch v2 header (61 bytes) plus the offset/size prefix, rounded up.
 _BATCH_OVERHEAD = 100
-
-
-def _mono_ms() -> float:
-    return time.monotonic() * 1000.0
 
 
 def _open_client(cfg: ProducerConfig) -> NetClient:
@@ -552,7 +548,7 @@ class Producer:
             if not isinstance(pd, ProducerData):
                 raise TypeError(f"send() takes ProducerData or a list of them, not {type(pd).__name__}")
             msgs = pd.messages if isinstance(pd.messages, list | tuple) else [pd.messages]
-            b = ProducerBatch(pd.topic, -1, int(time.time() * 1000))
+            b = ProducerBatch(pd.topic, -1, wall_ms())
             b.items = [(pd.key, m, None) for m in msgs]
             segments.append((b, 0, len(msgs)))
             entries.append((pd, b))
@@ -580,7 +576,7 @@ class Producer:
         acc = self._acc
         if acc is None:
             return
-        deadline = None if timeout_s is None else _mono_ms() + timeout_s * 1000.0
+        deadline = None if timeout_s is None else monotonic_ms() + timeout_s * 1000.0
         with acc.lock:
             acc.flushing += 1
             try:
@@ -591,7 +587,7 @@ class Producer:
                     if deadline is None:
                         acc.space.wait(1.0)
                     else:
-                        left = deadline - _mono_ms()
+                        left = deadline - monotonic_ms()
                         if left <= 0:
                             raise RequestTimedOutError(
                                 f"flush: {acc.queued} messages still unacknowledged after {timeout_s} s"
@@ -684,11 +680,11 @@ class _EventPipeline:
         n = sum(len(b.items) for _, b in entries)
         with self.cond:
             t = self.enqueue_timeout_ms
-            deadline = None if t < 0 else _mono_ms() + t
+            deadline = None if t < 0 else monotonic_ms() + t
             while self.queued and self.queued + n > self.max_messages:
-                if t == 0 or (deadline is not None and _mono_ms() >= deadline):
+                if t == 0 or (deadline is not None and monotonic_ms() >= deadline):
                     raise QueueFullError(f"event queue full ({self.queued} of {self.max_messages} messages)")
-                self.cond.wait(None if deadline is None else max(0.0, (deadline - _mono_ms()) / 1000.0))
+                self.cond.wait(None if deadline is None else max(0.0, (deadline - monotonic_ms()) / 1000.0))
             self.queue.extend(entries)
             self.queued += n
             self.cond.notify_all()
@@ -733,10 +729,10 @@ class _EventPipeline:
                 self.cond.notify_all()
 
     def flush(self, timeout_s: float | None) -> None:
-        deadline = None if timeout_s is None else _mono_ms() + timeout_s * 1000.0
+        deadline = None if timeout_s is None else monotonic_ms() + timeout_s * 1000.0
         with self.cond:
             while self.queued:
-                left = None if deadline is None else (deadline - _mono_ms()) / 1000.0
+                left = None if deadline is None else (deadline - monotonic_ms()) / 1000.0
                 if left is not None and left <= 0:
                     raise RequestTimedOutError(f"flush: {self.queued} messages still with the event handler")
                 self.cond.wait(left if left is not None else 1.0)

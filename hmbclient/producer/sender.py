@@ -20,7 +20,6 @@ from __future__ import annotations
 import functools
 import logging
 import threading
-import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
@@ -28,6 +27,7 @@ from typing import Any
 
 from tenacity import Retrying
 
+from hmbclient.clock import monotonic_ms
 from hmbclient.errors import (
     ErrorCode,
     HmbError,
@@ -52,10 +52,6 @@ __all__ = ["Dispatcher", "SenderThread"]
 _TOO_LARGE = (MessageSizeTooLargeError, for_code(ErrorCode.RECORD_LIST_TOO_LARGE))
 
 log = logging.getLogger("hmbclient.producer")
-
-
-def _mono_ms() -> float:
-    return time.monotonic() * 1000.0
 
 
 def call_hook(hooks: dict[str, Any], name: str, *args: Any) -> None:
@@ -242,7 +238,7 @@ class SenderThread(threading.Thread):
         while True:
             with acc.lock:
                 while True:
-                    now = _mono_ms()
+                    now = monotonic_ms()
                     closed = acc.close_expired(now) if acc.lingering else []
                     units, wake = acc.drain(now)
                     if acc.closing and not acc.queued and not self.in_flight and not self.completions:
@@ -263,7 +259,7 @@ class SenderThread(threading.Thread):
                     call_hook(hooks, "after_batching", b)
             while self.completions:
                 self._complete(*self.completions.popleft())
-            if acc.queued and self._metadata_due(_mono_ms()):
+            if acc.queued and self._metadata_due(monotonic_ms()):
                 self._refresh_metadata()
             if units:
                 self._send(units)
@@ -279,7 +275,7 @@ class SenderThread(threading.Thread):
         return self._metadata_wanted
 
     def _refresh_metadata(self) -> None:
-        self._next_metadata_attempt = _mono_ms() + self.retry_backoff_ms
+        self._next_metadata_attempt = monotonic_ms() + self.retry_backoff_ms
         try:
             self.metadata.refresh(list(self.acc.topics), timeout_ms=self.dispatcher.request_timeout_ms)
             self.refresh_topics()
@@ -346,7 +342,7 @@ class SenderThread(threading.Thread):
             wait = backoff_ms(self.policy, max(1, attempts))
             log.info("retrying %s-%s (%d messages, attempt %d) in %.0f ms: %s", unit.topic, unit.partition, unit.count, attempts, wait, err)
             with acc.lock:
-                acc.requeue_front(unit, _mono_ms() + wait)
+                acc.requeue_front(unit, monotonic_ms() + wait)
             return
         log.warning("giving up on %s-%s (%d messages) after %d attempts: %s", unit.topic, unit.partition, unit.count, attempts, err)
         self.dispatcher.fail(unit, err)

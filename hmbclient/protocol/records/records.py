@@ -16,12 +16,12 @@ from __future__ import annotations
 
 import gc
 import struct
-import time
 from collections.abc import Iterable, Iterator
 from typing import Any
 
 from crc32c import crc32c
 
+from hmbclient.clock import wall_ms
 from hmbclient.errors import CorruptRecordError, MessageSizeTooLargeError, ProtocolError
 
 from . import codecs, legacy, v2
@@ -80,7 +80,7 @@ def encode_records(
         raise ValueError("zstd compression needs RecordBatch v2 (magic 2)")
     if not isinstance(items, list | tuple):
         items = list(items)
-    default_ts = int(time.time() * 1000) if timestamp_ms is None else timestamp_ms
+    default_ts = wall_ms() if timestamp_ms is None else timestamp_ms
     if magic == 2:
         return v2.encode(codec, items, base_offset, default_ts)
     return legacy.encode(magic, codec, items, base_offset, default_ts)
