@@ -27,7 +27,7 @@ from collections.abc import Callable
 from functools import cache
 from typing import Any, Protocol
 
-from hmbclient.broker.metadata import NO_LEADER, MetadataCache, PartitionMeta
+from hmbclient.broker.metadata import NO_LEADER, BrokerEndpoint, MetadataCache, PartitionMeta
 from hmbclient.broker.producer_ids import INIT_PRODUCER_ID, ProducerIdManager
 from hmbclient.broker.replica_manager import PartitionState, ReplicaManager
 from hmbclient.broker.results import AppendResult, FetchInfo, FetchResult
@@ -478,8 +478,6 @@ class KafkaApis:
             PartitionState(s.topic, s.partition, s.leader, s.leader_epoch, tuple(s.isr), tuple(s.replicas), s.zk_version, s.controller_epoch)
             for s in req.ungrouped_partition_states
         ]
-        from hmbclient.broker.metadata import BrokerEndpoint
-
         leaders = {b.broker_id: BrokerEndpoint(b.broker_id, b.host_name, b.port) for b in req.live_leaders}
         for b in self.metadata.brokers():
             leaders.setdefault(b.node_id, b)
@@ -493,8 +491,6 @@ class KafkaApis:
             log.warning("UpdateMetadata from controller %d epoch %d refused (error %d)", req.controller_id, req.controller_epoch, code)
             channel.send(resp_cls.build(error_code=code))
             return
-        from hmbclient.broker.metadata import BrokerEndpoint
-
         v = header.api_version
         if v == 0:
             brokers = [BrokerEndpoint(b.id, b.host, b.port) for b in req.live_brokers]

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import zlib
 from collections.abc import Callable, Iterable
 
 from hmbclient.broker.controller import decisions
@@ -157,6 +158,4 @@ class TopicManager:
 def _start(topic: str, n: int) -> int:
     # Kafka picks the first broker at random; a stable hash of the name spreads topics as well
     # and makes a topic's layout repeatable across runs.
-    import zlib
-
     return zlib.crc32(topic.encode()) % max(1, n)
