@@ -148,7 +148,11 @@ class _FetcherThread:
                     fetching = [pf for pf in parts if pf.state is FetchState.FETCHING]
                     if fetching:
                         self._fetch(fetching)
-                    elif not truncating:
+                    elif truncating:
+                        # Every truncation was refused (e.g. the leader is not on our epoch yet):
+                        # pause before asking again instead of spinning.
+                        self._backoff()
+                    else:
                         self.stop_event.wait(0.05)
                 except HmbError as e:
                     if not self.stop_event.is_set():
