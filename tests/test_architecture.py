@@ -43,6 +43,7 @@ ALLOWED: dict[str, tuple[str, ...]] = {
     # leaves: import nothing from the project
     "hmbclient.errors": (),
     "hmbclient.clock": (),
+    "hmbclient.children": (),
     "partitioners": (),
     "encoders": (),
     "rebalance": (),
@@ -58,8 +59,8 @@ ALLOWED: dict[str, tuple[str, ...]] = {
     "hmbclient.admin": (*_CORE, "hmbclient", "hmbclient.protocol", "hmbclient.net", "hmbclient.consumer",
                         "rebalance"),
     # the server and the local servers built on it
-    "hmbclient.broker": (*_CORE, "hmbclient.protocol", "rebalance"),
-    "hmbclient.testing": (*_CORE, "hmbclient.protocol", "hmbclient.broker"),
+    "hmbclient.broker": (*_CORE, "hmbclient.protocol", "rebalance", "hmbclient.children"),
+    "hmbclient.testing": (*_CORE, "hmbclient.protocol", "hmbclient.broker", "hmbclient.children"),
     # on top of the client's public surface
     "spark_integration": ("hmbclient", *_CORE, "hmbclient.net", "hmbclient.producer", "hmbclient.consumer",
                           "rebalance", "partitioners", "encoders"),

@@ -9,6 +9,7 @@
         cluster.kill(1)                         # a crash: no controlled shutdown
         cluster.restart(1)                      # same port, same data: it catches up
         cluster.move_leader("events", 0, 2)     # an ISR member takes over (leader epoch + 1)
+        cluster.pause(2); cluster.resume(2)     # SIGSTOP / SIGCONT (processes=True only)
 
 Every broker is a separate :class:`Broker` with its own log directory (``<dir>/broker-<id>``),
 its own ZooKeeper session and its own metadata cache, exactly as separate processes would be;
@@ -193,7 +194,8 @@ class EmbeddedCluster:
         return self._brokers[broker_id]
 
     def _live(self) -> list[Any]:
-        return [b for b in self.brokers if b.running]
+        """Running brokers that can answer: a paused process is running but silent."""
+        return [b for b in self.brokers if b.running and not getattr(b, "paused", False)]
 
     def _metadata(self, topics: list[str] | None = None) -> Any:
         """A Metadata v1 answer from a live broker."""
@@ -332,6 +334,29 @@ class EmbeddedCluster:
             b.kill()
         else:
             b.kill()
+
+    def pause(self, broker_id: int) -> None:
+        """Freeze a broker process (SIGSTOP): it holds its sockets and ZooKeeper session but
+        does nothing, as in a long GC pause. Inspection (``leader``, ``await_isr``) asks the
+        other brokers meanwhile.
+
+        Raises:
+            HmbError: an in-process cluster (a thread cannot be frozen apart from the test), or
+                the broker is not running.
+        """
+        if not self.processes:
+            raise HmbError("pause needs EmbeddedCluster(processes=True): in-process brokers share the test's process")
+        self._brokers[broker_id].pause()
+
+    def resume(self, broker_id: int) -> None:
+        """Let a paused broker process run again (SIGCONT).
+
+        Raises:
+            HmbError: an in-process cluster, or the broker is not running.
+        """
+        if not self.processes:
+            raise HmbError("resume needs EmbeddedCluster(processes=True): in-process brokers share the test's process")
+        self._brokers[broker_id].resume()
 
     def stop_broker(self, broker_id: int) -> None:
         """Stop one broker cleanly (controlled shutdown first); its port is kept for a restart."""

@@ -4,9 +4,15 @@
         bp.bootstrap
         bp.kill()          # SIGKILL: no shutdown code runs, as in a crash
         bp.start()         # same port, same log dir: recovery runs
+        bp.pause()         # SIGSTOP: alive but silent (no fetches, no ZooKeeper pings)
+        bp.resume()        # SIGCONT: it carries on where it stopped
         bp.terminate()     # SIGTERM: clean stop
 
 Settings are BrokerConfig names (snake_case); they are passed as ``--set`` properties.
+
+A child started from the main thread dies with it (``PR_SET_PDEATHSIG``, see
+:mod:`hmbclient.children`): a test run killed from outside leaves no broker holding its port
+and log directory, paused or not (SIGKILL ends a stopped process too).
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ from collections import deque
 from typing import Any
 
 from hmbclient.broker.runner import READY_PREFIX
+from hmbclient.children import preexec_for_current_thread
 from hmbclient.config import BrokerConfig
 from hmbclient.errors import HmbError
 
@@ -49,6 +56,8 @@ class BrokerProcess:
         self._props = {k: v for k, v in cfg.to_properties().items() if k not in ("port", "log.dirs") and defaults.get(k) != v}
         self.proc: subprocess.Popen[str] | None = None
         self.output: deque[str] = deque(maxlen=200)
+        #: True between pause() and resume() (or until the process is killed or restarted).
+        self.paused = False
 
     @property
     def bootstrap(self) -> str:
@@ -73,7 +82,11 @@ class BrokerProcess:
                 continue
             cmd += ["--set", f"{k}={v}"]
         env = dict(os.environ, PYTHONUNBUFFERED="1")
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+        self.proc = subprocess.Popen(
+            cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
+            preexec_fn=preexec_for_current_thread(),  # no orphan broker if we are killed
+        )
+        self.paused = False
         ready = threading.Event()
         proc = self.proc
 
@@ -103,12 +116,44 @@ class BrokerProcess:
         if self.proc is not None and self.proc.poll() is None:
             self.proc.send_signal(signal.SIGKILL)
             self.proc.wait(timeout=10)
+        self.paused = False
+
+    def pause(self) -> None:
+        """SIGSTOP the process: it keeps its sockets and ZooKeeper session but answers nothing,
+        fetches nothing and sends no heartbeat (a long GC pause or a frozen VM). Its followers
+        drop out of the ISR after replica.lag.time.max.ms; after the session timeout ZooKeeper
+        expires its session and the controller treats it as dead.
+
+        Raises:
+            HmbError: the process is not running.
+        """
+        if not self.running:
+            raise HmbError("pause() needs a running broker process")
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGSTOP)
+        self.paused = True
+
+    def resume(self) -> None:
+        """SIGCONT a paused process: it carries on with whatever it was doing (its timers fire
+        late, its ZooKeeper client finds out whether the session survived).
+
+        Raises:
+            HmbError: the process is not running.
+        """
+        if not self.running:
+            raise HmbError("resume() needs a running broker process")
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGCONT)
+        self.paused = False
 
     def terminate(self, timeout_s: float = 10.0) -> int | None:
         """SIGTERM and wait (SIGKILL after ``timeout_s``). Returns the exit status."""
         if self.proc is None:
             return None
         if self.proc.poll() is None:
+            if self.paused:  # a stopped process would hold SIGTERM until the timeout
+                self.proc.send_signal(signal.SIGCONT)
+                self.paused = False
             self.proc.terminate()
             try:
                 self.proc.wait(timeout=timeout_s)
