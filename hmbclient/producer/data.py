@@ -69,7 +69,7 @@ class ProducerBatch:
     def __init__(self, topic: str, partition: int, created_ms: int) -> None:
         self.topic = topic
         self.partition = partition
-        self.items: list[tuple[Any, Any, Any]] = []
+        self.items: list[tuple[Any, ...]] = []  # (key, value, timestamp[, headers])
         self.nbytes = 0
         self.created_ms = created_ms
         self.future: Future[int | None] = Future()

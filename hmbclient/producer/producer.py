@@ -55,7 +55,13 @@ from hmbclient.net.metadata import Metadata
 from hmbclient.net.retry import retry_policy
 from hmbclient.producer.accumulator import PartitionQueue, RecordAccumulator, TopicState, Unit
 from hmbclient.producer.callbacks import overridden_hooks
-from hmbclient.producer.data import ProducerBatch, ProducerData, RecordMetadata, SendFutures
+from hmbclient.producer.data import (
+    ProducerBatch,
+    ProducerData,
+    RecordFuture,
+    RecordMetadata,
+    SendFutures,
+)
 from hmbclient.producer.sender import Dispatcher, SenderThread, call_hook
 from hmbclient.protocol.records import NONE, codec_from_name
 from partitioners import DefaultPartitioner
@@ -282,6 +288,7 @@ class Producer:
         key: bytes | None,
         values: list[Any],
         queue: PartitionQueue | None = None,
+        headers: Any = None,
     ) -> SendFutures:
         """Check converted messages, pick their partition and add them to its open batch in
         ``acc``: the one definition of every check a message passes, sync or async (a sync
@@ -364,7 +371,7 @@ class Producer:
             items = batch.items
             start = len(items)
             if n == 1:
-                items.append((key, values[0], None))
+                items.append((key, values[0], None) if headers is None else (key, values[0], None, headers))
             else:
                 items.extend(zip(repeat(key, n), values, repeat(None, n), strict=True))
             batch.nbytes += nbytes
@@ -416,6 +423,42 @@ class Producer:
         for pd in pds:
             segments.extend(self._append(self._acc, pd))
         return SendFutures(segments)
+
+    def send_record(
+        self,
+        topic: str,
+        value: Any,
+        key: Any = None,
+        *,
+        partition: int | None = None,
+        headers: Sequence[tuple[str, bytes | None]] | None = None,
+    ) -> RecordFuture:
+        """Send one message the way Kafka's ``ProducerRecord`` names it: to an explicit
+        ``partition`` (None: the partitioner picks, as ``send``), with record ``headers``
+        (``(name, bytes or None)`` pairs; they need RecordBatch v2, i.e. a broker of Kafka 0.11
+        or later). Async producers only; the same checks as ``send``.
+
+        Returns:
+            The message's future (-> RecordMetadata).
+
+        Raises:
+            TypeError: a sync producer (use ``send``), or a bad key/value type.
+            ValueError: ``partition`` out of range for the topic.
+            See ``send`` for the rest.
+        """
+        acc = self._acc
+        if acc is None:
+            raise TypeError("send_record() needs producer_type='async'; a sync producer sends ProducerData with send()")
+        if self._closed:
+            raise ProducerClosedError("send_record() after close()")
+        topic, key, values = self._convert(ProducerData(topic, key, [value]))
+        queue = None
+        if partition is not None:
+            ts = acc.topics.get(topic) or self._topic_state(acc, topic)
+            if not 0 <= partition < len(ts.parts):
+                raise ValueError(f"partition {partition} is out of range: {topic!r} has {len(ts.parts)} partitions")
+            queue = ts.parts[partition]
+        return self._queue(acc, topic, key, values, queue, tuple(headers) if headers else None)[0]
 
     def _append(self, acc: RecordAccumulator, pd: Any) -> list[tuple[ProducerBatch, int, int]]:
         """Queue one ProducerData (async mode), telling ``after_enqueue``: its segments."""
