@@ -226,6 +226,20 @@ class ConfigBase:
         return cls(**merged)
 
     @classmethod
+    def split_properties(cls, props: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+        """Split ``props`` into the keys this class knows (any spelling) and the others, e.g.
+        a component's own options and the settings it hands to the producer it builds.
+
+        Returns:
+            ``(known, other)``, both with the keys as given.
+        """
+        known: dict[str, Any] = {}
+        other: dict[str, Any] = {}
+        for key, value in props.items():
+            (known if isinstance(key, str) and _norm(key) in cls._index else other)[key] = value
+        return known, other
+
+    @classmethod
     def _resolve(cls, given: Mapping[str, Any]) -> dict[str, Any]:
         """Map each key (any spelling) to its field name; reject unknown and repeated keys."""
         out: dict[str, Any] = {}
