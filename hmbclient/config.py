@@ -240,6 +240,15 @@ class ConfigBase:
         return known, other
 
     @classmethod
+    def resolve_properties(cls, props: Mapping[str, Any]) -> dict[str, Any]:
+        """``props`` keyed by field name (each key in any spelling), values as given.
+
+        Raises:
+            ConfigError: an unknown or repeated key.
+        """
+        return cls._resolve(props)
+
+    @classmethod
     def _resolve(cls, given: Mapping[str, Any]) -> dict[str, Any]:
         """Map each key (any spelling) to its field name; reject unknown and repeated keys."""
         out: dict[str, Any] = {}
@@ -1202,6 +1211,17 @@ class BrokerConfig(ConfigBase):
         min=1,
         doc="offsets.topic.replication.factor: replicas of __consumer_offsets (capped at the live brokers)",
     )
+    group_initial_rebalance_delay_ms: int = setting(
+        3_000,
+        min=0,
+        doc="group.initial.rebalance.delay.ms: an empty group waits this long for more members before its first rebalance",
+    )
+    group_min_session_timeout_ms: int = setting(
+        6_000, min=0, doc="group.min.session.timeout.ms: smallest session timeout a group member may ask for"
+    )
+    group_max_session_timeout_ms: int = setting(
+        300_000, min=0, doc="group.max.session.timeout.ms: largest session timeout a group member may ask for"
+    )
     min_insync_replicas: int = setting(
         1, min=1, doc="min.insync.replicas: ISR size an acks=-1 produce needs"
     )
@@ -1242,3 +1262,5 @@ class BrokerConfig(ConfigBase):
             self._fail("'host.name' (host) must not be empty")
         if self.log_index_interval_bytes > self.log_segment_bytes:
             self._fail("'log.index.interval.bytes' can't be larger than 'log.segment.bytes'")
+        if self.group_min_session_timeout_ms > self.group_max_session_timeout_ms:
+            self._fail("'group.min.session.timeout.ms' can't be larger than 'group.max.session.timeout.ms'")
