@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from waiting import wait_until as wait_until  # re-exported for the broker test modules
 
 from hmbclient.broker import EmbeddedBroker
 from hmbclient.protocol import records
@@ -97,19 +98,3 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedBroker]
 def client(broker: EmbeddedBroker) -> Iterator[RawClient]:
     with RawClient(broker.host, broker.port) as c:
         yield c
-
-
-def wait_until(cond: Any, timeout_s: float = 10.0, what: str = "condition") -> None:
-    """Wait for ``cond()`` to be true (polling with a growing pause), or fail naming ``what``."""
-    deadline = time.monotonic() + timeout_s
-    pause = 0.01
-    while True:
-        try:
-            if cond():
-                return
-        except Exception:
-            pass
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what} not reached in {timeout_s} s")
-        time.sleep(pause)
-        pause = min(pause * 2, 0.2)

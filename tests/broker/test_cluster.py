@@ -6,18 +6,18 @@ ZooKeeper session expiring (see test_replication.py for replication and failover
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from kazoo.client import KazooClient
 
+from hmbclient import errors
 from hmbclient.broker import EmbeddedCluster
 from hmbclient.protocol import records
 from hmbclient.protocol.api import FindCoordinatorRequest, MetadataRequest, OffsetCommitRequest
 
-from .conftest import RawClient, encode, fetch, produce
+from .conftest import RawClient, encode, fetch, produce, wait_until
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -40,14 +40,6 @@ def zk(zookeeper: Any) -> Iterator[KazooClient]:
 def _client(cluster: EmbeddedCluster, broker_id: int) -> RawClient:
     b = cluster.broker(broker_id)
     return RawClient(b.host, b.port)
-
-
-def _wait(cond: Any, timeout_s: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not cond():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not reached")
-        time.sleep(0.05)
 
 
 def test_brokers_registered_as_java_writes_them(cluster: EmbeddedCluster, zk: KazooClient) -> None:
@@ -111,7 +103,7 @@ def test_move_leader_keeps_the_data(cluster: EmbeddedCluster, zk: KazooClient) -
         assert produce(c, "mv", 0, encode([(None, b"m5")]), acks=-1).base_offset == 5
         p = fetch(c, "mv", 0, 0)
         assert [r.value for r in records.decode_records(p.records)] == [b"m%d" % i for i in range(6)]
-    _wait(lambda: json.loads(zk.get("/brokers/topics/mv/partitions/0/state")[0])["leader"] == new)
+    wait_until(lambda: json.loads(zk.get("/brokers/topics/mv/partitions/0/state")[0])["leader"] == new, 10, "the new leader in the state znode")
 
 
 def test_unreplicated_partitions_are_offline_while_their_broker_is_down(cluster: EmbeddedCluster, zk: KazooClient) -> None:
@@ -122,9 +114,9 @@ def test_unreplicated_partitions_are_offline_while_their_broker_is_down(cluster:
     port = cluster.broker(victim).port
     cluster.stop_broker(victim)
     try:
-        _wait(lambda: sorted(zk.get_children("/brokers/ids")) == ["0", "1"])
+        wait_until(lambda: sorted(zk.get_children("/brokers/ids")) == ["0", "1"], 10, "the victim's registration gone")
         for p in led:
-            _wait(lambda p=p: json.loads(zk.get(f"/brokers/topics/sr/partitions/{p}/state")[0])["leader"] == -1)
+            wait_until(lambda p=p: json.loads(zk.get(f"/brokers/topics/sr/partitions/{p}/state")[0])["leader"] == -1, 10, f"sr-{p} offline")
         with _client(cluster, 0) as c:
             md = c.request(MetadataRequest[1](topics=["sr"]))
             assert sorted(b.node_id for b in md.brokers) == [0, 1]
@@ -134,7 +126,7 @@ def test_unreplicated_partitions_are_offline_while_their_broker_is_down(cluster:
     finally:
         cluster.restart(victim)
     assert cluster.broker(victim).port == port
-    _wait(lambda: all(cluster.leader("sr", p) == victim for p in led))
+    wait_until(lambda: all(cluster.leader("sr", p) == victim for p in led), 10, "the restarted broker leading its partitions again")
     with _client(cluster, victim) as c:
         for p in led:
             assert produce(c, "sr", p, encode([(None, b"back")])).error_code == 0
@@ -154,12 +146,15 @@ def test_group_coordinator_is_one_broker(cluster: EmbeddedCluster) -> None:
     with _client(cluster, wrong) as c:
         assert c.request(req).topics[0].partitions[0].error_code == 16
     with _client(cluster, node) as c:
-        for _ in range(100):
-            code = c.request(req).topics[0].partitions[0].error_code
-            if code != 14:
-                break
-            time.sleep(0.05)
-        assert code == 0
+        codes: list[int] = []
+
+        def answered() -> bool:
+            codes.append(c.request(req).topics[0].partitions[0].error_code)
+            return codes[-1] != errors.CoordinatorLoadInProgressError.errno
+
+        # COORDINATOR_LOAD_IN_PROGRESS until the coordinator has loaded its offsets partition
+        wait_until(answered, 10, "the coordinator to load its offsets partition")
+        assert codes[-1] == 0
 
 
 def test_registration_comes_back_after_session_expiry(cluster: EmbeddedCluster, zk: KazooClient, zookeeper: Any) -> None:
@@ -172,10 +167,10 @@ def test_registration_comes_back_after_session_expiry(cluster: EmbeddedCluster, 
     twin.start(timeout=10)
     twin.stop()
     twin.close()
-    _wait(lambda: (st := zk.exists("/brokers/ids/1")) is not None and st.ephemeralOwner != old_owner, 20)
+    wait_until(lambda: (st := zk.exists("/brokers/ids/1")) is not None and st.ephemeralOwner != old_owner, 20, "broker 1 registered in a new session")
     obj = json.loads(zk.get("/brokers/ids/1")[0])
     assert obj["port"] == cluster.broker(1).port
     # The cluster is whole again: a controller, and every broker serving every partition.
-    _wait(lambda: zk.exists("/controller") is not None, 20)
+    wait_until(lambda: zk.exists("/controller") is not None, 20, "a controller")
     cluster.create_topic("after-expiry", 3)
     cluster.await_isr("after-expiry")

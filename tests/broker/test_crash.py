@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import threading
-import time
 from pathlib import Path
 
 import pytest
@@ -15,7 +14,7 @@ from hmbclient.errors import StorageError
 from hmbclient.protocol import records
 from hmbclient.protocol.api import ListOffsetsRequest
 
-from .conftest import RawClient, create_topic, encode, fetch, produce
+from .conftest import RawClient, create_topic, encode, fetch, produce, wait_until
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -57,13 +56,10 @@ def test_kill_9_during_acked_produces_loses_no_acked_message(tmp_path: Path) -> 
 
         th = threading.Thread(target=stream)
         th.start()
-        deadline = time.monotonic() + 20
-        while len(acked) < 300 and time.monotonic() < deadline:
-            time.sleep(0.01)
+        wait_until(lambda: len(acked) >= 300, 20, "300 acknowledged produces")
         bp.kill()
         stop.set()
         th.join(10)
-        assert len(acked) >= 300
         bp.start()
         with RawClient(bp.host, bp.port) as c:
             values = _all_values(c, "crash")
@@ -144,12 +140,13 @@ def test_rolling_and_retention_with_small_limits(tmp_path: Path) -> None:
             for i in range(100):
                 produce(c, "ret", 0, encode([(None, b"%03d" % i + b"r" * 200)]))
             part = Path(tmp_path) / "ret-0"
-            deadline = time.monotonic() + 10
-            while time.monotonic() < deadline:
-                logs = sorted(p for p in os.listdir(part) if p.endswith(".log"))
-                if sum(os.path.getsize(part / p) for p in logs) <= 8_000:
-                    break
-                time.sleep(0.05)
+
+            def segment_files() -> list[str]:
+                return sorted(p for p in os.listdir(part) if p.endswith(".log"))
+
+            # the retention check runs every 100 ms and deletes the oldest segments
+            wait_until(lambda: sum(os.path.getsize(part / p) for p in segment_files()) <= 8_000, 10, "retention down to 8000 bytes")
+            logs = segment_files()
             assert 3 <= len(logs) <= 5
             assert all(os.path.getsize(part / p) <= 2_000 for p in logs)
             start = int(logs[0][:20])

@@ -123,6 +123,9 @@ def test_many_bad_clients_at_once(broker: EmbeddedBroker, witness: RawClient) ->
         s = socket.create_connection((broker.host, broker.port))
         s.sendall(os.urandom(7 + i))
         socks.append(s)
+    # A window for the garbage to do harm before the witness asks. A random size prefix can be a
+    # plausible one, and then the broker just waits for the rest of that frame: there is no
+    # event saying it has read every bad client, so this stays a fixed pause.
     time.sleep(0.2)
     _still_serving(witness, broker)
     for s in socks:

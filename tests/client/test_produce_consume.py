@@ -177,7 +177,7 @@ def test_timestamps_are_creation_times(broker: BrokerHandle) -> None:
         for i in range(300):
             p.send(ProducerData(topic, None, [b"%d" % i]))
             if i % 100 == 0:
-                time.sleep(0.02)
+                time.sleep(0.02)  # pacing: batches created at different times
         p.flush()
     t1 = int(time.time() * 1000)
     recs = read_all(broker.host, broker.port, topic, 1)[0]

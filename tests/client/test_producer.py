@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from waiting import wait_until
 
 from encoders import JsonEncoder, StringEncoder
 from hmbclient import CallbackHandler, Producer, ProducerData
@@ -199,12 +200,11 @@ def test_acks(broker: BrokerHandle, acks: int) -> None:
             assert [m.offset for m in mds] == list(range(50))
         # acks=0: written to the socket, not acknowledged; wait for the broker to append
         # (with the connection still open).
-        deadline = time.monotonic() + 10
-        while True:
-            vals = [r.value for r in read_partition(broker.host, broker.port, topic, 0)]
-            if len(vals) == 50 or time.monotonic() > deadline:
-                break
-            time.sleep(0.05)
+        def stored() -> list[bytes | None]:
+            return [r.value for r in read_partition(broker.host, broker.port, topic, 0)]
+
+        wait_until(lambda: len(stored()) >= 50, 10, "the 50 messages appended")
+        vals = stored()
     assert vals == [b"a%d" % i for i in range(50)]
 
 
@@ -377,6 +377,8 @@ def test_broker_restart_mid_stream_async_delivers_everything_acked(restartable: 
         futs.append(p.send(ProducerData(topic, None, [b"m00000"]))[0])
         futs[0].result(10)
 
+        # The timeline under test, so fixed times: part of the stream goes out, then a
+        # 0.7 s outage in the middle of it.
         def bounce() -> None:
             time.sleep(0.15)
             restartable.stop()

@@ -22,6 +22,7 @@ from typing import Any
 
 import pytest
 from kazoo.client import KazooClient
+from waiting import wait_until
 
 from hmbclient.consumer.connector import Consumer, ConsumerConnector
 from hmbclient.consumer.fetcher import build_request
@@ -126,7 +127,7 @@ class Producer:
             code = resp.topics[0].partitions[0].error_code if resp is not None else -1
             if code == 0:
                 return
-            time.sleep(0.05)
+            time.sleep(0.05)  # retry backoff: the loop itself waits on success (leader moving)
             self.metadata.refresh([topic])
         raise AssertionError(f"produce to {topic}-{partition} kept failing (last error code {code})")
 
@@ -250,13 +251,8 @@ def owners(zk: KazooClient, group: str, topic: str) -> dict[int, str]:
 def wait_for(
     predicate: Callable[[], bool], timeout: float, what: str, diag: Callable[[], Any] | None = None
 ) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.05)
-    detail = f"; state: {diag()}" if diag is not None else ""
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}{detail}")
+    """The suite-wide :func:`waiting.wait_until`, under the name the group tests use."""
+    wait_until(predicate, timeout, what, diag)
 
 
 def wait_balanced(

@@ -35,7 +35,7 @@ def main() -> None:
                 out.write(f"M {m.partition} {m.offset} {m.message.decode()}\n")
                 out.flush()
                 if delay:
-                    time.sleep(delay)
+                    time.sleep(delay)  # deliberately slow, so the parent can kill it mid-share
         except ConsumerTimeoutError:
             continue
 

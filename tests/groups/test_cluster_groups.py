@@ -70,7 +70,7 @@ def test_join_and_leave_mid_stream_move_partitions_and_lose_nothing(
                 producer.send(topic, p, [v])
                 sent.append((p, v))
             i += 1
-            time.sleep(0.01)
+            time.sleep(0.01)  # pacing: a steady stream while members join and leave
 
     done = threading.Event()
     col = Collector()
@@ -81,17 +81,17 @@ def test_join_and_leave_mid_stream_move_partitions_and_lose_nothing(
     wait_balanced(admin_zk, group, topic, [a, b], PARTITIONS)
     feeder = threading.Thread(target=produce, daemon=True)
     feeder.start()
-    time.sleep(1.0)
+    wait_for(lambda: len(col.messages) >= 5 * PARTITIONS, 30, "consumption under way")
 
     c = make_consumer(group)  # joins mid-stream
     for s in c.create_message_streams({topic: 2})[topic]:
         col.consume(c.consumer_id, s, until=done)
     wait_balanced(admin_zk, group, topic, [a, b, c], PARTITIONS)
-    time.sleep(1.0)
+    wait_for(lambda: bool(col.by_tag().get(c.consumer_id)), 30, "the joiner consuming its share")
     before_leave = len(col.messages)
     b.shutdown()  # leaves mid-stream
     wait_balanced(admin_zk, group, topic, [a, c], PARTITIONS)
-    time.sleep(1.0)
+    wait_for(lambda: len(col.messages) >= before_leave + 5 * PARTITIONS, 30, "consumption after the leave")
     stop_producing.set()
     feeder.join(10)
     done.set()

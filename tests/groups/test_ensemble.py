@@ -71,11 +71,11 @@ def test_group_keeps_consuming_when_the_zookeeper_leader_dies(
                 producer.send(topic, p, [v])
                 sent.append((p, v))
             i += 1
-            time.sleep(0.02)
+            time.sleep(0.02)  # pacing: a steady stream across the election
 
     feeder = threading.Thread(target=produce, daemon=True)
     feeder.start()
-    time.sleep(1.0)
+    wait_for(lambda: len(col.messages) >= 5 * PARTITIONS, 30, "consumption under way")
     leader = ensemble.leader()
     assert leader is not None
     before = len(col.messages)
@@ -83,7 +83,8 @@ def test_group_keeps_consuming_when_the_zookeeper_leader_dies(
     ensemble.wait_for_leader()
     # The group resumes: messages keep arriving after the election.
     wait_for(lambda: len(col.messages) > before + 5 * PARTITIONS, 60, "consumption after the election")
-    time.sleep(1.0)
+    resumed = len(col.messages)
+    wait_for(lambda: len(col.messages) >= resumed + 5 * PARTITIONS, 30, "steady consumption after the election")
     stop.set()
     feeder.join(10)
     wait_for(lambda: Counter(col.values()) == Counter(sent), 60, "every message consumed")

@@ -328,6 +328,7 @@ def test_claim_waits_for_the_previous_owner_without_releasing_anything(
     wait_for(lambda: len(m.assigned) == 3, 10, "the three free partitions to be claimed")
     assert not m.rb.stable
     assert "claim_conflict" in m.events
+    # The behaviour under test is an absence: for this window the waiting claim releases nothing.
     time.sleep(0.5)
     assert len(m.assigned) == 3 and not m.revocations, "nothing released while waiting"
     t0 = time.monotonic()

@@ -3,24 +3,16 @@
 from __future__ import annotations
 
 import threading
-import time
 from typing import Any
 
 import pytest
 from spark_helpers import create_topic, produce
+from waiting import wait_until
 
 from encoders import StringDecoder
 from spark_integration import create_stream, read_group_offsets
 
 pytestmark = pytest.mark.timeout(180)
-
-
-def _wait_for(predicate: Any, timeout_s: float, what: str) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.1)
 
 
 def test_receiver_stream_delivers_and_commits_group_offsets(
@@ -49,10 +41,10 @@ def test_receiver_stream_delivers_and_commits_group_offsets(
     stream.foreachRDD(collect)
     ssc.start()
     try:
-        _wait_for(lambda: len(got) >= 40, 60, "the first 40 messages")
+        wait_until(lambda: len(got) >= 40, 60, "the first 40 messages")
         second = produce(broker.bootstrap, topic, [(p, None, f"r2-{p}-{i}".encode())
                                                    for i in range(5) for p in range(4)])
-        _wait_for(lambda: len(got) >= 60, 30, "the next 20 messages")
+        wait_until(lambda: len(got) >= 60, 30, "the next 20 messages")
     finally:
         ssc.stop(stopSparkContext=False, stopGraceFully=False)
         stream.receiver.stop()
