@@ -1,5 +1,6 @@
 # Two commands on a fresh machine: `make demo` (the main job) and `make test` (lint: ruff and
-# mypy, then the suite).
+# mypy, then the suite without the long fault runs). `make chaos` runs those fault runs
+# (tests/faults, marked chaos: about ten to fifteen minutes).
 # Both install what they need first; every step is idempotent.
 SHELL := /bin/bash
 VENV ?= .venv
@@ -7,7 +8,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 APT_PKGS := zookeeper kcat
 
-.PHONY: setup system venv test demo lint typecheck bench clean
+.PHONY: setup system venv test chaos demo lint typecheck bench clean
 
 setup: system venv
 
@@ -30,7 +31,10 @@ $(STAMP): pyproject.toml | $(PY)
 venv: $(STAMP)
 
 test: setup lint
-	PYSPARK_PYTHON=$(abspath $(PY)) $(PY) -m pytest -q $(PYTEST_ARGS)
+	PYSPARK_PYTHON=$(abspath $(PY)) $(PY) -m pytest -q -m "not chaos" $(PYTEST_ARGS)
+
+chaos: setup
+	$(PY) -m pytest -q -p no:cacheprovider -m chaos tests/faults $(PYTEST_ARGS)
 
 demo: setup
 	PYSPARK_PYTHON=$(abspath $(PY)) $(VENV)/bin/hmb demo $(DEMO_ARGS)
