@@ -16,6 +16,7 @@ from hmbclient import errors
 from hmbclient.broker import EmbeddedCluster
 from hmbclient.protocol import records
 from hmbclient.protocol.api import FindCoordinatorRequest, MetadataRequest, OffsetCommitRequest
+from rebalance import paths
 
 from .conftest import RawClient, encode, fetch, produce, wait_until
 
@@ -37,20 +38,26 @@ def zk(zookeeper: Any) -> Iterator[KazooClient]:
     k.close()
 
 
+def _state(zk: KazooClient, topic: str, partition: int) -> paths.PartitionState:
+    return paths.decode_partition_state(zk.get(paths.partition_state_path(topic, partition))[0])
+
+
 def _client(cluster: EmbeddedCluster, broker_id: int) -> RawClient:
     b = cluster.broker(broker_id)
     return RawClient(b.host, b.port)
 
 
 def test_brokers_registered_as_java_writes_them(cluster: EmbeddedCluster, zk: KazooClient) -> None:
-    assert sorted(zk.get_children("/brokers/ids")) == ["0", "1", "2"]
+    # the helpers name the znodes Java 0.8 reads
+    assert (paths.broker_path(0), paths.CONTROLLER_PATH) == ("/brokers/ids/0", "/controller")
+    assert sorted(zk.get_children(paths.BROKER_IDS_PATH)) == ["0", "1", "2"]
     for b in cluster.brokers:
-        data = zk.get(f"/brokers/ids/{b.broker_id}")[0]
+        data = zk.get(paths.broker_path(b.broker_id))[0]
         obj = json.loads(data)
         assert list(obj) == ["jmx_port", "timestamp", "host", "version", "port"]
         assert (obj["host"], obj["port"], obj["version"]) == ("127.0.0.1", b.port, 1)
-        assert zk.exists(f"/brokers/ids/{b.broker_id}").ephemeralOwner != 0
-    assert json.loads(zk.get("/controller")[0])["brokerid"] == cluster.controller_id()
+        assert zk.exists(paths.broker_path(b.broker_id)).ephemeralOwner != 0
+    assert json.loads(zk.get(paths.CONTROLLER_PATH)[0])["brokerid"] == cluster.controller_id()
 
 
 def test_leaders_spread_and_metadata_agree_with_zookeeper(cluster: EmbeddedCluster, zk: KazooClient) -> None:
@@ -61,10 +68,10 @@ def test_leaders_spread_and_metadata_agree_with_zookeeper(cluster: EmbeddedClust
     assert sorted(b.node_id for b in md.brokers) == [0, 1, 2]
     parts = {p.partition: p for p in md.topics[0].partitions}
     assert sorted({p.leader for p in parts.values()}) == [0, 1, 2]
-    assignment = json.loads(zk.get("/brokers/topics/spread")[0])
+    assignment = json.loads(zk.get(paths.topic_path("spread"))[0])
     assert assignment == {"version": 1, "partitions": {str(p): list(parts[p].replicas) for p in range(6)}}
     for p in range(6):
-        state = json.loads(zk.get(f"/brokers/topics/spread/partitions/{p}/state")[0])
+        state = json.loads(zk.get(paths.partition_state_path("spread", p))[0])
         assert list(state) == ["controller_epoch", "leader", "version", "leader_epoch", "isr"]
         assert (state["leader"], sorted(state["isr"])) == (parts[p].leader, sorted(parts[p].isr))
 
@@ -103,7 +110,7 @@ def test_move_leader_keeps_the_data(cluster: EmbeddedCluster, zk: KazooClient) -
         assert produce(c, "mv", 0, encode([(None, b"m5")]), acks=-1).base_offset == 5
         p = fetch(c, "mv", 0, 0)
         assert [r.value for r in records.decode_records(p.records)] == [b"m%d" % i for i in range(6)]
-    wait_until(lambda: json.loads(zk.get("/brokers/topics/mv/partitions/0/state")[0])["leader"] == new, 10, "the new leader in the state znode")
+    wait_until(lambda: _state(zk, "mv", 0).leader == new, 10, "the new leader in the state znode")
 
 
 def test_unreplicated_partitions_are_offline_while_their_broker_is_down(cluster: EmbeddedCluster, zk: KazooClient) -> None:
@@ -114,9 +121,9 @@ def test_unreplicated_partitions_are_offline_while_their_broker_is_down(cluster:
     port = cluster.broker(victim).port
     cluster.stop_broker(victim)
     try:
-        wait_until(lambda: sorted(zk.get_children("/brokers/ids")) == ["0", "1"], 10, "the victim's registration gone")
+        wait_until(lambda: sorted(zk.get_children(paths.BROKER_IDS_PATH)) == ["0", "1"], 10, "the victim's registration gone")
         for p in led:
-            wait_until(lambda p=p: json.loads(zk.get(f"/brokers/topics/sr/partitions/{p}/state")[0])["leader"] == -1, 10, f"sr-{p} offline")
+            wait_until(lambda p=p: _state(zk, "sr", p).leader == -1, 10, f"sr-{p} offline")
         with _client(cluster, 0) as c:
             md = c.request(MetadataRequest[1](topics=["sr"]))
             assert sorted(b.node_id for b in md.brokers) == [0, 1]
@@ -160,17 +167,16 @@ def test_group_coordinator_is_one_broker(cluster: EmbeddedCluster) -> None:
 def test_registration_comes_back_after_session_expiry(cluster: EmbeddedCluster, zk: KazooClient, zookeeper: Any) -> None:
     store = cluster.broker(1).store
     assert store is not None
-    old_owner = zk.exists("/brokers/ids/1").ephemeralOwner
+    old_owner = zk.exists(paths.broker_path(1)).ephemeralOwner
     session_id, password = store.zk.client_id
     # Closing a second connection that uses the same session expires it on the server.
     twin = KazooClient(hosts=cluster.zookeeper_connect, client_id=(session_id, password))
     twin.start(timeout=10)
     twin.stop()
     twin.close()
-    wait_until(lambda: (st := zk.exists("/brokers/ids/1")) is not None and st.ephemeralOwner != old_owner, 20, "broker 1 registered in a new session")
-    obj = json.loads(zk.get("/brokers/ids/1")[0])
-    assert obj["port"] == cluster.broker(1).port
+    wait_until(lambda: (st := zk.exists(paths.broker_path(1))) is not None and st.ephemeralOwner != old_owner, 20, "broker 1 registered in a new session")
+    assert paths.decode_broker_registration(zk.get(paths.broker_path(1))[0]).port == cluster.broker(1).port
     # The cluster is whole again: a controller, and every broker serving every partition.
-    wait_until(lambda: zk.exists("/controller") is not None, 20, "a controller")
+    wait_until(lambda: zk.exists(paths.CONTROLLER_PATH) is not None, 20, "a controller")
     cluster.create_topic("after-expiry", 3)
     cluster.await_isr("after-expiry")

@@ -31,6 +31,7 @@ from hmbclient.errors import ConsumerTimeoutError
 from hmbclient.net import Metadata, NetClient
 from hmbclient.protocol.api.base import ApiKey
 from hmbclient.protocol.records import NONE, encode_records
+from rebalance import paths
 
 PARTITIONS = 12
 
@@ -236,7 +237,7 @@ def drain(streams: Iterable[tuple[str, KafkaStream]], timeout: float = 60) -> Co
 
 def owners(zk: KazooClient, group: str, topic: str) -> dict[int, str]:
     """partition -> owning thread id, straight from ZooKeeper."""
-    base = f"/consumers/{group}/owners/{topic}"
+    base = paths.consumer_owners_path(group, topic)
     if not zk.exists(base):
         return {}
     out = {}

@@ -10,6 +10,7 @@ import pytest
 
 from hmbclient import Blacklist, Consumer, Whitelist
 from hmbclient.errors import ConfigError, CoordinationError
+from rebalance import paths
 
 from .conftest import unique
 
@@ -47,10 +48,10 @@ def test_bad_subscriptions_are_refused_before_joining(
             c.create_message_streams(bad)
     with pytest.raises(ConfigError):
         c.create_message_streams_by_filter("events.*", 1)  # type: ignore[arg-type]
-    assert not admin_zk.exists(f"/consumers/{group}/ids") or not admin_zk.get_children(f"/consumers/{group}/ids")
+    assert not admin_zk.exists(paths.consumer_ids_path(group)) or not admin_zk.get_children(paths.consumer_ids_path(group))
     # A good subscription still works afterwards.
     c.create_message_streams({unique("t"): 1})
-    assert admin_zk.get_children(f"/consumers/{group}/ids") == [c.consumer_id]
+    assert admin_zk.get_children(paths.consumer_ids_path(group)) == [c.consumer_id]
     c.shutdown()
     with pytest.raises(ConfigError, match="shut down"):
         c.create_message_streams({unique("t"): 1})

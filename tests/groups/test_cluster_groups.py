@@ -21,6 +21,7 @@ import pytest
 from encoders import StringDecoder
 from hmbclient.consumer.connector import ConsumerEvent
 from hmbclient.errors import MessageSizeTooLargeError
+from rebalance import paths
 from rebalance.filters import Blacklist, Whitelist
 
 from .conftest import PARTITIONS, Collector, drain, owners, unique, wait_balanced, wait_for
@@ -47,10 +48,10 @@ def test_n_consumers_balanced_and_every_message_consumed_once(
     )
     for c in consumers:
         c.shutdown()
-    committed = {p: admin_zk.get(f"/consumers/{group}/offsets/{topic}/{p}")[0] for p in range(PARTITIONS)}
+    committed = {p: admin_zk.get(paths.offset_path(group, topic, p))[0] for p in range(PARTITIONS)}
     assert committed == {p: b"40" for p in range(PARTITIONS)}
     assert owners(admin_zk, group, topic) == {}
-    assert admin_zk.get_children(f"/consumers/{group}/ids") == []
+    assert admin_zk.get_children(paths.consumer_ids_path(group)) == []
 
 
 def test_join_and_leave_mid_stream_move_partitions_and_lose_nothing(
@@ -163,7 +164,7 @@ def test_killed_member_partitions_move_after_session_timeout(
         reader.join(5)
         committed_at_kill = {}
         for p in range(PARTITIONS):
-            path = f"/consumers/{group}/offsets/{topic}/{p}"
+            path = paths.offset_path(group, topic, p)
             committed_at_kill[p] = int(admin_zk.get(path)[0]) if admin_zk.exists(path) else 0
         child_owned = {p for p, t in owners(admin_zk, group, topic).items() if t.startswith(child_id)}
         assert len(child_owned) == PARTITIONS // 2
@@ -293,14 +294,14 @@ def test_kafka_offsets_storage_with_dual_commit_and_listener_callbacks(
     # Committed to the broker's offset manager (OffsetFetch) and, dual, to ZooKeeper.
     fetched = c._storage.primary.fetch([(topic, p) for p in range(PARTITIONS)])
     assert fetched == {(topic, p): 10 for p in range(PARTITIONS)}
-    assert admin_zk.get(f"/consumers/{group}/offsets/{topic}/0")[0] == b"10"
+    assert admin_zk.get(paths.offset_path(group, topic, 0))[0] == b"10"
     c.shutdown()
     assert ("assigned", PARTITIONS) in calls and ("revoked", PARTITIONS) in calls
 
     # Only the broker has the newer offsets (ZooKeeper is rolled back): a kafka-storage group
     # takes the larger of the two and resumes after them.
     for p in range(PARTITIONS):
-        admin_zk.set(f"/consumers/{group}/offsets/{topic}/{p}", b"0")
+        admin_zk.set(paths.offset_path(group, topic, p), b"0")
     second = producer.spread(topic, 3, tag="b")
     again = make_consumer(group, offsets_storage="kafka", dual_commit_enabled=True)
     got2 = drain([("c", again.create_message_streams({topic: 1})[topic][0])])
@@ -403,7 +404,7 @@ def test_api_md_usage_static_and_filter_streams_on_one_connector(
         )
         by_filter = connector.create_message_streams_by_filter(Whitelist(rf"{prefix}\..*"), num_streams=2)
         assert connector.await_rebalance(20)
-        ids = sorted(admin_zk.get_children(f"/consumers/{group}/ids"))
+        ids = sorted(admin_zk.get_children(paths.consumer_ids_path(group)))
         assert ids == sorted([connector.consumer_id, f"{connector.consumer_id}-s1"])
         got = drain([(f"s{i}", s) for i, s in enumerate(streams[topic])] + [(f"f{i}", s) for i, s in enumerate(by_filter)])
         static = [m for tag, m in got.messages if tag.startswith("s")]
@@ -415,6 +416,6 @@ def test_api_md_usage_static_and_filter_streams_on_one_connector(
         connector.commit_offsets()
     finally:
         connector.shutdown()
-    assert admin_zk.get_children(f"/consumers/{group}/ids") == []
-    assert admin_zk.get(f"/consumers/{group}/offsets/{prefix}.clicks/0")[0] == b"3"
-    assert admin_zk.get(f"/consumers/{group}/offsets/{topic}/0")[0] == b"4"
+    assert admin_zk.get_children(paths.consumer_ids_path(group)) == []
+    assert admin_zk.get(paths.offset_path(group, f"{prefix}.clicks", 0))[0] == b"3"
+    assert admin_zk.get(paths.offset_path(group, topic, 0))[0] == b"4"

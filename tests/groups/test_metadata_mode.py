@@ -12,6 +12,8 @@ from typing import Any
 
 import pytest
 
+from rebalance import paths
+
 from .conftest import PARTITIONS, drain, owners, unique, wait_balanced
 
 pytestmark = pytest.mark.timeout(120)
@@ -55,7 +57,7 @@ def test_two_consumers_share_partitions_and_consume_each_message_once(
         c.shutdown()
     # Clean shutdown: everything committed (next offset to consume), nothing owned or registered.
     for p in range(PARTITIONS):
-        data, _ = admin_zk.get(f"/consumers/{group}/offsets/{topic}/{p}")
+        data, _ = admin_zk.get(paths.offset_path(group, topic, p))
         assert data == b"50"
     assert owners(admin_zk, group, topic) == {}
-    assert admin_zk.get_children(f"/consumers/{group}/ids") == []
+    assert admin_zk.get_children(paths.consumer_ids_path(group)) == []

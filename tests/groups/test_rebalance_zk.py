@@ -203,7 +203,10 @@ def test_registration_and_owner_znodes_have_the_java_format(
     assert m.rb.await_rebalance(10)
     cid = m.rb.consumer_id
     assert re.fullmatch(re.escape(group) + r"_[^-]+(-[^-]+)*-\d{13}-[0-9a-f]{8}", cid), cid
-    data, stat = admin_zk.get(f"/consumers/{group}/ids/{cid}")
+    # the helpers name the znodes Java 0.8 reads
+    assert (paths.consumer_registration_path(group, cid), paths.owner_path(group, topic, 0)) == (
+        f"/consumers/{group}/ids/{cid}", f"/consumers/{group}/owners/{topic}/0")
+    data, stat = admin_zk.get(paths.consumer_registration_path(group, cid))
     assert stat.ephemeralOwner == m.rb.zk.client_id[0]
     text = data.decode()
     # Field set and order as Kafka 0.8's ZookeeperConsumerConnector writes them (compact JSON).
@@ -216,7 +219,7 @@ def test_registration_and_owner_znodes_have_the_java_format(
     own = owner_map(admin_zk, group, topic)
     assert own == {0: f"{cid}-0", 1: f"{cid}-0", 2: f"{cid}-1", 3: f"{cid}-1"}
     for p in range(4):
-        _, ostat = admin_zk.get(f"/consumers/{group}/owners/{topic}/{p}")
+        _, ostat = admin_zk.get(paths.owner_path(group, topic, p))
         assert ostat.ephemeralOwner == m.rb.zk.client_id[0]
 
 
@@ -226,7 +229,7 @@ def test_wildcard_registration_format(admin_zk: KazooClient, brokers_registered:
     make_topic(admin_zk, f"{prefix}.a", 2)
     w = members(group, Subscription(topic_filter=Whitelist(rf"{prefix}\..*"), num_streams=3))
     assert w.rb.await_rebalance(10)
-    data, _ = admin_zk.get(f"/consumers/{group}/ids/{w.rb.consumer_id}")
+    data, _ = admin_zk.get(paths.consumer_registration_path(group, w.rb.consumer_id))
     obj = json.loads(data)
     assert list(obj) == ["version", "subscription", "pattern", "timestamp"]
     assert obj["pattern"] == "white_list" and obj["subscription"] == {rf"{prefix}\..*": 3}
@@ -234,7 +237,7 @@ def test_wildcard_registration_format(admin_zk: KazooClient, brokers_registered:
     group2 = unique("g")
     b = members(group2, Subscription(topic_filter=Blacklist("x, y"), num_streams=1))
     assert b.rb.await_rebalance(10)
-    obj = json.loads(admin_zk.get(f"/consumers/{group2}/ids/{b.rb.consumer_id}")[0])
+    obj = json.loads(admin_zk.get(paths.consumer_registration_path(group2, b.rb.consumer_id))[0])
     assert obj["pattern"] == "black_list" and obj["subscription"] == {"x|y": 1}
 
 
@@ -379,7 +382,7 @@ def test_expired_session_reregisters_and_takes_its_share_back(
     assert a.pauses >= 1
     # The session's partitions were given up without a commit (a new owner may be committing).
     assert any(not commit for _, commit in a.revocations)
-    data, stat = admin_zk.get(f"/consumers/{group}/ids/{a.rb.consumer_id}")
+    data, stat = admin_zk.get(paths.consumer_registration_path(group, a.rb.consumer_id))
     assert stat.ephemeralOwner == a.rb.zk.client_id[0]
     own = owner_map(admin_zk, group, topic)
     assert Counter(t.rsplit("-", 1)[0] for t in own.values()) == {a.rb.consumer_id: 6, b.rb.consumer_id: 6}

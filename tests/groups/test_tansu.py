@@ -15,6 +15,7 @@ import pytest
 from hmbclient.consumer.fetcher import build_request
 from hmbclient.net import NetClient
 from hmbclient.protocol.api.base import ApiKey
+from rebalance import paths
 
 from .conftest import drain, unique, wait_balanced
 
@@ -68,7 +69,7 @@ def test_group_over_tansu_shares_partitions_and_resumes_from_zookeeper_offsets(
     assert {tag for tag in got.by_tag()} == {"c0", "c1"}
     for c in consumers:
         c.shutdown()
-    assert {p: admin_zk.get(f"/consumers/{group}/offsets/{topic}/{p}")[0] for p in range(PARTITIONS)} == {
+    assert {p: admin_zk.get(paths.offset_path(group, topic, p))[0] for p in range(PARTITIONS)} == {
         p: b"20" for p in range(PARTITIONS)
     }
 

@@ -9,6 +9,7 @@ from spark_helpers import create_topic, produce
 
 from encoders import StringDecoder
 from hmbclient import MessageAndMetadata
+from rebalance import paths
 from spark_integration import (
     OffsetRange,
     commit_offset_ranges,
@@ -140,7 +141,7 @@ def test_group_offsets_from_zookeeper_to_latest_and_committed_back(
     zk = KazooClient(hosts=zookeeper.connect)
     zk.start(timeout=15)
     try:
-        assert zk.get(f"/consumers/spark-g/offsets/{topic}/3")[0] == b"20"
+        assert zk.get(paths.offset_path("spark-g", topic, 3))[0] == b"20"
     finally:
         zk.stop()
         zk.close()
