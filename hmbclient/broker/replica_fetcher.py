@@ -33,7 +33,7 @@ import logging
 import threading
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, NamedTuple, Protocol
 
 from hmbclient.broker.channel import BrokerChannel
 from hmbclient.broker.metadata import BrokerEndpoint
@@ -45,7 +45,7 @@ from hmbclient.protocol.api.cluster import OffsetForLeaderEpochRequest
 if TYPE_CHECKING:
     from hmbclient.broker.replica_manager import ReplicaManager
 
-__all__ = ["ReplicaFetcherManager", "FetchState", "truncation_offset"]
+__all__ = ["ReplicaFetcherManager", "FetchState", "Truncation", "truncation_offset"]
 
 log = logging.getLogger("hmbclient.broker.replica_fetcher")
 
@@ -63,25 +63,38 @@ class EpochLookup(Protocol):
     def end_offset_for(self, requested_epoch: int, log_end_offset: int) -> tuple[int, int]: ...
 
 
-def truncation_offset(epochs: EpochLookup, log_end_offset: int, high_watermark: int, leader_epoch: int, leader_end_offset: int) -> int:
+class Truncation(NamedTuple):
+    """Where a follower truncates, and whether that is final or only a step (KIP-279: ask again
+    for the follower's new latest epoch)."""
+
+    offset: int
+    final: bool
+
+
+def truncation_offset(epochs: EpochLookup, log_end_offset: int, high_watermark: int, leader_epoch: int, leader_end_offset: int) -> Truncation:
     """Where a follower truncates, given the leader's OffsetForLeaderEpoch answer
     ``(leader_epoch, leader_end_offset)`` to the follower's latest epoch (pure; KIP-101/279).
 
     Case A: the leader knows no epoch at or below ours (``-1``): nothing we have is known to be
             the leader's; keep what was committed (our high watermark).
     Case B: the leader answered for our own latest epoch: truncate to its end of that epoch (or
-            keep our log if it is shorter).
+            keep our log if it is shorter). Final.
     Case C: the leader answered an older epoch (our latest was never the leader's): our logs
-            agree at most up to the end of that older epoch in both logs.
+            agree at most up to the end of that older epoch in both logs. If we have that very
+            epoch, this is final; if not, our end of the largest epoch below it is only a step:
+            after truncating there, ask again for our (now older) latest epoch. Each step drops
+            at least our latest epoch, so the rounds end.
+    Case D: we have no epoch at or below the leader's answer: fall back to our high watermark.
     """
     if leader_epoch < 0 or leader_end_offset < 0:  # Case A
-        return min(high_watermark, log_end_offset)
+        return Truncation(min(high_watermark, log_end_offset), True)
     target = min(leader_end_offset, log_end_offset)  # Case B
     if leader_epoch < epochs.latest_epoch:  # Case C
-        _, own_end = epochs.end_offset_for(leader_epoch, log_end_offset)
-        if own_end >= 0:
-            target = min(target, own_end)
-    return target
+        own_epoch, own_end = epochs.end_offset_for(leader_epoch, log_end_offset)
+        if own_end < 0:  # Case D
+            return Truncation(min(target, high_watermark), True)
+        return Truncation(min(target, own_end), own_epoch == leader_epoch)
+    return Truncation(target, True)
 
 
 class FetchState(enum.Enum):
@@ -198,10 +211,11 @@ class _FetcherThread:
 
     def _truncate_by_epoch(self, pf: _PartitionFetch, leader_epoch: int, leader_end: int) -> None:
         p = pf.partition
-        target = truncation_offset(p.log.leader_epochs, p.log.log_end_offset, p.log.high_watermark, leader_epoch, leader_end)
-        self._truncate_to(pf, target, f"epoch {p.log.leader_epochs.latest_epoch}: the leader has epoch {leader_epoch} up to {leader_end}")
+        step = truncation_offset(p.log.leader_epochs, p.log.log_end_offset, p.log.high_watermark, leader_epoch, leader_end)
+        why = f"epoch {p.log.leader_epochs.latest_epoch}: the leader has epoch {leader_epoch} up to {leader_end}"
+        self._truncate_to(pf, step.offset, why if step.final else why + "; asking again", final=step.final)
 
-    def _truncate_to(self, pf: _PartitionFetch, offset: int, why: str) -> None:
+    def _truncate_to(self, pf: _PartitionFetch, offset: int, why: str, *, final: bool = True) -> None:
         p = pf.partition
         with p.lock:
             if not self._still_mine(pf):
@@ -209,7 +223,8 @@ class _FetcherThread:
             if offset < p.log.log_end_offset:
                 log.info("%s-%d: truncating %d -> %d (%s)", p.topic, p.partition, p.log.log_end_offset, offset, why)
                 p.log.truncate_to(offset)
-            pf.state = FetchState.FETCHING
+            if final:
+                pf.state = FetchState.FETCHING
 
     # -- fetching --------------------------------------------------------------------------------
     def _fetch(self, parts: list[_PartitionFetch]) -> None:

@@ -67,7 +67,8 @@ _MAX = 1 << 20
 
 TruncationRule = Callable[[replica_fetcher.EpochLookup, int, int, int, int], int]
 """``(follower epochs, follower LEO, follower HW, leader's epoch, leader's end offset)`` ->
-where the follower truncates: ``replica_fetcher.truncation_offset``'s signature."""
+where the follower truncates (a baseline rule; ``replica_fetcher.truncation_offset`` also says
+whether its answer is final)."""
 
 
 def hw_truncation(epochs: replica_fetcher.EpochLookup, log_end_offset: int, high_watermark: int, leader_epoch: int, leader_end_offset: int) -> int:
@@ -194,23 +195,30 @@ class Replica:
 def truncate(follower: Replica, leader: Replica, rule: TruncationRule | None = None) -> int:
     """The TRUNCATING state: returns the offset the follower truncated to (its LEO after).
 
-    One OffsetForLeaderEpoch round, as ``replica_fetcher`` does; if the fetcher learns KIP-279's
-    further rounds (see the xfail in test_kip101), this helper has to repeat them too."""
+    OffsetForLeaderEpoch rounds as ``replica_fetcher`` does them: ask for the latest epoch,
+    truncate where ``truncation_offset`` says, and ask again while it says the step was not
+    final (KIP-279). A baseline ``rule`` returns a plain offset and takes one round."""
     p = follower.partition
     assert p.role is Role.FOLLOWER and p.leader_id == leader.broker_id
     lg = p.log
-    latest = lg.leader_epochs.latest_epoch
-    if latest < 0:
-        # No epoch known (an empty log, or legacy entries only): the high watermark.
-        target = lg.high_watermark
-    else:
-        code, epoch, end = leader.rm.last_offset_for_leader_epoch(TOPIC, 0, latest)
-        assert code == ErrorCode.NONE, ErrorCode(code).name
-        use = rule if rule is not None else replica_fetcher.truncation_offset
-        target = use(lg.leader_epochs, lg.log_end_offset, lg.high_watermark, epoch, end)
-    if target < lg.log_end_offset:
-        lg.truncate_to(target)
-    return lg.log_end_offset
+    for _ in range(100):
+        latest = lg.leader_epochs.latest_epoch
+        final = True
+        if latest < 0:
+            # No epoch known (an empty log, or legacy entries only): the high watermark.
+            target = lg.high_watermark
+        else:
+            code, epoch, end = leader.rm.last_offset_for_leader_epoch(TOPIC, 0, latest)
+            assert code == ErrorCode.NONE, ErrorCode(code).name
+            if rule is not None:
+                target = rule(lg.leader_epochs, lg.log_end_offset, lg.high_watermark, epoch, end)
+            else:
+                target, final = replica_fetcher.truncation_offset(lg.leader_epochs, lg.log_end_offset, lg.high_watermark, epoch, end)
+        if target < lg.log_end_offset:
+            lg.truncate_to(target)
+        if final:
+            return lg.log_end_offset
+    raise AssertionError("truncation did not settle in 100 rounds")
 
 
 TRUNCATE_AGAIN = -1

@@ -282,19 +282,11 @@ def test_scenario_3_kip279_truncates_to_the_end_of_the_largest_common_epoch(tmp_
     assert b.partition.isr == (B, C, A) and a.hw == b.hw == c.hw == 4
 
 
-_ONE_ROUND_ONLY = (
-    "replica_fetcher does one OffsetForLeaderEpoch round: when the leader answers an epoch the "
-    "follower does not have, truncation_offset (Case C) returns the end of the follower's next "
-    "lower epoch and _truncate_to moves to FETCHING; KIP-279 (Kafka's AbstractFetcherThread) "
-    "truncates there as an intermediate point and asks again for the follower's new latest epoch"
-)
-
-
 @pytest.mark.parametrize(
     "epoch_2_batches",
     [
         pytest.param([("m4", "m5")], id="one-batch"),
-        pytest.param([("m4",), ("m5",)], id="two-batches", marks=pytest.mark.xfail(strict=True, reason=_ONE_ROUND_ONLY)),
+        pytest.param([("m4",), ("m5",)], id="two-batches"),
     ],
 )
 def test_scenario_3_kip279_epochs_differing_several_epochs_back_need_a_second_round(tmp_path: Path, epoch_2_batches: list[tuple[str, ...]]) -> None:
