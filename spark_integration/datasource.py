@@ -1,4 +1,5 @@
-"""The ``"hmb"`` Spark 4 Python data source: batch and micro-batch streaming reads.
+"""The ``"hmb"`` Spark 4 Python data source: batch and micro-batch streaming reads, and writes
+(``df.write`` / ``writeStream``: see :mod:`spark_integration.sink`).
 
 Usage::
 
@@ -54,6 +55,8 @@ from pyspark.sql.datasource import (
     DataSource,
     DataSourceReader,
     DataSourceStreamReader,
+    DataSourceStreamWriter,
+    DataSourceWriter,
     InputPartition,
 )
 from pyspark.sql.streaming.datasource import (
@@ -79,6 +82,7 @@ from spark_integration.options import SourceOptions, parse_options
 from spark_integration.planner import PartitionPlanner
 from spark_integration.reader import read_range_arrow
 from spark_integration.settings import ReadSettings
+from spark_integration.sink import HmbStreamWriter, HmbWriter
 from spark_integration.zk import commit_group_offsets, start_zk_client
 
 __all__ = [
@@ -333,6 +337,14 @@ class HmbDataSource(DataSource):
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         return HmbStreamReader(parse_options(self.options, streaming=True))
+
+    def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
+        # Topics are appended to: "overwrite" has no meaning for a log (Spark's Kafka sink
+        # ignores the save mode the same way).
+        return HmbWriter(schema, self.options)
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
+        return HmbStreamWriter(schema, self.options)
 
 
 def register(spark: Any) -> None:
