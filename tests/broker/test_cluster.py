@@ -103,8 +103,10 @@ def test_move_leader_keeps_the_data(cluster: EmbeddedCluster, zk: KazooClient) -
     with _client(cluster, old) as c:
         assert produce(c, "mv", 0, encode([(None, b"late")])).error_code == 6
     with _client(cluster, new) as c:
-        md = c.request(MetadataRequest[1](topics=["mv"]))
-        assert md.topics[0].partitions[0].leader == new
+        # move_leader returns once one broker's metadata names the new leader; the others' caches
+        # follow with the controller's UpdateMetadata (as in Kafka), so this one is waited for.
+        wait_until(lambda: c.request(MetadataRequest[1](topics=["mv"])).topics[0].partitions[0].leader == new,
+                   10, "the new leader's metadata naming itself")
         # acks=-1: consumers see a message once every in-sync replica has it (the new leader's
         # high watermark moves as the followers fetch from it).
         assert produce(c, "mv", 0, encode([(None, b"m5")]), acks=-1).base_offset == 5
