@@ -1009,11 +1009,22 @@ class ConsumerConfig(ConfigBase):
       ``rebalance_max_retries`` = 4 a group still tolerates ~1 s of owner lag; raise it
       for slow or remote ensembles.
     * ``client_id`` defaults to ``group_id`` (as in 0.8), filled in on construction.
+
+    Two ways to balance a group (``group_protocol``): ``zookeeper`` (Kafka 0.8: membership,
+    ownership and, by default, offsets in ZooKeeper; needs ``zookeeper_connect``) or
+    ``broker`` (the brokers' group coordinator: FindCoordinator, JoinGroup, SyncGroup,
+    Heartbeat, LeaveGroup; needs ``metadata_broker_list`` / ``bootstrap.servers``; offsets
+    always go to the coordinator, so ``offsets_storage`` and ``dual_commit_enabled`` do not
+    apply). Unset, it is ``zookeeper`` when ``zookeeper_connect`` is given, else ``broker``.
+    ``session_timeout_ms``, ``heartbeat_interval_ms`` and ``max_poll_interval_ms`` (sent as
+    JoinGroup's rebalance timeout) apply to ``broker`` only, with Kafka's names; the defaults
+    are the Java consumer's before Kafka 3.0 (session 10 s, heartbeat 3 s, 5 minutes).
     """
 
-    zookeeper_connect: str = setting(
+    zookeeper_connect: str | None = setting(
+        None,
         convert=_zookeeper_connect,
-        doc="zookeeper.connect: 'host:port,...[/chroot]' of the ensemble",
+        doc="zookeeper.connect: 'host:port,...[/chroot]' of the ensemble (group.protocol=zookeeper)",
     )
     group_id: str = setting(convert=_group_id, doc="group.id: the consumer group (required)")
     consumer_id: str | None = setting(
@@ -1092,14 +1103,55 @@ class ConsumerConfig(ConfigBase):
         (),
         aliases=("bootstrap.servers",),
         convert=parse_broker_list,
-        doc="metadata.broker.list: brokers for the Metadata API when they are not in ZooKeeper",
+        doc="metadata.broker.list: bootstrap brokers (group.protocol=broker), or brokers for "
+        "the Metadata API when they are not in ZooKeeper",
     )
     api_version: ApiVersion = setting("auto", doc="api.version: auto, 0.8, 0.10, 2.1 or hmb")
+    group_protocol: Literal["zookeeper", "broker"] | None = setting(
+        None,
+        doc="group.protocol: zookeeper or broker (the brokers' group coordinator); "
+        "None: zookeeper when zookeeper.connect is set, else broker",
+    )
+    session_timeout_ms: int = setting(
+        10_000,
+        min=1,
+        doc="session.timeout.ms: (broker) the coordinator drops a member silent for this long",
+    )
+    heartbeat_interval_ms: int = setting(
+        3_000, min=1, doc="heartbeat.interval.ms: (broker) time between two heartbeats"
+    )
+    max_poll_interval_ms: int = setting(
+        300_000,
+        min=1,
+        aliases=("rebalance.timeout.ms",),
+        doc="max.poll.interval.ms: (broker) JoinGroup's rebalance timeout, how long the "
+        "coordinator waits for members to rejoin",
+    )
 
     def _validate(self) -> None:
         super()._validate()
         if self.client_id is None:
             self._set("client_id", self.group_id)
+        if self.group_protocol is None:
+            self._set("group_protocol", "zookeeper" if self.zookeeper_connect else "broker")
+        if self.group_protocol == "zookeeper" and not self.zookeeper_connect:
+            self._fail(
+                "'zookeeper.connect' (zookeeper_connect) is required with group.protocol="
+                "zookeeper; for groups balanced by the brokers give 'bootstrap.servers' "
+                "(metadata_broker_list) and group.protocol=broker"
+            )
+        if self.group_protocol == "broker":
+            if not self.metadata_broker_list:
+                self._fail(
+                    "group.protocol=broker needs 'bootstrap.servers' (metadata_broker_list); "
+                    "for ZooKeeper groups give 'zookeeper.connect' (zookeeper_connect)"
+                )
+            if self.heartbeat_interval_ms >= self.session_timeout_ms:
+                # Kafka's rule: at least one heartbeat must reach the coordinator per session.
+                self._fail(
+                    f"'heartbeat.interval.ms' ({self.heartbeat_interval_ms}) must be lower than "
+                    f"'session.timeout.ms' ({self.session_timeout_ms})"
+                )
         if self.fetch_wait_max_ms > self.socket_timeout_ms:
             # Same rule as 0.8's ConsumerConfig: a long-poll must not outlive the socket.
             self._fail(

@@ -5,10 +5,13 @@ Every request hmbclient sends gets its version here, nowhere else. A :class:`Dia
 connection:
 
 * ``"auto"`` (default): on connect, an ApiVersions v0 probe; per API the highest version both
-  sides implement (:func:`pick_versions`). A Kafka 0.8/0.9 broker, which predates ApiVersions,
-  closes the connection or never answers; the connection then reconnects without a probe and
-  uses :data:`LEGACY_VERSIONS` (the 0.8 set).
-* ``"0.8"``, ``"0.10"``, ``"2.1"``: a pinned set, no probe.
+  sides implement (:func:`pick_versions`), the group coordinator's APIs (JoinGroup, SyncGroup,
+  Heartbeat, LeaveGroup, DescribeGroups, ListGroups) included. A Kafka 0.8/0.9 broker, which
+  predates ApiVersions, closes the connection or never answers; the connection then reconnects
+  without a probe and uses :data:`LEGACY_VERSIONS` (the 0.8 set, without group APIs: a 0.8
+  broker has no group coordinator).
+* ``"0.8"``, ``"0.10"``, ``"2.1"``: a pinned set, no probe ("0.10" and "2.1" with the group
+  APIs those Kafka releases speak).
 * ``"hmb"``: HMB, the Haskell Message Broker (the HMB dialect, docs/architecture.md). A probe
   kills its request handler, so it never
   gets one; it speaks only Metadata v0, Produce v0 and Fetch v0, one request in flight, frames
@@ -48,6 +51,13 @@ _OF = int(ApiKey.OFFSET_FETCH)
 _FC = int(ApiKey.FIND_COORDINATOR)
 _AV = int(ApiKey.API_VERSIONS)
 _CT = int(ApiKey.CREATE_TOPICS)
+_JG = int(ApiKey.JOIN_GROUP)
+_HB = int(ApiKey.HEARTBEAT)
+_LG = int(ApiKey.LEAVE_GROUP)
+_SG = int(ApiKey.SYNC_GROUP)
+_DG = int(ApiKey.DESCRIBE_GROUPS)
+_LS = int(ApiKey.LIST_GROUPS)
+_DL = int(ApiKey.DELETE_GROUPS)
 
 
 def _frozen(d: Mapping[int, int]) -> Mapping[int, int]:
@@ -62,10 +72,18 @@ LEGACY_VERSIONS: Mapping[int, int] = _frozen(
 
 _PINNED: dict[str, Mapping[int, int]] = {
     "0.8": LEGACY_VERSIONS,
-    # Kafka 0.10.1: MessageSet v1 (timestamps), Fetch v3 (max_bytes), ListOffsets v1.
-    "0.10": _frozen({_P: 2, _F: 3, _LO: 1, _MD: 2, _OC: 2, _OF: 1, _FC: 0, _AV: 0, _CT: 1}),
-    # Kafka 2.1: RecordBatch v2, zstd (Produce v7), Fetch v10, ListOffsets v4.
-    "2.1": _frozen({_P: 7, _F: 10, _LO: 4, _MD: 7, _OC: 6, _OF: 5, _FC: 2, _AV: 2, _CT: 3}),
+    # Kafka 0.10.1: MessageSet v1 (timestamps), Fetch v3 (max_bytes), ListOffsets v1; the
+    # group coordinator with JoinGroup v1 (a rebalance timeout apart from the session timeout).
+    "0.10": _frozen({
+        _P: 2, _F: 3, _LO: 1, _MD: 2, _OC: 2, _OF: 1, _FC: 0, _AV: 0, _CT: 1,
+        _JG: 1, _HB: 0, _LG: 0, _SG: 0, _DG: 0, _LS: 0,
+    }),
+    # Kafka 2.1: RecordBatch v2, zstd (Produce v7), Fetch v10, ListOffsets v4; group APIs at
+    # their 2.0 versions (throttle time first), JoinGroup v3 (MEMBER_ID_REQUIRED is v4, 2.2).
+    "2.1": _frozen({
+        _P: 7, _F: 10, _LO: 4, _MD: 7, _OC: 6, _OF: 5, _FC: 2, _AV: 2, _CT: 3,
+        _JG: 3, _HB: 2, _LG: 2, _SG: 2, _DG: 2, _LS: 2, _DL: 1,
+    }),
     "hmb": _frozen({_P: 0, _F: 0, _MD: 0}),
 }
 
