@@ -3,8 +3,8 @@
 * :class:`SimpleConsumer` — the low-level, stateless consumer of one broker (Kafka 0.8's API),
   with :class:`FetchRequest`, ``LATEST_TIME`` / ``EARLIEST_TIME`` and the lazily decoded
   :class:`ByteBufferMessageSet` of :data:`MessageAndOffset` values.
-* :class:`Consumer` / :class:`ConsumerConnector` — the high-level consumer of ZooKeeper groups
-  (:mod:`.connector`), with :class:`KafkaStream`, :class:`MessageAndMetadata` and the topic
+* :class:`Consumer` / :class:`ConsumerConnector` — the high-level consumer of groups balanced
+  through ZooKeeper or the brokers' group coordinator (:mod:`.connector`, :mod:`.group`), with :class:`KafkaStream`, :class:`MessageAndMetadata` and the topic
   filters :class:`Whitelist` / :class:`Blacklist`; imported on first use (they load kazoo).
 """
 

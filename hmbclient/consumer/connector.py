@@ -1,31 +1,37 @@
 """The high-level consumer: ``Consumer.create(config) -> ConsumerConnector``, Kafka 0.8's
 ``kafka.consumer.Consumer`` and ``ZookeeperConsumerConnector`` (group membership and partition
-ownership in ZooKeeper, streams per consuming thread).
+ownership in ZooKeeper, streams per consuming thread), or the same front over a group balanced
+by the brokers' group coordinator (``group.protocol=broker``: Kafka 0.9+, Kafka 4, Tansu).
 
 Usage::
 
     connector = Consumer.create({"zookeeper.connect": zk, "group.id": "billing",
                                  "auto.offset.reset": "smallest", "consumer.timeout.ms": 5000})
+    # or, without ZooKeeper: {"bootstrap.servers": "h:9092", "group.id": "billing", ...}
     streams = connector.create_message_streams({"events": 2}, value_decoder=StringDecoder())
     for message_and_metadata in streams["events"][0]:
         handle(message_and_metadata.message)
     connector.shutdown()
 
-Pieces: a :class:`rebalance.rebalancer.ZkRebalancer` (membership, ownership, the rebalance
-loop), a :class:`~hmbclient.net.NetClient` with :class:`~hmbclient.net.Metadata`, a
+Pieces: the group membership -- a :class:`rebalance.rebalancer.ZkRebalancer` (ZooKeeper:
+membership, ownership, the rebalance loop) or a :class:`.group.BrokerGroupMember` (the
+coordinator: JoinGroup, SyncGroup, Heartbeat, with a NetClient of its own) --, a
+:class:`~hmbclient.net.NetClient` with :class:`~hmbclient.net.Metadata`, a
 :class:`.fetcher.FetcherManager` (one fetcher thread per leader broker), one
-:class:`.stream.KafkaStream` per consuming thread, an offset store (:mod:`.offsets`) and an
-auto-commit thread. The connector is the rebalancer's :class:`OwnershipListener`.
+:class:`.stream.KafkaStream` per consuming thread, an offset store (:mod:`.offsets`; always the
+coordinator in broker mode, committing with the member's generation) and an auto-commit
+thread. The connector is the membership's :class:`OwnershipListener` either way, so fetching,
+hand-out and commits are one code path.
 
 Invariant: a partition's messages are handed out only by its current owner, and its offsets
-are committed before its ownership is released. The connector's part: ``on_revoke`` first
+are committed before its ownership is released (broker mode: before the member rejoins). The connector's part: ``on_revoke`` first
 stops hand-out (under each stream's lock), then commits exactly the handed-out positions
 under ``_commit_lock`` -- the same lock ``commit_offsets`` (auto or manual) holds, so a
 periodic commit can never write an older position after the final one -- and raises if the
 commit failed, which keeps the rebalancer from releasing the owner node.
 
-Life cycle: nothing connects until ``create_message_streams``. A ZooKeeper registration holds
-one subscription, so each further ``create_message_streams[_by_filter]`` call on the same
+Life cycle: nothing connects until ``create_message_streams``. A registration (a ZooKeeper
+node, or a JoinGroup) holds one subscription, so each further ``create_message_streams[_by_filter]`` call on the same
 connector joins the group as one more member (``<consumer_id>-s<k>``) that this connector
 commits, awaits and shuts down with itself (Kafka 0.8 refuses a second call; this is what a
 second connector would do). ``shutdown`` stops the loop, revokes with a final commit, releases the owner
@@ -45,7 +51,7 @@ from kazoo.exceptions import KazooException
 from kazoo.handlers.threading import KazooTimeoutError
 
 from hmbclient.config import ConsumerConfig
-from hmbclient.errors import ConfigError, CoordinationError
+from hmbclient.errors import ConfigError, CoordinationError, HmbError
 from hmbclient.net.client import NetClient
 from hmbclient.net.metadata import Metadata
 from rebalance.filters import Blacklist, TopicFilter, Whitelist
@@ -54,6 +60,7 @@ from rebalance.rebalancer import Subscription, ZkRebalancer
 from rebalance.registry import BrokerInfo, TopicPartition, thread_index
 
 from .fetcher import FetcherManager
+from .group import BrokerGroupMember
 from .offsets import DualOffsetStorage, KafkaOffsetStorage, OffsetStorage, ZooKeeperOffsetStorage
 from .stream import KafkaStream, MessageAndMetadata, PartitionTopicInfo
 
@@ -90,7 +97,10 @@ class ConsumerEvent(NamedTuple):
     ``rebalance_completed``, ``partitions_revoked``, ``partitions_assigned``,
     ``claim_conflict``, ``rebalance_incomplete``, ``rebalance_failed``,
     ``zookeeper_suspended``, ``zookeeper_connected``, ``zookeeper_lost``, ``committed``,
-    ``commit_failed``, ``closed``; ``fields`` carries the details."""
+    ``commit_failed``, ``closed``; in broker mode also ``coordinator_found``,
+    ``coordinator_lost``, ``joined`` (generation, member id, leader), ``fenced`` (dropped by the
+    coordinator: partitions revoked without a commit) and ``left``; ``fields`` carries the
+    details."""
 
     kind: str
     consumer_id: str
@@ -145,7 +155,8 @@ class Consumer:
 
 
 class ConsumerConnector:
-    """A member of a ZooKeeper consumer group. Create it with :meth:`Consumer.create`.
+    """A member of a consumer group, balanced through ZooKeeper or the brokers' coordinator
+    (``group.protocol``). Create it with :meth:`Consumer.create`.
 
     Args:
         config: the consumer configuration.
@@ -167,8 +178,10 @@ class ConsumerConnector:
         self._status_listeners: list[StatusListener] = [status_listener] if status_listener else []
         self._lock = threading.RLock()
         self._commit_lock = threading.Lock()
-        self._rebalancer: ZkRebalancer | None = None
+        self._rebalancer: ZkRebalancer | BrokerGroupMember | None = None
         self._client: NetClient | None = None
+        # Broker mode: the coordinator's own client (a JoinGroup must not hold up fetches).
+        self._group_client: NetClient | None = None
         self._metadata: Metadata | None = None
         self._fetchers: FetcherManager | None = None
         self._storage: OffsetStorage | None = None
@@ -365,6 +378,8 @@ class ConsumerConnector:
                 stream._close()
             if self._client is not None:
                 self._client.close()
+            if self._group_client is not None:
+                self._group_client.close()
 
     def __enter__(self) -> ConsumerConnector:
         return self
@@ -434,13 +449,76 @@ class ConsumerConnector:
         if self._client is not None:
             self._client.close()
             self._client = None
+        if self._group_client is not None:
+            self._group_client.close()
+            self._group_client = None
         self._metadata = None
         self._storage = None
 
     def _start(self, subscription: Subscription) -> None:
+        if self.config.group_protocol == "broker":
+            self._start_broker_group(subscription)
+        else:
+            self._start_zookeeper_group(subscription)
+        if self.config.auto_commit_enable:
+            self._auto_commit_thread = threading.Thread(
+                target=self._auto_commit, name=f"hmb-autocommit-{self.group}", daemon=True
+            )
+            self._auto_commit_thread.start()
+
+    def _start_broker_group(self, subscription: Subscription) -> None:
+        # The fetch side first, then the coordinator's client, offsets and membership; start()
+        # returns once the coordinator has our JoinGroup (or raises).
+        cfg = self.config
+        self._client = self._new_client(None)
+        self._metadata = Metadata(self._client, allow_auto_topic_creation=False)
+        self._fetchers = self._new_fetchers(self._client, self._metadata)
+        group_client = self._group_client = NetClient(
+            list(cfg.metadata_broker_list),
+            client_id=cfg.client_id,
+            api_version=cfg.api_version,
+            request_timeout_ms=cfg.socket_timeout_ms,
+            name=f"hmb-group-io-{self.group}",
+        )
+        storage = KafkaOffsetStorage(
+            group_client,
+            self.group,
+            max_retries=cfg.offsets_commit_max_retries,
+            backoff_ms=cfg.offsets_channel_backoff_ms,
+            timeout_ms=cfg.offsets_channel_socket_timeout_ms,
+        )
+        member = BrokerGroupMember(
+            client=group_client,
+            offsets=storage,
+            group=self.group,
+            consumer_id=self.consumer_id,
+            subscription=subscription,
+            listener=self,
+            metadata_partitions=self._metadata_partitions,
+            assignor=cfg.partition_assignment_strategy,
+            session_timeout_ms=cfg.session_timeout_ms,
+            heartbeat_interval_ms=cfg.heartbeat_interval_ms,
+            rebalance_timeout_ms=cfg.max_poll_interval_ms,
+            request_timeout_ms=cfg.socket_timeout_ms,
+            retry_backoff_ms=cfg.rebalance_backoff_ms,
+            exclude_internal_topics=cfg.exclude_internal_topics,
+            status=self._on_status,
+        )
+        storage.generation = member.commit_generation
+        self._storage = storage
+        self._rebalancer = member
+        try:
+            member.start()
+        except CoordinationError:
+            raise
+        except HmbError as exc:  # refused for good: an invalid group id, no group APIs...
+            raise CoordinationError(f"cannot join group {self.group!r} through the brokers: {exc}") from exc
+
+    def _start_zookeeper_group(self, subscription: Subscription) -> None:
         # ZooKeeper first (it may name the brokers), then the broker side, then join the group.
         cfg = self.config
-        rebalancer = self._rebalancer = self._new_rebalancer(subscription)
+        rebalancer = self._new_rebalancer(subscription)
+        self._rebalancer = rebalancer
         try:
             rebalancer.connect()
             brokers = rebalancer.registry.brokers()
@@ -450,9 +528,18 @@ class ConsumerConnector:
             ) from exc
         self._client = self._new_client(brokers)
         self._metadata = Metadata(self._client, allow_auto_topic_creation=False)
-        self._fetchers = FetcherManager(
-            self._client,
-            self._metadata,
+        self._fetchers = self._new_fetchers(self._client, self._metadata)
+        self._storage = self._new_offset_storage(rebalancer, self._client)
+        try:
+            rebalancer.start()
+        except (KazooException, KazooTimeoutError) as exc:
+            raise CoordinationError(f"cannot register in group {self.group!r}: {exc}") from exc
+
+    def _new_fetchers(self, client: NetClient, metadata: Metadata) -> FetcherManager:
+        cfg = self.config
+        return FetcherManager(
+            client,
+            metadata,
             fetch_max_bytes=cfg.fetch_message_max_bytes,
             min_bytes=cfg.fetch_min_bytes,
             max_wait_ms=cfg.fetch_wait_max_ms,
@@ -460,19 +547,10 @@ class ConsumerConnector:
             refresh_leader_backoff_ms=cfg.refresh_leader_backoff_ms,
             request_timeout_ms=cfg.socket_timeout_ms,
         )
-        self._storage = self._new_offset_storage(rebalancer, self._client)
-        try:
-            rebalancer.start()
-        except (KazooException, KazooTimeoutError) as exc:
-            raise CoordinationError(f"cannot register in group {self.group!r}: {exc}") from exc
-        if cfg.auto_commit_enable:
-            self._auto_commit_thread = threading.Thread(
-                target=self._auto_commit, name=f"hmb-autocommit-{self.group}", daemon=True
-            )
-            self._auto_commit_thread.start()
 
     def _new_rebalancer(self, subscription: Subscription) -> ZkRebalancer:
         cfg = self.config
+        assert cfg.zookeeper_connect is not None  # ConsumerConfig requires it for this protocol
         return ZkRebalancer(
             zookeeper_connect=cfg.zookeeper_connect,
             group=self.group,

@@ -10,7 +10,10 @@ otherwise (the rebalance loop releases a partition only after its commit returne
   FindCoordinator (GroupCoordinator in 0.8.2). COORDINATOR_LOAD_IN_PROGRESS is retried on the
   same broker; NOT_COORDINATOR, COORDINATOR_NOT_AVAILABLE and lost connections make it look the
   coordinator up again (it moved); each through a tenacity policy with
-  ``offsets_channel_backoff_ms`` and ``offsets_commit_max_retries``.
+  ``offsets_channel_backoff_ms`` and ``offsets_commit_max_retries``. A member of a
+  broker-coordinated group commits with its generation and member id (``generation``), so the
+  coordinator refuses commits of a member it has dropped (ILLEGAL_GENERATION,
+  UNKNOWN_MEMBER_ID: not retried, the partitions may already be someone else's).
 * :class:`DualOffsetStorage` -- ``offsets.storage=kafka`` with ``dual.commit.enabled``: commits
   go to both; a fetch takes the larger of the two, so a group migrating from ZooKeeper to
   Kafka (or back) resumes where it was, as Kafka 0.8.2's documented offset migration (dual
@@ -20,7 +23,7 @@ otherwise (the rebalance loop releases a partition only after its commit returne
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Protocol
 
 from kazoo.client import KazooClient
@@ -49,7 +52,10 @@ log = logging.getLogger("hmbclient.consumer")
 TopicPartition = tuple[str, int]
 
 # Error codes meaning "ask FindCoordinator again".
-_COORDINATOR_MOVED = {15, 16}  # COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR
+COORDINATOR_MOVED = frozenset({ErrorCode.COORDINATOR_NOT_AVAILABLE, ErrorCode.NOT_COORDINATOR})
+
+#: ``generation() -> (generation_id, member_id)`` of a broker-coordinated group member.
+Generation = Callable[[], tuple[int, str]]
 
 
 class OffsetStorage(Protocol):
@@ -99,6 +105,8 @@ class KafkaOffsetStorage:
         max_retries: ``offsets_commit_max_retries``.
         backoff_ms: ``offsets_channel_backoff_ms``.
         timeout_ms: ``offsets_channel_socket_timeout_ms``.
+        generation: ``() -> (generation_id, member_id)`` for commits of a broker-coordinated
+            group member; None commits as a group without members (-1, "").
     """
 
     def __init__(
@@ -109,10 +117,12 @@ class KafkaOffsetStorage:
         max_retries: int = 5,
         backoff_ms: int = 1000,
         timeout_ms: int = 10_000,
+        generation: Generation | None = None,
     ) -> None:
         self.client = client
         self.group = group
         self.timeout_ms = timeout_ms
+        self.generation = generation
         self._max_retries = max_retries
         self._backoff_ms = backoff_ms
         self._coordinator: int | None = None
@@ -138,11 +148,16 @@ class KafkaOffsetStorage:
 
         resp = self.client.call(self.client.least_loaded_node(), build, timeout_ms=self.timeout_ms)
         if resp.error_code:
+            self._coordinator = None
             raise for_code(resp.error_code)(f"FindCoordinator for group {self.group!r}")
         self.client.update_brokers({resp.node_id: (resp.host, resp.port)})
         self._coordinator = int(resp.node_id)
         log.debug("group %s: coordinator is broker %s (%s:%s)", self.group, resp.node_id, resp.host, resp.port)
         return self._coordinator
+
+    def forget_coordinator(self) -> None:
+        """The coordinator moved or is gone: the next call looks it up again."""
+        self._coordinator = None
 
     def _call(self, build: Any, what: str) -> Any:
         node = self.coordinator()
@@ -155,7 +170,7 @@ class KafkaOffsetStorage:
     def _check(self, code: int, what: str) -> None:
         if not code:
             return
-        if code in _COORDINATOR_MOVED:
+        if code in COORDINATOR_MOVED:
             self._coordinator = None
         raise for_code(code)(what)
 
@@ -173,13 +188,15 @@ class KafkaOffsetStorage:
                 {"partition": p, "offset": off, "timestamp": -1, "committed_leader_epoch": -1, "metadata": ""}
             )
 
+        generation_id, member_id = self.generation() if self.generation is not None else (-1, "")
+
         def build(versions: BrokerVersions) -> Any:
             return build_request(
                 versions,
                 ApiKey.OFFSET_COMMIT,
                 group_id=self.group,
-                generation_id=-1,
-                member_id="",
+                generation_id=generation_id,
+                member_id=member_id,
                 retention_time_ms=-1,
                 group_instance_id=None,
                 topics=[{"topic": t, "partitions": ps} for t, ps in by_topic.items()],
