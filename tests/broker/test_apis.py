@@ -28,7 +28,9 @@ from hmbclient.protocol.api.base import REQUESTS
 from .conftest import RawClient, create_topic, encode, fetch, produce
 
 # Inter-broker APIs (4-7, 23) are advertised as Kafka does; they obey only the controller.
-HANDLED = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 18, 19, 22, 23}
+# The group coordinator serves 11-16 and 42. SaslHandshake/SaslAuthenticate (17, 36) are
+# advertised on every listener, as Kafka does (ILLEGAL_SASL_STATE where there is no SASL).
+HANDLED = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 22, 23, 36, 42}
 
 
 def _expected_versions() -> list[tuple[int, int, int]]:
@@ -331,7 +333,10 @@ def test_offset_fetch_while_loading_says_load_in_progress(broker: EmbeddedBroker
             raise AssertionError(reason)
 
     req = OffsetFetchRequest[2].decode(OffsetFetchRequest[2].build(group_id="loading", topics=[("t", [0])]).encode())
-    om._running = True
-    om.handle_offset_fetch(type("H", (), {"api_version": 2})(), req, Channel())
+    om.start()
+    try:
+        om.handle_offset_fetch(type("H", (), {"api_version": 2})(), req, Channel())
+    finally:
+        om.shutdown()
     assert answers[0].error_code == 14  # type: ignore[attr-defined]
     assert isinstance(inner.apis, KafkaApis)

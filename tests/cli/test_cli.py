@@ -129,6 +129,8 @@ def test_every_option_and_command_has_help() -> None:
 
     from hmbclient.cli import build_parser
 
+    # argparse has no public way to list a parser's actions or sub-commands, hence _actions,
+    # _HelpAction, _SubParsersAction and _choices_actions below.
     missing: list[str] = []
     todo = [("hmb", build_parser())]
     while todo:

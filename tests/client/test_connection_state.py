@@ -1,5 +1,7 @@
 """A broker connection's state machine, driven through a real NetClient and broker: the states it
-passes through, CLOSED for good after close, and illegal moves refused."""
+passes through, CLOSED for good after close, and illegal moves refused. The transition table
+(``_TRANSITIONS``) and ``_enter`` are private to hmbclient.net.connection and tested here on
+purpose: they are the state machine."""
 
 from __future__ import annotations
 
@@ -34,7 +36,7 @@ def test_ready_then_closed_for_good(embedded: EmbeddedBroker) -> None:
     node = client.bootstrap_ids[0]
     client.versions(node).result(10)
     assert client.is_ready(node)
-    conn = client._conns[node]
+    conn = client._conns[node]  # NetClient does not hand out its connections; the state machine is the subject
     client.close()
     assert conn.state is ConnState.CLOSED and conn.closed and conn.sock is None
     with pytest.raises(KafkaConnectionError):

@@ -275,6 +275,7 @@ def wait_balanced(
     def diag() -> Any:
         return {
             "owners": owners(zk, group, topic),
+            # last_view has no public accessor; this is only a failure message
             "members": [
                 (c.consumer_id, c.await_rebalance(0), len(c.owned_partitions()),
                  c._rebalancer.last_view if c._rebalancer else None)

@@ -20,13 +20,21 @@ import pytest
 
 from encoders import StringDecoder
 from hmbclient.consumer.connector import ConsumerEvent
+from hmbclient.consumer.offsets import KafkaOffsetStorage
 from hmbclient.errors import MessageSizeTooLargeError
+from hmbclient.net import NetClient
 from rebalance import paths
 from rebalance.filters import Blacklist, Whitelist
 
 from .conftest import PARTITIONS, Collector, drain, owners, unique, wait_balanced, wait_for
 
 pytestmark = pytest.mark.timeout(120)
+
+
+def _broker_offsets(cluster: Any, group: str, topic: str) -> dict[tuple[str, int], int | None]:
+    """The group's offsets as its coordinator answers OffsetFetch (an observer of our own)."""
+    with NetClient(cluster.bootstrap) as client:
+        return KafkaOffsetStorage(client, group).fetch([(topic, p) for p in range(PARTITIONS)])
 
 
 @pytest.mark.parametrize("n", [1, 2, 3, 5])
@@ -215,6 +223,8 @@ def test_expired_session_member_gets_its_share_back_and_keeps_consuming(
     wait_balanced(admin_zk, group, topic, [a, b], PARTITIONS)
     wait_for(lambda: {(m.partition, m.message) for _, m in col.messages} >= first, 30, "first batch")
 
+    # Private on purpose: stealing a session needs its password, which only a's ZooKeeper
+    # client holds.
     rb = a._rebalancer
     old = rb.zk.client_id
     thief = KazooClient(zk_connect, client_id=old)
@@ -292,8 +302,7 @@ def test_kafka_offsets_storage_with_dual_commit_and_listener_callbacks(
     assert {(m.partition, m.message) for _, m in got.messages} == {(p, v.decode()) for p, v in first}
     c.commit_offsets()
     # Committed to the broker's offset manager (OffsetFetch) and, dual, to ZooKeeper.
-    fetched = c._storage.primary.fetch([(topic, p) for p in range(PARTITIONS)])
-    assert fetched == {(topic, p): 10 for p in range(PARTITIONS)}
+    assert _broker_offsets(cluster, group, topic) == {(topic, p): 10 for p in range(PARTITIONS)}
     assert admin_zk.get(paths.offset_path(group, topic, 0))[0] == b"10"
     c.shutdown()
     assert ("assigned", PARTITIONS) in calls and ("revoked", PARTITIONS) in calls
@@ -317,6 +326,8 @@ def test_largest_reset_skips_history_and_oversized_messages_raise(
     c = make_consumer(unique("g"), auto_offset_reset="largest")
     stream = c.create_message_streams({topic: 1})[topic][0]
     assert c.await_rebalance(20)
+    # No public view of a connector's fetch positions; without this wait, "largest" could be
+    # resolved after the new messages below arrive and skip them.
     wait_for(lambda: all(pti.fetch_offset is not None for pti in c._ptis.values()), 10, "positions reset")
     new = producer.spread(topic, 2, tag="new")
     got = drain([("c", stream)])
@@ -348,17 +359,18 @@ def test_kafka_offsets_follow_a_moving_coordinator(cluster: Any, make_consumer: 
     stream = c.create_message_streams({topic: 1})[topic][0]
     assert Counter(drain([("c", stream)]).values()) == Counter(first)
     c.commit_offsets()
-    storage = c._storage
-    old = storage.coordinator()
-    n = cluster.broker(0).config.offsets_topic_num_partitions
+    # The group's coordinator is the leader of its partition of the offsets topic.
+    offsets_partition = partition_for_group(group, cluster.broker(0).config.offsets_topic_num_partitions)
+    old = cluster.leader("__consumer_offsets", offsets_partition)
+    assert old is not None
     new = (old + 1) % 3
-    cluster.move_leader("__consumer_offsets", partition_for_group(group, n), new)
+    cluster.move_leader("__consumer_offsets", offsets_partition, new)
 
     second = producer.spread(topic, 2, tag="b")
     assert Counter(drain([("c", stream)]).values()) == Counter(second)
     c.commit_offsets()  # the old coordinator says NOT_COORDINATOR: look it up again, retry
-    assert storage.coordinator() == new
-    assert storage.fetch([(topic, p) for p in range(PARTITIONS)]) == {(topic, p): 7 for p in range(PARTITIONS)}
+    # Only the new coordinator can hold these offsets: the old one refused the commit.
+    assert _broker_offsets(cluster, group, topic) == {(topic, p): 7 for p in range(PARTITIONS)}
 
 
 def test_fetchers_follow_a_moving_leader(cluster: Any, make_consumer: Any, make_producer: Any) -> None:

@@ -59,7 +59,8 @@ def test_create_rdd_one_partition_per_range_with_exact_contents(
     assert rdd.getNumPartitions() == 4
     assert offset_ranges(rdd) == tuple(ranges)
     assert rdd.count() == sum(r.count for r in ranges)
-    # Each partition prefers its leader's host (seen through the JVM RDD underneath).
+    # Each partition prefers its leader's host (seen through the JVM RDD underneath; PySpark has
+    # no public accessor for it or for preferred locations).
     base = rdd._prev_jrdd.rdd()
     assert [str(base.preferredLocations(p)) for p in base.partitions()] == [
         f"List({broker.host})"
