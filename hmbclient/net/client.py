@@ -39,6 +39,7 @@ from hmbclient.clock import monotonic_ms
 from hmbclient.config import parse_broker_list
 from hmbclient.errors import ConfigError, KafkaConnectionError
 from hmbclient.net.connection import BrokerConnection, ConnState, PendingRequest, RequestBuilder
+from hmbclient.net.security import Security
 from hmbclient.net.versions import BrokerVersions, Dialect, resolve_dialect
 from hmbclient.protocol.api.base import Request
 from hmbclient.protocol.frame import DEFAULT_MAX_FRAME_BYTES
@@ -102,6 +103,7 @@ class NetClient:
         max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
         send_buffer_bytes: int | None = None,
         receive_buffer_bytes: int | None = None,
+        security: Security | None = None,
         name: str = "hmbclient-io",
     ) -> None:
         """Start the I/O thread (connections open lazily, on the first request).
@@ -116,6 +118,8 @@ class NetClient:
             probe_timeout_ms: how long to wait for the ApiVersions answer before assuming a
                 0.8/0.9 broker (default: min(request_timeout_ms, 5000)).
             reconnect_backoff_ms / reconnect_backoff_max_ms: exponential reconnect backoff.
+            security: TLS and SASL for every connection (None: PLAINTEXT); build it with
+                ``Security.from_config(config)`` or ``Security("SASL_SSL", ...)``.
 
         Raises:
             ConfigError: bad addresses, api_version or limits.
@@ -139,6 +143,7 @@ class NetClient:
             max_frame_bytes=max_frame_bytes,
             send_buffer_bytes=send_buffer_bytes,
             receive_buffer_bytes=receive_buffer_bytes,
+            security=security,
         )
         self.bootstrap_ids: list[int] = [-(i + 1) for i in range(len(self._bootstrap))]
         # node id -> (host, port). Written by callers (whole-dict swap), read by the I/O thread.
@@ -357,12 +362,15 @@ class NetClient:
         while True:
             now = monotonic_ms()
             timeout: float | None = None
+            buffered: list[BrokerConnection] = []
             for conn in self._conns.values():
                 deadline = conn.next_deadline()
                 if deadline is not None and (timeout is None or deadline < timeout):
                     timeout = deadline
+                if conn.buffered():
+                    buffered.append(conn)
             wait: float | None
-            if commands:
+            if commands or buffered:
                 wait = 0.0
             elif timeout is None:
                 wait = None
@@ -385,6 +393,10 @@ class NetClient:
                     self._wake_pending = False
                     continue
                 conn.on_event(bool(mask & selectors.EVENT_READ), bool(mask & selectors.EVENT_WRITE), now)
+            for conn in buffered:
+                # TLS bytes already decrypted: the selector will not report them.
+                if conn.buffered():
+                    conn.on_event(True, False, now)
             while commands:
                 cmd = commands.popleft()
                 op = cmd[0]

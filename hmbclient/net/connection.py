@@ -6,12 +6,15 @@ Contract (the I/O thread is the only caller; nothing here is thread-safe by desi
   fewer than ``max_in_flight`` requests await an answer. Kafka answers a connection's requests
   in order, so the in-flight queue is FIFO and the sans-IO ``ClientConnection`` checks each
   correlation id against its head.
-* States (:class:`ConnState`): DISCONNECTED -> CONNECTING -> (PROBING) -> READY ->
-  DISCONNECTED, and CLOSED for good from any of them; ``_TRANSITIONS`` lists the legal moves and
+* States (:class:`ConnState`): DISCONNECTED -> CONNECTING -> (HANDSHAKING) -> (PROBING) ->
+  (AUTHENTICATING) -> READY -> DISCONNECTED, and CLOSED for good from any of them; ``_TRANSITIONS`` lists the legal moves and
   ``BrokerConnection._enter`` is the one place the state changes. PROBING exists only for a
   dialect with ``probe=True``: an ApiVersions v0 request is the first thing written. If the
   broker closes the connection or does not answer within the probe timeout (Kafka 0.8/0.9), the
   connection reconnects at once without a probe and keeps the legacy version set for good.
+  HANDSHAKING is the TLS handshake (security.protocol SSL / SASL_SSL) and AUTHENTICATING the SASL
+  exchange (SASL_PLAINTEXT / SASL_SSL); see "Security" below. READY -> AUTHENTICATING is a
+  re-authentication on the same connection.
   The other flags are not states: ``_legacy`` remembers that this broker takes no probe,
   ``_recycled`` that the next READY is a deliberate reconnect (no status event), ``_writing``
   whether the selector watches for writability.
@@ -21,6 +24,28 @@ Contract (the I/O thread is the only caller; nothing here is thread-safe by desi
   queued across a reconnect; a failed connect attempt fails them (broker_unavailable) and
   starts an exponential backoff, capped at ``reconnect_backoff_max_ms``.
 * Requests with ``expect_response=False`` (Produce acks=0) complete as soon as they are framed.
+
+Security (settings: :class:`hmbclient.net.security.Security`):
+
+* TLS runs inside the I/O thread: once TCP connects, the socket is wrapped
+  (``do_handshake_on_connect=False``) and ``do_handshake`` is driven on readiness
+  (SSLWantReadError / SSLWantWriteError pick what the selector watches). The connect timeout
+  covers TCP and TLS together. A certificate problem (untrusted, self-signed, expired, another
+  host's name) fails the attempt like a refused connect, with a KafkaConnectionError naming the
+  cause. An SSL socket can hold decrypted bytes the selector cannot see: reads continue while
+  ``pending()`` says so, and :meth:`BrokerConnection.buffered` tells the I/O loop to come back
+  without sleeping when the per-event read budget ran out first.
+* SASL follows the ApiVersions probe (Kafka answers ApiVersions before authentication):
+  SaslHandshake v1 then SaslAuthenticate v0/v1 tokens when the broker lists SaslAuthenticate,
+  otherwise SaslHandshake v0 then raw size-prefixed tokens (Kafka 0.10). Nothing of the
+  caller's is written before the exchange ends; a failure (wrong password, unknown user:
+  SaslAuthenticationFailedError; mechanism not enabled: UnsupportedSaslMechanismError) fails
+  the queued requests with that error, which is not retriable, and backs off like a failed
+  connect. Errors name the mechanism and the user, never the password.
+* Re-authentication (KIP-368): when SaslAuthenticate v1 reports ``session_lifetime_ms`` > 0,
+  the connection re-authenticates at 85-95% of it (Kafka's window): from then on no new request
+  is written, and once nothing is in flight (an idle moment, so no answer is interleaved with the
+  exchange) SaslHandshake + SaslAuthenticate run again and the held requests follow.
 
 Receiving: frames are cut from what each ``recv_into`` returns; a frame larger than that gets a
 buffer of its own, sized from its header, and the rest of it is received straight into it, so a
@@ -39,7 +64,9 @@ from __future__ import annotations
 
 import errno
 import logging
+import random
 import socket
+import ssl
 import struct
 from collections import deque
 from collections.abc import Callable
@@ -55,10 +82,19 @@ from hmbclient.errors import (
     RemoteProtocolError,
     RequestTimedOutError,
     UnsupportedByBroker,
+    for_code,
+)
+from hmbclient.net.security import (
+    SaslAuthenticationFailedError,
+    SaslMechanism,
+    Security,
+    UnsupportedSaslMechanismError,
+    describe_tls_error,
 )
 from hmbclient.net.versions import BrokerVersions, Dialect, api_name, pick_versions
 from hmbclient.protocol.api import ApiVersionsRequest, FetchResponse
-from hmbclient.protocol.api.base import Request
+from hmbclient.protocol.api.base import ApiKey, Request
+from hmbclient.protocol.api.sasl import SaslAuthenticateRequest, SaslHandshakeRequest
 from hmbclient.protocol.frame import NEED_DATA, ClientConnection
 
 __all__ = ["ConnState", "PendingRequest", "BrokerConnection", "ConnectionOwner", "RequestBuilder"]
@@ -76,16 +112,31 @@ _i32 = struct.Struct(">i")
 class ConnState(Enum):
     DISCONNECTED = "disconnected"  # no socket; connects when a request waits and backoff allows
     CONNECTING = "connecting"  # TCP connect in progress
+    HANDSHAKING = "handshaking"  # TCP connected; the TLS handshake is in progress
     PROBING = "probing"  # connected; the ApiVersions probe is in flight
+    AUTHENTICATING = "authenticating"  # the SASL exchange (first or re-authentication) runs
     READY = "ready"  # versions known: requests are written
     CLOSED = "closed"  # for good (client closed, or the broker moved): requests fail at once
 
 
 _TRANSITIONS: dict[ConnState, frozenset[ConnState]] = {
     ConnState.DISCONNECTED: frozenset({ConnState.CONNECTING, ConnState.CLOSED}),
-    ConnState.CONNECTING: frozenset({ConnState.PROBING, ConnState.READY, ConnState.DISCONNECTED, ConnState.CLOSED}),
-    ConnState.PROBING: frozenset({ConnState.READY, ConnState.DISCONNECTED, ConnState.CLOSED}),
-    ConnState.READY: frozenset({ConnState.DISCONNECTED, ConnState.CLOSED}),
+    ConnState.CONNECTING: frozenset(
+        {
+            ConnState.HANDSHAKING,
+            ConnState.PROBING,
+            ConnState.AUTHENTICATING,
+            ConnState.READY,
+            ConnState.DISCONNECTED,
+            ConnState.CLOSED,
+        }
+    ),
+    ConnState.HANDSHAKING: frozenset(
+        {ConnState.PROBING, ConnState.AUTHENTICATING, ConnState.READY, ConnState.DISCONNECTED, ConnState.CLOSED}
+    ),
+    ConnState.PROBING: frozenset({ConnState.AUTHENTICATING, ConnState.READY, ConnState.DISCONNECTED, ConnState.CLOSED}),
+    ConnState.AUTHENTICATING: frozenset({ConnState.READY, ConnState.DISCONNECTED, ConnState.CLOSED}),
+    ConnState.READY: frozenset({ConnState.AUTHENTICATING, ConnState.DISCONNECTED, ConnState.CLOSED}),
     ConnState.CLOSED: frozenset(),
 }
 
@@ -101,7 +152,7 @@ class ConnectionOwner(Protocol):
 class PendingRequest:
     """A request waiting to be written or answered. ``request`` may be a builder."""
 
-    __slots__ = ("request", "future", "deadline_ms", "timeout_ms", "expect_response", "api")
+    __slots__ = ("request", "future", "deadline_ms", "timeout_ms", "expect_response", "api", "on_answer")
 
     def __init__(
         self,
@@ -120,6 +171,8 @@ class PendingRequest:
         if isinstance(request, Request):
             api_key = request.API_KEY
         self.api = api_name(api_key) if api_key is not None else "request"
+        #: the connection's own requests (SASL) are answered to this, in the I/O thread
+        self.on_answer: Callable[[Any, float], None] | None = None
 
 
 def _fail(fut: Future[Any] | None, err: BaseException) -> None:
@@ -249,6 +302,7 @@ class BrokerConnection:
         max_frame_bytes: int,
         send_buffer_bytes: int | None = None,
         receive_buffer_bytes: int | None = None,
+        security: Security | None = None,
     ) -> None:
         self.owner = owner
         self.node_id = node_id
@@ -289,6 +343,17 @@ class BrokerConnection:
         self._big_have = 0
         self._partial: bytes = b""
         self._version_waiters: list[Future[BrokerVersions]] = []
+        # Security: TLS context and SASL credentials (None: plaintext, no authentication).
+        self.security = security
+        self._tls = security is not None and security.tls
+        self._sasl: SaslMechanism | None = None  # the mechanism of the exchange in progress
+        self._sasl_raw = False  # tokens travel as raw frames (SaslHandshake v0)
+        self._sasl_auth_version = 0
+        self._sasl_versions: BrokerVersions | None = None  # versions once authenticated
+        self._sasl_buf = bytearray()
+        self._auth_deadline = 0.0
+        self._reauth_at: float | None = None  # KIP-368: re-authenticate from then on
+        self._reauthenticating = False
 
     # -- public (I/O thread) ---------------------------------------------------------------
 
@@ -328,10 +393,14 @@ class BrokerConnection:
     def next_deadline(self) -> float | None:
         """The earliest time check_timeouts has work to do, or None."""
         d: float | None = None
-        if self.state is ConnState.CONNECTING:
+        if self.state is ConnState.CONNECTING or self.state is ConnState.HANDSHAKING:
             d = self._connect_deadline
         elif self.state is ConnState.PROBING:
             d = self._probe_deadline
+        elif self.state is ConnState.AUTHENTICATING:
+            d = self._auth_deadline
+        elif self.state is ConnState.READY and self._reauth_at is not None:
+            d = self._reauth_at
         elif self.state is ConnState.DISCONNECTED and (self._pending or self._version_waiters):
             d = self._backoff_until
         for r in self._in_flight:
@@ -353,6 +422,25 @@ class BrokerConnection:
                 now_ms,
             )
             return
+        if state is ConnState.HANDSHAKING and now_ms >= self._connect_deadline:
+            self._connect_failed(
+                KafkaConnectionError(
+                    f"{self.address}: TLS handshake not finished within {self.connect_timeout_ms:.0f} ms "
+                    "(is this a TLS listener?)"
+                ),
+                now_ms,
+            )
+            return
+        if state is ConnState.AUTHENTICATING and now_ms >= self._auth_deadline:
+            self._connect_failed(
+                KafkaConnectionError(f"{self.address}: SASL {self._sasl_label()} got no answer in time"), now_ms
+            )
+            return
+        if state is ConnState.READY and self._reauth_at is not None and now_ms >= self._reauth_at:
+            self._reauthenticating = True
+            if not self._in_flight:
+                self._start_reauth(now_ms)
+                return
         if state is ConnState.PROBING and now_ms >= self._probe_deadline:
             log.info("%s: no answer to the ApiVersions probe; using the legacy (0.8) versions", self.address)
             self._probe_failed(now_ms)
@@ -396,10 +484,22 @@ class BrokerConnection:
             if writable or readable:
                 self._finish_connect(now_ms)
             return
+        if self.state is ConnState.HANDSHAKING:
+            self._do_handshake(now_ms)
+            return
         if writable:
             self._flush(now_ms)
         if readable and self.sock is not None:
-            self._read(now_ms)
+            if self._sasl_raw:
+                self._read_raw_tokens(now_ms)
+            else:
+                self._read(now_ms)
+
+    def buffered(self) -> bool:
+        """True when the TLS layer holds decrypted bytes not yet read (the selector cannot
+        report them; the I/O loop calls ``on_event`` again instead of sleeping)."""
+        sock = self.sock
+        return self._tls and sock is not None and self.state is not ConnState.HANDSHAKING and sock.pending() > 0  # type: ignore[attr-defined]
 
     def close(self, err: HmbError | None = None) -> None:
         """Close for good: every queued and in-flight request fails (no status event)."""
@@ -455,9 +555,66 @@ class BrokerConnection:
         self._proto = proto_cls(self.client_id, self.max_frame_bytes)
         self._big = None
         self._partial = b""
-        self._failures = 0
-        self._last_error = None
+        if self._tls:
+            self._start_tls(now_ms)
+            return
+        self._after_transport(now_ms)
+
+    # -- TLS -------------------------------------------------------------------------------
+
+    def _start_tls(self, now_ms: float) -> None:
+        sock = self.sock
+        assert sock is not None and self.security is not None and self.security.ssl_context is not None
+        self.owner._unwatch(self, sock)
+        self._writing = False
+        try:
+            ssock = self.security.ssl_context.wrap_socket(
+                sock, server_hostname=self.host, do_handshake_on_connect=False
+            )
+        except (OSError, ValueError) as e:
+            sock.close()
+            self.sock = None
+            self._connect_failed(KafkaConnectionError(f"{self.address}: {describe_tls_error(e, self.host)}"), now_ms)
+            return
+        self.sock = ssock
+        self._enter(ConnState.HANDSHAKING)
+        self.owner._watch(self, ssock, False)
+        self._do_handshake(now_ms)
+
+    def _do_handshake(self, now_ms: float) -> None:
+        sock = self.sock
+        assert isinstance(sock, ssl.SSLSocket)
+        try:
+            sock.do_handshake()
+        except ssl.SSLWantReadError:
+            self._want_write(False)
+            return
+        except ssl.SSLWantWriteError:
+            self._want_write(True)
+            return
+        except ssl.SSLError as e:
+            self._connect_failed(KafkaConnectionError(f"{self.address}: {describe_tls_error(e, self.host)}"), now_ms)
+            return
+        except OSError as e:
+            self._connect_failed(
+                KafkaConnectionError(f"{self.address}: TLS handshake failed: {e} (is this a TLS listener?)"), now_ms
+            )
+            return
+        self._want_write(False)
+        log.debug("%s: TLS %s established", self.address, sock.version())
+        self._after_transport(now_ms)
+
+    def _want_write(self, write: bool) -> None:
+        if self.sock is not None and write != self._writing:
+            self._writing = write
+            self.owner._watch(self, self.sock, write)
+
+    # -- after the transport is up -----------------------------------------------------------
+
+    def _after_transport(self, now_ms: float) -> None:
+        assert self.sock is not None and self._proto is not None
         self.owner._watch(self, self.sock, False)
+        self._writing = False
         if self.dialect.probe and not self._legacy:
             self._enter(ConnState.PROBING)
             self._probe_deadline = now_ms + self.probe_timeout_ms
@@ -468,10 +625,19 @@ class BrokerConnection:
             return
         versions = self.dialect.fallback_versions() if self.dialect.probe else self.dialect.initial_versions()
         assert versions is not None
-        self._ready(versions, now_ms)
+        self._negotiated(versions, now_ms)
+
+    def _negotiated(self, versions: BrokerVersions, now_ms: float) -> None:
+        """Versions are known: authenticate first if SASL is configured, else READY."""
+        if self.security is not None and self.security.sasl:
+            self._start_sasl(versions, now_ms)
+        else:
+            self._ready(versions, now_ms)
 
     def _ready(self, versions: BrokerVersions, now_ms: float) -> None:
         self.versions = versions
+        self._failures = 0
+        self._last_error = None
         self._enter(ConnState.READY)
         log.debug("%s ready: %r", self.address, versions)
         if self._recycled:
@@ -487,11 +653,161 @@ class BrokerConnection:
         # UNSUPPORTED_VERSION still carries the broker's ranges (KIP-511).
         if resp.error_code not in (ErrorCode.NONE, ErrorCode.UNSUPPORTED_VERSION):
             log.warning("%s: ApiVersions error %s; using the legacy versions", self.address, resp.error_code)
-            self._ready(self.dialect.fallback_versions(), now_ms)
+            self._negotiated(self.dialect.fallback_versions(), now_ms)
             return
         ranges = {k.api_key: (k.min_version, k.max_version) for k in resp.api_keys}
         picked = pick_versions((k, lo, hi) for k, (lo, hi) in ranges.items())
-        self._ready(BrokerVersions(self.dialect, picked, probed=True, ranges=ranges), now_ms)
+        self._negotiated(BrokerVersions(self.dialect, picked, probed=True, ranges=ranges), now_ms)
+
+    # -- SASL ------------------------------------------------------------------------------
+
+    def _sasl_label(self) -> str:
+        sec = self.security
+        assert sec is not None
+        return f"{sec.sasl_mechanism} authentication of user {sec.sasl_username!r}"
+
+    def _start_sasl(self, versions: BrokerVersions, now_ms: float) -> None:
+        """SaslHandshake v1 + SaslAuthenticate when the broker lists SaslAuthenticate (KIP-152),
+        else SaslHandshake v0 + raw tokens."""
+        assert self.security is not None
+        self._sasl_versions = versions
+        handshake_v = 0
+        auth_range = versions.ranges.get(ApiKey.SASL_AUTHENTICATE) if versions.ranges else None
+        hs_range = versions.ranges.get(ApiKey.SASL_HANDSHAKE) if versions.ranges else None
+        if auth_range is not None and hs_range is not None and hs_range[1] >= 1:
+            handshake_v = 1
+            self._sasl_auth_version = min(1, auth_range[1])
+        self._sasl = self.security.mechanism()
+        self._sasl_raw = False
+        self._sasl_buf = bytearray()
+        self._reauth_at = None
+        self._enter(ConnState.AUTHENTICATING)
+        self._auth_deadline = now_ms + max(self.connect_timeout_ms, self.probe_timeout_ms)
+        self._send_internal(
+            SaslHandshakeRequest[handshake_v](mechanism=self._sasl.name),
+            lambda resp, now: self._on_sasl_handshake(resp, handshake_v, now),
+            now_ms,
+        )
+
+    def _start_reauth(self, now_ms: float) -> None:
+        assert self.versions is not None
+        log.debug("%s: session lifetime ends soon; re-authenticating", self.address)
+        self._start_sasl(self.versions, now_ms)
+
+    def _send_internal(self, request: Request, on_answer: Callable[[Any, float], None], now_ms: float) -> None:
+        assert self._proto is not None
+        _, data = self._proto.send_request(request)
+        req = PendingRequest(request, Future(), self._auth_deadline + 1e12, 0.0)
+        req.on_answer = on_answer
+        self._in_flight.append(req)
+        self._write(data, now_ms)
+
+    def _sasl_failed(self, err: HmbError, now_ms: float) -> None:
+        log.warning("%s: %s", self.address, err)
+        self._connect_failed(err, now_ms)
+
+    def _on_sasl_handshake(self, resp: Any, version: int, now_ms: float) -> None:
+        mech = self._sasl
+        assert mech is not None
+        if resp.error_code == ErrorCode.UNSUPPORTED_SASL_MECHANISM:
+            offered = ", ".join(resp.mechanisms) or "none"
+            self._sasl_failed(
+                UnsupportedSaslMechanismError(
+                    f"{self.address} does not enable SASL mechanism {mech.name} (it offers: {offered})"
+                ),
+                now_ms,
+            )
+            return
+        if resp.error_code != ErrorCode.NONE:
+            self._sasl_failed(for_code(resp.error_code)(f"{self.address}: SaslHandshake for {mech.name} refused"), now_ms)
+            return
+        token = mech.first()
+        if version == 0:
+            self._sasl_raw = True
+            self._write(_i32.pack(len(token)) + token, now_ms)
+        else:
+            self._send_token(token, now_ms)
+
+    def _send_token(self, token: bytes, now_ms: float) -> None:
+        self._send_internal(
+            SaslAuthenticateRequest[self._sasl_auth_version](auth_bytes=token), self._on_sasl_authenticate, now_ms
+        )
+
+    def _on_sasl_authenticate(self, resp: Any, now_ms: float) -> None:
+        if resp.error_code != ErrorCode.NONE:
+            detail = f"{self._sasl_label()} failed at {self.address}: {resp.error_message or 'refused'}"
+            cls = SaslAuthenticationFailedError if resp.error_code == ErrorCode.SASL_AUTHENTICATION_FAILED else for_code(resp.error_code)
+            self._sasl_failed(cls(detail), now_ms)
+            return
+        self._sasl_token(bytes(resp.auth_bytes or b""), getattr(resp, "session_lifetime_ms", 0), now_ms)
+
+    def _sasl_token(self, token: bytes, lifetime_ms: int, now_ms: float) -> None:
+        mech = self._sasl
+        assert mech is not None
+        try:
+            reply = None if mech.done else mech.step(token)
+        except SaslAuthenticationFailedError as e:
+            self._sasl_failed(SaslAuthenticationFailedError(f"{self.address}: {e.args[0] if e.args else e}"), now_ms)
+            return
+        if reply is not None:
+            if self._sasl_raw:
+                self._write(_i32.pack(len(reply)) + reply, now_ms)
+            else:
+                self._send_token(reply, now_ms)
+            return
+        if not mech.done:
+            self._sasl_failed(SaslAuthenticationFailedError(f"{self._sasl_label()}: the exchange ended early"), now_ms)
+            return
+        self._sasl_done(lifetime_ms, now_ms)
+
+    def _sasl_done(self, lifetime_ms: int, now_ms: float) -> None:
+        self._sasl = None
+        self._sasl_raw = False
+        if lifetime_ms and lifetime_ms > 0:
+            # Kafka's client re-authenticates at 85-95% of the lifetime (spread, so many
+            # connections do not all re-authenticate at once).
+            self._reauth_at = now_ms + lifetime_ms * (0.85 + 0.10 * random.random())
+        log.debug("%s: %s succeeded", self.address, self._sasl_label())
+        versions = self._sasl_versions
+        assert versions is not None
+        if self._reauthenticating:
+            self._reauthenticating = False
+            self._enter(ConnState.READY)
+            self._pump(now_ms)
+        else:
+            self._ready(versions, now_ms)
+
+    def _read_raw_tokens(self, now_ms: float) -> None:
+        """SaslHandshake v0: the broker's SASL tokens arrive as bare size-prefixed frames."""
+        sock = self.sock
+        assert sock is not None
+        for _ in range(16):
+            try:
+                data = sock.recv(65536)
+            except (BlockingIOError, InterruptedError, ssl.SSLWantReadError, ssl.SSLWantWriteError):
+                break
+            except OSError as e:
+                self._disconnect(KafkaConnectionError(f"{self.address}: receive failed: {e}"), now_ms)
+                return
+            if not data:
+                self._closed_by_peer(now_ms)
+                return
+            self._sasl_buf += data
+            if not (self._tls and sock.pending()):  # type: ignore[attr-defined]
+                break
+        buf = self._sasl_buf
+        while self._sasl_raw and len(buf) >= 4:
+            (size,) = _i32.unpack_from(buf, 0)
+            if size < 0 or size > self.max_frame_bytes:
+                self._disconnect(RemoteProtocolError(f"{self.address}: SASL token of size {size}"), now_ms)
+                return
+            if len(buf) < 4 + size:
+                break
+            token = bytes(buf[4 : 4 + size])
+            del buf[: 4 + size]
+            self._sasl_token(token, 0, now_ms)
+            if self.sock is None:
+                return
 
     def _probe_failed(self, now_ms: float) -> None:
         self._legacy = True
@@ -499,7 +815,7 @@ class BrokerConnection:
         self._backoff_until = now_ms
         self._start_connect(now_ms)
 
-    def _connect_failed(self, err: KafkaConnectionError, now_ms: float) -> None:
+    def _connect_failed(self, err: HmbError, now_ms: float) -> None:
         self._last_error = err
         self._teardown(err)
         self._failures += 1
@@ -519,7 +835,7 @@ class BrokerConnection:
     def _pump(self, now_ms: float) -> None:
         proto = self._proto
         versions = self.versions
-        if proto is None or versions is None:
+        if proto is None or versions is None or self.state is not ConnState.READY or self._reauthenticating:
             return
         pending = self._pending
         in_flight = self._in_flight
@@ -568,13 +884,14 @@ class BrokerConnection:
         out = self._out
         if sock is None:
             return
+        tls = self._tls
         while out:
             try:
-                if len(out) > 1:
+                if len(out) > 1 and not tls:  # SSLSocket has no sendmsg
                     n = sock.sendmsg(list(out)[:64])
                 else:
                     n = sock.send(out[0])
-            except (BlockingIOError, InterruptedError):
+            except (BlockingIOError, InterruptedError, ssl.SSLWantWriteError, ssl.SSLWantReadError):
                 break
             except OSError as e:
                 self._disconnect(KafkaConnectionError(f"{self.address}: send failed: {e}"), now_ms)
@@ -593,6 +910,16 @@ class BrokerConnection:
             self.owner._watch(self, sock, want_write)
 
     def _closed_by_peer(self, now_ms: float) -> None:
+        if self.state is ConnState.AUTHENTICATING:
+            # Kafka closes the connection after a failed exchange (with raw v0 tokens that is
+            # the only answer a wrong password gets).
+            self._sasl_failed(
+                SaslAuthenticationFailedError(
+                    f"{self._sasl_label()} failed: {self.address} closed the connection during authentication"
+                ),
+                now_ms,
+            )
+            return
         if self.state is ConnState.PROBING:
             log.info("%s closed the connection on the ApiVersions probe; using legacy versions", self.address)
             self._probe_failed(now_ms)
@@ -619,7 +946,7 @@ class BrokerConnection:
                     n = sock.recv_into(memoryview(big)[self._big_have :])
                 else:
                     n = sock.recv_into(sview)
-            except (BlockingIOError, InterruptedError):
+            except (BlockingIOError, InterruptedError, ssl.SSLWantReadError, ssl.SSLWantWriteError):
                 break
             except OSError as e:
                 self._disconnect(KafkaConnectionError(f"{self.address}: receive failed: {e}"), now_ms)
@@ -642,9 +969,7 @@ class BrokerConnection:
             while end - pos >= 4:
                 (size,) = _i32.unpack_from(data, pos)
                 if size < 4 or size > max_frame:
-                    self._disconnect(
-                        RemoteProtocolError(f"{self.address}: frame size {size} is outside 4..{max_frame}"), now_ms
-                    )
+                    self._disconnect(RemoteProtocolError(self._bad_frame_message(size, data[pos], data[pos + 1])), now_ms)
                     return None
                 if end - pos - 4 >= size:
                     frames.append(bytes(data[pos + 4 : pos + 4 + size]))
@@ -658,9 +983,19 @@ class BrokerConnection:
                     pos = end
             if pos < end:
                 self._partial = bytes(data[pos:end])
-            if n < len(scratch) and self._big is None:
+            if n < len(scratch) and self._big is None and not (self._tls and sock.pending()):  # type: ignore[attr-defined]
                 break
         return frames
+
+    def _bad_frame_message(self, size: int, b0: int, b1: int) -> str:
+        max_frame = self.max_frame_bytes
+        if not self._tls and b0 in (0x15, 0x16) and b1 == 0x03:
+            # A TLS record header (alert or handshake, version 3.x) where a size was expected.
+            return (
+                f"{self.address} answered with TLS: this is a TLS listener; "
+                "set security.protocol to SSL or SASL_SSL"
+            )
+        return f"{self.address}: frame size {size} is outside 4..{max_frame}"
 
     def _read(self, now_ms: float) -> None:
         sock = self.sock
@@ -680,7 +1015,7 @@ class BrokerConnection:
                 for _ in range(8):
                     try:
                         data = sock.recv(_RECV_BYTES)
-                    except (BlockingIOError, InterruptedError):
+                    except (BlockingIOError, InterruptedError, ssl.SSLWantReadError, ssl.SSLWantWriteError):
                         break
                     except OSError as e:
                         self._disconnect(KafkaConnectionError(f"{self.address}: receive failed: {e}"), now_ms)
@@ -689,7 +1024,7 @@ class BrokerConnection:
                         self._closed_by_peer(now_ms)
                         return
                     proto.receive_data(data)
-                    if len(data) < _RECV_BYTES:
+                    if len(data) < _RECV_BYTES and not (self._tls and sock.pending()):  # type: ignore[attr-defined]
                         break
                 while True:
                     r = proto.next_response()
@@ -703,6 +1038,11 @@ class BrokerConnection:
         recycle = False
         for r in responses:
             req = in_flight.popleft()
+            if req.on_answer is not None:
+                req.on_answer(r[1], now_ms)
+                if self.sock is None:  # the exchange failed: the connection is gone
+                    return
+                continue
             if self.state is ConnState.PROBING:
                 self._on_probe_answer(r[1], now_ms)
                 continue
@@ -712,6 +1052,9 @@ class BrokerConnection:
         if recycle and not in_flight:
             # HMB answers one Fetch per connection: start the next request on a fresh one.
             self._recycle(now_ms)
+            return
+        if self._reauthenticating and not in_flight and self.state is ConnState.READY:
+            self._start_reauth(now_ms)
             return
         if responses and self.state is ConnState.READY:
             self._pump(now_ms)
@@ -740,17 +1083,22 @@ class BrokerConnection:
         self._out.clear()
         self._writing = False
         self.versions = None
+        self._sasl = None
+        self._sasl_raw = False
+        self._reauth_at = None
+        self._reauthenticating = False
         if self.state is not ConnState.CLOSED:
             self._enter(ConnState.DISCONNECTED)
 
     def _teardown(self, err: HmbError) -> None:
         """Close the socket and fail what was in flight; queued requests stay queued."""
         was = self.state
+        was_ready = was is ConnState.READY or (was is ConnState.AUTHENTICATING and self._reauthenticating)
         self._close_socket()
         in_flight, self._in_flight = self._in_flight, deque()
         for r in in_flight:
             _fail(r.future, err)
-        if was is ConnState.READY:
+        if was_ready:
             self.owner._emit("broker_disconnected", self, err)
 
     def _recycle(self, now_ms: float) -> None:
