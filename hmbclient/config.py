@@ -19,6 +19,10 @@ Contract
   (``replace``) is equal to the original.
 * Validation runs in ``__post_init__``: per-field ranges and choices, then the class's
   ``_validate`` hook for cross-field rules.
+* Secrets (``setting(secret=True)``: ``sasl.password``, ``ssl.password``) are left out of a
+  config's repr. The client configs share one definition of the security settings
+  (:class:`SecurityConfig`: ``security.protocol``, ``ssl.*``, ``sasl.*``), inherited by
+  ``ProducerConfig``, ``SimpleConsumerConfig`` and ``ConsumerConfig``.
 
 Adding a field (for engineers extending these classes)::
 
@@ -52,6 +56,7 @@ __all__ = [
     "BrokerList",
     "NEVER",
     "ConfigBase",
+    "SecurityConfig",
     "SettingInfo",
     "config_class",
     "setting",
@@ -125,6 +130,7 @@ def setting(
     importable: bool = False,
     properties: bool = True,
     default_factory: Callable[[], Any] | None = None,
+    secret: bool = False,
 ) -> Any:
     """Declare a config field (a ``dataclasses.field`` carrying its property metadata).
 
@@ -143,6 +149,7 @@ def setting(
             file (it is still accepted as a keyword).
         default_factory: Zero-argument callable producing the default (mutually
             exclusive with ``default``).
+        secret: A password or key: left out of the config's repr.
 
     Returns:
         A dataclass field specifier.
@@ -159,8 +166,8 @@ def setting(
     )
     metadata = {_META_KEY: spec}
     if default_factory is not None:
-        return dataclasses.field(default_factory=default_factory, metadata=metadata)
-    return dataclasses.field(default=default, metadata=metadata)
+        return dataclasses.field(default_factory=default_factory, metadata=metadata, repr=not secret)
+    return dataclasses.field(default=default, metadata=metadata, repr=not secret)
 
 
 def _norm(key: str) -> str:
@@ -812,10 +819,82 @@ def load_properties(path: str | os.PathLike[str]) -> dict[str, str]:
 # --------------------------------------------------------------------- the configs
 
 CompressionCodec = Literal["none", "gzip", "snappy", "lz4", "zstd"]
+SecurityProtocol = Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"]
+SaslMechanismName = Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"]
+
+
+def _upper(value: Any) -> Any:
+    return value.strip().upper() if isinstance(value, str) else value
 
 
 @config_class
-class ProducerConfig(ConfigBase):
+class SecurityConfig(ConfigBase):
+    """How a client connects: TLS and SASL (Kafka property names; kafka-python and librdkafka
+    spellings are aliases). One definition, inherited by every client config; the net layer
+    reads it through ``hmbclient.net.security.Security.from_config``.
+
+    ``security.protocol``: PLAINTEXT (default), SSL (TLS), SASL_PLAINTEXT (SASL without TLS:
+    PLAIN then sends the password in clear text) or SASL_SSL. TLS verifies the broker's
+    certificate against ``ssl.cafile`` (else the system trust store) and, unless
+    ``ssl.check.hostname`` is false, that it names the broker's host. SASL needs
+    ``sasl.username`` and ``sasl.password``; ``sasl.mechanism`` is PLAIN, SCRAM-SHA-256 or
+    SCRAM-SHA-512. The passwords never appear in the config's repr.
+    """
+
+    security_protocol: SecurityProtocol = setting(
+        "PLAINTEXT",
+        convert=_upper,
+        doc="security.protocol: PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL",
+    )
+    ssl_cafile: str | None = setting(
+        None,
+        aliases=("ssl.ca.location",),
+        doc="ssl.cafile: PEM file of the CA(s) that sign the brokers' certificates (None: system trust store)",
+    )
+    ssl_certfile: str | None = setting(
+        None,
+        aliases=("ssl.certificate.location",),
+        doc="ssl.certfile: PEM client certificate, for brokers that require one (mutual TLS)",
+    )
+    ssl_keyfile: str | None = setting(
+        None,
+        aliases=("ssl.key.location",),
+        doc="ssl.keyfile: PEM private key of ssl.certfile (None: in ssl.certfile)",
+    )
+    ssl_password: str | None = setting(
+        None, aliases=("ssl.key.password",), secret=True, doc="ssl.password: unlocks an encrypted ssl.keyfile"
+    )
+    ssl_check_hostname: bool = setting(
+        True, doc="ssl.check.hostname: the broker's certificate must name the host dialled"
+    )
+    ssl_crlfile: str | None = setting(
+        None, aliases=("ssl.crl.location",), doc="ssl.crlfile: PEM certificate revocation list to check"
+    )
+    sasl_mechanism: SaslMechanismName = setting(
+        "PLAIN",
+        aliases=("sasl.mechanisms",),
+        convert=_upper,
+        doc="sasl.mechanism: PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512",
+    )
+    sasl_username: str | None = setting(
+        None, aliases=("sasl.plain.username",), doc="sasl.username: the SASL user"
+    )
+    sasl_password: str | None = setting(
+        None, aliases=("sasl.plain.password",), secret=True, doc="sasl.password: the SASL user's password"
+    )
+
+    def _validate(self) -> None:
+        super()._validate()
+        if self.security_protocol in ("SASL_PLAINTEXT", "SASL_SSL") and (
+            not self.sasl_username or self.sasl_password is None
+        ):
+            self._fail(f"security.protocol={self.security_protocol} needs 'sasl.username' and 'sasl.password'")
+        if self.ssl_keyfile and not self.ssl_certfile:
+            self._fail("'ssl.keyfile' is given without 'ssl.certfile'")
+
+
+@config_class
+class ProducerConfig(SecurityConfig):
     """Producer settings (Kafka 0.8 ``kafka.producer.ProducerConfig`` names).
 
     Defaults that differ from Kafka 0.8, and why:
@@ -959,7 +1038,7 @@ class ProducerConfig(ConfigBase):
 
 
 @config_class
-class SimpleConsumerConfig(ConfigBase):
+class SimpleConsumerConfig(SecurityConfig):
     """SimpleConsumer settings: one broker, stateless requests (0.8 ``SimpleConsumer`` args).
 
     ``fetch_min_bytes``/``fetch_wait_max_ms`` default to 0 as in 0.8's ``FetchRequestBuilder``:
@@ -997,7 +1076,7 @@ class SimpleConsumerConfig(ConfigBase):
 
 
 @config_class
-class ConsumerConfig(ConfigBase):
+class ConsumerConfig(SecurityConfig):
     """High-level consumer settings (Kafka 0.8 ``kafka.consumer.ConsumerConfig`` names).
 
     Defaults that differ from Kafka 0.8, and why:

@@ -54,6 +54,7 @@ from hmbclient.config import ConsumerConfig
 from hmbclient.errors import ConfigError, CoordinationError, HmbError
 from hmbclient.net.client import NetClient
 from hmbclient.net.metadata import Metadata
+from hmbclient.net.security import Security
 from rebalance.filters import Blacklist, TopicFilter, Whitelist
 from rebalance.paths import make_consumer_id
 from rebalance.rebalancer import Subscription, ZkRebalancer
@@ -585,6 +586,7 @@ class ConsumerConnector:
             api_version=cfg.api_version,
             request_timeout_ms=cfg.socket_timeout_ms,
             receive_buffer_bytes=cfg.socket_receive_buffer_bytes if cfg.socket_receive_buffer_bytes > 0 else None,
+            security=Security.from_config(cfg),
             name=f"hmb-consumer-io-{self.group}",
         )
 

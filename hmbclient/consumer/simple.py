@@ -60,6 +60,7 @@ from hmbclient.errors import (
     for_code,
 )
 from hmbclient.net.client import NetClient
+from hmbclient.net.security import Security
 from hmbclient.net.versions import BrokerVersions
 from hmbclient.protocol.api.base import REQUESTS, ApiKey
 
@@ -146,6 +147,7 @@ class SimpleConsumer:
             request_timeout_ms=cfg.so_timeout_ms,
             connect_timeout_ms=cfg.so_timeout_ms,
             receive_buffer_bytes=cfg.buffer_size if cfg.buffer_size > 0 else None,
+            security=Security.from_config(cfg),
             name=f"hmbclient-io-simple-{cfg.host}:{cfg.port}",
         )
         self._dialect = self._client.dialect

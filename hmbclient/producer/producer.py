@@ -53,6 +53,7 @@ from hmbclient.errors import (
 from hmbclient.net.client import NetClient
 from hmbclient.net.metadata import Metadata
 from hmbclient.net.retry import retry_policy
+from hmbclient.net.security import Security
 from hmbclient.producer.accumulator import PartitionQueue, RecordAccumulator, TopicState, Unit
 from hmbclient.producer.callbacks import overridden_hooks
 from hmbclient.producer.data import (
@@ -89,6 +90,7 @@ def _open_client(cfg: ProducerConfig) -> NetClient:
         reconnect_backoff_ms=min(50, max(1, cfg.retry_backoff_ms)),
         reconnect_backoff_max_ms=max(1000, cfg.retry_backoff_ms),
         send_buffer_bytes=cfg.send_buffer_bytes if cfg.send_buffer_bytes > 0 else None,
+        security=Security.from_config(cfg),
         name="hmbclient-io-producer",
     )
 
