@@ -691,6 +691,59 @@ def _zookeeper_connect(value: Any) -> Any:
     return value
 
 
+LISTENER_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+
+
+def parse_listener(text: str) -> tuple[str, str, int]:
+    """``PROTOCOL://host:port`` -> ``(protocol, host, port)``; an empty host is 0.0.0.0.
+
+    Raises:
+        ValueError: an unknown protocol or a bad address.
+    """
+    proto, sep, addr = text.strip().partition("://")
+    proto = proto.strip().upper()
+    if not sep or proto not in LISTENER_PROTOCOLS:
+        raise ValueError(f"listener {text!r} must be PROTOCOL://host:port with PROTOCOL one of {', '.join(LISTENER_PROTOCOLS)}")
+    host, colon, port = addr.rpartition(":")
+    if not colon or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise ValueError(f"listener {text!r} needs a port 0..65535")
+    return proto, host.strip("[]") or "0.0.0.0", int(port)
+
+
+def _listener_list(value: Any) -> Any:
+    if isinstance(value, str):
+        value = [v for v in value.split(",") if v.strip()]
+    if isinstance(value, (list, tuple)):
+        for v in value:
+            parse_listener(str(v))
+        return tuple(str(v).strip() for v in value)
+    return value
+
+
+def _mechanism_list(value: Any) -> Any:
+    if isinstance(value, str):
+        value = [v for v in value.split(",") if v.strip()]
+    if isinstance(value, (list, tuple)):
+        out = tuple(str(v).strip().upper() for v in value)
+        for m in out:
+            if m not in ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"):
+                raise ValueError(f"unsupported SASL mechanism {m!r} (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512)")
+        return out
+    return value
+
+
+def _principal_list(value: Any) -> Any:
+    if isinstance(value, str):
+        value = [v for v in value.split(";") if v.strip()]
+    if isinstance(value, (list, tuple)):
+        out = tuple(str(v).strip() for v in value)
+        for p in out:
+            if ":" not in p:
+                raise ValueError(f"principal {p!r} must be TYPE:NAME, e.g. User:admin")
+        return out
+    return value
+
+
 def _path_list(value: Any) -> Any:
     if isinstance(value, os.PathLike):
         return (os.fspath(value),)
@@ -1386,6 +1439,41 @@ class BrokerConfig(ConfigBase):
     controller_socket_timeout_ms: int = setting(
         30_000, min=1, doc="controller.socket.timeout.ms: the controller's wait for a broker's answer"
     )
+    listeners: tuple[str, ...] = setting(
+        (),
+        convert=_listener_list,
+        doc="listeners: PROTOCOL://host:port, comma-separated; PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL (empty: PLAINTEXT on host.name:port)",
+    )
+    ssl_certfile: str | None = setting(
+        None, aliases=("ssl.keystore.location",), doc="ssl.certfile: the broker's PEM certificate (chain) for SSL and SASL_SSL listeners"
+    )
+    ssl_keyfile: str | None = setting(None, doc="ssl.keyfile: its PEM private key (None: in ssl.certfile)")
+    ssl_cafile: str | None = setting(
+        None, aliases=("ssl.truststore.location",), doc="ssl.cafile: PEM CA certificates that client certificates must chain to"
+    )
+    ssl_client_auth: Literal["none", "requested", "required"] = setting(
+        "none", doc="ssl.client.auth: ask TLS clients for a certificate (required: refuse those without a trusted one)"
+    )
+    sasl_enabled_mechanisms: tuple[str, ...] = setting(
+        ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"),
+        convert=_mechanism_list,
+        doc="sasl.enabled.mechanisms: SASL mechanisms offered on SASL listeners",
+    )
+    sasl_credentials_file: str | None = setting(
+        None, doc="sasl.credentials.file: SCRAM credentials file (None: ZooKeeper /config/users)"
+    )
+    authorizer_class_name: str = setting(
+        "", doc="authorizer.class.name: non-empty turns on the ACL authorizer (ACLs in authorizer.acls.file or ZooKeeper)"
+    )
+    authorizer_acls_file: str | None = setting(
+        None, doc="authorizer.acls.file: JSON file of ACLs (None: ZooKeeper /kafka-acl)"
+    )
+    super_users: tuple[str, ...] = setting(
+        (), convert=_principal_list, doc="super.users: principals allowed everything, ';'-separated (User:admin;User:broker)"
+    )
+    allow_everyone_if_no_acl_found: bool = setting(
+        False, doc="allow.everyone.if.no.acl.found: a resource without any ACL is open to all"
+    )
 
     def _validate(self) -> None:
         super()._validate()
@@ -1395,3 +1483,7 @@ class BrokerConfig(ConfigBase):
             self._fail("'log.index.interval.bytes' can't be larger than 'log.segment.bytes'")
         if self.group_min_session_timeout_ms > self.group_max_session_timeout_ms:
             self._fail("'group.min.session.timeout.ms' can't be larger than 'group.max.session.timeout.ms'")
+        if any(parse_listener(x)[0] in ("SSL", "SASL_SSL") for x in self.listeners) and not self.ssl_certfile:
+            self._fail("an SSL or SASL_SSL listener needs 'ssl.certfile'")
+        if self.ssl_client_auth == "required" and not self.ssl_cafile:
+            self._fail("'ssl.client.auth'=required needs 'ssl.cafile' to check client certificates against")

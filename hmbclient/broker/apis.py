@@ -31,6 +31,7 @@ from hmbclient.broker.metadata import NO_LEADER, BrokerEndpoint, MetadataCache, 
 from hmbclient.broker.producer_ids import INIT_PRODUCER_ID, ProducerIdManager
 from hmbclient.broker.replica_manager import PartitionState, ReplicaManager
 from hmbclient.broker.results import AppendResult, FetchInfo, FetchResult
+from hmbclient.broker.security.hooks import allowed, refuse_request
 from hmbclient.broker.topics import TopicManager, is_valid_topic_name
 from hmbclient.clock import wall_ms
 from hmbclient.errors import ErrorCode
@@ -96,6 +97,10 @@ def unsupported_api_versions_response(table: list[tuple[int, int, int]]) -> Resp
 class KafkaApis:
     """Dispatches requests of one broker.
 
+    With an ``authorizer`` (set by the Broker when ``authorizer.class.name`` is), every handler
+    first asks it about the request's ``channel.session`` (see ``security.hooks``); a refused
+    request is answered with TOPIC/GROUP/CLUSTER_AUTHORIZATION_FAILED and changes nothing.
+
     Args:
         broker_id: this broker.
         metadata: this broker's metadata cache.
@@ -119,6 +124,7 @@ class KafkaApis:
         controller_guard: ControllerGuard | None = None,
         controlled_shutdown: ShutdownHandler | None = None,
     ) -> None:
+        self.authorizer: Any = None
         self.broker_id = broker_id
         self.metadata = metadata
         self.replicas = replica_manager
@@ -134,6 +140,8 @@ class KafkaApis:
             ApiKey.API_VERSIONS: self.handle_api_versions,
             ApiKey.CREATE_TOPICS: self.handle_create_topics,
             ApiKey.OFFSET_FOR_LEADER_EPOCH: self.handle_offset_for_leader_epoch,
+            ApiKey.SASL_HANDSHAKE: self.handle_sasl_out_of_place,
+            ApiKey.SASL_AUTHENTICATE: self.handle_sasl_out_of_place,
             INIT_PRODUCER_ID: (producer_ids or ProducerIdManager()).handle_init_producer_id,
         }
         if offset_manager is not None:
@@ -158,6 +166,8 @@ class KafkaApis:
             channel.close(f"no handler for api key {header.api_key}")
             return
         try:
+            if self.authorizer is not None and refuse_request(self.authorizer, header, request, channel, handler):
+                return
             handler(header, request, channel)
         except Exception as e:
             # A bug here must not leave the client waiting: Kafka closes the connection too.
@@ -184,6 +194,17 @@ class KafkaApis:
             raise RuntimeError(f"{type(request).__name__} was not answered at once")
         return box[0]
 
+    def _allowed(self, channel: RequestChannel, operation: str, resource_type: str, name: str = "kafka-cluster") -> bool:
+        return allowed(self.authorizer, channel, operation, resource_type, name)
+
+    def _may_create(self, channel: RequestChannel, topic: str) -> bool:
+        return self._allowed(channel, "Create", "Cluster") or self._allowed(channel, "Create", "Topic", topic)
+
+    def handle_sasl_out_of_place(self, header: RequestHeader, req: Any, channel: RequestChannel) -> None:
+        """SaslHandshake/SaslAuthenticate that reached the APIs: on a listener without SASL, or
+        after authentication (re-authentication is not offered): ILLEGAL_SASL_STATE."""
+        channel.send(type(req).RESPONSE_TYPE.build(error_code=ErrorCode.ILLEGAL_SASL_STATE, mechanisms=[], error_message="no SASL on this connection now", auth_bytes=b"", session_lifetime_ms=0))
+
     # -- ApiVersions -------------------------------------------------------------------------------
     def handle_api_versions(self, header: RequestHeader, req: Any, channel: RequestChannel) -> None:
         channel.send(type(req).RESPONSE_TYPE.build(error_code=ErrorCode.NONE, api_keys=self.versions, throttle_time_ms=0))
@@ -194,14 +215,19 @@ class KafkaApis:
         resp_cls = type(req).RESPONSE_TYPE
         allow_auto = v < 4 or bool(req.allow_auto_topic_creation)
         if req.topics is None or (v == 0 and not req.topics):
-            names = sorted(self.metadata.topics())
+            names = sorted(n for n in self.metadata.topics() if self._allowed(channel, "Describe", "Topic", n))
             codes: dict[str, int] = dict.fromkeys(names, ErrorCode.NONE)
         else:
             names = list(dict.fromkeys(req.topics))
-            codes = {n: self.topics.ensure(n, allow_auto_create=allow_auto) for n in names}
+            codes = {
+                n: self.topics.ensure(n, allow_auto_create=allow_auto and self._may_create(channel, n))
+                if self._allowed(channel, "Describe", "Topic", n) else ErrorCode.TOPIC_AUTHORIZATION_FAILED
+                for n in names
+            }
+        here = getattr(getattr(channel, "session", None), "advertised", None)
 
         def answer() -> None:
-            channel.send(self._metadata_response(resp_cls, names, codes))
+            channel.send(self._metadata_response(resp_cls, names, codes, here))
 
         waiting = [n for n in names if codes[n] == ErrorCode.NONE and not self.metadata.is_ready(n)]
         if waiting:
@@ -209,9 +235,15 @@ class KafkaApis:
         else:
             answer()
 
-    def _metadata_response(self, resp_cls: Any, names: list[str], codes: dict[str, int]) -> Response:
+    def _metadata_response(self, resp_cls: Any, names: list[str], codes: dict[str, int], here: tuple[str, int] | None = None) -> Response:
         broker_shape = _shape(resp_cls, "brokers")
-        brokers = [_make(broker_shape, node_id=b.node_id, host=b.host, port=b.port, rack=None) for b in self.metadata.brokers()]
+        # A client on another listener than the registered one is told this broker's address
+        # on the listener it came in on (``here``), so it stays on its security protocol.
+        brokers = [
+            _make(broker_shape, node_id=b.node_id, host=here[0] if here and b.node_id == self.broker_id else b.host,
+                  port=here[1] if here and b.node_id == self.broker_id else b.port, rack=None)
+            for b in self.metadata.brokers()
+        ]
         live = self.metadata.live_broker_ids()
         topic_shape = _shape(resp_cls, "topics")
         part_shape = _shape(resp_cls, "topics", "partitions")
@@ -275,7 +307,11 @@ class KafkaApis:
                 for p in parts:
                     early[(topic, p)] = ErrorCode.INVALID_REQUIRED_ACKS
                 continue
-            code = self.topics.ensure(topic)
+            if not self._allowed(channel, "Write", "Topic", topic):
+                for p in parts:  # refused before ensure(): not even auto-created
+                    early[(topic, p)] = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+                continue
+            code = self.topics.ensure(topic, allow_auto_create=self._may_create(channel, topic))
             if not code and not self.metadata.is_ready(topic):
                 waiting.append(topic)
             for p in t.partitions:
@@ -340,12 +376,20 @@ class KafkaApis:
         infos: list[FetchInfo] = []
         layout: list[tuple[str, list[tuple[int, int | None]]]] = []
         refused = replica_id >= 0 and replica_id not in self.metadata.live_broker_ids()
+        cluster_ok = replica_id < 0 or self._allowed(channel, "ClusterAction", "Cluster")
         for t in req.topics:
             topic = t.topic
             known = self.metadata.has_topic(topic)
             plist: list[tuple[int, int | None]] = []
+            denied = (
+                ErrorCode.CLUSTER_AUTHORIZATION_FAILED if not cluster_ok
+                else ErrorCode.TOPIC_AUTHORIZATION_FAILED if replica_id < 0 and not self._allowed(channel, "Read", "Topic", topic)
+                else None
+            )
             for p in t.partitions:
-                if refused:
+                if denied is not None:
+                    plist.append((p.partition, denied))
+                elif refused:
                     plist.append((p.partition, ErrorCode.REPLICA_NOT_AVAILABLE))
                 elif not known:
                     plist.append((p.partition, ErrorCode.INVALID_TOPIC_EXCEPTION if not is_valid_topic_name(topic) else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
@@ -398,10 +442,13 @@ class KafkaApis:
         topics = []
         for t in req.topics:
             parts = []
+            described = self._allowed(channel, "Describe", "Topic", t.topic)
             for p in t.partitions:
                 code, partition_log = self.replicas.leader_log(t.topic, p.partition)
                 if not self.metadata.has_topic(t.topic) and not is_valid_topic_name(t.topic):
                     code = ErrorCode.INVALID_TOPIC_EXCEPTION
+                if not described:
+                    code, partition_log = ErrorCode.TOPIC_AUTHORIZATION_FAILED, None
                 epoch = self.metadata.leader_epoch(t.topic, p.partition)
                 end = -1
                 if partition_log is not None:
@@ -441,6 +488,8 @@ class KafkaApis:
             assignment = {a.partition_index: list(a.broker_ids) for a in t.assignments} if t.assignments else None
             if t.topic in seen:
                 code, msg = ErrorCode.INVALID_REQUEST, "topic named twice in one request"
+            elif not self._may_create(channel, t.topic):
+                code, msg = ErrorCode.TOPIC_AUTHORIZATION_FAILED, "Authorization failed."
             else:
                 n = t.num_partitions if t.num_partitions != -1 else self.topics.num_partitions
                 code, msg = self.topics.create_with_message(t.topic, n, t.replication_factor, assignment=assignment, validate_only=validate_only)
@@ -533,8 +582,11 @@ class KafkaApis:
         topics = []
         for t in req.topics:
             parts = []
+            described = self._allowed(channel, "ClusterAction", "Cluster") or self._allowed(channel, "Describe", "Topic", t.topic)
             for p in t.partitions:
                 code, epoch, end = self.replicas.last_offset_for_leader_epoch(t.topic, p.partition, p.leader_epoch)
+                if not described:
+                    code, epoch, end = ErrorCode.TOPIC_AUTHORIZATION_FAILED, -1, -1
                 current = getattr(p, "current_leader_epoch", -1) if v >= 2 else -1
                 if not code and current >= 0:
                     mine = self.metadata.leader_epoch(t.topic, p.partition)

@@ -35,6 +35,7 @@ from hmbclient.broker.offset_manager import OffsetManager
 from hmbclient.broker.producer_ids import ProducerIdManager
 from hmbclient.broker.replica_fetcher import ReplicaFetcherManager
 from hmbclient.broker.replica_manager import ReplicaManager
+from hmbclient.broker.security.setup import authorizer_from, listeners_from
 from hmbclient.broker.server import SocketServer
 from hmbclient.broker.topics import TopicManager
 from hmbclient.clock import monotonic_ms, wall_ms
@@ -216,6 +217,7 @@ class Broker:
                 controller_guard=self._check_controller,
                 controlled_shutdown=self._serve_controlled_shutdown,
             )
+            self.apis.authorizer = authorizer_from(cfg, store)
             self.server = SocketServer(
                 self.apis,
                 cfg.host,
@@ -227,6 +229,7 @@ class Broker:
                 send_buffer_bytes=cfg.socket_send_buffer_bytes,
                 receive_buffer_bytes=cfg.socket_receive_buffer_bytes,
                 name=name,
+                listeners=listeners_from(cfg, self._port, store),
             )
             topics.purgatory.start()
             rm.start()

@@ -19,6 +19,21 @@ file) is written with ``os.sendfile``, the rest with ``sendmsg``.
 Bad input: a frame whose size is out of range, a malformed request, or an unknown API key closes
 that connection (logged) and nothing else; an ApiVersions request of an unknown version gets the
 KIP-511 answer instead.
+
+Listeners and security: the server binds one socket per listener (``PLAINTEXT``, ``SSL``,
+``SASL_PLAINTEXT``, ``SASL_SSL``). On an SSL listener the TLS handshake runs in the processor,
+non-blocking; a failed handshake (plaintext bytes, an untrusted client certificate with
+``ssl.client.auth=required``) closes that connection only. On a SASL listener a per-connection
+state machine runs in the processor BEFORE anything reaches ``KafkaApis``: only ApiVersions and
+SaslHandshake are accepted first, then SaslAuthenticate (or, after a v0 handshake, raw
+size-prefixed tokens) until the mechanism completes; anything else, a wrong password, an
+unknown user or a frame over ``SASL_MAX_RECEIVE`` bytes before authentication closes the
+connection after its answer (SaslAuthenticate before SaslHandshake: ILLEGAL_SASL_STATE). No
+request of an unauthenticated client is ever handed to the APIs. Each connection then has a
+``Session`` (principal, client host, listener) that every request carries to ``KafkaApis``
+(``channel.session``) for the authorizer. Passwords, tokens and keys are never logged.
+TLS connections write with ``send`` (no ``sendmsg``/``sendfile``: the bytes must be encrypted),
+reading file slices with ``pread``.
 """
 
 from __future__ import annotations
@@ -28,19 +43,26 @@ import os
 import queue
 import selectors
 import socket
+import ssl
+import struct
 import threading
 import time
 from collections import deque
+from dataclasses import dataclass
 from typing import Any
 
 from hmbclient.broker.apis import KafkaApis, unsupported_api_versions_response
 from hmbclient.broker.log.segment import FileSlice
-from hmbclient.errors import ProtocolError
+from hmbclient.broker.security import ANONYMOUS, Session
+from hmbclient.broker.security.credentials import CredentialStore
+from hmbclient.broker.security.sasl import SaslAuthenticationFailed, SaslServer, new_sasl_server
+from hmbclient.errors import ErrorCode, ProtocolError
 from hmbclient.protocol.api import ApiKey
 from hmbclient.protocol.api.base import Response
+from hmbclient.protocol.api.sasl import SaslAuthenticateResponse, SaslHandshakeResponse
 from hmbclient.protocol.frame import NEED_DATA, RequestEvent, ServerConnection, UnsupportedRequest
 
-__all__ = ["SocketServer"]
+__all__ = ["Listener", "SocketServer", "SASL_MAX_RECEIVE"]
 
 log = logging.getLogger("hmbclient.broker.server")
 
@@ -51,12 +73,74 @@ _IOV_MAX = 64
 _MAX_QUEUED_REQUESTS = 16
 _MAX_UNSENT_SLOTS = 512
 _REAP_EVERY_S = 1.0
+#: Largest frame a client may send before it is authenticated (Kafka's
+#: sasl.server.max.receive.size): an unauthenticated peer must not make us buffer 100 MB.
+SASL_MAX_RECEIVE = 512 * 1024
+_TLS_WRITE_CHUNK = 256 * 1024
+_size = struct.Struct(">i")
+
+
+@dataclass
+class Listener:
+    """One listening socket: ``protocol`` (PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL) on
+    ``host:port`` (port 0: ephemeral, the bound port is written back on start).
+
+    ``ssl_context`` is required for SSL and SASL_SSL; ``credentials`` and ``mechanisms`` for
+    the SASL ones.
+    """
+
+    protocol: str = "PLAINTEXT"
+    host: str = "127.0.0.1"
+    port: int = 0
+    ssl_context: ssl.SSLContext | None = None
+    credentials: CredentialStore | None = None
+    mechanisms: tuple[str, ...] = ()
+
+    @property
+    def name(self) -> str:
+        return self.protocol
+
+    @property
+    def tls(self) -> bool:
+        return self.protocol in ("SSL", "SASL_SSL")
+
+    @property
+    def sasl(self) -> bool:
+        return self.protocol in ("SASL_PLAINTEXT", "SASL_SSL")
+
+
+def _cert_principal(cert: dict[str, Any] | None) -> str:
+    """Kafka's default SSL principal: ``User:`` + the subject DN, most specific first."""
+    if not cert or not cert.get("subject"):
+        return ANONYMOUS
+    rdns = [",".join(f"{k}={v}" for k, v in rdn) for rdn in reversed(cert["subject"])]
+    names = {"commonName": "CN", "organizationName": "O", "organizationalUnitName": "OU", "countryName": "C",
+             "localityName": "L", "stateOrProvinceName": "ST", "domainComponent": "DC"}
+    for long, short in names.items():
+        rdns = [r.replace(f"{long}=", f"{short}=") for r in rdns]
+    return "User:" + ",".join(rdns)
+
+
+class _Sasl:
+    """Where one SASL connection is in its authentication."""
+
+    __slots__ = ("state", "server", "raw")
+
+    def __init__(self) -> None:
+        self.state = "handshake"  # -> "authenticate" -> "done"
+        self.server: SaslServer | None = None
+        self.raw = False  # a v0 handshake: tokens come as bare size-prefixed frames
 
 
 class _Slot:
     """One request's place in its connection's response order (a RequestChannel)."""
 
     __slots__ = ("conn", "cid", "parts", "done", "close_reason")
+
+    @property
+    def session(self) -> Session | None:
+        """Who sent the request (the authorizer's input)."""
+        return self.conn.session
 
     def __init__(self, conn: _Connection, cid: int) -> None:
         self.conn = conn
@@ -97,10 +181,11 @@ def _coalesce(parts: list[Any]) -> list[Any]:
 class _Connection:
     __slots__ = (
         "sock", "fd", "peer", "processor", "proto", "slots", "out", "out_off", "requests", "busy",
-        "lock", "closed", "last_active", "events", "closing",
+        "lock", "closed", "last_active", "events", "closing", "listener", "handshaking", "want_write",
+        "sasl", "session", "tls",
     )
 
-    def __init__(self, sock: socket.socket, processor: _Processor, max_frame_bytes: int) -> None:
+    def __init__(self, sock: socket.socket, processor: _Processor, max_frame_bytes: int, listener: Listener | None = None) -> None:
         self.sock = sock
         self.fd = sock.fileno()
         try:
@@ -120,6 +205,37 @@ class _Connection:
         self.closing = False
         self.last_active = time.monotonic()
         self.events = 0
+        self.listener = listener = listener or Listener()
+        self.tls = isinstance(sock, ssl.SSLSocket)
+        self.handshaking = self.tls
+        self.want_write = False
+        self.sasl: _Sasl | None = None
+        self.session: Session | None = self.make_session(ANONYMOUS)
+        if listener.sasl:
+            self.sasl = _Sasl()
+            self.session = None  # nobody until authenticated
+            _set_max_frame(self.proto, min(max_frame_bytes, SASL_MAX_RECEIVE))
+        if self.tls:
+            self.session = None  # known after the handshake (client certificate)
+
+
+    def make_session(self, principal: str) -> Session:
+        listener = self.listener
+        advertised = None
+        if listener is not self.processor.server.listeners[0]:
+            host = listener.host
+            if host in ("0.0.0.0", "::", ""):
+                try:
+                    host = self.sock.getsockname()[0]
+                except OSError:
+                    host = "127.0.0.1"
+            advertised = (host, listener.port)
+        return Session(principal, self.peer.rpartition(":")[0], listener.name, advertised)
+
+
+def _set_max_frame(proto: ServerConnection, n: int) -> None:
+    # The frame limit lives in the connection's FrameBuffer; lowered before authentication.
+    proto._frames.max_frame_bytes = n
 
 
 class _HandlerPool:
@@ -176,7 +292,7 @@ class _Processor(threading.Thread):
         os.set_blocking(self._wake_r, False)
         os.set_blocking(self._wake_w, False)
         self.sel.register(self._wake_r, selectors.EVENT_READ, None)
-        self._new: deque[socket.socket] = deque()
+        self._new: deque[tuple[socket.socket, Listener | None]] = deque()
         self._ready: deque[_Connection] = deque()
         self._wake_pending = False
         self._wake_closed = False
@@ -197,8 +313,8 @@ class _Processor(threading.Thread):
             except OSError:
                 pass
 
-    def add(self, sock: socket.socket) -> None:
-        self._new.append(sock)
+    def add(self, sock: socket.socket, listener: Listener | None = None) -> None:
+        self._new.append((sock, listener))
         self.wake()
 
     def notify(self, conn: _Connection) -> None:
@@ -221,7 +337,10 @@ class _Processor(threading.Thread):
                         if mask & selectors.EVENT_READ and not conn.closed:
                             self._on_readable(conn)
                         if mask & selectors.EVENT_WRITE and not conn.closed:
-                            self._write(conn)
+                            if conn.handshaking:
+                                self._handshake(conn)
+                            else:
+                                self._write(conn)
                             self._update_interest(conn)
                     except Exception:
                         # A bug must cost one connection, never the processor thread (which
@@ -229,7 +348,7 @@ class _Processor(threading.Thread):
                         log.exception("%s: unexpected error, closing the connection", conn.peer)
                         self._close(conn, None)
                 while self._new:
-                    self._register(self._new.popleft())
+                    self._register(*self._new.popleft())
                 while self._ready:
                     conn = self._ready.popleft()
                     if not conn.closed:
@@ -264,8 +383,8 @@ class _Processor(threading.Thread):
         with self._wake_lock:
             self._wake_pending = False
 
-    def _register(self, sock: socket.socket) -> None:
-        conn = _Connection(sock, self, self.server.max_frame_bytes)
+    def _register(self, sock: socket.socket, listener: Listener | None = None) -> None:
+        conn = _Connection(sock, self, self.server.max_frame_bytes, listener)
         self.conns.add(conn)
         conn.events = selectors.EVENT_READ
         self.sel.register(sock, selectors.EVENT_READ, conn)
@@ -299,13 +418,70 @@ class _Processor(threading.Thread):
         conn.out.clear()
 
     # -- reading --------------------------------------------------------------------------------
-    def _on_readable(self, conn: _Connection) -> None:
+    def _handshake(self, conn: _Connection) -> bool:
+        """One step of a TLS handshake; True once it is done (the session is then known)."""
+        sock = conn.sock
+        assert isinstance(sock, ssl.SSLSocket)
         try:
-            data = conn.sock.recv(_RECV_BYTES)
+            sock.do_handshake()
+        except ssl.SSLWantReadError:
+            conn.want_write = False
+            return False
+        except ssl.SSLWantWriteError:
+            conn.want_write = True
+            return False
+        except (ssl.SSLError, OSError) as e:
+            # Plaintext bytes on a TLS listener, an untrusted client certificate, a reset.
+            self._close(conn, f"TLS handshake failed: {getattr(e, 'reason', None) or e}")
+            return False
+        conn.handshaking = conn.want_write = False
+        conn.last_active = time.monotonic()
+        if conn.sasl is None:
+            conn.session = conn.make_session(_cert_principal(sock.getpeercert()))
+        return True
+
+    def _recv(self, conn: _Connection) -> bytes | None:
+        """Bytes from the socket: b"" at EOF, None when there is nothing now."""
+        sock = conn.sock
+        if not conn.tls:
+            return sock.recv(_RECV_BYTES)
+        assert isinstance(sock, ssl.SSLSocket)
+        chunks: list[bytes] = []
+        try:
+            while True:
+                chunk = sock.recv(_RECV_BYTES)
+                if not chunk:
+                    if chunks:
+                        break
+                    return b""
+                chunks.append(chunk)
+                # Decrypted bytes may wait inside the TLS object with nothing left on the
+                # socket: the selector would never wake us for them.
+                if not sock.pending():
+                    break
+        except ssl.SSLWantReadError:
+            if not chunks:
+                return None
+        except ssl.SSLWantWriteError:
+            if not chunks:
+                return None
+        except ssl.SSLZeroReturnError:
+            if not chunks:
+                return b""
+        return b"".join(chunks)
+
+    def _on_readable(self, conn: _Connection) -> None:
+        if conn.handshaking and not self._handshake(conn):
+            self._update_interest(conn)
+            return
+        try:
+            data = self._recv(conn)
         except (BlockingIOError, InterruptedError):
             return
         except OSError as e:
             self._close(conn, f"read failed: {e}")
+            return
+        if data is None:
             return
         if not data:
             self._close(conn, None)
@@ -316,12 +492,20 @@ class _Processor(threading.Thread):
         try:
             proto.receive_data(data)
             while True:
+                if conn.sasl is not None and conn.sasl.raw:
+                    if not self._raw_sasl_token(conn):
+                        break
+                    continue
                 ev = proto.next_request()
                 if ev is NEED_DATA:
                     break
                 if isinstance(ev, RequestEvent):
                     slot = _Slot(conn, ev.header.correlation_id)
                     conn.slots.append(slot)
+                    if conn.sasl is not None and conn.sasl.state != "done" and self._sasl_request(conn, slot, ev):
+                        if conn.closing:
+                            break
+                        continue
                     if ev.header.api_key != 0 and not conn.busy:
                         server.apis.handle(ev.header, ev.request, slot)
                     else:
@@ -349,6 +533,93 @@ class _Processor(threading.Thread):
             slot.close(f"malformed request: {e}")
         self._update_interest(conn)
 
+    # -- SASL -------------------------------------------------------------------------------------
+    def _sasl_request(self, conn: _Connection, slot: _Slot, ev: RequestEvent) -> bool:
+        """Serve ``ev`` from a connection that is not authenticated yet; False: pass it on to
+        the APIs (only ApiVersions is)."""
+        sasl = conn.sasl
+        assert sasl is not None
+        h = ev.header
+        key, v = h.api_key, h.api_version
+        listener = conn.listener
+        if key == ApiKey.API_VERSIONS and sasl.state == "handshake":
+            return False
+        if key == ApiKey.SASL_HANDSHAKE and sasl.state == "handshake":
+            mech = ev.request.mechanism
+            enabled = list(listener.mechanisms)
+            if mech not in enabled or listener.credentials is None:
+                slot.send(SaslHandshakeResponse[v](error_code=ErrorCode.UNSUPPORTED_SASL_MECHANISM, mechanisms=enabled))
+                self._refuse(conn, slot, f"SASL mechanism {mech!r} is not enabled")
+                return True
+            sasl.server = new_sasl_server(mech, listener.credentials)
+            sasl.state = "authenticate"
+            sasl.raw = v == 0
+            slot.send(SaslHandshakeResponse[v](error_code=ErrorCode.NONE, mechanisms=enabled))
+            return True
+        if key == ApiKey.SASL_AUTHENTICATE and sasl.state == "authenticate" and not sasl.raw:
+            resp = SaslAuthenticateResponse[v]
+            try:
+                out = self._sasl_evaluate(conn, bytes(ev.request.auth_bytes))
+            except SaslAuthenticationFailed as e:
+                slot.send(resp.build(error_code=ErrorCode.SASL_AUTHENTICATION_FAILED, error_message=str(e), auth_bytes=b"", session_lifetime_ms=0))
+                self._refuse(conn, slot, f"SASL authentication failed: {e}")
+                return True
+            slot.send(resp.build(error_code=ErrorCode.NONE, error_message=None, auth_bytes=out, session_lifetime_ms=0))
+            return True
+        # Anything else is out of order: answer SASL requests with ILLEGAL_SASL_STATE (the
+        # client learns why), then close; other APIs get no answer from an unauthenticated peer.
+        if key == ApiKey.SASL_AUTHENTICATE:
+            slot.send(SaslAuthenticateResponse[v].build(error_code=ErrorCode.ILLEGAL_SASL_STATE, error_message=f"SaslAuthenticate is not expected in SASL state {sasl.state}", auth_bytes=b"", session_lifetime_ms=0))
+        elif key == ApiKey.SASL_HANDSHAKE:
+            slot.send(SaslHandshakeResponse[v](error_code=ErrorCode.ILLEGAL_SASL_STATE, mechanisms=list(listener.mechanisms)))
+        self._refuse(conn, slot, f"api key {key} v{v} is not expected in SASL state {sasl.state}")
+        return True
+
+    def _sasl_evaluate(self, conn: _Connection, token: bytes) -> bytes:
+        sasl = conn.sasl
+        assert sasl is not None and sasl.server is not None
+        try:
+            out = sasl.server.evaluate(token)
+        except SaslAuthenticationFailed:
+            raise
+        except Exception as e:  # a bug in a mechanism must not pass for success
+            log.exception("%s: SASL %s failed unexpectedly", conn.peer, sasl.server.mechanism)
+            raise SaslAuthenticationFailed(f"SASL {sasl.server.mechanism}: internal error") from e
+        if sasl.server.complete:
+            user = sasl.server.user
+            sasl.state, sasl.raw = "done", False
+            conn.session = conn.make_session(f"User:{user}")
+            _set_max_frame(conn.proto, self.server.max_frame_bytes)
+            log.info("%s: authenticated as User:%s with %s on %s", conn.peer, user, sasl.server.mechanism, conn.listener.name)
+        return out
+
+    def _raw_sasl_token(self, conn: _Connection) -> bool:
+        """One bare SASL token after a v0 handshake; False when it is not complete yet."""
+        frame = conn.proto._frames.next_frame()
+        if frame is None:
+            return False
+        slot = _Slot(conn, -1)
+        conn.slots.append(slot)
+        try:
+            out = self._sasl_evaluate(conn, frame)
+        except SaslAuthenticationFailed as e:
+            # v0 has no way to report the error: close (the client sees the connection end).
+            assert conn.sasl is not None
+            conn.sasl.raw = False
+            slot.close(f"SASL authentication failed: {e}")
+            return False
+        slot.parts = [_size.pack(len(out)) + out]
+        slot.done = True
+        self.notify(conn)
+        return True
+
+    def _refuse(self, conn: _Connection, answered: _Slot, reason: str) -> None:
+        """Close after ``answered`` went out; nothing more is read from this client."""
+        slot = _Slot(conn, -1)
+        conn.slots.append(slot)
+        slot.close(reason)
+        conn.closing = True  # stop reading: nothing after the refused request counts
+
     # -- writing --------------------------------------------------------------------------------
     def _flush_slots(self, conn: _Connection) -> None:
         slots = conn.slots
@@ -368,7 +639,46 @@ class _Processor(threading.Thread):
             return
         self._update_interest(conn)
 
+    def _write_tls(self, conn: _Connection) -> None:
+        """``_write`` for a TLS connection: plain ``send`` of bytes (file slices read first)."""
+        out = conn.out
+        sock = conn.sock
+        try:
+            while out:
+                head = out[0]
+                off = conn.out_off
+                if isinstance(head, FileSlice):
+                    n = min(head.length - off, _TLS_WRITE_CHUNK)
+                    data: bytes | memoryview = os.pread(head.fileno(), n, head.position + off)
+                    if not data:
+                        self._close(conn, f"reading {head.store.path} came up short")
+                        return
+                    total = head.length
+                else:
+                    data = memoryview(head)[off : off + _TLS_WRITE_CHUNK]
+                    total = len(head)
+                sent = sock.send(data)
+                conn.last_active = time.monotonic()
+                off += sent
+                if off < total:
+                    conn.out_off = off
+                    if sent < len(data):
+                        return
+                    continue
+                out.popleft()
+                conn.out_off = 0
+        except (BlockingIOError, InterruptedError, ssl.SSLWantWriteError, ssl.SSLWantReadError):
+            return
+        except OSError as e:
+            self._close(conn, f"write failed: {e}")
+            return
+        if conn.closing:
+            self._close(conn, None)
+
     def _write(self, conn: _Connection) -> None:
+        if conn.tls:
+            self._write_tls(conn)
+            return
         out = conn.out
         sock = conn.sock
         try:
@@ -423,7 +733,9 @@ class _Processor(threading.Thread):
             or len(conn.slots) >= _MAX_UNSENT_SLOTS
         )
         ev = 0 if paused else selectors.EVENT_READ
-        if conn.out:
+        if conn.handshaking:
+            ev = selectors.EVENT_WRITE if conn.want_write else selectors.EVENT_READ
+        elif conn.out:
             ev |= selectors.EVENT_WRITE
         if ev != conn.events:
             conn.events = ev
@@ -440,12 +752,14 @@ class _Processor(threading.Thread):
 
 
 class SocketServer:
-    """Listens on ``host:port`` and serves requests through ``apis``.
+    """Listens on ``host:port`` (or on each of ``listeners``) and serves requests through ``apis``.
 
     Args:
         apis: the dispatcher.
-        host: interface to bind.
+        host: interface to bind (when ``listeners`` is not given).
         port: port (0: ephemeral; read ``port`` after ``start``).
+        listeners: the listeners to bind (None: one PLAINTEXT listener on ``host:port``); the
+            first is the one ``host``/``port`` report and the one other brokers use.
         num_network_threads: processors.
         num_io_threads: request handlers.
         max_frame_bytes: largest request frame (socket.request.max.bytes).
@@ -467,10 +781,12 @@ class SocketServer:
         send_buffer_bytes: int = -1,
         receive_buffer_bytes: int = -1,
         name: str = "broker",
+        listeners: list[Listener] | None = None,
     ) -> None:
         self.apis = apis
-        self.host = host
-        self.port = port
+        self.listeners = listeners or [Listener("PLAINTEXT", host, port)]
+        self.host = self.listeners[0].host
+        self.port = self.listeners[0].port
         self.name = name
         self.max_frame_bytes = max_frame_bytes
         self.max_idle_s = None if connections_max_idle_ms < 0 else connections_max_idle_ms / 1000.0
@@ -478,7 +794,7 @@ class SocketServer:
         self.receive_buffer_bytes = receive_buffer_bytes
         self.handlers = _HandlerPool(apis, num_io_threads, name)
         self.processors = [_Processor(self, i) for i in range(num_network_threads)]
-        self._listener: socket.socket | None = None
+        self._sockets: list[tuple[socket.socket, Listener]] = []
         self._acceptor: threading.Thread | None = None
         self._running = False
 
@@ -488,54 +804,74 @@ class SocketServer:
         Raises:
             OSError: the address cannot be bound.
         """
-        ls = socket.socket(socket.AF_INET6 if ":" in self.host else socket.AF_INET, socket.SOCK_STREAM)
-        ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
-            ls.bind((self.host, self.port))
+            for lst in self.listeners:
+                ls = socket.socket(socket.AF_INET6 if ":" in lst.host else socket.AF_INET, socket.SOCK_STREAM)
+                ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                try:
+                    ls.bind((lst.host, lst.port))
+                except OSError:
+                    ls.close()
+                    raise
+                ls.listen(128)
+                ls.setblocking(False)
+                lst.port = ls.getsockname()[1]
+                self._sockets.append((ls, lst))
         except OSError:
-            ls.close()
+            for ls, _ in self._sockets:
+                ls.close()
+            self._sockets = []
             raise
-        ls.listen(128)
-        self.port = ls.getsockname()[1]
-        self._listener = ls
+        self.port = self.listeners[0].port
         self._running = True
         self.handlers.start()
         for p in self.processors:
             p.start()
         self._acceptor = threading.Thread(target=self._accept_loop, name=f"{self.name}-acceptor", daemon=True)
         self._acceptor.start()
-        log.info("listening on %s:%d", self.host, self.port)
+        for lst in self.listeners:
+            log.info("listening on %s://%s:%d", lst.protocol, lst.host, lst.port)
 
     def _accept_loop(self) -> None:
-        ls = self._listener
-        assert ls is not None
         sel = selectors.DefaultSelector()
-        sel.register(ls, selectors.EVENT_READ)
+        for ls, lst in self._sockets:
+            sel.register(ls, selectors.EVENT_READ, lst)
         i = 0
         try:
             while self._running:
-                if not sel.select(timeout=0.2):
-                    continue
-                try:
-                    sock, _ = ls.accept()
-                except (BlockingIOError, InterruptedError):
-                    continue
-                except OSError:
-                    if not self._running:
-                        break
-                    log.exception("accept failed")
-                    time.sleep(0.05)
-                    continue
-                sock.setblocking(False)
-                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-                if self.send_buffer_bytes > 0:
-                    sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, self.send_buffer_bytes)
-                if self.receive_buffer_bytes > 0:
-                    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, self.receive_buffer_bytes)
-                self.processors[i % len(self.processors)].add(sock)
-                i += 1
+                for key, _ in sel.select(timeout=0.2):
+                    lst = key.data
+                    try:
+                        sock, _ = key.fileobj.accept()  # type: ignore[union-attr]
+                    except (BlockingIOError, InterruptedError):
+                        continue
+                    except OSError:
+                        if not self._running:
+                            break
+                        log.exception("accept failed")
+                        time.sleep(0.05)
+                        continue
+                    self._hand_over(sock, lst, i)
+                    i += 1
         finally:
             sel.close()
+
+    def _hand_over(self, sock: socket.socket, lst: Listener, i: int) -> None:
+        try:
+            sock.setblocking(False)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            if self.send_buffer_bytes > 0:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, self.send_buffer_bytes)
+            if self.receive_buffer_bytes > 0:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, self.receive_buffer_bytes)
+            if lst.ssl_context is not None:
+                # No I/O here: the handshake runs non-blocking in the processor.
+                sock = lst.ssl_context.wrap_socket(sock, server_side=True, do_handshake_on_connect=False)
+        except OSError as e:
+            log.info("dropping a new connection on %s: %s", lst.protocol, e)
+            sock.close()
+            return
+        self.processors[i % len(self.processors)].add(sock, lst)
 
     def stop(self) -> None:
         """Stop accepting, close every connection, stop the threads."""
@@ -543,9 +879,9 @@ class SocketServer:
         if self._acceptor is not None:
             self._acceptor.join(timeout=5)
             self._acceptor = None
-        if self._listener is not None:
-            self._listener.close()
-            self._listener = None
+        for ls, _ in self._sockets:
+            ls.close()
+        self._sockets = []
         for p in self.processors:
             p.running = False
             p.wake()

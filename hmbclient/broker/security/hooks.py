@@ -1,0 +1,136 @@
+"""Authorization hooks used by ``KafkaApis`` (Kafka's ``authorize`` calls in ``KafkaApis``).
+
+``allowed(authorizer, channel, operation, resource_type, name)`` is the one question every
+handler asks. Who asks is ``channel.session`` (set by the network layer for every client
+request); a channel without that attribute is the broker talking to itself (the controller's
+requests to its own broker through ``handle_local``) and is always allowed. A session of None
+(a client that has not authenticated) is never allowed.
+
+``refuse_request`` is the hook for the APIs whose handlers live outside ``KafkaApis`` (the group
+APIs, served by the offset manager / group coordinator) and for the inter-broker APIs: it
+answers a refused request itself, with the Kafka error code in every error field of the
+response, and returns True; the handler then never runs, so nothing is stored.
+
+Operations, as in Kafka: group APIs need Read on the Group (FindCoordinator and OffsetFetch:
+Describe, which Read implies); OffsetCommit also needs Read on each Topic (refused topics get
+TOPIC_AUTHORIZATION_FAILED, the rest is committed); inter-broker APIs (LeaderAndIsr,
+UpdateMetadata, StopReplica, ControlledShutdown) need ClusterAction on the Cluster;
+InitProducerId needs IdempotentWrite on the Cluster or Write on some Topic.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hmbclient.broker.security.authorizer import CLUSTER_NAME, Authorizer
+from hmbclient.errors import ErrorCode
+from hmbclient.protocol.api import ApiKey
+
+__all__ = ["allowed", "refusal", "refuse_request", "INTERNAL"]
+
+INTERNAL = object()
+
+_CLUSTER_ACTION_APIS = {ApiKey.LEADER_AND_ISR, ApiKey.UPDATE_METADATA, ApiKey.STOP_REPLICA, ApiKey.CONTROLLED_SHUTDOWN}
+_GROUP_OPERATION = {ApiKey.FIND_COORDINATOR: "Describe", ApiKey.OFFSET_FETCH: "Describe"}
+
+
+def allowed(authorizer: Authorizer | None, channel: Any, operation: str, resource_type: str, name: str = CLUSTER_NAME) -> bool:
+    if authorizer is None:
+        return True
+    session: Any = getattr(channel, "session", INTERNAL)
+    if session is INTERNAL:
+        return True
+    if session is None:
+        return False
+    return authorizer.authorize(session.principal, session.host, operation, resource_type, name)
+
+
+def _partition_number(p: Any) -> int:
+    return p if isinstance(p, int) else getattr(p, "partition", getattr(p, "partition_index", -1))
+
+
+def _topics_with(resp_cls: Any, topics: Any, code: int) -> list[Any]:
+    from hmbclient.broker.apis import _make, _shape
+
+    topic_shape = _shape(resp_cls, "topics")
+    part_shape = _shape(resp_cls, "topics", "partitions")
+    out = []
+    for t in topics or ():
+        name = getattr(t, "topic", getattr(t, "name", ""))
+        parts = [_make(part_shape, partition=_partition_number(p), partition_index=_partition_number(p), error_code=code, offset=-1) for p in t.partitions]
+        out.append(_make(topic_shape, topic=name, name=name, partitions=parts))
+    return out
+
+
+def refusal(req: Any, code: int) -> Any:
+    """The response to ``req`` with ``code`` in its error fields (top-level, or per partition
+    of the request's topics when the response has no top-level error)."""
+    resp_cls = type(req).RESPONSE_TYPE
+    fields: dict[str, Any] = {"error_code": code, "throttle_time_ms": 0, "node_id": -1, "port": -1, "host": ""}
+    if "topics" in resp_cls._fields and getattr(req, "topics", None):
+        fields["topics"] = _topics_with(resp_cls, req.topics, code)
+    return resp_cls.build(**fields)
+
+
+def _group_id(req: Any) -> str | None:
+    gid = getattr(req, "group_id", None)
+    if gid is None and getattr(req, "key_type", 0) == 0:
+        gid = getattr(req, "key", None)
+    return gid
+
+
+class _MergeChannel:
+    """Passes the handler's answer on with the refused topics' entries added."""
+
+    def __init__(self, channel: Any, denied: list[Any]) -> None:
+        self.channel = channel
+        self.denied = denied
+        self.session = getattr(channel, "session", None)
+
+    def send(self, response: Any) -> None:
+        if response is not None:
+            response = response._replace(topics=list(response.topics) + self.denied)
+        self.channel.send(response)
+
+    def close(self, reason: str) -> None:
+        self.channel.close(reason)
+
+
+def refuse_request(authorizer: Authorizer | None, header: Any, req: Any, channel: Any, handler: Any) -> bool:
+    """Answer ``req`` if the session may not do it (True), or let ``handler`` run (False).
+
+    For OffsetCommit with some refused topics the handler runs on the allowed ones and the
+    answer is merged (True is returned: the request was served here)."""
+    if authorizer is None:
+        return False
+    key = header.api_key
+    if key in _CLUSTER_ACTION_APIS:
+        if not allowed(authorizer, channel, "ClusterAction", "Cluster"):
+            channel.send(refusal(req, ErrorCode.CLUSTER_AUTHORIZATION_FAILED))
+            return True
+        return False
+    if key == ApiKey.INIT_PRODUCER_ID:
+        session: Any = getattr(channel, "session", INTERNAL)
+        if allowed(authorizer, channel, "IdempotentWrite", "Cluster") or (
+            session is not None and session is not INTERNAL and authorizer.allows_any(session.principal, session.host, "Write", "Topic")
+        ):
+            return False
+        channel.send(refusal(req, ErrorCode.CLUSTER_AUTHORIZATION_FAILED))
+        return True
+    gid = _group_id(req) if key != ApiKey.METADATA else None
+    if gid is None:
+        return False
+    if not allowed(authorizer, channel, _GROUP_OPERATION.get(key, "Read"), "Group", gid):
+        channel.send(refusal(req, ErrorCode.GROUP_AUTHORIZATION_FAILED))
+        return True
+    if key == ApiKey.OFFSET_COMMIT and req.topics:
+        ok = [t for t in req.topics if allowed(authorizer, channel, "Read", "Topic", t.topic)]
+        if len(ok) == len(req.topics):
+            return False
+        denied = _topics_with(type(req).RESPONSE_TYPE, [t for t in req.topics if t not in ok], ErrorCode.TOPIC_AUTHORIZATION_FAILED)
+        if not ok:
+            channel.send(type(req).RESPONSE_TYPE.build(throttle_time_ms=0, topics=denied))
+        else:
+            handler(header, req._replace(topics=ok), _MergeChannel(channel, denied))
+        return True
+    return False

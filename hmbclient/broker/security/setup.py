@@ -1,0 +1,86 @@
+"""Building the broker's listeners and authorizer from a ``BrokerConfig``.
+
+``listeners_from(config, port, store)``: one ``Listener`` per ``listeners`` entry (none given:
+one PLAINTEXT listener on ``host.name:port``, as a broker always had); SSL ones get a server
+``SSLContext`` (``ssl.certfile``/``ssl.keyfile``; client certificates checked against
+``ssl.cafile`` as ``ssl.client.auth`` says); SASL ones the credential store
+(``sasl.credentials.file``, else ZooKeeper's ``/config/users``) and the enabled mechanisms.
+``authorizer_from(config, store)``: None without ``authorizer.class.name``; otherwise an
+``Authorizer`` over ``authorizer.acls.file`` or ZooKeeper's ``/kafka-acl``.
+
+Both raise ``ConfigError`` when a needed store is missing (a SASL listener with neither a
+credentials file nor ZooKeeper), so a broker never serves with security half set up.
+"""
+
+from __future__ import annotations
+
+import ssl
+from typing import Any
+
+from hmbclient.broker.security.authorizer import Authorizer, FileAclStore, ZkAclStore
+from hmbclient.broker.security.credentials import CredentialStore, FileCredentialStore, ZkCredentialStore
+from hmbclient.broker.server import Listener
+from hmbclient.config import BrokerConfig, parse_listener
+from hmbclient.errors import ConfigError
+
+__all__ = ["listeners_from", "authorizer_from", "server_ssl_context"]
+
+
+def _zk_client(store: Any) -> Any:
+    return getattr(store, "zk", None)
+
+
+def server_ssl_context(config: BrokerConfig) -> ssl.SSLContext:
+    """The TLS context of SSL and SASL_SSL listeners. Raises ConfigError on unreadable files."""
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+    try:
+        assert config.ssl_certfile is not None
+        ctx.load_cert_chain(config.ssl_certfile, config.ssl_keyfile)
+        if config.ssl_cafile:
+            ctx.load_verify_locations(config.ssl_cafile)
+    except (OSError, ssl.SSLError) as e:
+        raise ConfigError(f"BrokerConfig: cannot load the TLS certificate or key: {e}") from None
+    ctx.verify_mode = {"none": ssl.CERT_NONE, "requested": ssl.CERT_OPTIONAL, "required": ssl.CERT_REQUIRED}[config.ssl_client_auth]
+    return ctx
+
+
+def credential_store(config: BrokerConfig, store: Any) -> CredentialStore | None:
+    if config.sasl_credentials_file:
+        return FileCredentialStore(config.sasl_credentials_file)
+    zk = _zk_client(store)
+    return ZkCredentialStore(zk) if zk is not None else None
+
+
+def listeners_from(config: BrokerConfig, port: int, store: Any) -> list[Listener]:
+    if not config.listeners:
+        return [Listener("PLAINTEXT", config.host, port)]
+    out = []
+    ctx: ssl.SSLContext | None = None
+    for text in config.listeners:
+        proto, host, lport = parse_listener(text)
+        lst = Listener(proto, host, lport)
+        if lst.tls:
+            ctx = ctx or server_ssl_context(config)
+            lst.ssl_context = ctx
+        if lst.sasl:
+            creds = credential_store(config, store)
+            if creds is None:
+                raise ConfigError(f"BrokerConfig: listener {text} needs 'sasl.credentials.file' or 'zookeeper.connect' for its credentials")
+            lst.credentials = creds
+            lst.mechanisms = config.sasl_enabled_mechanisms
+        out.append(lst)
+    return out
+
+
+def authorizer_from(config: BrokerConfig, store: Any) -> Authorizer | None:
+    if not config.authorizer_class_name:
+        return None
+    acls: FileAclStore | ZkAclStore
+    if config.authorizer_acls_file:
+        acls = FileAclStore(config.authorizer_acls_file)
+    elif _zk_client(store) is not None:
+        acls = ZkAclStore(_zk_client(store))
+    else:
+        raise ConfigError("BrokerConfig: 'authorizer.class.name' needs 'authorizer.acls.file' or 'zookeeper.connect' for the ACLs")
+    return Authorizer(acls, config.super_users, config.allow_everyone_if_no_acl_found)
