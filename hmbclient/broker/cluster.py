@@ -325,7 +325,19 @@ class EmbeddedCluster:
         controller = self._brokers[cid].controller
         if controller is None or not controller.move_leader(topic, partition, broker_id).result(timeout=timeout_s):
             raise KeyError(f"the controller did not move {topic}-{partition} to broker {broker_id}")
-        self._wait(f"{topic}-{partition} led by {broker_id}", lambda: self.leader(topic, partition) == broker_id, timeout_s)
+        self._wait(f"{topic}-{partition} led by {broker_id} on every broker", lambda: self._leaders_everywhere(topic, partition) == {broker_id}, timeout_s)
+
+    def _leaders_everywhere(self, topic: str, partition: int) -> set[int]:
+        """The partition's leader as each running broker's metadata shows it."""
+        out = set()
+        for b in self._live():
+            ch = BrokerChannel(b.host, b.port, "embedded-cluster")
+            try:
+                resp = ch.request(MetadataRequest[1](topics=[topic]), 5.0)
+            finally:
+                ch.close()
+            out |= {p.leader for t in resp.topics for p in t.partitions if p.partition == partition}
+        return out
 
     def kill(self, broker_id: int) -> None:
         """Crash a broker: no controlled shutdown (SIGKILL with ``processes=True``)."""
