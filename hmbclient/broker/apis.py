@@ -111,6 +111,8 @@ class KafkaApis:
         controller_guard: checks the controller id/epoch of inter-broker requests (None: they
             are not served).
         controlled_shutdown: serves ControlledShutdown (None: not served).
+        group_coordinator: serves the group membership APIs (JoinGroup, SyncGroup, Heartbeat,
+            LeaveGroup, ListGroups, DescribeGroups, DeleteGroups; None: not served).
     """
 
     def __init__(
@@ -123,6 +125,7 @@ class KafkaApis:
         producer_ids: ProducerIdManager | None = None,
         controller_guard: ControllerGuard | None = None,
         controlled_shutdown: ShutdownHandler | None = None,
+        group_coordinator: Any = None,
     ) -> None:
         self.authorizer: Any = None
         self.broker_id = broker_id
@@ -148,6 +151,14 @@ class KafkaApis:
             self._handlers[ApiKey.OFFSET_COMMIT] = offset_manager.handle_offset_commit
             self._handlers[ApiKey.OFFSET_FETCH] = offset_manager.handle_offset_fetch
             self._handlers[ApiKey.FIND_COORDINATOR] = offset_manager.handle_find_coordinator
+        if group_coordinator is not None:
+            self._handlers[ApiKey.JOIN_GROUP] = group_coordinator.handle_join_group
+            self._handlers[ApiKey.SYNC_GROUP] = group_coordinator.handle_sync_group
+            self._handlers[ApiKey.HEARTBEAT] = group_coordinator.handle_heartbeat
+            self._handlers[ApiKey.LEAVE_GROUP] = group_coordinator.handle_leave_group
+            self._handlers[ApiKey.LIST_GROUPS] = group_coordinator.handle_list_groups
+            self._handlers[ApiKey.DESCRIBE_GROUPS] = group_coordinator.handle_describe_groups
+            self._handlers[ApiKey.DELETE_GROUPS] = group_coordinator.handle_delete_groups
         if controller_guard is not None:
             self._handlers[ApiKey.LEADER_AND_ISR] = self.handle_leader_and_isr
             self._handlers[ApiKey.UPDATE_METADATA] = self.handle_update_metadata

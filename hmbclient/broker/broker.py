@@ -2,8 +2,8 @@
 
 Start-up order: logs (recovery happens here, so a damaged log fails before we listen) ->
 coordination store (ZooKeeper, or in memory for a standalone broker) -> metadata cache, replica
-manager, replica fetchers, topic and offset managers -> socket server (binds; the port is known
-from here on) -> registration in the store -> controller (every broker competes for
+manager, replica fetchers, topic and offset managers, group coordinator -> socket server
+(binds; the port is known from here on) -> registration in the store -> controller (every broker competes for
 ``/controller``) -> scheduler (retention, time-based flush). Shutdown runs the other way round,
 after a controlled shutdown (the controller moves this broker's leaderships away first), so
 nothing answers from a half-closed log and clients see leaders move instead of vanish.
@@ -28,6 +28,8 @@ from hmbclient.broker.channel import BrokerChannel
 from hmbclient.broker.controller.controller import Controller
 from hmbclient.broker.controller.decisions import LeaderIsr
 from hmbclient.broker.controller.store import CoordinationStore, MemoryStore, ZkStore
+from hmbclient.broker.coordinator.coordinator import GroupCoordinator
+from hmbclient.broker.coordinator.state import GroupConfig
 from hmbclient.broker.log.config import LogConfig
 from hmbclient.broker.log.manager import LogManager
 from hmbclient.broker.metadata import OFFSETS_TOPIC, BrokerEndpoint, MetadataCache
@@ -128,6 +130,7 @@ class Broker:
         self.store: CoordinationStore | None = None
         self.replica_manager: ReplicaManager | None = None
         self.offset_manager: OffsetManager | None = None
+        self.group_coordinator: GroupCoordinator | None = None
         self.topics: TopicManager | None = None
         self.controller: Controller | None = None
         self.apis: KafkaApis | None = None
@@ -200,6 +203,9 @@ class Broker:
             self.topics = topics = TopicManager(metadata, store, cfg.num_partitions, cfg.default_replication_factor, cfg.auto_create_topics_enable)
             om = OffsetManager(cfg.broker_id, metadata, rm, topics, cfg)
             self.offset_manager = om
+            group_config = GroupConfig(cfg.group_min_session_timeout_ms, cfg.group_max_session_timeout_ms, cfg.group_initial_rebalance_delay_ms)
+            self.group_coordinator = groups = GroupCoordinator(om, group_config, name=name)
+            om.coordinator = groups
             self.controller = controller = Controller(
                 cfg.broker_id,
                 store,
@@ -216,6 +222,7 @@ class Broker:
                 self.producer_ids,
                 controller_guard=self._check_controller,
                 controlled_shutdown=self._serve_controlled_shutdown,
+                group_coordinator=groups,
             )
             self.apis.authorizer = authorizer_from(cfg, store)
             self.server = SocketServer(
@@ -233,6 +240,7 @@ class Broker:
             )
             topics.purgatory.start()
             rm.start()
+            groups.start()
             om.start()
             self.server.start()
             self._port = self.server.port
@@ -375,6 +383,9 @@ class Broker:
         if self.scheduler is not None:
             self.scheduler.stop()
             self.scheduler = None
+        if self.group_coordinator is not None:
+            self.group_coordinator.shutdown()
+            self.group_coordinator = None
         if self.offset_manager is not None:
             self.offset_manager.shutdown()
             self.offset_manager = None

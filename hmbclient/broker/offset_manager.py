@@ -1,4 +1,5 @@
-"""OffsetManager: the group offset store (OffsetCommit, OffsetFetch, FindCoordinator).
+"""OffsetManager: the group offset store (OffsetCommit, OffsetFetch, FindCoordinator) and the
+store of the group coordinator's group records.
 
 As in Kafka 0.8.2: a group's coordinator is the leader of partition
 ``abs(java_hash(group)) % offsets_topic_num_partitions`` of the internal, compacted topic
@@ -11,12 +12,26 @@ Log format (Kafka's, so Kafka tooling could read it): key = version 1 int16, gro
 topic string, partition int32; value = version 1 int16, offset int64, metadata string,
 commit timestamp int64, expire timestamp int64; one RecordBatch v2 per commit request.
 
-Loading: when this broker starts leading an offsets partition (start-up, a leader move), a
-thread replays that partition into the cache; until it is done, requests for its groups get
-ErrorCode.COORDINATOR_LOAD_IN_PROGRESS (14), which clients retry (OffsetsLoadInProgress in 0.8.2).
-Requests for a group this broker does not coordinate get ErrorCode.NOT_COORDINATOR (16).
+Group records (Kafka's, Kafka 0.9+): key = version 2 int16, group string; value = version
+int16 (we write 3, read 0-3), protocol_type string, generation int32, protocol nullable string,
+leader nullable string, [v2+ current_state_timestamp int64], members [member_id string, [v3+
+group_instance_id nullable string], client_id string, client_host string, [v1+
+rebalance_timeout int32], session_timeout int32, subscription bytes, assignment bytes]. The
+coordinator writes one when a generation's assignment is decided (before any member sees it)
+and when a group becomes empty; a null value (tombstone) deletes the group.
 
-OffsetCommit v0 (ZooKeeper-backed in Kafka 0.8.1) is served from this same store.
+Loading: when this broker starts leading an offsets partition (start-up, a leader move), a
+thread replays that partition into the cache and hands the partition's groups (the last record
+of each; groups with offsets only come back Empty) to the group coordinator; until it is done,
+requests for its groups get ErrorCode.COORDINATOR_LOAD_IN_PROGRESS (14), which clients retry
+(OffsetsLoadInProgress in 0.8.2). When the leadership moves away, the partition's offsets and
+groups are dropped here. Requests for a group this broker does not coordinate get
+ErrorCode.NOT_COORDINATOR (16).
+
+OffsetCommit v0 (ZooKeeper-backed in Kafka 0.8.1) is served from this same store. From v1 a
+commit names a generation and member: the coordinator checks them against the group (Kafka's
+rules: a member of the current generation, or no generation at all for a group without
+members).
 """
 
 from __future__ import annotations
@@ -24,27 +39,42 @@ from __future__ import annotations
 import logging
 import struct
 import threading
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any, Protocol
 
 from hmbclient.broker.apis import _make, _shape
 from hmbclient.broker.controller.decisions import offsets_topic_replication_factor
+from hmbclient.broker.coordinator.state import GroupRecord, MemberRecord
 from hmbclient.broker.metadata import NO_LEADER, OFFSETS_TOPIC, MetadataCache
 from hmbclient.broker.replica_manager import ReplicaManager
 from hmbclient.broker.results import AppendResult
 from hmbclient.broker.topics import TopicManager
 from hmbclient.clock import wall_ms
-from hmbclient.errors import ErrorCode, HmbError
+from hmbclient.errors import ErrorCode, HmbError, ProtocolError
 from hmbclient.protocol import records
+from hmbclient.protocol.types import Array, Bytes, Int32, Int64, NullableString, String, Struct
 
 if TYPE_CHECKING:
     from hmbclient.config import BrokerConfig
 
-__all__ = ["OffsetManager", "OFFSETS_TOPIC", "java_string_hash", "partition_for_group"]
+__all__ = [
+    "OffsetManager",
+    "OFFSETS_TOPIC",
+    "GroupHooks",
+    "java_string_hash",
+    "partition_for_group",
+    "encode_group_key",
+    "decode_group_key",
+    "encode_group_value",
+    "decode_group_value",
+]
 
 log = logging.getLogger("hmbclient.broker.offsets")
 
 MAX_METADATA_BYTES = 4096
 _FIND_COORDINATOR_WAIT_MS = 3000
+#: How long a commit or a group record may wait for the ISR (Kafka's offsets.commit.timeout.ms).
+COMMIT_TIMEOUT_MS = 5000
 
 
 _i16 = struct.Struct(">h")
@@ -104,6 +134,120 @@ def decode_value(buf: bytes) -> tuple[int, str, int]:
     return offset, metadata, ts
 
 
+GROUP_KEY_VERSION = 2
+GROUP_VALUE_VERSION = 3
+
+
+def encode_group_key(group: str) -> bytes:
+    return _i16.pack(GROUP_KEY_VERSION) + _str(group)
+
+
+def decode_group_key(buf: bytes) -> str | None:
+    """The group of a group-record key; None for any other key (offset commits: version 0/1)."""
+    (version,) = _i16.unpack_from(buf, 0)
+    if version != GROUP_KEY_VERSION:
+        return None
+    group, _ = _read_str(buf, 2)
+    return group
+
+
+def _group_value_schema(version: int) -> Struct:
+    member: list[Any] = [("member_id", String)]
+    if version >= 3:
+        member.append(("group_instance_id", NullableString))
+    member += [("client_id", String), ("client_host", String)]
+    if version >= 1:
+        member.append(("rebalance_timeout", Int32))
+    member += [("session_timeout", Int32), ("subscription", Bytes), ("assignment", Bytes)]
+    fields: list[Any] = [("protocol_type", String), ("generation", Int32), ("protocol", NullableString), ("leader", NullableString)]
+    if version >= 2:
+        fields.append(("current_state_timestamp", Int64))
+    fields.append(("members", Array(*member, name="member_metadata")))
+    return Struct(f"GroupMetadataValue_v{version}", fields)
+
+
+_GROUP_VALUE_SCHEMAS = {v: _group_value_schema(v) for v in range(GROUP_VALUE_VERSION + 1)}
+
+
+def encode_group_value(record: GroupRecord) -> bytes:
+    """A group record in value version 3."""
+    schema = _GROUP_VALUE_SCHEMAS[GROUP_VALUE_VERSION]
+    members = [
+        (m.member_id, m.group_instance_id, m.client_id, m.client_host, m.rebalance_timeout_ms, m.session_timeout_ms, m.subscription, m.assignment)
+        for m in record.members
+    ]
+    out: list[Any] = [_i16.pack(GROUP_VALUE_VERSION)]
+    schema.write(out, (record.protocol_type, record.generation_id, record.protocol_name, record.leader_id, record.state_timestamp_ms, members))
+    return b"".join(out)
+
+
+def decode_group_value(buf: bytes) -> GroupRecord:
+    """A group record of value version 0-3 (older versions lack fields: a v0 member's
+    rebalance timeout is its session timeout, as in Kafka).
+
+    Raises:
+        ProtocolError: an unknown version or malformed bytes.
+    """
+    (version,) = _i16.unpack_from(buf, 0)
+    schema = _GROUP_VALUE_SCHEMAS.get(version)
+    if schema is None:
+        raise ProtocolError(f"unknown group metadata value version {version}")
+    v = schema.decode(memoryview(buf), 2, exact=False)
+    members = tuple(
+        MemberRecord(
+            m.member_id,
+            m.group_instance_id if version >= 3 else None,
+            m.client_id,
+            m.client_host,
+            m.rebalance_timeout if version >= 1 else m.session_timeout,
+            m.session_timeout,
+            bytes(m.subscription),
+            bytes(m.assignment),
+        )
+        for m in v.members
+    )
+    return GroupRecord(v.protocol_type, v.generation, v.protocol, v.leader, v.current_state_timestamp if version >= 2 else -1, members)
+
+
+def _commit_error(code: int) -> int:
+    """An append error of a commit as the client sees it (Kafka's maybeConvertOffsetCommitError)."""
+    if code in (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, ErrorCode.NOT_ENOUGH_REPLICAS, ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND):
+        return ErrorCode.COORDINATOR_NOT_AVAILABLE
+    if code in (ErrorCode.NOT_LEADER_FOR_PARTITION, ErrorCode.LEADER_NOT_AVAILABLE, ErrorCode.KAFKA_STORAGE_ERROR):
+        return ErrorCode.NOT_COORDINATOR
+    if code in (ErrorCode.MESSAGE_TOO_LARGE, ErrorCode.RECORD_LIST_TOO_LARGE, ErrorCode.INVALID_FETCH_SIZE):
+        return ErrorCode.INVALID_COMMIT_OFFSET_SIZE
+    return code
+
+
+def _group_record_error(code: int) -> int:
+    """An append error of a group record as the coordinator answers it (Kafka's storeGroup):
+    a timed-out write makes the members rejoin; a record too large for the log is the server's
+    failure."""
+    if code in (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, ErrorCode.NOT_ENOUGH_REPLICAS, ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND):
+        return ErrorCode.COORDINATOR_NOT_AVAILABLE
+    if code in (ErrorCode.NOT_LEADER_FOR_PARTITION, ErrorCode.LEADER_NOT_AVAILABLE, ErrorCode.KAFKA_STORAGE_ERROR):
+        return ErrorCode.NOT_COORDINATOR
+    if code == ErrorCode.REQUEST_TIMED_OUT:
+        return ErrorCode.REBALANCE_IN_PROGRESS
+    if code in (ErrorCode.MESSAGE_TOO_LARGE, ErrorCode.RECORD_LIST_TOO_LARGE, ErrorCode.INVALID_FETCH_SIZE):
+        return ErrorCode.UNKNOWN_SERVER_ERROR
+    return code
+
+
+class GroupHooks(Protocol):
+    """What the offset manager asks of the group coordinator."""
+
+    def load_partition(self, partition: int, groups: Mapping[str, GroupRecord | None]) -> None:
+        """The groups of an offsets partition this broker now leads (None: offsets only)."""
+
+    def unload_partition(self, partition: int) -> None:
+        """This broker no longer leads the offsets partition: forget its groups."""
+
+    def validate_offset_commit(self, group_id: str, generation_id: int, member_id: str) -> int:
+        """May the commit be stored? NONE or the error code for every partition."""
+
+
 OffsetEntry = tuple[int, str, int]  # offset, metadata, commit timestamp
 
 
@@ -131,6 +275,8 @@ class OffsetManager:
         self._loading: set[int] = set()
         self._lock = threading.Lock()
         self._running = False
+        #: the group coordinator (None: no groups, offsets only), set by the broker
+        self.coordinator: GroupHooks | None = None
 
     # -- lifecycle -------------------------------------------------------------------------------
     def start(self) -> None:
@@ -149,13 +295,17 @@ class OffsetManager:
     def _maybe_load(self, partition: int) -> None:
         """Start loading ``partition`` if this broker now leads it; forget it if not."""
         leads = self.rm.is_leader(OFFSETS_TOPIC, partition)
+        if not leads:
+            with self._lock:
+                self._loaded.discard(partition)
+                for g in [g for g in self._cache if self.partition_for(g) == partition]:
+                    del self._cache[g]
+            # Unconditionally (a no-op for a partition the coordinator does not have): a load
+            # still running re-checks the leadership when it is done.
+            if self.coordinator is not None:
+                self.coordinator.unload_partition(partition)
+            return
         with self._lock:
-            if not leads:
-                if partition in self._loaded:
-                    self._loaded.discard(partition)
-                    for g in [g for g in self._cache if self.partition_for(g) == partition]:
-                        del self._cache[g]
-                return
             if partition in self._loaded or partition in self._loading:
                 return
             self._loading.add(partition)
@@ -163,6 +313,7 @@ class OffsetManager:
 
     def _load(self, partition: int) -> None:
         loaded: dict[str, dict[tuple[str, int], OffsetEntry]] = {}
+        groups: dict[str, GroupRecord | None] = {}
         n = 0
         try:
             # A new leader's log may end with entries its followers have not copied yet; they
@@ -183,6 +334,7 @@ class OffsetManager:
                         continue
                     k = decode_key(r.key)
                     if k is None:
+                        self._load_group_record(r.key, r.value, groups)
                         continue
                     group, topic, part = k
                     if r.value is None:  # a tombstone deletes the offset
@@ -193,12 +345,38 @@ class OffsetManager:
         except (HmbError, struct.error, UnicodeDecodeError) as e:
             log.error("loading offsets partition %d failed: %s", partition, e)
         finally:
+            # The coordinator gets the groups before the partition counts as loaded, so no
+            # request finds the offsets loaded and the groups missing.
+            if self.coordinator is not None:
+                present: dict[str, GroupRecord | None] = {g: r for g, r in groups.items() if r is not None}
+                present.update((g, None) for g, offs in loaded.items() if offs and g not in present)
+                try:
+                    self.coordinator.load_partition(partition, present)
+                except Exception:
+                    log.exception("loading the groups of %s-%d failed", OFFSETS_TOPIC, partition)
+            # The leadership may have moved while we read: the listener that saw it move ran
+            # before this check or will run after it, so either way nothing stale is kept.
             with self._lock:
-                for g, offs in loaded.items():
-                    self._cache.setdefault(g, {}).update(offs)
+                still_leader = self.rm.is_leader(OFFSETS_TOPIC, partition)
                 self._loading.discard(partition)
-                self._loaded.add(partition)
-        log.info("loaded %d offset commits from %s-%d", n, OFFSETS_TOPIC, partition)
+                if still_leader:
+                    for g, offs in loaded.items():
+                        self._cache.setdefault(g, {}).update(offs)
+                    self._loaded.add(partition)
+            if not still_leader and self.coordinator is not None:
+                self.coordinator.unload_partition(partition)
+        log.info("loaded %d offset commits and %d groups from %s-%d", n, sum(1 for r in groups.values() if r is not None), OFFSETS_TOPIC, partition)
+
+    @staticmethod
+    def _load_group_record(key: Any, value: Any, groups: dict[str, GroupRecord | None]) -> None:
+        try:
+            group = decode_group_key(bytes(key))
+            if group is None:
+                return
+            # The last record of a group wins; a tombstone deletes the group.
+            groups[group] = None if value is None else decode_group_value(bytes(value))
+        except (ProtocolError, struct.error, UnicodeDecodeError) as e:
+            log.warning("skipping a malformed group record in %s: %s", OFFSETS_TOPIC, e)
 
     # -- coordinator lookup ----------------------------------------------------------------------
     def partition_for(self, group: str) -> int:
@@ -209,6 +387,11 @@ class OffsetManager:
             live = len(self.metadata.live_broker_ids()) or 1
             rf = offsets_topic_replication_factor(self.replication_factor, live)
             self.topics.create(OFFSETS_TOPIC, self.num_partitions, rf)
+
+    def group_status(self, group: str) -> int:
+        """NONE if this broker coordinates ``group`` and has it loaded, else the error:
+        COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR or COORDINATOR_LOAD_IN_PROGRESS."""
+        return self._group_state(group)
 
     def _group_state(self, group: str) -> int:
         """0 if this broker coordinates ``group`` and has its offsets loaded, else the error."""
@@ -261,6 +444,14 @@ class OffsetManager:
         group = req.group_id
         now = wall_ms()
         code = ErrorCode.INVALID_GROUP_ID if group is None else self._group_state(group)
+        if not code and self.coordinator is not None:
+            # v0 names no generation: it commits as a consumer outside group management.
+            generation = req.generation_id if v >= 1 else -1
+            member = req.member_id if v >= 1 else ""
+            code = self.coordinator.validate_offset_commit(group, generation, member)
+        retention_ms = self.retention_ms
+        if 2 <= v <= 4 and req.retention_time_ms >= 0:
+            retention_ms = req.retention_time_ms
         results: dict[tuple[str, int], int] = {}
         items: list[tuple[bytes, bytes, int]] = []
         pending: dict[tuple[str, int], OffsetEntry] = {}
@@ -277,7 +468,7 @@ class OffsetManager:
                 ts = now
                 if v == 1 and p.timestamp not in (-1, None):
                     ts = p.timestamp
-                items.append((encode_key(group, t.topic, p.partition), encode_value(p.offset, metadata, ts, ts + self.retention_ms), now))
+                items.append((encode_key(group, t.topic, p.partition), encode_value(p.offset, metadata, ts, ts + retention_ms), now))
                 pending[tp] = (p.offset, metadata, ts)
 
         def respond(outcome: dict[tuple[str, int], AppendResult] | None) -> None:
@@ -288,8 +479,9 @@ class OffsetManager:
                     with self._lock:
                         self._cache.setdefault(group, {}).update(pending)
                 for tp in pending:
-                    # A failed append means the coordinator moved or the log broke: retriable.
-                    results[tp] = ErrorCode.NONE if err == ErrorCode.NONE else (ErrorCode.NOT_COORDINATOR if err in (ErrorCode.LEADER_NOT_AVAILABLE, ErrorCode.NOT_LEADER_FOR_PARTITION) else ErrorCode.COORDINATOR_NOT_AVAILABLE)
+                    # A failed append: the coordinator moved (NOT_COORDINATOR) or the ISR is
+                    # short (COORDINATOR_NOT_AVAILABLE); both retriable.
+                    results[tp] = _commit_error(err)
             shape = _shape(resp_cls, "topics", "partitions")
             topics = []
             for t in req.topics:
@@ -300,7 +492,46 @@ class OffsetManager:
             respond(None)
             return
         buf = records.encode_records(2, records.NONE, items, timestamp_ms=now)
-        self.rm.append_messages(5000, -1, [(OFFSETS_TOPIC, self.partition_for(group), buf)], respond, allow_internal=True)
+        self.rm.append_messages(COMMIT_TIMEOUT_MS, -1, [(OFFSETS_TOPIC, self.partition_for(group), buf)], respond, allow_internal=True)
+
+    # -- group records (for the coordinator) ---------------------------------------------------------
+    def store_group(self, group: str, record: GroupRecord, callback: Callable[[int], None]) -> None:
+        """Append ``record`` (acks -1) and call ``callback`` with NONE or the coordinator's
+        error code once the ISR has it (or it failed)."""
+        now = wall_ms()
+        buf = records.encode_records(2, records.NONE, [(encode_group_key(group), encode_group_value(record), now)], timestamp_ms=now)
+        self._append_for_group(group, buf, lambda code: callback(_group_record_error(code)))
+
+    def delete_group(self, group: str, callback: Callable[[int], None]) -> None:
+        """Write tombstones for the group's record and every offset it committed, then forget
+        the offsets; ``callback`` gets NONE or the error."""
+        now = wall_ms()
+        with self._lock:
+            offsets = list(self._cache.get(group, {}))
+        items: list[tuple[bytes, bytes | None, int]] = [(encode_group_key(group), None, now)]
+        items += [(encode_key(group, topic, part), None, now) for topic, part in offsets]
+        buf = records.encode_records(2, records.NONE, items, timestamp_ms=now)
+
+        def done(code: int) -> None:
+            if code == ErrorCode.NONE:
+                with self._lock:
+                    cached = self._cache.get(group, {})
+                    for tp in offsets:
+                        cached.pop(tp, None)
+                    if not cached:
+                        self._cache.pop(group, None)
+            callback(_commit_error(code))
+
+        self._append_for_group(group, buf, done)
+
+    def _append_for_group(self, group: str, buf: bytes, callback: Callable[[int], None]) -> None:
+        tp = (OFFSETS_TOPIC, self.partition_for(group))
+
+        def appended(outcome: dict[tuple[str, int], AppendResult]) -> None:
+            r = outcome.get(tp)
+            callback(r.error_code if r is not None else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+
+        self.rm.append_messages(COMMIT_TIMEOUT_MS, -1, [(tp[0], tp[1], buf)], appended, allow_internal=True)
 
     def handle_offset_fetch(self, header: Any, req: Any, channel: Any) -> None:
         resp_cls = type(req).RESPONSE_TYPE

@@ -41,9 +41,13 @@ class DelayedOperation:
 
     Args:
         delay_ms: how long the op may wait before it is completed by expiry.
+        lock: the lock ``try_complete`` runs under (default: one of the op's own). Ops that
+            check state guarded by a lock their callers already hold pass that lock (Kafka's
+            group coordinator passes the group lock), so the two locks cannot be taken in
+            opposite orders by two threads.
     """
 
-    def __init__(self, delay_ms: int) -> None:
+    def __init__(self, delay_ms: int, lock: threading.RLock | None = None) -> None:
         self.delay_ms = max(0, int(delay_ms))
         self.deadline_ms = 0
         self._completed = False
@@ -52,7 +56,7 @@ class DelayedOperation:
         # Serialises try_complete calls of one op (several appends may re-check it at once).
         # Blocking, not try-lock-and-skip: a skipped check could be the one that follows the
         # append the holder's check did not see yet, and that wake-up would be lost.
-        self._checking = threading.RLock()
+        self._checking = lock if lock is not None else threading.RLock()
 
     @property
     def is_completed(self) -> bool:
