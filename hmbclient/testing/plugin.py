@@ -9,6 +9,14 @@ After ``pip install hmbclient`` a user's own suite can ask for:
   temp dir;
 * ``hmb_cluster`` (module scope) – an :class:`~hmbclient.broker.EmbeddedCluster` of 3 brokers
   registered in the ``zookeeper`` fixture;
+* ``spark_cluster`` (session scope) – a :class:`~hmbclient.testing.spark.LocalSparkCluster`:
+  a Spark standalone master and 2 workers (1 core, 512 MiB each) from the installed pyspark,
+  on 127.0.0.1; ``spark_cluster.master_url`` is ``"spark://127.0.0.1:PORT"``;
+* ``spark_cluster_session`` (module scope) – a SparkSession on ``spark_cluster`` (driver bound
+  to 127.0.0.1, executors running this interpreter, the ``"hmb"`` data source registered),
+  returned once both executors run; stopped at the end of the module. PySpark runs one
+  SparkContext per process: a module using it must not share the process with an active
+  local one (it fails with a clear error rather than silently using that one);
 * ``hmb_broker_factory`` / ``zookeeper_factory`` (function scope) – call them to get more
   servers with your own settings; everything they start is stopped at the end of the test.
 
@@ -28,6 +36,8 @@ __all__ = [
     "hmb_broker",
     "hmb_broker_factory",
     "hmb_cluster",
+    "spark_cluster",
+    "spark_cluster_session",
 ]
 
 
@@ -105,3 +115,23 @@ def hmb_cluster(zookeeper: Any, tmp_path_factory: pytest.TempPathFactory) -> Ite
         replication_factor=3,
     ) as cluster:
         yield cluster
+
+
+@pytest.fixture(scope="session")
+def spark_cluster() -> Iterator[Any]:
+    """A LocalSparkCluster (master + 2 workers of 1 core / 512 MiB) shared by the session."""
+    from hmbclient.testing.spark import LocalSparkCluster
+
+    with LocalSparkCluster(workers=2, cores_per_worker=1, worker_memory="512m",
+                           executor_memory="512m") as cluster:
+        yield cluster
+
+
+@pytest.fixture(scope="module")
+def spark_cluster_session(spark_cluster: Any) -> Iterator[Any]:
+    """A SparkSession on ``spark_cluster`` with the "hmb" data source, shared by a test module."""
+    session = spark_cluster.session("hmbclient-cluster-tests")
+    try:
+        yield session
+    finally:
+        session.stop()
