@@ -41,7 +41,9 @@ def retry_policy(
     Args:
         max_retries: retries after the first attempt (0 = try once).
         backoff_ms: first wait; doubles per attempt, plus up to ``backoff_ms`` of jitter.
-        backoff_max_ms: cap on one wait (default 32 x backoff_ms).
+        backoff_max_ms: cap on one wait (default 1 s, Kafka's ``retry.backoff.max.ms``
+            (KIP-580), or ``backoff_ms`` if that is larger: a leader elected a second after a
+            failure is found within about a second, not after a wait grown to 32 x backoff_ms).
         deadline_ms: stop retrying once this much time has passed since the first attempt.
         retry_on: predicate on the exception.
 
@@ -49,7 +51,7 @@ def retry_policy(
         The policy; the last error is re-raised when it gives up.
     """
     initial = max(backoff_ms, 0.0) / 1000.0
-    cap = (backoff_max_ms if backoff_max_ms is not None else max(backoff_ms, 1.0) * 32) / 1000.0
+    cap = (backoff_max_ms if backoff_max_ms is not None else max(backoff_ms, 1000.0)) / 1000.0
     stop: Any = stop_after_attempt(max(0, int(max_retries)) + 1)
     if deadline_ms is not None:
         stop = stop | stop_after_delay(deadline_ms / 1000.0)
