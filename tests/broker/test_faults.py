@@ -83,13 +83,14 @@ def test_frame_with_garbage_body_closes(broker: EmbeddedBroker, witness: RawClie
     _still_serving(witness, broker)
 
 
-@pytest.mark.parametrize("api_key,version", [(99, 0), (11, 0), (-1, 0), (3, 99)])
+@pytest.mark.parametrize("api_key,version", [(99, 0), (11, 6), (-1, 0), (3, 99)])
 def test_unknown_api_key_or_version_closes(broker: EmbeddedBroker, witness: RawClient, api_key: int, version: int) -> None:
     with socket.create_connection((broker.host, broker.port)) as s:
         # a good request first: its response still arrives before the close
         s.sendall(b"".join(encode_request(ApiVersionsRequest[0](), 1, "t")))
-        # 14 zero bytes: garbage to the others, a well-formed JoinGroup v0 (a request the codec
-        # knows and this broker does not serve), so what is tested is the refusal, not the parse
+        # 14 zero bytes: an unknown key, or a version above what the codec knows (every API the
+        # codec knows is served; JoinGroup v6 is the first version past the group coordinator's),
+        # so what is tested is the refusal, not the parse
         s.sendall(_frame(api_key, version, 2, b"\x00" * 14))
         s.settimeout(5)
         data = b""
