@@ -112,8 +112,70 @@ def cmd_broker(args: argparse.Namespace) -> int:
     # BrokerConfig is the one place that knows the setting names: --set takes any of them.
     config = broker_config(args.set, defaults={"port": DEFAULT_BROKER_PORT}, host=args.host,
                            port=args.port, log_dirs=args.log_dir, broker_id=args.broker_id,
-                           num_partitions=args.num_partitions, zookeeper_connect=args.zookeeper)
+                           num_partitions=args.num_partitions, zookeeper_connect=args.zookeeper,
+                           listeners=tuple(args.listener) or None)
     return run_broker(config)  # serves until Ctrl-C / SIGTERM
+
+
+def _security_store(args: argparse.Namespace, kind: str, file_opt: str) -> Any:
+    from hmbclient.broker.security.tool import open_store
+
+    path = getattr(args, file_opt)
+    if (path is None) == (args.zookeeper is None):
+        raise CliError(f"name the store: --{file_opt} FILE or --zookeeper HOST:PORT (exactly one)")
+    return open_store(kind, path=path, zookeeper=args.zookeeper)
+
+
+def cmd_users(args: argparse.Namespace) -> int:
+    from hmbclient.broker.security.tool import add_user
+
+    with _security_store(args, "users", "credentials") as store:
+        if args.action == "add":
+            if not args.password_stdin:
+                raise CliError("give the password on stdin with --password-stdin (never on the command line)")
+            password = sys.stdin.readline().rstrip("\r\n")
+            try:
+                add_user(store, args.name, password, tuple(args.mechanism or ("SCRAM-SHA-256", "SCRAM-SHA-512")), args.iterations)
+            except ValueError as e:
+                raise CliError(str(e)) from None
+            print(f"user {args.name}: {', '.join(args.mechanism or ('SCRAM-SHA-256', 'SCRAM-SHA-512'))} credentials stored")
+        elif args.action == "remove":
+            if not store.remove(args.name):
+                raise CliError(f"no user {args.name!r}")
+            print(f"user {args.name} removed")
+        else:
+            for name, mechs in store.users().items():
+                print(f"{name}\t{','.join(mechs)}")
+    return 0
+
+
+def cmd_acls(args: argparse.Namespace) -> int:
+    from hmbclient.broker.security.authorizer import Acl
+
+    with _security_store(args, "acls", "acls_file") as store:
+        if args.action == "list":
+            for acl in store.all():
+                if args.principal in (None, acl.principal):
+                    print(acl)
+            return 0
+        if not args.principal or not args.operation or not (args.topic or args.group or args.cluster):
+            raise CliError("--principal, --operation and one of --topic/--group/--cluster are needed")
+        rtype, name = ("Topic", args.topic) if args.topic else ("Group", args.group) if args.group else ("Cluster", "kafka-cluster")
+        try:
+            acls = [Acl.make(rtype, name, args.principal, op, "Deny" if args.deny else "Allow", args.host, args.pattern)
+                    for op in args.operation]
+        except ValueError as e:
+            raise CliError(str(e)) from None
+        if args.action == "add":
+            store.add(acls)
+            for acl in acls:
+                print(f"added: {acl}")
+        else:
+            n = store.remove(acls)
+            if not n:
+                raise CliError("no such ACL")
+            print(f"removed {n} ACL(s)")
+    return 0
 
 
 def cmd_zookeeper(args: argparse.Namespace) -> int:
@@ -314,15 +376,17 @@ def _consume_group(args: argparse.Namespace, fmt: str, out: IO[bytes]) -> int:
     from hmbclient import Consumer
     from hmbclient.errors import ConsumerTimeoutError
 
-    if not args.zookeeper:
-        raise CliError("--group needs --zookeeper HOST:PORT")
     props: dict[str, Any] = {
-        "zookeeper.connect": args.zookeeper,
         "group.id": args.group,
         "auto.offset.reset": "largest" if args.offset == "latest" else "smallest",
         "consumer.timeout.ms": args.timeout_ms if args.timeout_ms >= 0 else -1,
+        "api.version": args.api_version,
     }
-    if args.brokers_given:
+    if args.zookeeper:
+        props["zookeeper.connect"] = args.zookeeper
+        if args.brokers_given:
+            props["metadata.broker.list"] = args.brokers
+    else:  # no ZooKeeper: the brokers' group coordinator balances the group
         props["metadata.broker.list"] = args.brokers
     connector = Consumer.create(props)
     remaining = args.count if args.count is not None else -1
@@ -403,7 +467,7 @@ def cmd_groups(args: argparse.Namespace) -> int:
     from hmbclient.admin import describe_group, list_groups
 
     if not args.zookeeper:
-        raise CliError("groups are read from ZooKeeper: give --zookeeper HOST:PORT")
+        return _broker_groups(args)
     if args.group is None:
         for g in list_groups(args.zookeeper):
             print(g)
@@ -414,6 +478,28 @@ def cmd_groups(args: argparse.Namespace) -> int:
     print(f"group {args.group}: {len(info['members'])} member(s)")
     for m in info["members"]:
         print(f"  member {m}")
+    rows = [(r["topic"], r["partition"], r["owner"] or "-", _dash(r["committed"]), _dash(r["latest"]),
+             _dash(r["lag"])) for r in info["partitions"]]
+    _table(("topic", "partition", "owner", "committed", "latest", "lag"), rows, sys.stdout)
+    return 0
+
+
+def _broker_groups(args: argparse.Namespace) -> int:
+    """Groups the brokers' coordinators balance (no --zookeeper): list, or describe one."""
+    from hmbclient.consumer.group_admin import describe_broker_group, list_broker_groups
+
+    if args.group is None:
+        for group, _protocol_type in list_broker_groups(args.brokers, api_version=args.api_version):
+            print(group)
+        return 0
+    info = describe_broker_group(args.brokers, args.group, api_version=args.api_version)
+    protocol = f"{info['protocol_type'] or '-'}/{info['protocol'] or '-'}"
+    print(f"group {args.group}: state {info['state'] or '-'}, protocol {protocol}, "
+          f"{len(info['members'])} member(s)")
+    for m in info["members"]:
+        share = ",".join(f"{t}-{p}" for t, p in m["partitions"]) or "-"
+        print(f"  member {m['member_id']} client {m['client_id'] or '-'} host {m['client_host'] or '-'} "
+              f"partitions {share}")
     rows = [(r["topic"], r["partition"], r["owner"] or "-", _dash(r["committed"]), _dash(r["latest"]),
              _dash(r["lag"])) for r in info["partitions"]]
     _table(("topic", "partition", "owner", "committed", "latest", "lag"), rows, sys.stdout)
@@ -451,6 +537,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_consume_command(sub)
     _add_inspect_commands(sub)
     _add_demo_command(sub)
+    _add_security_commands(sub)
     return parser
 
 
@@ -483,6 +570,10 @@ def _add_server_commands(sub: Subparsers) -> None:
     p.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
                    help="any broker setting by its Kafka property name, e.g. --set log.segment.bytes=1048576"
                    " (repeatable; the options above win over --set)")
+    p.add_argument("--listener", action="append", default=[], metavar="PROTOCOL://HOST:PORT",
+                   help="a listener (listeners), repeatable: PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL, e.g."
+                   " --listener PLAINTEXT://127.0.0.1:9092 --listener SASL_SSL://127.0.0.1:9093"
+                   " (default: PLAINTEXT on --host/--port)")
     p.set_defaults(func=cmd_broker)
 
     p = sub.add_parser("zookeeper", help="run a LocalZooKeeper (Debian's zookeeper jars)")
@@ -516,8 +607,10 @@ def _add_consume_command(sub: Subparsers) -> None:
     p.add_argument("--partition", "-p", type=int, default=None, help="only this partition (default: all)")
     p.add_argument("--count", "-c", type=int, default=None, help="stop after this many messages")
     p.add_argument("--format", default=None, help="kcat-style: %%t %%p %%o %%k %%s %%K %%S %%T (default '%%s\\n')")
-    p.add_argument("--group", "-G", default=None, help="consume as this ZooKeeper consumer group")
-    _zookeeper_opt(p, "the group's ZooKeeper (needed with --group)")
+    p.add_argument("--group", "-G", default=None,
+                   help="consume as this consumer group (balanced through --zookeeper if given, "
+                        "else by the brokers' group coordinator); commits when done")
+    _zookeeper_opt(p, "the group's ZooKeeper (a ZooKeeper group; default: the brokers' coordinator)")
     p.add_argument("--exit-at-end", "-e", action="store_true", help="stop at the end of every partition")
     p.add_argument("--timeout-ms", type=int, default=-1, help="stop after this long without messages")
     p.add_argument("--max-bytes", type=int, default=1 << 20,
@@ -548,11 +641,49 @@ def _add_inspect_commands(sub: Subparsers) -> None:
                    help="how long the broker may take to --create the topic (default 30000)")
     p.set_defaults(func=cmd_topics)
 
-    p = sub.add_parser("groups", help="ZooKeeper consumer groups; with GROUP: owners, offsets, lag")
+    p = sub.add_parser("groups", help="consumer groups; with GROUP: members, owners, offsets, lag",
+                       description="With --zookeeper: the ZooKeeper groups there (-b then only names the "
+                       "brokers for log end offsets). Without: the groups the brokers' coordinators "
+                       "balance (ListGroups on every broker; DescribeGroups, OffsetFetch and "
+                       "ListOffsets for one GROUP).")
     p.add_argument("group", nargs="?", help="describe this group (default: list every group)")
     _client_opts(p)
-    _zookeeper_opt(p, "where the groups live (required)")
+    _zookeeper_opt(p, "read ZooKeeper groups from here (default: the brokers' coordinated groups)")
     p.set_defaults(func=cmd_groups)
+
+
+def _add_security_commands(sub: Subparsers) -> None:
+    p = sub.add_parser("users", help="SASL/SCRAM users: add, remove, list (salted credentials only)",
+                       description="Kafka-format SCRAM credentials in a file (the broker's sasl.credentials.file)"
+                       " or in ZooKeeper's /config/users. Passwords are read from stdin and never stored.")
+    p.add_argument("action", choices=["add", "remove", "list"], help="add (or replace) a user, remove one, or list them")
+    p.add_argument("name", nargs="?", help="the user (add, remove)")
+    p.add_argument("--password-stdin", action="store_true", help="read the password from the first line of stdin")
+    p.add_argument("--mechanism", action="append", choices=["SCRAM-SHA-256", "SCRAM-SHA-512"],
+                   help="credential to store (repeatable; default both)")
+    p.add_argument("--iterations", type=int, default=4096, help="PBKDF2 iterations (default and minimum 4096)")
+    p.add_argument("--credentials", default=None, metavar="FILE", help="the credentials file")
+    _zookeeper_opt(p, "the ZooKeeper of the brokers")
+    p.set_defaults(func=cmd_users)
+
+    p = sub.add_parser("acls", help="Kafka ACLs: add, remove, list",
+                       description="ACLs in a file (the broker's authorizer.acls.file) or in ZooKeeper's"
+                       " /kafka-acl (Kafka's layout).")
+    p.add_argument("action", choices=["add", "remove", "list"], help="add or remove the ACLs described, or list them")
+    p.add_argument("--principal", default=None, help="e.g. User:alice (User:* is anyone)")
+    p.add_argument("--operation", action="append", default=None,
+                   help="Read, Write, Create, Delete, Alter, Describe, ClusterAction, IdempotentWrite, All (repeatable)")
+    p.add_argument("--host", default="*", help="client address the ACL applies to (default *: any)")
+    p.add_argument("--deny", action="store_true", help="a DENY ACL (default ALLOW)")
+    p.add_argument("--pattern", default="LITERAL", choices=["LITERAL", "PREFIXED"],
+                   help="how --topic/--group match resource names (default LITERAL; '*' matches all)")
+    target = p.add_mutually_exclusive_group()
+    target.add_argument("--topic", default=None, help="the topic (name or prefix) the ACL is about")
+    target.add_argument("--group", default=None, help="the consumer group (name or prefix) the ACL is about")
+    target.add_argument("--cluster", action="store_true", help="the ACL is about the cluster (ClusterAction, Create, IdempotentWrite)")
+    p.add_argument("--acls-file", default=None, metavar="FILE", help="the ACL file")
+    _zookeeper_opt(p, "the ZooKeeper of the brokers")
+    p.set_defaults(func=cmd_acls)
 
 
 def _add_demo_command(sub: Subparsers) -> None:

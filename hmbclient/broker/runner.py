@@ -4,7 +4,8 @@
         --num-partitions 3 --zookeeper 127.0.0.1:2181 --set log.segment.bytes=1048576
 
 ``hmb broker`` (the CLI) calls ``run_broker``. Once serving, one line goes to stdout:
-``hmb broker <id> listening on <host>:<port> log.dir=<dir>`` (``BrokerProcess`` waits for it to
+``hmb broker <id> listening on <host>:<port> log.dir=<dir>`` followed, when ``--listener`` /
+``listeners`` is given, by `` listeners=PROTOCOL://host:port,...`` (``BrokerProcess`` waits for it to
 learn the port when started with ``--port 0``). SIGTERM and SIGINT stop the broker cleanly
 (exit 0); a start-up failure (a damaged log, a taken port) exits 1 with the reason on stderr.
 """
@@ -50,7 +51,11 @@ def run_broker(config: BrokerConfig, *, stop: threading.Event | None = None, on_
         if on_ready is not None:
             on_ready(broker)
         else:
-            print(f"{READY_PREFIX}{broker.broker_id} listening on {broker.host}:{broker.port} log.dir={broker.log_dir}", flush=True)
+            extra = ""
+            if config.listeners and broker.server is not None:
+                # Every listener with its bound port (port 0 in the config means ephemeral).
+                extra = " listeners=" + ",".join(f"{lst.protocol}://{lst.host}:{lst.port}" for lst in broker.server.listeners)
+            print(f"{READY_PREFIX}{broker.broker_id} listening on {broker.host}:{broker.port} log.dir={broker.log_dir}{extra}", flush=True)
         while not stop.wait(0.5):
             pass
     finally:
@@ -67,6 +72,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--num-partitions", type=int, default=None, help="partitions of auto-created topics")
     p.add_argument("--zookeeper", default=None, help="register in this ZooKeeper (host:port[,..][/chroot])")
     p.add_argument("--set", action="append", default=[], metavar="NAME=VALUE", help="any broker setting (Kafka 0.8 property name), repeatable")
+    p.add_argument("--listener", action="append", default=[], metavar="PROTOCOL://HOST:PORT",
+                   help="a listener, repeatable (PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL); default PLAINTEXT on --host/--port")
     return p
 
 
@@ -104,7 +111,7 @@ def config_from_args(argv: Sequence[str] | None = None) -> BrokerConfig:
     args = _parser().parse_args(argv)
     return broker_config(args.set, host=args.host, port=args.port, log_dirs=args.log_dir,
                          broker_id=args.broker_id, num_partitions=args.num_partitions,
-                         zookeeper_connect=args.zookeeper)
+                         zookeeper_connect=args.zookeeper, listeners=tuple(args.listener) or None)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

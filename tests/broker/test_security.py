@@ -503,3 +503,58 @@ def test_kafka_python_sees_topic_authorization_failed(acl_broker: tuple[Embedded
     finally:
         p.close()
     assert not _stored(b, "closed-kp")
+
+
+def test_group_listing_apis_show_only_authorized_groups() -> None:
+    from hmbclient.broker.security import Session
+    from hmbclient.broker.security.hooks import refuse_request
+    from hmbclient.protocol.frame import RequestHeader
+
+    class _Mem:
+        acls = [Acl.make("Group", "mine", "User:alice", "Read"), Acl.make("Group", "mine", "User:alice", "Delete")]
+
+        def acls_for(self, rt: str, name: str) -> list[Acl]:
+            return [a for a in self.acls if a.matches_resource(rt, name)]
+
+        def all(self) -> list[Acl]:
+            return self.acls
+
+    class _Channel:
+        session = Session("User:alice", "127.0.0.1")
+
+        def __init__(self) -> None:
+            self.sent: list[Any] = []
+
+        def send(self, response: Any) -> None:
+            self.sent.append(response)
+
+        def close(self, reason: str) -> None:
+            raise AssertionError(reason)
+
+    auth = Authorizer(_Mem())  # type: ignore[arg-type]
+    seen: list[Any] = []
+
+    def describe(header: Any, req: Any, channel: Any) -> None:  # the coordinator's part
+        seen.append(list(req.groups))
+        shape = type(req).RESPONSE_TYPE
+        channel.send(shape.build(throttle_time_ms=0, groups=[{"error_code": 0, "group_id": g, "group_state": "Empty"} for g in req.groups]))
+
+    ch = _Channel()
+    req = _req(ApiKey.DESCRIBE_GROUPS, 1, groups=["mine", "theirs"])
+    assert refuse_request(auth, RequestHeader(ApiKey.DESCRIBE_GROUPS, 1, 1, "t"), req, ch, describe)
+    assert seen == [["mine"]]  # the handler never sees the refused group
+    groups = {g["group_id"] if isinstance(g, dict) else g.group_id: (g["error_code"] if isinstance(g, dict) else g.error_code) for g in ch.sent[0].groups}
+    assert groups == {"mine": ErrorCode.NONE, "theirs": ErrorCode.GROUP_AUTHORIZATION_FAILED}
+
+    def listing(header: Any, req: Any, channel: Any) -> None:
+        channel.send(type(req).RESPONSE_TYPE.build(throttle_time_ms=0, error_code=0, groups=[("mine", "consumer"), ("theirs", "consumer")]))
+
+    ch = _Channel()
+    lreq = _req(ApiKey.LIST_GROUPS, 1)
+    assert refuse_request(auth, RequestHeader(ApiKey.LIST_GROUPS, 1, 2, "t"), lreq, ch, listing)
+    assert [g[0] for g in ch.sent[0].groups] == ["mine"]
+
+    ch = _Channel()
+    dreq = _req(ApiKey.DELETE_GROUPS, 0, groups_names=["theirs"])
+    assert refuse_request(auth, RequestHeader(ApiKey.DELETE_GROUPS, 0, 3, "t"), dreq, ch, lambda *a: pytest.fail("must not run"))
+    assert [tuple(r) for r in ch.sent[0].results] == [("theirs", ErrorCode.GROUP_AUTHORIZATION_FAILED)]

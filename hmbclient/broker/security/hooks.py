@@ -15,7 +15,9 @@ Operations, as in Kafka: group APIs need Read on the Group (FindCoordinator and 
 Describe, which Read implies); OffsetCommit also needs Read on each Topic (refused topics get
 TOPIC_AUTHORIZATION_FAILED, the rest is committed); inter-broker APIs (LeaderAndIsr,
 UpdateMetadata, StopReplica, ControlledShutdown) need ClusterAction on the Cluster;
-InitProducerId needs IdempotentWrite on the Cluster or Write on some Topic.
+InitProducerId needs IdempotentWrite on the Cluster or Write on some Topic; ListGroups shows
+only the groups the session may Describe, DescribeGroups/DeleteGroups need Describe/Delete on
+each Group.
 """
 
 from __future__ import annotations
@@ -80,20 +82,62 @@ def _group_id(req: Any) -> str | None:
 
 
 class _MergeChannel:
-    """Passes the handler's answer on with the refused topics' entries added."""
+    """Passes the handler's answer on with the refused entries added to its ``field`` list
+    (and, with ``keep``, only the entries ``keep`` accepts)."""
 
-    def __init__(self, channel: Any, denied: list[Any]) -> None:
+    def __init__(self, channel: Any, denied: list[Any], field: str = "topics", keep: Any = None) -> None:
         self.channel = channel
         self.denied = denied
+        self.field = field
+        self.keep = keep
         self.session = getattr(channel, "session", None)
 
     def send(self, response: Any) -> None:
         if response is not None:
-            response = response._replace(topics=list(response.topics) + self.denied)
+            entries = [e for e in getattr(response, self.field) or () if self.keep is None or self.keep(e)]
+            response = response._replace(**{self.field: entries + self.denied})
         self.channel.send(response)
 
     def close(self, reason: str) -> None:
         self.channel.close(reason)
+
+
+_MULTI_GROUP = {ApiKey.LIST_GROUPS, ApiKey.DESCRIBE_GROUPS, ApiKey.DELETE_GROUPS}
+
+
+def _split_groups(authorizer: Authorizer, header: Any, req: Any, channel: Any, handler: Any) -> bool:
+    """ListGroups shows the groups the session may Describe (all with Describe on the
+    Cluster); DescribeGroups and DeleteGroups (Describe / Delete on each Group) serve the
+    allowed groups and answer GROUP_AUTHORIZATION_FAILED for the rest."""
+    from hmbclient.broker.apis import _make, _shape
+
+    key = header.api_key
+    resp_cls = type(req).RESPONSE_TYPE
+    if key == ApiKey.LIST_GROUPS:
+        if allowed(authorizer, channel, "Describe", "Cluster"):
+            return False
+        names = _shape(resp_cls, "groups")._fields
+
+        def group_of(g: Any) -> str:
+            # Handlers may build entries as namedtuples, dicts or plain tuples (field order).
+            if isinstance(g, dict):
+                return str(g["group_id"])
+            return str(getattr(g, "group_id", None) or g[names.index("group_id")])
+
+        handler(header, req, _MergeChannel(channel, [], "groups", lambda g: allowed(authorizer, channel, "Describe", "Group", group_of(g))))
+        return True
+    field, out_field, op = ("groups", "groups", "Describe") if key == ApiKey.DESCRIBE_GROUPS else ("groups_names", "results", "Delete")
+    names = list(getattr(req, field) or ())
+    ok = [g for g in names if allowed(authorizer, channel, op, "Group", g)]
+    if len(ok) == len(names):
+        return False
+    shape = _shape(resp_cls, out_field)
+    denied = [_make(shape, group_id=g, error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED) for g in names if g not in ok]
+    if not ok:
+        channel.send(resp_cls.build(throttle_time_ms=0, **{out_field: denied}))
+    else:
+        handler(header, req._replace(**{field: ok}), _MergeChannel(channel, denied, out_field))
+    return True
 
 
 def refuse_request(authorizer: Authorizer | None, header: Any, req: Any, channel: Any, handler: Any) -> bool:
@@ -117,6 +161,8 @@ def refuse_request(authorizer: Authorizer | None, header: Any, req: Any, channel
             return False
         channel.send(refusal(req, ErrorCode.CLUSTER_AUTHORIZATION_FAILED))
         return True
+    if key in _MULTI_GROUP:
+        return _split_groups(authorizer, header, req, channel, handler)
     gid = _group_id(req) if key != ApiKey.METADATA else None
     if gid is None:
         return False
