@@ -354,6 +354,7 @@ class BrokerConnection:
         self._auth_deadline = 0.0
         self._reauth_at: float | None = None  # KIP-368: re-authenticate from then on
         self._reauthenticating = False
+        self._heard = False  # any byte received on this socket (see _silence_hint)
 
     # -- public (I/O thread) ---------------------------------------------------------------
 
@@ -442,7 +443,9 @@ class BrokerConnection:
                 self._start_reauth(now_ms)
                 return
         if state is ConnState.PROBING and now_ms >= self._probe_deadline:
-            log.info("%s: no answer to the ApiVersions probe; using the legacy (0.8) versions", self.address)
+            log.info(
+                "%s: no answer to the ApiVersions probe; using the legacy (0.8) versions%s", self.address, self._silence_hint()
+            )
             self._probe_failed(now_ms)
             return
         if state is ConnState.DISCONNECTED and now_ms >= self._backoff_until and (self._pending or self._version_waiters):
@@ -451,7 +454,9 @@ class BrokerConnection:
             if now_ms >= r.deadline_ms:
                 _fail(
                     r.future,
-                    RequestTimedOutError(f"{r.api} request to {self.address} got no answer within {r.timeout_ms:.0f} ms"),
+                    RequestTimedOutError(
+                        f"{r.api} request to {self.address} got no answer within {r.timeout_ms:.0f} ms{self._silence_hint()}"
+                    ),
                 )
                 self._disconnect(
                     KafkaConnectionError(f"{self.address}: connection closed after a {r.api} request timed out"),
@@ -472,7 +477,7 @@ class BrokerConnection:
                     else:
                         err = RequestTimedOutError(
                             f"{r.api} request to {self.address} was not sent within {r.timeout_ms:.0f} ms "
-                            f"(connection {self.state.value})"
+                            f"(connection {self.state.value}){self._silence_hint()}"
                         )
                     _fail(r.future, err)
                 elif not r.future.done():
@@ -495,11 +500,21 @@ class BrokerConnection:
             else:
                 self._read(now_ms)
 
+    def _silence_hint(self) -> str:
+        # A TLS listener (Python's ssl among them) may wait silently for a TLS record that a
+        # plaintext request never completes: say so when nothing at all came back.
+        if self._tls or self._heard or self.state not in (ConnState.PROBING, ConnState.READY):
+            return ""
+        return (
+            "; nothing at all came back on this connection: if this is a TLS listener, set "
+            "security.protocol to SSL or SASL_SSL"
+        )
+
     def buffered(self) -> bool:
         """True when the TLS layer holds decrypted bytes not yet read (the selector cannot
         report them; the I/O loop calls ``on_event`` again instead of sleeping)."""
         sock = self.sock
-        return self._tls and sock is not None and self.state is not ConnState.HANDSHAKING and sock.pending() > 0  # type: ignore[attr-defined]
+        return isinstance(sock, ssl.SSLSocket) and self.state is not ConnState.HANDSHAKING and sock.pending() > 0
 
     def close(self, err: HmbError | None = None) -> None:
         """Close for good: every queued and in-flight request fails (no status event)."""
@@ -792,8 +807,9 @@ class BrokerConnection:
             if not data:
                 self._closed_by_peer(now_ms)
                 return
+            self._heard = True
             self._sasl_buf += data
-            if not (self._tls and sock.pending()):  # type: ignore[attr-defined]
+            if not (isinstance(sock, ssl.SSLSocket) and sock.pending()):
                 break
         buf = self._sasl_buf
         while self._sasl_raw and len(buf) >= 4:
@@ -954,6 +970,7 @@ class BrokerConnection:
             if not n:
                 self._closed_by_peer(now_ms)
                 return None
+            self._heard = True
             if big is not None:
                 self._big_have += n
                 if self._big_have == len(big):
@@ -983,7 +1000,7 @@ class BrokerConnection:
                     pos = end
             if pos < end:
                 self._partial = bytes(data[pos:end])
-            if n < len(scratch) and self._big is None and not (self._tls and sock.pending()):  # type: ignore[attr-defined]
+            if n < len(scratch) and self._big is None and not (isinstance(sock, ssl.SSLSocket) and sock.pending()):
                 break
         return frames
 
@@ -1023,8 +1040,9 @@ class BrokerConnection:
                     if not data:
                         self._closed_by_peer(now_ms)
                         return
+                    self._heard = True
                     proto.receive_data(data)
-                    if len(data) < _RECV_BYTES and not (self._tls and sock.pending()):  # type: ignore[attr-defined]
+                    if len(data) < _RECV_BYTES and not (isinstance(sock, ssl.SSLSocket) and sock.pending()):
                         break
                 while True:
                     r = proto.next_response()
@@ -1087,6 +1105,7 @@ class BrokerConnection:
         self._sasl_raw = False
         self._reauth_at = None
         self._reauthenticating = False
+        self._heard = False
         if self.state is not ConnState.CLOSED:
             self._enter(ConnState.DISCONNECTED)
 
@@ -1112,10 +1131,23 @@ class BrokerConnection:
     def _disconnect(self, err: HmbError, now_ms: float) -> None:
         if self.sock is None:  # already DISCONNECTED (or CLOSED)
             return
+        heard = self._heard
+        hint = self._silence_hint()
+        if hint and isinstance(err, KafkaConnectionError):
+            err = KafkaConnectionError(f"{err}{hint}")
         log.info("%s disconnected: %s", self.address, err)
         self._teardown(err)
-        # The next attempt is immediate after a good connection; failures back off.
-        self._backoff_until = now_ms
-        if self._pending or self._version_waiters:
+        if heard:
+            # The next attempt is immediate after a good connection...
+            self._backoff_until = now_ms
+        else:
+            # ...but a connection that never received a byte is a failed attempt: back off, so
+            # a listener that drops every request (TLS on the other end) is not hammered.
+            self._last_error = err
+            self._failures += 1
+            self._backoff_until = now_ms + min(
+                self.reconnect_backoff_max_ms, self.reconnect_backoff_ms * (2 ** (self._failures - 1))
+            )
+        if (self._pending or self._version_waiters) and now_ms >= self._backoff_until:
             self._start_connect(now_ms)
 
