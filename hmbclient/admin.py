@@ -67,12 +67,13 @@ class PartitionInfo(NamedTuple):
 
 
 @contextlib.contextmanager
-def _client(brokers: str, api_version: str, timeout_ms: float) -> Iterator[Any]:
+def _client(brokers: str, api_version: str, timeout_ms: float, security: Any = None) -> Iterator[Any]:
+    # security: a hmbclient.net.security.Security (TLS / SASL), or None for PLAINTEXT.
     from hmbclient.net.client import NetClient
 
     client = NetClient(brokers, api_version=api_version, client_id="hmb-admin",
                        request_timeout_ms=timeout_ms,
-                       connect_timeout_ms=min(timeout_ms, _TIMEOUT_MS))
+                       connect_timeout_ms=min(timeout_ms, _TIMEOUT_MS), security=security)
     try:
         yield client
     finally:
@@ -80,22 +81,22 @@ def _client(brokers: str, api_version: str, timeout_ms: float) -> Iterator[Any]:
 
 
 @contextlib.contextmanager
-def _metadata(brokers: str, api_version: str, timeout_ms: float) -> Iterator[Any]:
+def _metadata(brokers: str, api_version: str, timeout_ms: float, security: Any = None) -> Iterator[Any]:
     from hmbclient.net.metadata import Metadata
 
-    with _client(brokers, api_version, timeout_ms) as client:
+    with _client(brokers, api_version, timeout_ms, security) as client:
         yield Metadata(client, allow_auto_topic_creation=False)
 
 
 def topic_partitions(brokers: str, topic: str, *, api_version: str = "auto",
-                     timeout_ms: float = _TIMEOUT_MS) -> dict[int, tuple[str, int]]:
+                     timeout_ms: float = _TIMEOUT_MS, security: Any = None) -> dict[int, tuple[str, int]]:
     """Partition -> leader (host, port) for one topic.
 
     Raises:
         KeyError: the topic does not exist (no auto-creation is asked for).
         KafkaConnectionError / RequestTimedOutError: no broker answered in time.
     """
-    with _metadata(brokers, api_version, timeout_ms) as md:
+    with _metadata(brokers, api_version, timeout_ms, security) as md:
         view = md.refresh([topic], timeout_ms=timeout_ms)
         info = view.topics.get(topic)
         if info is None or info.error_code == UnknownTopicOrPartitionError.errno or not info.partitions:
@@ -108,15 +109,16 @@ def topic_partitions(brokers: str, topic: str, *, api_version: str = "auto",
         return out
 
 
-def list_topics(brokers: str, *, api_version: str = "auto", timeout_ms: float = _TIMEOUT_MS) -> dict[str, int]:
+def list_topics(brokers: str, *, api_version: str = "auto", timeout_ms: float = _TIMEOUT_MS,
+                security: Any = None) -> dict[str, int]:
     """Topic -> number of partitions, for every topic the cluster reports."""
-    with _metadata(brokers, api_version, timeout_ms) as md:
+    with _metadata(brokers, api_version, timeout_ms, security) as md:
         view = md.refresh(None, timeout_ms=timeout_ms)
         return {t: len(info.partitions) for t, info in view.topics.items() if not info.error_code}
 
 
 def create_topic(brokers: str, name: str, num_partitions: int, replication_factor: int, *,
-                 timeout_ms: float = 30_000, api_version: str = "auto") -> None:
+                 timeout_ms: float = 30_000, api_version: str = "auto", security: Any = None) -> None:
     """Create one topic with CreateTopics (no explicit assignment, no topic configs).
 
     Any broker takes the request (Kafka sends it to the controller itself; our brokers accept
@@ -150,7 +152,7 @@ def create_topic(brokers: str, name: str, num_partitions: int, replication_facto
         )
 
     wait_ms = timeout_ms + _ANSWER_MARGIN_MS
-    with _client(brokers, api_version, wait_ms) as client:
+    with _client(brokers, api_version, wait_ms, security) as client:
         last: KafkaConnectionError | None = None
         for node in client.bootstrap_ids:
             try:
@@ -173,7 +175,7 @@ def create_topic(brokers: str, name: str, num_partitions: int, replication_facto
 
 
 def describe_topics(brokers: str, topics: Iterable[str] | None = None, *, api_version: str = "auto",
-                    timeout_ms: float = _TIMEOUT_MS) -> list[PartitionInfo]:
+                    timeout_ms: float = _TIMEOUT_MS, security: Any = None) -> list[PartitionInfo]:
     """Every partition of the named topics (all topics when ``topics`` is None or empty),
     sorted by topic and partition: leader, replicas, ISR and offline replicas from Metadata.
 
@@ -187,7 +189,7 @@ def describe_topics(brokers: str, topics: Iterable[str] | None = None, *, api_ve
         KafkaConnectionError / RequestTimedOutError: no broker answered in time.
     """
     wanted = sorted(set(topics)) if topics else None
-    with _metadata(brokers, api_version, timeout_ms) as md:
+    with _metadata(brokers, api_version, timeout_ms, security) as md:
         # The raw answer, not md.refresh(): the cluster view keeps no offline_replicas. The
         # request still goes through Metadata's broker fallback and version choice.
         resp = md._request(None, timeout_ms)

@@ -5,6 +5,13 @@ tqdm (a small, well-kept progress bar that writes to stderr and turns itself off
 not a terminal, so piping ``hmb consume`` stays clean).
 
 Errors are one line on stderr naming the problem, exit code 1; ``--debug`` shows the traceback.
+
+Connecting securely: the client commands (produce, consume, offsets, topics) take
+``-X NAME=VALUE`` (repeatable, as kcat does) for the client security settings by their Kafka
+property names (``security.protocol``, ``ssl.cafile``, ``sasl.mechanism``, ``sasl.username``,
+``sasl.password``, ...; the names and aliases of ``hmbclient.config.SecurityConfig``). A value
+``@FILE`` is read from FILE's first line and ``@-`` from stdin, so a password need not appear in
+the process list.
 """
 
 from __future__ import annotations
@@ -213,6 +220,7 @@ def cmd_produce(args: argparse.Namespace) -> int:
         request_required_acks=args.acks,
         compression_codec=args.compression,
         api_version=args.api_version,
+        **_client_security(args),
     )
     count = 0
     futures: list[Any] = []
@@ -269,6 +277,46 @@ def _send_batches(producer: Any, producer_data: Any, topic: str, batch: list[byt
     return futures
 
 
+def _client_security(args: argparse.Namespace) -> dict[str, Any]:
+    """The ``-X NAME=VALUE`` settings, checked against SecurityConfig (``@FILE``/``@-`` read)."""
+    from hmbclient.config import SecurityConfig
+
+    given: dict[str, str] = {}
+    for item in getattr(args, "client_settings", None) or ():
+        name, eq, value = item.partition("=")
+        if not eq or not name.strip():
+            raise CliError(f"-X takes NAME=VALUE, not {item.split('=')[0]!r}")
+        if value.startswith("@"):
+            source = value[1:]
+            value = sys.stdin.readline() if source == "-" else _first_line(source)
+            value = value.rstrip("\r\n")
+        given[name.strip()] = value
+    known, other = SecurityConfig.split_properties(given)
+    if other:
+        raise CliError(
+            f"-X {', '.join(other)}: not a client security setting "
+            "(security.protocol, ssl.cafile, ssl.certfile, ssl.keyfile, ssl.password, ssl.check.hostname, "
+            "ssl.crlfile, sasl.mechanism, sasl.username, sasl.password)"
+        )
+    SecurityConfig.from_properties(known)  # a bad value fails here, naming the property
+    return known
+
+
+def _first_line(path: str) -> str:
+    try:
+        with open(path, encoding="utf-8") as f:
+            return f.readline()
+    except OSError as e:
+        raise CliError(f"cannot read {path!r}: {e.strerror}") from None
+
+
+def _security(args: argparse.Namespace) -> Any:
+    from hmbclient.config import SecurityConfig
+    from hmbclient.net.security import Security
+
+    return Security.from_config(SecurityConfig.from_properties(_client_security(args)))
+
+
 def _first_broker(brokers: str) -> tuple[str, int]:
     from hmbclient.config import parse_broker_list
 
@@ -280,7 +328,7 @@ def _partitions(args: argparse.Namespace, topic: str) -> dict[int, tuple[str, in
     from hmbclient.admin import topic_partitions
 
     try:
-        return topic_partitions(args.brokers, topic, api_version=args.api_version)
+        return topic_partitions(args.brokers, topic, api_version=args.api_version, security=_security(args))
     except KeyError:
         raise CliError(f"unknown topic {topic!r} on {args.brokers}") from None
 
@@ -328,7 +376,7 @@ def cmd_consume(args: argparse.Namespace) -> int:
             c = consumers.get((host, port))
             if c is None:
                 c = consumers[(host, port)] = SimpleConsumer(host, port, api_version=args.api_version,
-                                                              client_id="hmb-cli")
+                                                              client_id="hmb-cli", **_client_security(args))
             positions[p] = _resolve_start(c, args.topic, p, args.offset)
         deadline = time.monotonic() + args.timeout_ms / 1000 if args.timeout_ms >= 0 else None
         while remaining != 0:
@@ -381,6 +429,7 @@ def _consume_group(args: argparse.Namespace, fmt: str, out: IO[bytes]) -> int:
         "auto.offset.reset": "largest" if args.offset == "latest" else "smallest",
         "consumer.timeout.ms": args.timeout_ms if args.timeout_ms >= 0 else -1,
         "api.version": args.api_version,
+        **_client_security(args),
     }
     if args.zookeeper:
         props["zookeeper.connect"] = args.zookeeper
@@ -414,7 +463,7 @@ def cmd_offsets(args: argparse.Namespace) -> int:
     rows = []
     for p in sorted(leaders):
         host, port = leaders[p]
-        c = SimpleConsumer(host, port, api_version=args.api_version, client_id="hmb-cli")
+        c = SimpleConsumer(host, port, api_version=args.api_version, client_id="hmb-cli", **_client_security(args))
         try:
             earliest = c.get_offsets_before(args.topic, p, EARLIEST_TIME, 1)[0]
             latest = c.get_offsets_before(args.topic, p, LATEST_TIME, 1)[0]
@@ -435,7 +484,7 @@ def cmd_topics(args: argparse.Namespace) -> int:
             raise CliError("--create NAME needs --partitions N and --replication-factor R")
         try:
             create_topic(args.brokers, args.create, args.partitions, args.replication_factor,
-                         timeout_ms=args.timeout_ms, api_version=args.api_version)
+                         timeout_ms=args.timeout_ms, api_version=args.api_version, security=_security(args))
         except BrokerError as e:
             # The broker's message may not name the topic; the line on stderr should.
             raise CliError(f"topic {args.create} not created: {_describe(e)}") from e
@@ -444,7 +493,8 @@ def cmd_topics(args: argparse.Namespace) -> int:
               f"replication factor {args.replication_factor})")
         return 0
     if args.describe is not None:
-        parts = describe_topics(args.brokers, args.describe or None, api_version=args.api_version)
+        parts = describe_topics(args.brokers, args.describe or None, api_version=args.api_version,
+                                security=_security(args))
         offline = any(p.offline_replicas for p in parts)
         headers = ("topic", "partition", "leader", "replicas", "isr") + (("offline",) if offline else ())
         rows = []
@@ -453,7 +503,7 @@ def cmd_topics(args: argparse.Namespace) -> int:
             rows.append([*row, _ids(p.offline_replicas)] if offline else row)
         _table(headers, rows, sys.stdout)
         return 0
-    topics = list_topics(args.brokers, api_version=args.api_version)
+    topics = list_topics(args.brokers, api_version=args.api_version, security=_security(args))
     _table(("topic", "partitions"), sorted(topics.items()), sys.stdout)
     return 0
 
@@ -466,6 +516,8 @@ def _ids(ids: Sequence[int]) -> str:
 def cmd_groups(args: argparse.Namespace) -> int:
     from hmbclient.admin import describe_group, list_groups
 
+    if getattr(args, "client_settings", None):
+        raise CliError("-X (security settings) is not supported by 'hmb groups' yet")
     if not args.zookeeper:
         return _broker_groups(args)
     if args.group is None:
@@ -549,6 +601,10 @@ def _client_opts(p: argparse.ArgumentParser) -> None:
                    help=f"bootstrap brokers host:port[,host:port] (default {DEFAULT_BROKERS})")
     p.add_argument("--api-version", default="auto", choices=["auto", "0.8", "0.10", "2.1", "hmb"],
                    help="protocol versions: auto probes ApiVersions; 'hmb' for the HMB broker")
+    p.add_argument("-X", dest="client_settings", action="append", default=[], metavar="NAME=VALUE",
+                   help="a client security setting by its Kafka property name (repeatable), e.g. "
+                        "-X security.protocol=SASL_SSL -X ssl.cafile=ca.pem -X sasl.mechanism=SCRAM-SHA-512 "
+                        "-X sasl.username=alice -X sasl.password=@FILE (@FILE: its first line; @-: stdin)")
 
 
 def _zookeeper_opt(p: argparse.ArgumentParser, what: str) -> None:

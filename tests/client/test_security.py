@@ -603,3 +603,28 @@ def test_security_reaches_every_connection_of_a_client(secure: SecureFront, pki:
         c.update_brokers({b.node_id: (b.host, b.port)})
         assert c.call(b.node_id, lambda v: v.build(ApiKey.METADATA, topics=None)).brokers
     assert secure.authentications == 2 and secure.tls_failures == 0
+
+
+# -- CLI ---------------------------------------------------------------------------------------
+
+
+def test_cli_produce_and_consume_with_X_settings(
+    secure: SecureFront, pki: dict[str, str], tmp_path: Path, capsysbinary: pytest.CaptureFixture[bytes]
+) -> None:
+    from hmbclient.cli import main
+
+    secure.tls = _server_ctx(pki["good"])
+    secure.sasl = True
+    pw = tmp_path / "password"
+    pw.write_text(SECRET + "\n")
+    x = ["-X", "security.protocol=SASL_SSL", "-X", f"ssl.cafile={pki['ca']}", "-X", "sasl.mechanism=SCRAM-SHA-256",
+         "-X", "sasl.username=alice", "-X", f"sasl.password=@{pw}"]
+    data = tmp_path / "in.txt"
+    data.write_text("a\nb\nc\n")
+    assert main(["produce", "cli-secure", "-b", secure.bootstrap, "--file", str(data), "-q", *x]) == 0
+    capsysbinary.readouterr()
+    assert main(["consume", "cli-secure", "-b", secure.bootstrap, "-e", *x]) == 0
+    assert sorted(capsysbinary.readouterr().out.split()) == [b"a", b"b", b"c"]
+    assert main(["topics", "-b", secure.bootstrap, *x[:-2], "-X", "sasl.password=wrong"]) == 1
+    err = capsysbinary.readouterr().err
+    assert b"SaslAuthenticationFailedError" in err and b"wrong" not in err and SECRET.encode() not in err
