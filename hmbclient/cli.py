@@ -420,6 +420,10 @@ def cmd_consume(args: argparse.Namespace) -> int:
     return 0
 
 
+#: How long ``hmb consume --group`` waits for its group to settle before it reads.
+_GROUP_SETTLE_S = 60.0
+
+
 def _consume_group(args: argparse.Namespace, fmt: str, out: IO[bytes]) -> int:
     from hmbclient import Consumer
     from hmbclient.errors import ConsumerTimeoutError
@@ -441,6 +445,9 @@ def _consume_group(args: argparse.Namespace, fmt: str, out: IO[bytes]) -> int:
     remaining = args.count if args.count is not None else -1
     try:
         stream = connector.create_message_streams({args.topic: 1})[args.topic][0]
+        # --timeout-ms counts from the first fetch, not from the join: a coordinator may hold
+        # a join for seconds (Tansu: half the session timeout) before the group settles.
+        connector.await_rebalance(_GROUP_SETTLE_S)
         try:
             for mam in stream:
                 out.write(format_message(fmt, mam.topic, mam.partition, mam.offset, mam.key, mam.message, None))
@@ -572,6 +579,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
         seconds=args.seconds,
         spark=not args.no_spark,
         out=sys.stdout,
+        spark_master=args.spark_master,
+        spark_conf=dict(args.spark_conf),
     )
     return 0 if report.ok else 1
 
@@ -753,7 +762,19 @@ def _add_demo_command(sub: Subparsers) -> None:
     p.add_argument("--seconds", type=float, default=DEFAULT_SECONDS,
                    help=f"spread production over this long while the group consumes (default {DEFAULT_SECONDS:g})")
     p.add_argument("--no-spark", action="store_true", help="skip the Spark step")
+    p.add_argument("--spark-master", metavar="URL",
+                   help="run the Spark step on this master (e.g. spark://127.0.0.1:7077) instead of local[2];"
+                        " its executors must reach the brokers")
+    p.add_argument("--spark-conf", metavar="KEY=VALUE", action="append", default=[], type=_spark_setting,
+                   help="a Spark setting for the Spark step (repeatable), e.g. spark.executor.memory=512m")
     p.set_defaults(func=cmd_demo)
+
+
+def _spark_setting(text: str) -> tuple[str, str]:
+    key, sep, value = text.partition("=")
+    if not sep or not key.strip():
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
+    return key.strip(), value.strip()
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -11,8 +11,9 @@ The story, on embedded servers (or on the servers given with ``--brokers`` and `
    consumes its share of what follows.
 5. Once two thirds are produced, alpha leaves: its partitions move to beta and gamma.
 6. When every acknowledged message has been delivered, beta and gamma commit and leave.
-7. Spark reads the topic back (one RDD partition per offset range, on local[2] executors),
-   counts and sums it, and commits the ranges to a second group's ZooKeeper offsets.
+7. Spark reads the topic back (one RDD partition per offset range, on local[2] executors, or
+   on the executors of the Spark master given with ``--spark-master``), counts and sums it, and
+   commits the ranges to a second group's ZooKeeper offsets.
 8. The report; everything is shut down (no process is left behind).
 
 Every step is checked. A failed check is a problem named after its step (``produce``,
@@ -33,7 +34,7 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import IO, Any
@@ -45,6 +46,8 @@ DEFAULT_MESSAGES = 100_000
 DEFAULT_SECONDS = 15.0
 DEFAULT_PARTITIONS = 12
 KEYS = 1000
+#: Where the Spark step runs unless ``--spark-master`` says otherwise.
+DEFAULT_SPARK_MASTER = "local[2]"
 #: How long a group may take to settle after a join or a leave before that counts as a problem.
 SETTLE_TIMEOUT_S = 30.0
 #: How long the survivors may take to consume what is left once production ended.
@@ -102,6 +105,7 @@ class DemoReport:
     spark_partitions: int = 0
     spark_seconds: float = 0.0
     spark_committed: int = 0
+    spark_master: str = ""
     problems: list[str] = field(default_factory=list)
 
     @property
@@ -151,7 +155,8 @@ class DemoReport:
         if self.spark_total is None:
             return ["  spark: skipped"]
         return [
-            f"  spark: {self.spark_partitions} RDD partitions (one per offset range) in {self.spark_seconds:.2f} s:"
+            f"  spark: {self.spark_partitions} RDD partitions (one per offset range) on {self.spark_master}"
+            f" in {self.spark_seconds:.2f} s:"
             f" {self.spark_count:,} messages, sum of amounts {self.spark_total:,} (expected {self.spark_expected:,});"
             f" ranges committed for group demo-spark: {self.spark_committed:,}"
         ]
@@ -518,25 +523,42 @@ def _consume(bootstrap: str, zk: str, n: int, seconds: float, report: DemoReport
 # --- Spark ----------------------------------------------------------------------------------------
 
 
-def _spark_session() -> Any:
+def _on_loopback(master: str) -> bool:
+    """Whether ``master`` is local mode or a cluster manager on this machine's loopback."""
+    if master.startswith("local"):
+        return True
+    host = master.split("://", 1)[-1].split(",")[0].rsplit(":", 1)[0]
+    return host in ("127.0.0.1", "localhost")
+
+
+def _spark_session(master: str = DEFAULT_SPARK_MASTER, conf: Mapping[str, str] | None = None) -> Any:
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # local mode: stay on loopback
+    builder_conf = {"spark.ui.enabled": "false", "spark.ui.showConsoleProgress": "false",
+                    "spark.sql.shuffle.partitions": "4"}
+    if _on_loopback(master):
+        # Local mode, or a cluster on this machine: driver and executors meet on loopback.
+        # A remote cluster's executors must reach the driver, so there Spark picks the address.
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+        builder_conf.update({"spark.driver.host": "127.0.0.1", "spark.driver.bindAddress": "127.0.0.1"})
+    builder_conf.update(conf or {})
     from pyspark.sql import SparkSession
 
-    spark = (SparkSession.builder.master("local[2]").appName("hmb-demo")
-             .config("spark.driver.host", "127.0.0.1").config("spark.ui.enabled", "false")
-             .config("spark.ui.showConsoleProgress", "false")
-             .config("spark.sql.shuffle.partitions", "4").getOrCreate())
+    builder = SparkSession.builder.master(master).appName("hmb-demo")
+    for key, value in builder_conf.items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     return spark
 
 
-def _spark(bootstrap: str, zk: str, report: DemoReport) -> None:
+def _spark(bootstrap: str, zk: str, report: DemoReport, master: str = DEFAULT_SPARK_MASTER,
+           conf: Mapping[str, str] | None = None) -> None:
     """Step 7: count and sum the topic over offset-range RDD partitions; commit the ranges."""
     from spark_integration import OffsetRange, commit_offset_ranges, create_rdd, get_latest_offsets
 
     t0 = time.monotonic()
-    spark = _spark_session()
+    spark = _spark_session(master, conf)
+    report.spark_master = master
     try:
         params = {"metadata.broker.list": bootstrap, "zookeeper.connect": zk, "group.id": "demo-spark"}
         ends = get_latest_offsets(params, [report.topic])
@@ -568,8 +590,13 @@ def _check_spark(report: DemoReport, n: int) -> None:
 
 
 def run_demo(brokers: str | None = None, zookeeper: str | None = None, messages: int = DEFAULT_MESSAGES,
-             seconds: float = DEFAULT_SECONDS, spark: bool = True, out: IO[str] = sys.stdout) -> DemoReport:
+             seconds: float = DEFAULT_SECONDS, spark: bool = True, out: IO[str] = sys.stdout,
+             spark_master: str | None = None, spark_conf: Mapping[str, str] | None = None) -> DemoReport:
     """Run the demo and print its report to ``out``.
+
+    ``spark_master`` runs the Spark step on that master (``spark://host:port``, ...) instead of
+    local[2]; its executors must reach the brokers (the embedded ones listen on 127.0.0.1).
+    ``spark_conf`` adds Spark settings (e.g. ``spark.executor.memory`` for small workers).
 
     Returns:
         The report; ``report.ok`` is False (and ``report.problems`` says which step failed)
@@ -580,7 +607,7 @@ def run_demo(brokers: str | None = None, zookeeper: str | None = None, messages:
         told = _consume(bootstrap, zk, messages, seconds, report, out)
         if spark and told:
             try:
-                _spark(bootstrap, zk, report)
+                _spark(bootstrap, zk, report, spark_master or DEFAULT_SPARK_MASTER, spark_conf)
             except Exception as e:  # a report naming the step beats a traceback from deep in Spark
                 report.problem("spark", f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")
             else:
