@@ -20,7 +20,10 @@ One run (:class:`FaultRun`):
   ``replica.lag.time.max.ms`` but within the session (the ISR shrinks, then it returns),
   SIGSTOP past the session timeout (ZooKeeper expires the session, the controller moves the
   broker's leaderships away, the broker comes back and registers again), and SIGKILL of every
-  broker followed by a restart of all. Each fault ends by waiting for its effect (ZooKeeper
+  broker followed by a restart of all; and the two first ones combined: a follower paused until
+  it leaves a partition's ISR, then that partition's leader killed (the new leader must be the
+  one replica still in the ISR, and it may take writes only once the other catches up again,
+  min.insync.replicas being 2). Each fault ends by waiting for its effect (ZooKeeper
   deregistration, a new leader or controller, the ISR shrink), then for the recovery: every
   broker registered and seen, every ISR back to 3 replicas, every producer acknowledged again.
   Nothing waits a fixed time except a pause, whose length is the fault.
@@ -83,7 +86,10 @@ SESSION_TIMEOUT_MS = 6000
 #: the session.
 REPLICA_LAG_TIME_MAX_MS = 1000
 
-FAULT_KINDS = ("kill_leader", "kill_controller", "pause_follower", "pause_past_session", "restart_all")
+FAULT_KINDS = (
+    "kill_leader", "kill_controller", "pause_follower", "pause_past_session", "restart_all",
+    "shrink_then_kill_leader",
+)
 PRODUCER_KINDS = ("hmb-async", "hmb-sync", "kafka-python", "librdkafka")
 
 #: Values each producer must get acknowledged (of values sent after the recovery) before the
@@ -233,6 +239,10 @@ class ProducerWorker:
         except BaseException as e:  # reported by the run: a producer must not die quietly
             self.error = e
             log.exception("%s: worker died", self.name)
+
+    @property
+    def alive(self) -> bool:
+        return self._thread.is_alive()
 
     def stop(self) -> None:
         """Stop sending (unresolved values may still be acknowledged until :meth:`close`)."""
@@ -487,7 +497,10 @@ class FaultRun:
 
     def _save_output(self, broker_id: int, why: str) -> None:
         """Keep a broker process's last output lines (a restart starts a new process)."""
-        b = self.cluster.broker(broker_id)
+        try:
+            b = self.cluster.broker(broker_id)
+        except KeyError:  # never started
+            return
         lines = list(getattr(b, "output", ()))
         self.broker_output[broker_id].append(f"--- broker {broker_id}: {why} at {time.monotonic() - self._t0:.2f} s")
         self.broker_output[broker_id].extend(lines)
@@ -572,6 +585,37 @@ class FaultRun:
         if not self._registered(victim):
             f.problem = (f.problem or "") + f" broker {victim}'s session expired during a pause shorter than the session"
 
+    def _shrink_then_kill_leader(self, f: FaultRecord) -> None:
+        p = self.rng.randrange(PARTITIONS)
+        state = self._state(p)
+        leader = state.leader
+        follower = self.rng.choice([r for r in state.isr if r != leader])
+        f.detail = f"partition {p}: follower {follower} out, leader {leader} killed"
+        bound = 0.6 * self.session_s
+        self._event(f"SIGSTOP broker {follower}, follower of {TOPIC}-{p}")
+        self.cluster.pause(follower)
+        try:
+            took = _wait(f"broker {follower} out of the ISR of {TOPIC}-{p}", lambda: follower not in self._state(p).isr, bound)
+            isr = self._state(p).isr
+            moved = self._led_by(leader)
+            self._event(f"ISR of {TOPIC}-{p} is {list(isr)} after {took:.2f} s; SIGKILL its leader {leader} (leader of {moved})")
+            self._save_output(leader, "killed")
+            self.cluster.kill(leader)
+        finally:
+            # Thawed at once (well inside its session): it finds its leader gone and must
+            # follow whoever the controller picks, outside the ISR until it catches up.
+            self.cluster.resume(follower)
+            self._event(f"SIGCONT broker {follower}")
+        self._deregistered(leader)
+        self._leaderships_moved(leader, moved)
+        survivors = [r for r in isr if r != leader]
+        new_leader = self._state(p).leader
+        if new_leader not in survivors:
+            f.problem = (f"{TOPIC}-{p}: broker {new_leader} was elected, but only {survivors} were in the ISR "
+                         f"{list(isr)} when leader {leader} died (an unclean election)")
+        self._event(f"{TOPIC}-{p} led by {new_leader} (ISR when the leader died: {list(isr)}); restarting broker {leader}")
+        self.cluster.restart(leader, timeout_s=RECOVERY_TIMEOUT_S)
+
     def _pause_past_session(self, f: FaultRecord) -> None:
         victim = self.rng.randrange(BROKERS)
         moved = self._led_by(victim)
@@ -613,6 +657,20 @@ class FaultRun:
         self.cluster.await_isr(TOPIC, timeout_s=RECOVERY_TIMEOUT_S, size=BROKERS)
         self._await_progress("after the recovery")
         return time.monotonic() - start
+
+    def _last_chance_recovery(self) -> None:
+        """After a failed fault: thaw and start every broker and wait once more, recording
+        (not raising) what does not come back."""
+        try:
+            for b in range(BROKERS):
+                broker = self.cluster.broker(b)
+                if broker.running and broker.paused:
+                    self.cluster.resume(b)
+                elif not broker.running:
+                    self.cluster.restart(b, timeout_s=RECOVERY_TIMEOUT_S)
+            self._recover()
+        except (TimeoutError, HmbError, AssertionError) as e:
+            self.result.problems.append(f"the cluster did not recover: {type(e).__name__}: {e}")
 
     def _await_progress(self, when: str) -> None:
         marks = {w.name: w.log.sent for w in self.workers}
@@ -721,7 +779,7 @@ class FaultRun:
                 n = counts.get(data, 0)
                 if n == 0:
                     lost[data] = f"{w.name} value {value} acked at {TOPIC}-{p}@{offset}"
-                elif at.get((p, offset)) != data:
+                elif offset >= 0 and at.get((p, offset)) != data:
                     r.misplaced.append(
                         f"{w.name} value {value} acked at {TOPIC}-{p}@{offset}, which holds "
                         f"{at.get((p, offset))!r} (the value is read {n} time(s) elsewhere)"
@@ -772,13 +830,17 @@ class FaultRun:
                 self.cluster.await_isr(TOPIC, timeout_s=RECOVERY_TIMEOUT_S)
                 self._event(f"cluster {self.cluster.bootstrap} up; faults {self.kinds}")
                 self._run_producers_and_faults()
-                self._validate()
-                for b in range(BROKERS):
-                    self._save_output(b, "end of run")
+                try:
+                    self._validate()
+                except (TimeoutError, HmbError, AssertionError, OSError) as e:
+                    self.result.problems.append(f"validation could not finish: {type(e).__name__}: {e}")
         finally:
+            for b in range(BROKERS):  # the processes' last words, shutdown included
+                self._save_output(b, "end of run")
             for w in self.workers:  # after an error midway: do not leave clients running
-                if w._thread.is_alive():
+                if w.alive:
                     w.stop()
+                    w.close(5.0)
             self.zk.stop()
             self.zk.close()
             self.result.seconds = time.monotonic() - self._t0
@@ -795,9 +857,18 @@ class FaultRun:
                 f = FaultRecord(kind)
                 self.result.faults.append(f)
                 start = time.monotonic()
-                getattr(self, f"_{kind}")(f)
-                f.fault_s = time.monotonic() - start
-                f.recovery_s = self._recover()
+                try:
+                    getattr(self, f"_{kind}")(f)
+                    f.fault_s = time.monotonic() - start
+                    f.recovery_s = self._recover()
+                except (TimeoutError, HmbError, AssertionError) as e:
+                    # The fault or the recovery did not finish: no more faults, but validate
+                    # what was acknowledged so far, on whatever can be brought back.
+                    f.fault_s = f.fault_s or time.monotonic() - start
+                    f.problem = f"{type(e).__name__}: {e}"
+                    self._event(f"{f}")
+                    self._last_chance_recovery()
+                    break
                 self._event(f"{f}")
             # _recover ended with every producer acknowledged for values sent after the last
             # fault: the cluster serves again. Stop sending, then let the clients finish.

@@ -24,7 +24,7 @@ from .harness import FAULT_KINDS, FaultRun, fault_sequence
 #: (seed, faults): together every kind, each run short.
 BOUNDED: list[tuple[int, Sequence[str]]] = [
     (11, ("kill_leader", "pause_follower", "kill_controller")),
-    (12, ("pause_past_session", "restart_all", "kill_leader")),
+    (12, ("pause_past_session", "restart_all", "shrink_then_kill_leader")),
 ]
 assert {k for _, kinds in BOUNDED for k in kinds} == set(FAULT_KINDS)
 
