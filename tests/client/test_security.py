@@ -12,6 +12,8 @@ AUTHENTICATING states), against real peers:
   the test with ``cryptography``) and/or answers SaslHandshake and SaslAuthenticate itself as a
   Kafka broker would (PLAIN, SCRAM-SHA-256/512 server side written from RFC 5802, v0 raw tokens
   and v1 with ``session_lifetime_ms``), forwarding every other request to Tansu.
+* End to end against the embedded broker's own listeners (SASL_SSL with SCRAM-SHA-512/256,
+  SASL_PLAINTEXT with PLAIN, SSL requiring a client certificate), with its salted credentials.
 """
 
 from __future__ import annotations
@@ -628,3 +630,56 @@ def test_cli_produce_and_consume_with_X_settings(
     assert main(["topics", "-b", secure.bootstrap, *x[:-2], "-X", "sasl.password=wrong"]) == 1
     err = capsysbinary.readouterr().err
     assert b"SaslAuthenticationFailedError" in err and b"wrong" not in err and SECRET.encode() not in err
+
+
+# -- end to end against the embedded broker's listeners ----------------------------------------
+
+
+@pytest.fixture(scope="module")
+def hmb_secure(pki: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """An EmbeddedBroker with SASL_SSL and SASL_PLAINTEXT listeners (alice's SCRAM credentials)
+    and one with an SSL listener that requires a client certificate."""
+    from hmbclient.broker import EmbeddedBroker
+    from hmbclient.broker.security.credentials import FileCredentialStore, make_credential
+
+    creds = str(tmp_path_factory.mktemp("creds") / "credentials.json")
+    FileCredentialStore(creds).put("alice", {m: make_credential(m, SECRET) for m in ("SCRAM-SHA-256", "SCRAM-SHA-512")})
+    with EmbeddedBroker(
+        listeners=["SASL_SSL://127.0.0.1:0", "SASL_PLAINTEXT://127.0.0.1:0"],
+        ssl_certfile=pki["good"], ssl_keyfile=pki["good"], sasl_credentials_file=creds,
+    ) as sasl, EmbeddedBroker(
+        listeners=["SSL://127.0.0.1:0"], ssl_certfile=pki["good"], ssl_keyfile=pki["good"],
+        ssl_cafile=pki["ca"], ssl_client_auth="required",
+    ) as mtls:
+        def port(b: Any, protocol: str) -> int:
+            return int(next(lst.port for lst in b.broker.server.listeners if lst.protocol == protocol))
+
+        yield {"SASL_SSL": port(sasl, "SASL_SSL"), "SASL_PLAINTEXT": port(sasl, "SASL_PLAINTEXT"),
+               "SSL": port(mtls, "SSL")}
+
+
+@pytest.mark.parametrize(
+    "protocol,mechanism",
+    [("SASL_SSL", "SCRAM-SHA-512"), ("SASL_SSL", "SCRAM-SHA-256"), ("SASL_PLAINTEXT", "PLAIN")],
+)
+def test_embedded_broker_roundtrip(hmb_secure: dict[str, int], pki: dict[str, str], protocol: str, mechanism: str) -> None:
+    got = _roundtrip(f"127.0.0.1:{hmb_secure[protocol]}", f"e2e-{mechanism.lower()}", security_protocol=protocol,
+                     ssl_cafile=pki["ca"], sasl_mechanism=mechanism, sasl_username="alice", sasl_password=SECRET)
+    assert got == [b"m0", b"m1", b"m2"]
+
+
+def test_embedded_broker_refuses_a_wrong_password(hmb_secure: dict[str, int], pki: dict[str, str]) -> None:
+    sec = Security("SASL_SSL", ssl_cafile=pki["ca"], sasl_mechanism="SCRAM-SHA-512", sasl_username="alice",
+                   sasl_password="not-it")
+    with pytest.raises(SaslAuthenticationFailedError, match="SCRAM-SHA-512 authentication of user 'alice'") as ei:
+        _metadata(f"127.0.0.1:{hmb_secure['SASL_SSL']}", sec)
+    assert "not-it" not in str(ei.value)
+
+
+def test_embedded_broker_mutual_tls(hmb_secure: dict[str, int], pki: dict[str, str]) -> None:
+    """A client certificate (ssl.certfile/ssl.keyfile) where the broker requires one."""
+    bootstrap = f"127.0.0.1:{hmb_secure['SSL']}"
+    assert _roundtrip(bootstrap, "e2e-mtls", security_protocol="SSL", ssl_cafile=pki["ca"],
+                      ssl_certfile=pki["good"], ssl_keyfile=pki["good"]) == [b"m0", b"m1", b"m2"]
+    with pytest.raises(KafkaConnectionError):
+        _metadata(bootstrap, Security("SSL", ssl_cafile=pki["ca"]), connect_timeout_ms=3000)
