@@ -1,7 +1,9 @@
-"""Spark read throughput: create_rdd on local[2] vs one SimpleConsumer loop, same data, same run.
+"""Spark throughput, reading and writing: create_rdd and the "hmb" sink on local[2] (and on a
+Spark standalone cluster with ``--cluster``) vs one hmbclient client in one process.
 
     .venv/bin/python bench/spark.py [--partitions 4] [--messages 250000] [--size 100]
                                     [--broker embedded|tansu] [--repeat 5] [--warmup 1]
+                                    [--no-read] [--no-write] [--cluster]
 
 Fills a topic with ``partitions x messages`` values of ``size`` bytes, then times
 ``--repeat`` interleaved rounds of:
@@ -12,11 +14,29 @@ Fills a topic with ``partitions x messages`` values of ``size`` bytes, then time
 * ``spark count``: ``create_rdd(sc, params, ranges).count()``;
 * ``spark content``: ``create_rdd(...).map(lambda kv: len(kv[1])).sum()``.
 
+The write path (rows written per second; every row acknowledged, checked through the topic's
+latest offsets; the sink is at-least-once, so more rows than written would be reported as
+duplicates, fewer fail the bench):
+
+* ``producer write``: this process, one async hmbclient Producer, ``send_record`` per row (as
+  the sink does), the same keys, ``batch.num.messages`` and ``request.required.acks``, then
+  a flush and every future checked;
+* ``sink write``: ``spark.range(...)`` made into (key, value) rows in the JVM, written with
+  ``df.write.mode("append").format("hmb")``, one task per topic partition;
+* ``pipeline``: read -> transform -> write: ``spark.read.format("hmb")`` on the filled topic,
+  the value upper-cased and prefixed with its offset, keyed by partition, written back with the
+  sink to another topic (read and write in one Spark job).
+
+With ``--cluster`` the Spark workloads also run on a LocalSparkCluster (a master and one
+1-core, 512 MiB worker per ``--cluster-workers``, executors in their own JVMs), after the
+local[2] ones: PySpark runs one SparkContext per process, so one after the other.
+
 Spark's per-job overhead (planning, scheduling, shipping the task, Python workers' results) is
 included; JVM start-up, JIT warm-up and the first Python worker forks are not (``--warmup``
 untimed rounds of every workload run first).
 Runs are interleaved round by round (the machine is shared); prints messages/s (medians) and
-the median of the per-round ratios spark / loop. Target: ratio >= 1.5 on a 2-core machine.
+the median of the per-round ratios spark / loop (read) and sink / producer (write). Target for
+the read path: ratio >= 1.5 on a 2-core machine.
 """
 
 from __future__ import annotations
@@ -81,6 +101,68 @@ def create_topic(bootstrap: str, topic: str, partitions: int) -> None:
         admin.create_topics([NewTopic(topic, partitions, 1)], timeout_ms=30_000)
     finally:
         admin.close()
+
+
+WRITE_BATCH = 2000
+WRITE_ACKS = -1  # the sink's default; one broker here, so the same as 1
+
+
+def latest_total(bootstrap: str, topic: str) -> int:
+    from spark_integration import get_latest_offsets
+
+    return sum(get_latest_offsets({"metadata.broker.list": bootstrap}, [topic]).values())
+
+
+def producer_write(bootstrap: str, topic: str, partitions: int, total: int, size: int) -> int:
+    """The write baseline: one async Producer in this process; returns rows acknowledged."""
+    from hmbclient import Producer
+
+    producer = Producer(metadata_broker_list=bootstrap, producer_type="async",
+                        batch_num_messages=WRITE_BATCH, request_required_acks=WRITE_ACKS)
+    value = b"x" * size
+    keys = [str(p).encode() for p in range(partitions)]
+    futures = []
+    try:
+        for i in range(total):
+            futures.append(producer.send_record(topic, value, keys[i % partitions]))
+            if len(futures) >= 20_000:  # as the sink: settle in slices, memory stays bounded
+                producer.flush()
+                for f in futures:
+                    f.result(timeout=60)
+                futures.clear()
+        producer.flush()
+        for f in futures:
+            f.result(timeout=60)
+    finally:
+        producer.close()
+    return total
+
+
+def sink_write(spark: Any, bootstrap: str, topic: str, partitions: int, total: int, size: int) -> None:
+    df = spark.range(0, total, 1, partitions).selectExpr(
+        f"CAST(id % {partitions} AS STRING) AS key", f"repeat('x', {size}) AS value")
+    (df.write.mode("append").format("hmb").option("metadata.broker.list", bootstrap)
+     .option("topic", topic).option("batch.num.messages", str(WRITE_BATCH))
+     .option("request.required.acks", str(WRITE_ACKS)).save())
+
+
+def pipeline(spark: Any, bootstrap: str, source: str, topic: str) -> None:
+    df = (spark.read.format("hmb").option("metadata.broker.list", bootstrap).option("topic", source)
+          .load())
+    out = df.selectExpr("CAST(partition AS STRING) AS key",
+                        "concat(CAST(offset AS STRING), ':', upper(CAST(value AS STRING))) AS value")
+    (out.write.mode("append").format("hmb").option("metadata.broker.list", bootstrap)
+     .option("topic", topic).option("batch.num.messages", str(WRITE_BATCH))
+     .option("request.required.acks", str(WRITE_ACKS)).save())
+
+
+def written(bootstrap: str, topic: str, fn: Callable[[], Any]) -> Callable[[], int]:
+    """``fn`` as a workload returning the rows it added to ``topic`` (its latest offsets)."""
+    def run() -> int:
+        before = latest_total(bootstrap, topic)
+        fn()
+        return latest_total(bootstrap, topic) - before
+    return run
 
 
 def loop_read(host: str, port: int, ranges: list[Any], content: bool) -> int:
@@ -155,6 +237,110 @@ def timed(fn: Callable[[], int], repeat: int) -> tuple[float, int]:
     return statistics.median(times), result
 
 
+def measure(title: str, workloads: dict[str, Callable[[], int]], expect: dict[str, int],
+            rows: int, args: argparse.Namespace, broker_pid: int | None,
+            ratios: list[tuple[str, str, str]]) -> None:
+    """Interleaved timed rounds of ``workloads`` (after ``args.warmup`` untimed ones); prints
+    rows/s and CPU-s per workload and, per (label, numerator, denominator) in ``ratios``, the
+    median of the per-round speed ratios. A workload returning fewer than ``expect`` rows
+    stops the bench; more (a write's at-least-once duplicates) is reported."""
+    # Interleaved rounds: the machine is shared, so each round compares runs made seconds
+    # apart, and the ratio reported is the median of the per-round ratios.
+    times: dict[str, list[float]] = {name: [] for name in workloads}
+    cpus: dict[str, list[float]] = {name: [] for name in workloads}
+    extra: dict[str, int] = dict.fromkeys(workloads, 0)
+    me = os.getpid()
+    # Untimed rounds first: JIT-compile the JVM's paths and warm both sides' caches (standard
+    # benchmark practice; the timed rounds still include every per-job cost).
+    for _ in range(args.warmup):
+        for fn in workloads.values():
+            fn()
+    load_before = os.getloadavg()[0]
+    for _ in range(args.repeat):
+        for name, fn in workloads.items():
+            cpu0 = tree_cpu(me, broker_pid)
+            secs, got = timed(fn, 1)
+            cpus[name].append(tree_cpu(me, broker_pid) - cpu0)
+            if got < expect[name] or (got != expect[name] and not name.endswith(("write", "pipeline"))):
+                raise SystemExit(f"{title} {name}: got {got}, expected {expect[name]}")
+            extra[name] += got - expect[name]
+            times[name].append(secs)
+    load_after = os.getloadavg()[0]
+
+    # CPU-s: this process and its children (Spark's JVM and Python workers), broker
+    # excluded; unlike wall time it barely depends on what else the machine runs. (On a
+    # standalone cluster the executors are the workers' children, not ours: not counted.)
+    print(f"-- {title}")
+    print(f"{'workload':<16}{'median s':>9}{'rows/s':>14}{'CPU-s':>8}   runs (s)")
+    for name, ts in times.items():
+        med = statistics.median(ts)
+        runs = " ".join(f"{t:.2f}" for t in ts)
+        cpu = statistics.median(cpus[name])
+        dup = f"   ({extra[name]} duplicate rows)" if extra[name] else ""
+        print(f"{name:<16}{med:>9.2f}{rows / med:>14,.0f}{cpu:>8.2f}   {runs}{dup}")
+    for label, num, den in ratios:
+        if num in times and den in times:
+            per_round = [d / n for n, d in zip(times[num], times[den], strict=True)]
+            print(f"ratio {label:<28} {statistics.median(per_round):5.2f}x  "
+                  f"(per round: {' '.join(f'{r:.2f}' for r in per_round)})")
+    for kind in ("count", "content"):
+        if f"loop {kind}" in cpus and f"spark {kind}" in cpus:
+            loop_cpu = statistics.median(cpus[f"loop {kind}"])
+            spark_cpu = statistics.median(cpus[f"spark {kind}"])
+            print(f"CPU bound on {os.cpu_count()} idle cores, {kind:<8}: spark/loop <= "
+                  f"{(os.cpu_count() or 1) * loop_cpu / max(spark_cpu, 1e-9):4.2f}x "
+                  f"(loop {loop_cpu:.2f} CPU-s, spark {spark_cpu:.2f} CPU-s; read target >= 1.5x)")
+    print(f"load average (1 min) {load_before:.1f} -> {load_after:.1f} on {os.cpu_count()} cores")
+
+
+def spark_workloads(spark: Any, args: argparse.Namespace, bootstrap: str, host: str, port: int,
+                    topic: str, tag: str) -> tuple[dict[str, Callable[[], int]], dict[str, int]]:
+    """The read workloads (unless --no-read) and the write ones (unless --no-write)."""
+    from spark_integration import OffsetRange, create_rdd
+
+    total = args.partitions * args.messages
+    sc = spark.sparkContext
+    params = {"metadata.broker.list": bootstrap, "fetch.message.max.bytes": FETCH_BYTES}
+    ranges = [OffsetRange(topic, p, 0, args.messages) for p in range(args.partitions)]
+    # Warm-up: start the Python workers and import the reader once.
+    create_rdd(sc, params, [OffsetRange(topic, p, 0, 10) for p in range(2)]).count()
+    workloads: dict[str, Callable[[], int]] = {}
+    expect: dict[str, int] = {}
+    if not args.no_read:
+        workloads.update({
+            "loop count": lambda: loop_read(host, port, ranges, False),
+            "spark count": lambda: create_rdd(sc, params, ranges).count(),
+            "loop content": lambda: loop_read(host, port, ranges, True),
+            "spark content": lambda: create_rdd(sc, params, ranges)
+            .map(lambda kv: len(kv[1])).sum(),
+        })
+        expect.update({"loop count": total, "spark count": total,
+                       "loop content": total * args.size, "spark content": total * args.size})
+    if not args.no_write:
+        outs = {name: f"bench-{tag}-{name.replace(' ', '-')}" for name in
+                ("producer write", "sink write", "pipeline")}
+        for out in outs.values():
+            create_topic(bootstrap, out, args.partitions)
+        workloads.update({
+            "producer write": written(bootstrap, outs["producer write"], lambda: producer_write(
+                bootstrap, outs["producer write"], args.partitions, total, args.size)),
+            "sink write": written(bootstrap, outs["sink write"], lambda: sink_write(
+                spark, bootstrap, outs["sink write"], args.partitions, total, args.size)),
+            "pipeline": written(bootstrap, outs["pipeline"], lambda: pipeline(
+                spark, bootstrap, topic, outs["pipeline"])),
+        })
+        expect.update(dict.fromkeys(outs, total))
+    return workloads, expect
+
+
+RATIOS = [
+    ("spark/loop count", "spark count", "loop count"),
+    ("spark/loop content", "spark content", "loop content"),
+    ("sink/producer write", "sink write", "producer write"),
+    ("pipeline/producer write", "pipeline", "producer write"),
+]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--partitions", type=int, default=4)
@@ -163,12 +349,16 @@ def main() -> None:
     ap.add_argument("--broker", choices=("embedded", "tansu"), default="embedded")
     ap.add_argument("--repeat", type=int, default=5, help="timed rounds")
     ap.add_argument("--warmup", type=int, default=1, help="untimed rounds first")
+    ap.add_argument("--no-read", action="store_true", help="skip the read workloads")
+    ap.add_argument("--no-write", action="store_true", help="skip the write workloads")
+    ap.add_argument("--cluster", action="store_true",
+                    help="also run the Spark workloads on a local standalone cluster")
+    ap.add_argument("--cluster-workers", type=int, default=2, help="1-core workers (--cluster)")
     args = ap.parse_args()
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     from contextlib import ExitStack
-
-    from spark_integration import OffsetRange, create_rdd
 
     total = args.partitions * args.messages
     with ExitStack() as stack:
@@ -192,7 +382,7 @@ def main() -> None:
         fill(bootstrap, topic, args.partitions, args.messages, args.size)
         print(f"filled {total:,} x {args.size} B in {time.perf_counter() - t0:.1f} s "
               f"({args.broker} broker at {bootstrap})")
-        ranges = [OffsetRange(topic, p, 0, args.messages) for p in range(args.partitions)]
+        broker_pid = broker.proc.pid if args.broker == "embedded" else None
 
         from pyspark.sql import SparkSession
 
@@ -206,64 +396,30 @@ def main() -> None:
             .getOrCreate()
         )
         spark.sparkContext.setLogLevel("ERROR")
-        stack.callback(spark.stop)
-        sc = spark.sparkContext
-        params = {"metadata.broker.list": bootstrap, "fetch.message.max.bytes": FETCH_BYTES}
-        # Warm-up: start the Python workers and import the reader once.
-        create_rdd(sc, params, [OffsetRange(topic, p, 0, 10) for p in range(2)]).count()
+        try:
+            spark_integration_register(spark)
+            workloads, expect = spark_workloads(spark, args, bootstrap, host, port, topic, "local")
+            measure("local[2]", workloads, expect, total, args, broker_pid, RATIOS)
+        finally:
+            spark.stop()
+        if args.cluster:
+            from hmbclient.testing.spark import LocalSparkCluster
 
-        workloads: dict[str, Callable[[], int]] = {
-            "loop count": lambda: loop_read(host, port, ranges, False),
-            "spark count": lambda: create_rdd(sc, params, ranges).count(),
-            "loop content": lambda: loop_read(host, port, ranges, True),
-            "spark content": lambda: create_rdd(sc, params, ranges)
-            .map(lambda kv: len(kv[1])).sum(),
-        }
-        expect = {"loop count": total, "spark count": total,
-                  "loop content": total * args.size, "spark content": total * args.size}
-        # Interleaved rounds: the machine is shared, so each round compares runs made seconds
-        # apart, and the ratio reported is the median of the per-round ratios.
-        times: dict[str, list[float]] = {name: [] for name in workloads}
-        cpus: dict[str, list[float]] = {name: [] for name in workloads}
-        broker_pid = broker.proc.pid if args.broker == "embedded" else None
-        me = os.getpid()
-        # One untimed round first: JIT-compiles the JVM's paths and warms both sides' caches
-        # (standard benchmark practice; the timed rounds still include every per-job cost).
-        for _ in range(args.warmup):
-            for fn in workloads.values():
-                fn()
-        load_before = os.getloadavg()[0]
-        for _ in range(args.repeat):
-            for name, fn in workloads.items():
-                cpu0 = tree_cpu(me, broker_pid)
-                secs, got = timed(fn, 1)
-                cpus[name].append(tree_cpu(me, broker_pid) - cpu0)
-                if got != expect[name]:
-                    raise SystemExit(f"{name}: got {got}, expected {expect[name]}")
-                times[name].append(secs)
-        load_after = os.getloadavg()[0]
+            cluster = stack.enter_context(LocalSparkCluster(workers=args.cluster_workers))
+            spark = cluster.session("bench-spark-cluster")
+            spark.sparkContext.setLogLevel("ERROR")
+            try:
+                workloads, expect = spark_workloads(spark, args, bootstrap, host, port, topic, "cluster")
+                measure(f"standalone cluster ({args.cluster_workers} x 1-core workers, "
+                        f"{cluster.master_url})", workloads, expect, total, args, broker_pid, RATIOS)
+            finally:
+                spark.stop()
 
-        # CPU-s: this process and its children (Spark's JVM and Python workers), broker
-        # excluded; unlike wall time it barely depends on what else the machine runs.
-        print(f"{'workload':<16}{'median s':>9}{'msgs/s':>14}{'CPU-s':>8}   runs (s)")
-        for name, ts in times.items():
-            med = statistics.median(ts)
-            runs = " ".join(f"{t:.2f}" for t in ts)
-            cpu = statistics.median(cpus[name])
-            print(f"{name:<16}{med:>9.2f}{total / med:>14,.0f}{cpu:>8.2f}   {runs}")
-        for kind in ("count", "content"):
-            ratios = [lo / sp for lo, sp in zip(times[f"loop {kind}"], times[f"spark {kind}"],
-                                                strict=True)]
-            print(f"ratio spark/loop {kind:<8} {statistics.median(ratios):5.2f}x  "
-                  f"(per round: {' '.join(f'{r:.2f}' for r in ratios)}; target >= 1.5x)")
-        for kind in ("count", "content"):
-            loop_cpu = statistics.median(cpus[f"loop {kind}"])
-            spark_cpu = statistics.median(cpus[f"spark {kind}"])
-            print(f"CPU bound on {os.cpu_count()} idle cores, {kind:<8}: spark/loop <= "
-                  f"{(os.cpu_count() or 1) * loop_cpu / spark_cpu:4.2f}x "
-                  f"(loop {loop_cpu:.2f} CPU-s, spark {spark_cpu:.2f} CPU-s)")
-        print(f"load average (1 min) {load_before:.1f} -> {load_after:.1f} on "
-              f"{os.cpu_count()} cores")
+
+def spark_integration_register(spark: Any) -> None:
+    from spark_integration import register
+
+    register(spark)
 
 
 if __name__ == "__main__":
