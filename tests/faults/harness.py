@@ -20,13 +20,13 @@ One run (:class:`FaultRun`):
   ``replica.lag.time.max.ms`` but within the session (the ISR shrinks, then it returns),
   SIGSTOP past the session timeout (ZooKeeper expires the session, the controller moves the
   broker's leaderships away, the broker comes back and registers again), and SIGKILL of every
-  broker followed by a restart of all; and the two first ones combined: a follower paused until
-  it leaves a partition's ISR, then that partition's leader killed (the new leader must be the
+  broker followed by a restart of all; and a combination: a follower paused until it leaves a
+  partition's ISR, then that partition's leader killed (the new leader must be the
   one replica still in the ISR, and it may take writes only once the other catches up again,
   min.insync.replicas being 2). Each fault ends by waiting for its effect (ZooKeeper
   deregistration, a new leader or controller, the ISR shrink), then for the recovery: every
   broker registered and seen, every ISR back to 3 replicas, every producer acknowledged again.
-  Nothing waits a fixed time except a pause, whose length is the fault.
+  Nothing sleeps a fixed time: even a pause lasts until its effect is seen (within a bound).
 * Validation at the end, with the producers stopped: every partition is read from its leader;
   every acknowledged value must be there (zero lost), and the acknowledged position
   (partition, offset) must hold that value (a retry may have written an older copy elsewhere:
@@ -57,6 +57,7 @@ from pathlib import Path
 from typing import Any
 
 from kazoo.client import KazooClient
+from kazoo.exceptions import KazooException
 
 from hmbclient import FetchRequest, Producer, ProducerData, SimpleConsumer
 from hmbclient.broker import EmbeddedCluster
@@ -122,8 +123,8 @@ def _wait(what: str, check: Callable[[], bool], timeout_s: float) -> float:
         try:
             if check():
                 return time.monotonic() - start
-        except (HmbError, OSError):
-            pass  # a broker on its way down or up: ask again
+        except (HmbError, OSError, KazooException):
+            pass  # a broker on its way down or up, a ZooKeeper hiccup: ask again
         if time.monotonic() > deadline:
             raise TimeoutError(f"timed out after {timeout_s:.0f} s waiting for {what}")
         time.sleep(pause)
@@ -176,8 +177,7 @@ class AckLog:
 
 
 def encode_value(value: int) -> bytes:
-    # Fixed width (10 digits for every producer's range): a value's bytes never occur inside
-    # another value's, so the raw search of the log directories cannot mistake one for another.
+    """A value as the producers send it: ten ASCII digits (every producer's range fits)."""
     return b"%010d" % value
 
 
@@ -193,7 +193,7 @@ class ProducerWorker:
     chunk = 1
 
     def __init__(self, index: int, bootstrap: str, topic: str, *, rate: float = 100.0, max_outstanding: int = 500) -> None:
-        self.name = f"{self.kind}"
+        self.name = self.kind
         self.log = AckLog(self.name, (index + 1) * 1_000_000_000)
         self.bootstrap = bootstrap
         self.topic = topic
