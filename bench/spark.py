@@ -268,8 +268,8 @@ def measure(title: str, workloads: dict[str, Callable[[], int]], expect: dict[st
     load_after = os.getloadavg()[0]
 
     # CPU-s: this process and its children (Spark's JVM and Python workers), broker
-    # excluded; unlike wall time it barely depends on what else the machine runs. (On a
-    # standalone cluster the executors are the workers' children, not ours: not counted.)
+    # excluded; unlike wall time it barely depends on what else the machine runs. (On the
+    # standalone cluster the daemons are our children and the executors theirs: counted.)
     print(f"-- {title}")
     print(f"{'workload':<16}{'median s':>9}{'rows/s':>14}{'CPU-s':>8}   runs (s)")
     for name, ts in times.items():
