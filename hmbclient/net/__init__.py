@@ -4,6 +4,8 @@
 * :mod:`.connection` — one non-blocking broker connection (in-flight queue, timeouts,
   reconnect backoff, the ApiVersions probe).
 * :mod:`.metadata` — the cluster view (brokers, leaders, partitions) and its refresh rules.
+* :mod:`.security` — TLS contexts and SASL mechanisms (:class:`Security`, from the clients'
+  ``security.protocol`` / ``ssl.*`` / ``sasl.*`` settings).
 * :mod:`.versions` — the one seam choosing API versions: "auto", pinned sets, the "hmb" dialect.
 * :mod:`.retry` — tenacity retry policies with exponential backoff and jitter.
 """
@@ -18,6 +20,7 @@ from hmbclient.net.client import (
 )
 from hmbclient.net.metadata import ClusterView, Metadata, PartitionInfo, TopicInfo
 from hmbclient.net.retry import backoff_ms, is_retriable, retry_policy
+from hmbclient.net.security import Security
 from hmbclient.net.versions import (
     DIALECTS,
     LEGACY_VERSIONS,
@@ -36,6 +39,7 @@ __all__ = [
     "BROKER_DISCONNECTED",
     "BROKER_UNAVAILABLE",
     "parse_bootstrap",
+    "Security",
     "Metadata",
     "ClusterView",
     "TopicInfo",

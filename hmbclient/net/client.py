@@ -19,6 +19,10 @@ Threading contract:
   called there too, with a :class:`BrokerEvent`; exceptions they raise are logged and dropped.
 * Node ids: brokers from Metadata keep their ids (>= 0); bootstrap servers get ids -1, -2, ...
   (``bootstrap_ids``) until metadata names them.
+* Security: ``security=Security(...)`` (TLS, SASL) applies to every connection, bootstrap and
+  metadata-learnt alike; the TLS handshake and the SASL exchange run in the I/O thread (see
+  :mod:`.connection`), and an SSL socket's already-decrypted bytes are read without waiting
+  for the selector (``BrokerConnection.buffered``).
 * A request that cannot be written or answered in time fails with RequestTimedOutError naming
   the API; an unreachable broker fails queued requests with KafkaConnectionError naming the
   address. Nothing waits past its timeout.

@@ -141,6 +141,31 @@ def pki(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     out["expired"] = _write(d / "expired.pem", _cert("old", k, (ca, ca_key), names=local, expired=True), k)
     k = _key()
     out["self_signed"] = _write(d / "self.pem", _cert("self", k, None, names=local), k)
+    # A certificate the CA revoked, and the CA's revocation list naming it.
+    k = _key()
+    revoked = _cert("revoked", k, (ca, ca_key), names=local)
+    out["revoked"] = _write(d / "revoked.pem", revoked, k)
+    now = datetime.datetime.now(datetime.UTC)
+    crl = (
+        x509.CertificateRevocationListBuilder()
+        .issuer_name(ca.subject)
+        .last_update(now - datetime.timedelta(hours=1))
+        .next_update(now + datetime.timedelta(days=1))
+        .add_revoked_certificate(
+            x509.RevokedCertificateBuilder().serial_number(revoked.serial_number).revocation_date(now).build()
+        )
+        .sign(ca_key, hashes.SHA256())
+    )
+    (d / "crl.pem").write_bytes(crl.public_bytes(serialization.Encoding.PEM))
+    out["crl"] = str(d / "crl.pem")
+    # A client certificate whose key is encrypted (ssl.password unlocks it).
+    k = _key()
+    out["client_cert"] = _write(d / "client.pem", _cert("client", k, (ca, ca_key), names=local))
+    (d / "client.key").write_bytes(
+        k.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                        serialization.BestAvailableEncryption(SECRET.encode()))
+    )
+    out["client_key"] = str(d / "client.key")
     return out
 
 
@@ -570,6 +595,24 @@ def test_tls_refusals_name_the_cause(
         _metadata(f"{host}:{secure.port}", sec, connect_timeout_ms=5000)
 
 
+def test_revoked_certificate_is_refused_with_ssl_crlfile(secure: SecureFront, pki: dict[str, str]) -> None:
+    secure.tls = _server_ctx(pki["revoked"])
+    with pytest.raises(KafkaConnectionError, match="revoked"):
+        _metadata(secure.bootstrap, Security("SSL", ssl_cafile=pki["ca"], ssl_crlfile=pki["crl"]))
+    secure.tls = _server_ctx(pki["good"])  # the list names only the revoked one
+    assert _metadata(secure.bootstrap, Security("SSL", ssl_cafile=pki["ca"], ssl_crlfile=pki["crl"])).brokers
+
+
+def test_encrypted_client_key_needs_ssl_password(pki: dict[str, str]) -> None:
+    with pytest.raises(ConfigError) as ei:
+        Security("SSL", ssl_cafile=pki["ca"], ssl_certfile=pki["client_cert"], ssl_keyfile=pki["client_key"],
+                 ssl_password="wrong-key-password")
+    assert "wrong-key-password" not in str(ei.value) and "client.key" in str(ei.value)
+    sec = Security("SSL", ssl_cafile=pki["ca"], ssl_certfile=pki["client_cert"], ssl_keyfile=pki["client_key"],
+                   ssl_password=SECRET)
+    assert sec.ssl_context is not None and SECRET not in repr(sec)
+
+
 def test_hostname_check_can_be_turned_off(secure: SecureFront, pki: dict[str, str]) -> None:
     secure.tls = _server_ctx(pki["other_host"])
     sec = Security("SSL", ssl_cafile=pki["ca"], ssl_check_hostname=False)
@@ -677,9 +720,11 @@ def test_embedded_broker_refuses_a_wrong_password(hmb_secure: dict[str, int], pk
 
 
 def test_embedded_broker_mutual_tls(hmb_secure: dict[str, int], pki: dict[str, str]) -> None:
-    """A client certificate (ssl.certfile/ssl.keyfile) where the broker requires one."""
+    """A client certificate (ssl.certfile, its key encrypted: ssl.keyfile + ssl.password) where
+    the broker requires one."""
     bootstrap = f"127.0.0.1:{hmb_secure['SSL']}"
     assert _roundtrip(bootstrap, "e2e-mtls", security_protocol="SSL", ssl_cafile=pki["ca"],
-                      ssl_certfile=pki["good"], ssl_keyfile=pki["good"]) == [b"m0", b"m1", b"m2"]
+                      ssl_certfile=pki["client_cert"], ssl_keyfile=pki["client_key"],
+                      ssl_password=SECRET) == [b"m0", b"m1", b"m2"]
     with pytest.raises(KafkaConnectionError):
         _metadata(bootstrap, Security("SSL", ssl_cafile=pki["ca"]), connect_timeout_ms=3000)
