@@ -558,3 +558,47 @@ def test_group_listing_apis_show_only_authorized_groups() -> None:
     dreq = _req(ApiKey.DELETE_GROUPS, 0, groups_names=["theirs"])
     assert refuse_request(auth, RequestHeader(ApiKey.DELETE_GROUPS, 0, 3, "t"), dreq, ch, lambda *a: pytest.fail("must not run"))
     assert [tuple(r) for r in ch.sent[0].results] == [("theirs", ErrorCode.GROUP_AUTHORIZATION_FAILED)]
+
+
+def test_cluster_with_authorizer_replicates_when_brokers_may_cluster_action(zookeeper: Any, creds_file: str) -> None:
+    """Two brokers, ACLs and credentials in ZooKeeper: the brokers talk to each other on the
+    first (PLAINTEXT) listener as User:ANONYMOUS, which an ACL limited to the brokers' host
+    lets do ClusterAction; clients use SASL. Replication works, and a client on the plaintext
+    listener still may not produce."""
+    from hmbclient.broker import EmbeddedCluster
+    from hmbclient.broker.security.authorizer import ZkAclStore
+    from hmbclient.broker.security.credentials import ZkCredentialStore
+    from hmbclient.broker.security.tool import add_user, open_store
+
+    chroot = f"{zookeeper.connect}/sec-{uuid.uuid4().hex[:8]}"
+    with open_store("acls", zookeeper=chroot) as acls:
+        assert isinstance(acls, ZkAclStore)
+        acls.add([
+            Acl.make("Cluster", "kafka-cluster", "User:ANONYMOUS", "ClusterAction", host="127.0.0.1"),
+            Acl.make("Topic", "rep-", "User:alice", "All", pattern_type="PREFIXED"),
+            # EmbeddedCluster's own create_topic/await_isr helpers speak plaintext too.
+            Acl.make("Topic", "rep-", "User:ANONYMOUS", "Create", host="127.0.0.1", pattern_type="PREFIXED"),
+            Acl.make("Topic", "rep-", "User:ANONYMOUS", "Describe", host="127.0.0.1", pattern_type="PREFIXED"),
+        ])
+    with open_store("users", zookeeper=chroot) as users:
+        assert isinstance(users, ZkCredentialStore)
+        add_user(users, "alice", PASSWORD)
+    topic = f"rep-{uuid.uuid4().hex[:6]}"
+    with EmbeddedCluster(brokers=2, zookeeper_connect=chroot, listeners=["PLAINTEXT://127.0.0.1:0", "SASL_PLAINTEXT://127.0.0.1:0"],
+                         authorizer_class_name="AclAuthorizer", offsets_topic_replication_factor=2) as cluster:
+        cluster.create_topic(topic, 1, 2)
+        cluster.await_isr(topic, size=2)
+        leader = cluster.broker(cluster.leader(topic, 0))
+        sasl_port = next(lst.port for lst in leader.server.listeners if lst.protocol == "SASL_PLAINTEXT")
+        with RawClient("127.0.0.1", sasl_port) as c:
+            assert _sasl_plain(c, "alice", PASSWORD).error_code == ErrorCode.NONE
+            resp = c.request(_req(ApiKey.PRODUCE, 3, transactional_id=None, acks=-1, timeout_ms=10000, topics=[(topic, [(0, encode([(None, b"both")]))])]))
+            assert resp.topics[0].partitions[0].error_code == ErrorCode.NONE
+        with RawClient("127.0.0.1", leader.port) as c:  # plaintext: anonymous, no Write
+            assert _produce_code(c, topic) == ErrorCode.TOPIC_AUTHORIZATION_FAILED
+        for b in cluster.brokers:
+            part = b.replica_manager.partition(topic, 0)
+            deadline = time.monotonic() + TIMEOUT_S
+            while part.log.log_end_offset < 1 and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert part.log.log_end_offset == 1  # the one SASL message on both replicas
