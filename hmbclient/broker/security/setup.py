@@ -10,6 +10,15 @@ one PLAINTEXT listener on ``host.name:port``, as a broker always had); SSL ones 
 
 Both raise ``ConfigError`` when a needed store is missing (a SASL listener with neither a
 credentials file nor ZooKeeper), so a broker never serves with security half set up.
+
+``ssl.client.auth`` applies to every TLS listener (SSL and SASL_SSL), as in Kafka.
+
+Brokers reach each other on the first listener, which is the one registered in ZooKeeper, and
+their channels speak plaintext without SASL: in a cluster the first listener must be
+PLAINTEXT, and with an authorizer the brokers' principal there is ``User:ANONYMOUS``; give it
+ClusterAction on the Cluster limited to the brokers' hosts (``hmb acls add --principal
+User:ANONYMOUS --operation ClusterAction --cluster --host 10.0.0.5``), or list it in
+``super.users``.
 """
 
 from __future__ import annotations
