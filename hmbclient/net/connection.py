@@ -400,7 +400,8 @@ class BrokerConnection:
             d = self._probe_deadline
         elif self.state is ConnState.AUTHENTICATING:
             d = self._auth_deadline
-        elif self.state is ConnState.READY and self._reauth_at is not None:
+        elif self.state is ConnState.READY and self._reauth_at is not None and not self._reauthenticating:
+            # (Once due, the re-authentication starts when the last answer arrives: no timer.)
             d = self._reauth_at
         elif self.state is ConnState.DISCONNECTED and (self._pending or self._version_waiters):
             d = self._backoff_until
