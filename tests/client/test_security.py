@@ -535,6 +535,28 @@ def test_reauthenticates_before_the_session_lifetime_ends(secure: SecureFront) -
     assert [e.kind for e in events] == ["broker_connected"]
 
 
+def test_reauthentication_waits_for_an_answer_in_flight(secure: SecureFront) -> None:
+    """A re-authentication that falls due during a long-polling Fetch starts after its answer,
+    and the I/O thread does not spin meanwhile."""
+    secure.sasl, secure.lifetime_ms = True, 500
+    sec = dict(security_protocol="SASL_PLAINTEXT", sasl_mechanism="PLAIN", sasl_username="alice", sasl_password=SECRET)
+    with Producer(metadata_broker_list=secure.bootstrap, request_timeout_ms=8000, **sec) as p:
+        (f,) = p.send(ProducerData("long-poll", b"k", [b"x"]))
+        part = f.result(10).partition
+    accepted = secure.accepted
+    with SimpleConsumer("127.0.0.1", secure.port, so_timeout_ms=8000, fetch_wait_max_ms=1200, fetch_min_bytes=1,
+                        prefetch=False, **sec) as c:
+        t0, cpu0 = time.monotonic(), time.process_time()
+        for _ in range(2):
+            assert list(c.fetch(FetchRequest("long-poll", part, 1, 1 << 20))) == []
+        elapsed, cpu = time.monotonic() - t0, time.process_time() - cpu0
+        assert [m.value for m in c.fetch(FetchRequest("long-poll", part, 0, 1 << 20))] == [b"x"]
+    assert elapsed >= 2.0, "the broker did not hold the fetches: nothing was in flight at the re-auth point"
+    assert secure.accepted - accepted == 1, "the consumer's connection was not kept"
+    assert secure.authentications >= 3  # producer, consumer, and the consumer's re-authentication(s)
+    assert cpu < 0.2 * elapsed, f"{cpu:.2f}s of CPU in {elapsed:.2f}s: the I/O loop spun"
+
+
 def test_tansu_refuses_unknown_users() -> None:
     """A real broker's refusal: Tansu with --authentication knows no users (see module doc)."""
     port = _free_port()
