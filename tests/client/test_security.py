@@ -403,7 +403,8 @@ def _server_ctx(certfile: str) -> ssl.SSLContext:
 
 
 def _metadata(bootstrap: str, security: Security | None, **kw: Any) -> Any:
-    with NetClient(bootstrap, security=security, request_timeout_ms=8000, **kw) as c:
+    kw.setdefault("request_timeout_ms", 8000)
+    with NetClient(bootstrap, security=security, **kw) as c:
         return c.call(-1, lambda v: v.build(ApiKey.METADATA, topics=None), api_key=ApiKey.METADATA)
 
 
@@ -750,3 +751,10 @@ def test_embedded_broker_mutual_tls(hmb_secure: dict[str, int], pki: dict[str, s
                       ssl_password=SECRET) == [b"m0", b"m1", b"m2"]
     with pytest.raises(KafkaConnectionError):
         _metadata(bootstrap, Security("SSL", ssl_cafile=pki["ca"]), connect_timeout_ms=3000)
+
+
+def test_embedded_broker_plaintext_client_on_its_tls_listener(hmb_secure: dict[str, int]) -> None:
+    t0 = time.monotonic()
+    with pytest.raises(KafkaConnectionError, match="if this is a TLS listener, set security.protocol"):
+        _metadata(f"127.0.0.1:{hmb_secure['SASL_SSL']}", None, request_timeout_ms=3000, probe_timeout_ms=1000)
+    assert time.monotonic() - t0 < 5
