@@ -429,8 +429,10 @@ class BrokerGroupMember:
             self._thread.join(timeout=30)
         try:
             if self.owned:
+                # Commit under a generation we still hold (not after being dropped: FENCED
+                # cleared it); a SyncGroup that completed while we closed counts too.
                 owned, self.owned = dict(self.owned), {}
-                self._revoke(owned, commit=release and previous in _OWNING, reason="close")
+                self._revoke(owned, commit=release and self.generation_id >= 0, reason="close")
         finally:
             if self.member_id and self._coordinator is not None:
                 self._leave()

@@ -555,3 +555,44 @@ def test_topic_filter_follows_new_topics(tansu: Any, make_member: Any, producer:
     assert Counter((m.topic, m.partition, m.message) for _, m in got.messages) == Counter(
         [(f"{prefix}-a", p, v) for p, v in a] + [(f"{prefix}-b", p, v) for p, v in b]
     )
+
+
+def test_a_coordinator_that_goes_away_is_found_again() -> None:
+    """The broker stops (the coordinator is lost) and comes back empty on the same port (Tansu
+    keeps nothing in memory storage): the member looks the coordinator up again, learns it was
+    forgotten, revokes without a commit, joins anew and consumes on."""
+    from hmbclient.testing.tansu import LocalTansu
+
+    broker = LocalTansu().start()
+    try:
+        topic, group = unique("bg-gone"), unique("g")
+        events = Events()
+        create_topic(broker.bootstrap, topic, 2)
+        member = Consumer.create({**FAST, "bootstrap.servers": broker.bootstrap, "group.id": group},
+                                 status_listener=events)
+        try:
+            stream = member.create_message_streams({topic: 1})[topic][0]
+            wait_until(lambda: member.await_rebalance(0.5) and len(member.owned_partitions()) == 2, 60,
+                       "the member owning the topic")
+            p = Producer(broker.bootstrap)
+            first = p.spread(topic, 3, tag="a")
+            p.close()
+            assert Counter(drain([("m", stream)]).values()) == Counter(first)
+
+            broker.stop()
+            wait_until(lambda: events.of("coordinator_lost"), 30, "the coordinator lost")
+            broker.start()  # same port, nothing remembered
+            create_topic(broker.bootstrap, topic, 2)
+            p = Producer(broker.bootstrap)
+            second = p.spread(topic, 3, tag="b")
+            p.close()
+            wait_until(lambda: events.of("fenced") and member.await_rebalance(0.5)
+                       and len(member.owned_partitions()) == 2, 60, "the member joined again",
+                       diag=lambda: [(e.kind, dict(e.fields)) for e in events.items[-12:]])
+            assert Counter(drain([("m", stream)]).values()) == Counter(second)
+            kinds = [e.kind for e in events.items]
+            assert kinds.index("coordinator_lost") < max(i for i, k in enumerate(kinds) if k == "coordinator_found")
+        finally:
+            member.shutdown()
+    finally:
+        broker.stop()
