@@ -25,17 +25,17 @@ Where the member stands is one :class:`MemberState`; every change goes through
 ``BrokerGroupMember._transition(event)``, which looks the move up in ``_TRANSITIONS`` (see
 :func:`next_state`); an event a state does not expect raises :class:`IllegalTransition`::
 
-    NEW --START--> DISCOVERING --COORDINATOR_FOUND--> JOINING --JOINED--> SYNCING
-                        ^                               ^  |                 |
-                        |       REJOIN (MEMBER_ID_REQUIRED, UNKNOWN_MEMBER_ID,|
-                        |       REBALANCE_IN_PROGRESS, a newer trigger)  ---+ REJOIN (sync refused)
-                        |                               |                    |
-                        |                               +--REJOIN, FENCED--- STABLE <--SYNCED--+
-                        |                                                   |   ^
-       FENCED (session lost) --- REDISCOVERING <--COORDINATOR_LOST---------+   |
-                                      +--------------COORDINATOR_FOUND---------+
-    DISCOVERING, JOINING, SYNCING --COORDINATOR_LOST--> DISCOVERING
-    every state --CLOSE--> CLOSED
+    NEW              --START-------------> DISCOVERING
+    DISCOVERING      --COORDINATOR_FOUND-> JOINING
+    JOINING          --JOINED------------> SYNCING
+    SYNCING          --SYNCED------------> STABLE
+    SYNCING          --REJOIN------------> JOINING        (SyncGroup refused)
+    STABLE           --REJOIN, FENCED----> JOINING        (revoked with / without a commit)
+    STABLE           --COORDINATOR_LOST--> REDISCOVERING
+    REDISCOVERING    --COORDINATOR_FOUND-> STABLE         (same generation: heartbeats resume)
+    REDISCOVERING    --FENCED------------> DISCOVERING    (the session ran out: revoked uncommitted)
+    JOINING, SYNCING --COORDINATOR_LOST--> DISCOVERING
+    every state      --CLOSE-------------> CLOSED
 
 * NEW: constructed; :meth:`BrokerGroupMember.start` starts the group thread.
 * DISCOVERING: no coordinator known, nothing owned: FindCoordinator (retried with backoff).
