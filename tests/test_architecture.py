@@ -60,7 +60,7 @@ ALLOWED: dict[str, tuple[str, ...]] = {
                         "rebalance"),
     # the server and the local servers built on it
     "hmbclient.broker": (*_CORE, "hmbclient.protocol", "rebalance", "hmbclient.children"),
-    "hmbclient.testing": (*_CORE, "hmbclient.protocol", "hmbclient.broker", "hmbclient.children"),
+    "hmbclient.testing": (*_CORE, "hmbclient.protocol", "hmbclient.broker", "hmbclient.children", "spark_integration"),
     # on top of the client's public surface
     "spark_integration": ("hmbclient", *_CORE, "hmbclient.net", "hmbclient.producer", "hmbclient.consumer",
                           "rebalance", "partitioners", "encoders"),
