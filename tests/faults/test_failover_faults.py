@@ -28,7 +28,7 @@ BOUNDED: list[tuple[int, Sequence[str]]] = [
 ]
 assert {k for _, kinds in BOUNDED for k in kinds} == set(FAULT_KINDS)
 
-CHAOS_SEEDS = range(101, 109)
+CHAOS_SEEDS = range(101, 111)
 
 # kafka-python loads its protocol schemas through a deprecated importlib.resources call.
 pytestmark = pytest.mark.filterwarnings(
