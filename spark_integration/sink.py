@@ -50,7 +50,14 @@ from pyspark.sql.datasource import (
 from pyspark.sql.types import BinaryType, IntegerType, LongType, StringType, StructType
 
 from hmbclient import Producer
-from hmbclient.config import BrokerList, ConfigBase, ProducerConfig, config_class, parse_broker_list, setting
+from hmbclient.config import (
+    BrokerList,
+    ConfigBase,
+    ProducerConfig,
+    config_class,
+    parse_broker_list,
+    setting,
+)
 from hmbclient.errors import ConfigError, HmbError
 from rebalance.paths import TOPIC_NAME_RULE, is_valid_topic_name
 
@@ -234,8 +241,9 @@ def _settle(producer: Producer, pending: list[tuple[int, str, Any]]) -> None:
         raise SinkError(f"{len(failed)} row(s) not acknowledged; first: row {first_row} to {first_topic!r}: {type(cause).__name__}: {cause}") from cause
 
 
-class HmbWriter(DataSourceArrowWriter):
-    """Batch writes (``df.write.format("hmb")``)."""
+class _SinkTasks:
+    """What the batch and the streaming writer share: checks on the driver, one task per
+    partition on the executors."""
 
     def __init__(self, schema: StructType, options: Mapping[str, Any]) -> None:
         check_schema(schema)
@@ -245,31 +253,27 @@ class HmbWriter(DataSourceArrowWriter):
 
     def write(self, iterator: Iterator[Any]) -> SinkCommit:
         return write_task(self.opts, self.cfg, iterator)
+
+
+def _rows(messages: list[WriterCommitMessage | None]) -> int:
+    return sum(m.rows for m in messages if isinstance(m, SinkCommit))
+
+
+class HmbWriter(_SinkTasks, DataSourceArrowWriter):
+    """Batch writes (``df.write.mode("append").format("hmb")``)."""
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
-        rows = sum(m.rows for m in messages if isinstance(m, SinkCommit))
-        log.info("format 'hmb' writer: %d rows written by %d tasks", rows, len(messages))
+        log.info("format 'hmb' writer: %d rows written by %d tasks", _rows(messages), len(messages))
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
-        rows = sum(m.rows for m in messages if isinstance(m, SinkCommit))
-        log.warning("format 'hmb' writer: job aborted; %d rows of committed tasks stay in their topics (at-least-once)", rows)
+        log.warning("format 'hmb' writer: job aborted; %d rows of committed tasks stay in their topics (at-least-once)", _rows(messages))
 
 
-class HmbStreamWriter(DataSourceStreamArrowWriter):
+class HmbStreamWriter(_SinkTasks, DataSourceStreamArrowWriter):
     """Streaming writes (``writeStream.format("hmb")``): each micro-batch as a batch write."""
 
-    def __init__(self, schema: StructType, options: Mapping[str, Any]) -> None:
-        check_schema(schema)
-        self.opts, self.cfg = parse_sink_options(options)
-        if self.opts.topic is None and "topic" not in schema.fieldNames():
-            raise ConfigError("format 'hmb' writer: set the 'topic' option or give the DataFrame a 'topic' column")
-
-    def write(self, iterator: Iterator[Any]) -> SinkCommit:
-        return write_task(self.opts, self.cfg, iterator)
-
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # noqa: N803 (Spark's name)
-        rows = sum(m.rows for m in messages if isinstance(m, SinkCommit))
-        log.info("format 'hmb' writer: micro-batch %d: %d rows", batchId, rows)
+        log.info("format 'hmb' writer: micro-batch %d: %d rows", batchId, _rows(messages))
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # noqa: N803
         log.warning("format 'hmb' writer: micro-batch %d aborted; it is replayed (at-least-once)", batchId)

@@ -246,15 +246,7 @@ class EmbeddedCluster:
         want = {i for i, b in self._brokers.items() if b.running}
 
         def check() -> bool:
-            for b in self._live():
-                ch = BrokerChannel(b.host, b.port, "embedded-cluster")
-                try:
-                    seen = {x.node_id for x in ch.request(MetadataRequest[1](topics=[]), 5.0).brokers}
-                finally:
-                    ch.close()
-                if seen != want:
-                    return False
-            return True
+            return all({x.node_id for x in resp.brokers} == want for resp in self._metadata_from_each([]))
 
         self._wait(f"brokers {sorted(want)} to see each other", check, timeout_s)
 
@@ -263,12 +255,7 @@ class EmbeddedCluster:
         (or of at least ``size`` members) on every running broker."""
 
         def check() -> bool:
-            for b in self._live():
-                ch = BrokerChannel(b.host, b.port, "embedded-cluster")
-                try:
-                    resp = ch.request(MetadataRequest[1](topics=[topic]), 5.0)
-                finally:
-                    ch.close()
+            for resp in self._metadata_from_each([topic]):
                 t = resp.topics[0]
                 if t.error_code or not t.partitions:
                     return False
@@ -329,14 +316,17 @@ class EmbeddedCluster:
 
     def _leaders_everywhere(self, topic: str, partition: int) -> set[int]:
         """The partition's leader as each running broker's metadata shows it."""
-        out = set()
+        return {p.leader for resp in self._metadata_from_each([topic]) for t in resp.topics for p in t.partitions if p.partition == partition}
+
+    def _metadata_from_each(self, topics: list[str]) -> list[Any]:
+        """A Metadata v1 answer from every running broker (each its own view)."""
+        out = []
         for b in self._live():
             ch = BrokerChannel(b.host, b.port, "embedded-cluster")
             try:
-                resp = ch.request(MetadataRequest[1](topics=[topic]), 5.0)
+                out.append(ch.request(MetadataRequest[1](topics=topics), 5.0))
             finally:
                 ch.close()
-            out |= {p.leader for t in resp.topics for p in t.partitions if p.partition == partition}
         return out
 
     def kill(self, broker_id: int) -> None:
