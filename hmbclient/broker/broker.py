@@ -285,7 +285,7 @@ class Broker:
             try:
                 return store.write_isr(topic, partition, LeaderIsr(leader, leader_epoch, isr, controller_epoch), version)
             except Exception as e:  # ZooKeeper trouble: keep the old ISR, try again later
-                log.warning("ISR write for %s-%d failed: %s", topic, partition, e)
+                log.warning("ISR write for %s-%d failed: %r", topic, partition, e)
                 return None
 
         return write

@@ -33,6 +33,8 @@ from collections.abc import Callable, Iterable
 from concurrent.futures import Future
 from typing import Any
 
+from kazoo.exceptions import ConnectionClosedError, ConnectionLoss, SessionExpiredError
+
 from hmbclient.broker.channel import BrokerChannel
 from hmbclient.broker.controller import decisions
 from hmbclient.broker.controller.decisions import Change, ClusterState, LeaderIsr
@@ -159,6 +161,10 @@ class Controller:
             fn, args = item
             try:
                 fn(*args)
+            except (ConnectionLoss, SessionExpiredError, ConnectionClosedError) as e:
+                # ZooKeeper went away under this event; the session listener brings the
+                # controller back (re-election and a full fail-over) once it returns.
+                log.warning("controller %d: %s interrupted by ZooKeeper: %r", self.broker_id, getattr(fn, "__name__", fn), e)
             except Exception:
                 log.exception("controller %d: %s failed", self.broker_id, getattr(fn, "__name__", fn))
 
