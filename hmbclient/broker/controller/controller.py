@@ -163,8 +163,11 @@ class Controller:
                 fn(*args)
             except (ConnectionLoss, SessionExpiredError, ConnectionClosedError) as e:
                 # ZooKeeper went away under this event; the session listener brings the
-                # controller back (re-election and a full fail-over) once it returns.
+                # controller back (re-election and a full fail-over) once a lost session is
+                # renewed; an election cut short by a mere connection loss is tried again.
                 log.warning("controller %d: %s interrupted by ZooKeeper: %r", self.broker_id, getattr(fn, "__name__", fn), e)
+                if fn == self._elect and not self._stopped:
+                    self._retry_election_later()
             except Exception:
                 log.exception("controller %d: %s failed", self.broker_id, getattr(fn, "__name__", fn))
 
@@ -198,7 +201,22 @@ class Controller:
         log.info("broker %d is the controller (epoch %d)", self.broker_id, epoch)
         self.active = True
         self.epoch = epoch
-        self._failover()
+        try:
+            self._failover()
+        except Exception:
+            # Half a fail-over is no controller: give /controller back and compete again
+            # shortly (another broker may take it meanwhile).
+            log.exception("controller %d: fail-over failed; resigning and trying again", self.broker_id)
+            self._go_inactive("fail-over failed")
+            try:
+                self.store.resign(self.broker_id)
+            finally:
+                self._retry_election_later()
+
+    def _retry_election_later(self, delay_s: float = 1.0) -> None:
+        timer = threading.Timer(delay_s, self._put, args=(self._elect,))
+        timer.daemon = True
+        timer.start()
 
     def _go_inactive(self, why: str) -> None:
         if not self.active:
