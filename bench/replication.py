@@ -504,8 +504,10 @@ def main() -> None:
             results = failover(brokers, chroot, args.failovers, args.session_timeout_ms)
         finally:
             brokers.stop()
-    print_throughput(rates, args.messages, args.size)
-    print_failover(results, args.session_timeout_ms)
+    if args.rounds > 0:
+        print_throughput(rates, args.messages, args.size)
+    if args.failovers > 0:
+        print_failover(results, args.session_timeout_ms)
 
 
 if __name__ == "__main__":
