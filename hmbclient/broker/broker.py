@@ -201,7 +201,7 @@ class Broker:
                 request_timeout_s=cfg.controller_socket_timeout_ms / 1000.0,
             )
             self.topics = topics = TopicManager(metadata, store, cfg.num_partitions, cfg.default_replication_factor, cfg.auto_create_topics_enable)
-            om = OffsetManager(cfg.broker_id, metadata, rm, topics, cfg)
+            om = OffsetManager(cfg.broker_id, metadata, rm, topics, cfg, store)
             self.offset_manager = om
             group_config = GroupConfig(cfg.group_min_session_timeout_ms, cfg.group_max_session_timeout_ms, cfg.group_initial_rebalance_delay_ms)
             self.group_coordinator = groups = GroupCoordinator(om, group_config, name=name)

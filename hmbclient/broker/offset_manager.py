@@ -28,10 +28,23 @@ requests for its groups get ErrorCode.COORDINATOR_LOAD_IN_PROGRESS (14), which c
 groups are dropped here. Requests for a group this broker does not coordinate get
 ErrorCode.NOT_COORDINATOR (16).
 
-OffsetCommit v0 (ZooKeeper-backed in Kafka 0.8.1) is served from this same store. From v1 a
-commit names a generation and member: the coordinator checks them against the group (Kafka's
-rules: a member of the current generation, or no generation at all for a group without
-members).
+OffsetCommit/OffsetFetch v0 with a ZooKeeper (Kafka 0.8.2): the ZooKeeper group offsets
+``/consumers/<group>/offsets/<topic>/<partition>`` (the decimal next offset; metadata is not
+kept), served by EVERY broker, not only the coordinator, so a client sending v0 to any broker
+and a ZooKeeper-group consumer (``offsets.storage=zookeeper``) see each other's commits. A
+commit writes the znodes (parents created) and answers NONE per partition; a fetch answers
+offset -1 with error NONE for a partition without a committed offset (0.8.2's answer;
+0.8.1 answered UNKNOWN_TOPIC_OR_PARTITION, which kafka-python also accepts as "nothing
+committed"). A group name that cannot be a znode name answers INVALID_GROUP_ID, an illegal topic
+name INVALID_TOPIC_EXCEPTION, metadata over MAX_METADATA_BYTES OFFSET_METADATA_TOO_LARGE, and
+ZooKeeper unreachable or slower than the store's bound COORDINATOR_NOT_AVAILABLE (retriable).
+The ZooKeeper calls run on a small pool of this manager's own threads, never on the thread that
+handed the request over (it may be a network processor). A standalone broker (no ZooKeeper)
+serves v0 from this same store, like v1+.
+
+From v1 a commit names a generation and member: the coordinator checks them against the group
+(Kafka's rules: a member of the current generation, or no generation at all for a group without
+members). v1+ always go to the coordinator and ``__consumer_offsets``.
 """
 
 from __future__ import annotations
@@ -40,6 +53,7 @@ import logging
 import struct
 import threading
 from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, Protocol
 
 from hmbclient.broker.apis import _make, _shape
@@ -50,11 +64,13 @@ from hmbclient.broker.replica_manager import ReplicaManager
 from hmbclient.broker.results import AppendResult
 from hmbclient.broker.topics import TopicManager
 from hmbclient.clock import wall_ms
-from hmbclient.errors import ErrorCode, HmbError, ProtocolError
+from hmbclient.errors import CoordinationError, ErrorCode, HmbError, ProtocolError
 from hmbclient.protocol import records
 from hmbclient.protocol.types import Array, Bytes, Int32, Int64, NullableString, String, Struct
+from rebalance.paths import is_valid_topic_name
 
 if TYPE_CHECKING:
+    from hmbclient.broker.controller.store import CoordinationStore
     from hmbclient.config import BrokerConfig
 
 __all__ = [
@@ -260,9 +276,11 @@ class OffsetManager:
         replica_manager: to append commits and to read partitions while loading.
         topics: to create the offsets topic on first use.
         config: ``offsets_topic_num_partitions``, ``offsets_retention_minutes``.
+        store: the coordination store; one with ZooKeeper serves v0 from the ZooKeeper group
+            offsets (None, or a store without ZooKeeper: v0 is served like v1+).
     """
 
-    def __init__(self, broker_id: int, metadata: MetadataCache, replica_manager: ReplicaManager, topics: TopicManager, config: BrokerConfig) -> None:
+    def __init__(self, broker_id: int, metadata: MetadataCache, replica_manager: ReplicaManager, topics: TopicManager, config: BrokerConfig, store: CoordinationStore | None = None) -> None:
         self.broker_id = broker_id
         self.metadata = metadata
         self.rm = replica_manager
@@ -277,6 +295,9 @@ class OffsetManager:
         self._running = False
         #: the group coordinator (None: no groups, offsets only), set by the broker
         self.coordinator: GroupHooks | None = None
+        self._zk_store = store if store is not None and store.offsets_in_zookeeper else None
+        # ZooKeeper I/O of v0 requests: off the caller's thread, a few at a time.
+        self._zk_pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix=f"broker-{broker_id}-zk-offsets") if self._zk_store is not None else None
 
     # -- lifecycle -------------------------------------------------------------------------------
     def start(self) -> None:
@@ -287,6 +308,8 @@ class OffsetManager:
 
     def shutdown(self) -> None:
         self._running = False
+        if self._zk_pool is not None:
+            self._zk_pool.shutdown(wait=False, cancel_futures=True)
 
     def _on_leadership(self, topic: str, partition: int, leads: bool) -> None:
         if topic == OFFSETS_TOPIC:
@@ -438,7 +461,104 @@ class OffsetManager:
         # answer waits for that (bounded) instead of sending the client into a retry loop.
         self.topics.when_ready([OFFSETS_TOPIC], _FIND_COORDINATOR_WAIT_MS, answer)
 
+    # -- v0: ZooKeeper group offsets (Kafka 0.8.2) -------------------------------------------------
+    @staticmethod
+    def _zk_name_error(group: Any, topic: Any) -> int:
+        """NONE, or the error for a group or topic that cannot name an offsets znode."""
+        if not isinstance(group, str) or not group or "/" in group or group in (".", ".."):
+            return ErrorCode.INVALID_GROUP_ID
+        if not is_valid_topic_name(topic):
+            return ErrorCode.INVALID_TOPIC_EXCEPTION
+        return ErrorCode.NONE
+
+    def _run_zk(self, work: Callable[[], None], fail: Callable[[], None]) -> None:
+        pool = self._zk_pool
+        try:
+            if pool is None:
+                raise RuntimeError("no ZooKeeper offsets pool")
+            pool.submit(work)
+        except RuntimeError:  # shut down: the client retries elsewhere
+            fail()
+
+    def _zk_offset_commit(self, req: Any, channel: Any) -> None:
+        store = self._zk_store
+        assert store is not None
+        resp_cls = type(req).RESPONSE_TYPE
+        shape = _shape(resp_cls, "topics", "partitions")
+        group = req.group_id
+
+        def answer(code_of: Callable[[str, Any], int]) -> None:
+            topics = [(t.topic, [_make(shape, partition=p.partition, error_code=code_of(t.topic, p)) for p in t.partitions]) for t in req.topics]
+            channel.send(resp_cls.build(throttle_time_ms=0, topics=topics))
+
+        def work() -> None:
+            results: dict[tuple[str, int], int] = {}
+            for t in req.topics:
+                for p in t.partitions:
+                    tp = (t.topic, p.partition)
+                    code = self._zk_name_error(group, t.topic)
+                    if not code and p.partition < 0:
+                        code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                    if not code and len((p.metadata or "").encode("utf-8")) > MAX_METADATA_BYTES:
+                        code = ErrorCode.OFFSET_METADATA_TOO_LARGE
+                    if not code:
+                        try:
+                            store.write_offset(group, t.topic, p.partition, p.offset)
+                        except CoordinationError as e:
+                            log.info("v0 commit of group %s to ZooKeeper failed: %s", group, e)
+                            code = ErrorCode.COORDINATOR_NOT_AVAILABLE
+                        except ValueError:
+                            code = ErrorCode.UNKNOWN_SERVER_ERROR
+                    results[tp] = code
+            answer(lambda topic, p: results.get((topic, p.partition), ErrorCode.UNKNOWN_SERVER_ERROR))
+
+        self._run_zk(work, lambda: answer(lambda _t, _p: ErrorCode.COORDINATOR_NOT_AVAILABLE))
+
+    def _zk_offset_fetch(self, req: Any, channel: Any) -> None:
+        store = self._zk_store
+        assert store is not None
+        resp_cls = type(req).RESPONSE_TYPE
+        shape = _shape(resp_cls, "topics", "partitions")
+        group = req.group_id
+        wanted = [(t.topic, list(t.partitions)) for t in req.topics or ()]
+
+        def answer(entry_of: Callable[[str, int], tuple[int, int]]) -> None:
+            topics = []
+            for topic, parts in wanted:
+                plist = []
+                for p in parts:
+                    off, code = entry_of(topic, p)
+                    plist.append(_make(shape, partition=p, offset=off, committed_leader_epoch=-1, metadata="", error_code=code))
+                topics.append((topic, plist))
+            channel.send(resp_cls.build(throttle_time_ms=0, topics=topics, error_code=ErrorCode.NONE))
+
+        def work() -> None:
+            results: dict[tuple[str, int], tuple[int, int]] = {}
+            for topic, parts in wanted:
+                for p in parts:
+                    code = self._zk_name_error(group, topic)
+                    if not code and p < 0:
+                        code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                    off: int | None = None
+                    if not code:
+                        try:
+                            off = store.read_offset(group, topic, p)
+                        except CoordinationError as e:
+                            log.info("v0 fetch of group %s from ZooKeeper failed: %s", group, e)
+                            code = ErrorCode.COORDINATOR_NOT_AVAILABLE
+                        except ValueError as e:  # a znode holding something else than an offset
+                            log.warning("v0 fetch of group %s: %s", group, e)
+                            code = ErrorCode.UNKNOWN_SERVER_ERROR
+                    results[(topic, p)] = (-1 if off is None else off, code)
+            answer(lambda topic, p: results.get((topic, p), (-1, ErrorCode.UNKNOWN_SERVER_ERROR)))
+
+        self._run_zk(work, lambda: answer(lambda _t, _p: (-1, ErrorCode.COORDINATOR_NOT_AVAILABLE)))
+
+    # -- v1+ (and v0 without ZooKeeper): the coordinator's offsets topic -----------------------------
     def handle_offset_commit(self, header: Any, req: Any, channel: Any) -> None:
+        if header.api_version == 0 and self._zk_store is not None:
+            self._zk_offset_commit(req, channel)
+            return
         resp_cls = type(req).RESPONSE_TYPE
         v = header.api_version
         group = req.group_id
@@ -534,6 +654,9 @@ class OffsetManager:
         self.rm.append_messages(COMMIT_TIMEOUT_MS, -1, [(tp[0], tp[1], buf)], appended, allow_internal=True)
 
     def handle_offset_fetch(self, header: Any, req: Any, channel: Any) -> None:
+        if header.api_version == 0 and self._zk_store is not None:
+            self._zk_offset_fetch(req, channel)
+            return
         resp_cls = type(req).RESPONSE_TYPE
         group = req.group_id
         code = ErrorCode.INVALID_GROUP_ID if group is None else self._group_state(group)

@@ -17,9 +17,16 @@ Two implementations of one contract:
     the writer read.
   - ``/isr_change_notification/isr_change_<seq>`` — a leader that changed an ISR tells the
     controller, which re-reads those states and sends UpdateMetadata.
+  - ``/consumers/<group>/offsets/<topic>/<partition>`` — a ZooKeeper group's committed offset
+    (the decimal next offset to consume), read and written for OffsetCommit/OffsetFetch v0 as
+    Kafka 0.8.2's brokers do (``read_offset``/``write_offset``). These calls never wait longer
+    than a bounded time and fail at once while ZooKeeper is unreachable (CoordinationError).
 
 * :class:`MemoryStore` — the same contract in memory for a standalone broker (no ZooKeeper):
   one broker, which is its own controller; topics found on disk at start-up are its topics.
+  It has no ZooKeeper group offsets: ``offsets_in_zookeeper`` is False, ``read_offset`` answers
+  None and ``write_offset`` raises :class:`NoZooKeeperError`, so a standalone broker serves
+  OffsetCommit/OffsetFetch v0 from its own offsets topic like v1+.
 
 Watches are one-shot callbacks (kazoo's model): a callback runs on the store's event thread
 and must only hand work to another thread (the controller queues an event). Versions are
@@ -32,7 +39,7 @@ import json
 import logging
 import threading
 from collections.abc import Callable
-from typing import Protocol
+from typing import Any, Protocol
 
 from kazoo.client import KazooClient, KazooState
 from kazoo.exceptions import (
@@ -48,7 +55,7 @@ from hmbclient.broker.metadata import BrokerEndpoint
 from hmbclient.errors import CoordinationError
 from rebalance import paths
 
-__all__ = ["CoordinationStore", "ZkStore", "MemoryStore", "ISR_CHANGE_PATH"]
+__all__ = ["CoordinationStore", "ZkStore", "MemoryStore", "ISR_CHANGE_PATH", "NoZooKeeperError"]
 
 log = logging.getLogger("hmbclient.broker.store")
 
@@ -57,6 +64,14 @@ _ISR_CHANGE_PREFIX = ISR_CHANGE_PATH + "/isr_change_"
 
 Watch = Callable[[], None]
 TP = tuple[str, int]
+
+#: The longest a group-offset read or write waits for ZooKeeper (it is a request's answer that
+#: waits, so this stays well under a client's request timeout).
+OFFSET_IO_TIMEOUT_S = 3.0
+
+
+class NoZooKeeperError(CoordinationError):
+    """The store has no ZooKeeper (a standalone broker): there are no ZooKeeper group offsets."""
 
 
 class CoordinationStore(Protocol):
@@ -77,6 +92,19 @@ class CoordinationStore(Protocol):
     def write_state(self, topic: str, partition: int, state: LeaderIsr, expected_version: int) -> int | None: ...
     def write_isr(self, topic: str, partition: int, state: LeaderIsr, expected_version: int) -> int | None: ...
     def isr_changes(self, watch: Watch | None = None) -> list[TP]: ...
+
+    #: whether ``read_offset``/``write_offset`` reach ZooKeeper group offsets
+    offsets_in_zookeeper: bool
+
+    def read_offset(self, group: str, topic: str, partition: int) -> int | None:
+        """The group's committed offset of the partition, None if there is none.
+        Raises ValueError (bad name), CoordinationError (ZooKeeper unreachable or slow)."""
+        ...
+
+    def write_offset(self, group: str, topic: str, partition: int, offset: int) -> None:
+        """Commit ``offset`` (parents created). Raises as ``read_offset``."""
+        ...
+
     def add_session_listener(self, fn: Callable[[str], None]) -> None: ...
     def close(self) -> None: ...
 
@@ -349,6 +377,45 @@ class ZkStore:
                 self.zk.delete(path)
         return out
 
+    # -- ZooKeeper group offsets ---------------------------------------------------------------------
+    offsets_in_zookeeper = True
+
+    def _offset_call(self, what: str, start: Callable[[], Any]) -> Any:
+        """Run one kazoo async call and wait at most OFFSET_IO_TIMEOUT_S for it. A ZooKeeper
+        that is unreachable fails at once instead of queueing the call until it comes back."""
+        if self._closed or not self.zk.connected:
+            raise CoordinationError(f"{what}: not connected to ZooKeeper")
+        try:
+            return start().get(timeout=OFFSET_IO_TIMEOUT_S)
+        except (NoNodeError, NodeExistsError):
+            raise
+        except Exception as e:  # kazoo's timeout and connection errors are not one hierarchy
+            raise CoordinationError(f"{what}: {type(e).__name__}: {e}") from e
+
+    def read_offset(self, group: str, topic: str, partition: int) -> int | None:
+        path = paths.offset_path(group, topic, partition)
+        try:
+            data, _ = self._offset_call(f"reading {path}", lambda: self.zk.get_async(path))
+        except NoNodeError:
+            return None
+        offset = paths.decode_offset(data, path)
+        return None if offset == paths.NO_OFFSET else offset
+
+    def write_offset(self, group: str, topic: str, partition: int, offset: int) -> None:
+        path = paths.offset_path(group, topic, partition)
+        # Kafka 0.8's "no offset" (-1) is the one negative value the znode format holds.
+        data = paths.encode_offset(offset) if offset >= 0 else str(paths.NO_OFFSET).encode("ascii")
+        what = f"writing {path}"
+        try:
+            self._offset_call(what, lambda: self.zk.set_async(path, data))
+            return
+        except NoNodeError:
+            pass
+        try:
+            self._offset_call(what, lambda: self.zk.create_async(path, data, makepath=True))
+        except NodeExistsError:  # a concurrent first commit created it: ours is the later one
+            self._offset_call(what, lambda: self.zk.set_async(path, data))
+
     def close(self) -> None:
         self._closed = True
         try:
@@ -463,6 +530,14 @@ class MemoryStore:
 
     def isr_changes(self, watch: Watch | None = None) -> list[TP]:
         return []
+
+    offsets_in_zookeeper = False
+
+    def read_offset(self, group: str, topic: str, partition: int) -> int | None:
+        return None
+
+    def write_offset(self, group: str, topic: str, partition: int, offset: int) -> None:
+        raise NoZooKeeperError("a standalone broker has no ZooKeeper group offsets")
 
     def close(self) -> None:
         pass
