@@ -161,12 +161,13 @@ def load_worker(mode: str, bootstrap: str, topic: str, partitions: int, total: i
     def consume(index: int) -> None:
         # librdkafka prefetches up to queued.min.messages (100,000) per partition: on 1 partition
         # every consumer would read far past its slice, and the broker would serve ~100x the
-        # data. Bounding the prefetch to the slice keeps both layouts at the same bytes served.
+        # data. Bounding the prefetch to the slice keeps both layouts at the same bytes served,
+        # and the per-partition fetch size is split so a Fetch carries up to 640 KiB in both.
+        mine = _client_partitions(index, partitions)
         c = Consumer({"bootstrap.servers": bootstrap, "group.id": "scale-" + uuid.uuid4().hex,
                       "enable.auto.commit": False, "fetch.queue.backoff.ms": 20,
-                      "queued.min.messages": share, "max.partition.fetch.bytes": 65_536})
+                      "queued.min.messages": share, "max.partition.fetch.bytes": 655_360 // len(mine)})
         c.list_topics(topic, timeout=30)
-        mine = _client_partitions(index, partitions)
         ready.wait()
         go.wait()
         start = index * share if partitions == 1 else 0
@@ -448,7 +449,7 @@ def part3() -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--full", action="store_true", help="part 1 also at 10^7 messages")
-    parser.add_argument("--total", type=int, default=500_000, help="messages in part 2 (a multiple of 1,000)")
+    parser.add_argument("--total", type=int, default=2_000_000, help="messages in part 2 (a multiple of 1,000)")
     parser.add_argument("--only", type=int, choices=(1, 2, 3), help="run one part only")
     parser.add_argument("--worker", nargs="+", help=argparse.SUPPRESS)
     args = parser.parse_args()
