@@ -291,11 +291,15 @@ def test_kafka_offsets_storage_with_dual_commit_and_listener_callbacks(
         def on_partitions_assigned(self, partitions: list[tuple[str, int]]) -> None:
             calls.append(("assigned", len(partitions)))
 
+    # The group's first OffsetFetch creates the replicated offsets topic and waits for its
+    # leaders and for the coordinator to load; on a loaded machine that outlasts FAST's 1.5 s
+    # consumer timeout, which would end the stream before the first message.
     c = make_consumer(
         group,
         offsets_storage="kafka",
         dual_commit_enabled=True,
         rebalance_listener=Listener(),
+        consumer_timeout_ms=8000,
     )
     stream = c.create_message_streams({topic: 1}, value_decoder=StringDecoder())[topic][0]
     got = drain([("c", stream)])
