@@ -448,6 +448,9 @@ class OffsetManager:
             channel.send(resp_cls.build(throttle_time_ms=0, error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE, error_message="transactions are not supported", node_id=-1, host="", port=-1))
             return
         self._ensure_topic()
+        # As Metadata does: when this broker is the coordinator, a client is told its address on
+        # the listener the request came in on, so it stays on its security protocol.
+        here = getattr(getattr(channel, "session", None), "advertised", None)
 
         def answer() -> None:
             leader = self.metadata.leader(OFFSETS_TOPIC, self.partition_for(key))
@@ -455,7 +458,8 @@ class OffsetManager:
             if ep is None:
                 channel.send(resp_cls.build(throttle_time_ms=0, error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE, error_message="the coordinator's broker is down", node_id=-1, host="", port=-1))
                 return
-            channel.send(resp_cls.build(throttle_time_ms=0, error_code=ErrorCode.NONE, error_message=None, node_id=ep.node_id, host=ep.host, port=ep.port))
+            host, port = here if here and ep.node_id == self.broker_id else (ep.host, ep.port)
+            channel.send(resp_cls.build(throttle_time_ms=0, error_code=ErrorCode.NONE, error_message=None, node_id=ep.node_id, host=host, port=port))
 
         # A just-created offsets topic is served once the controller elected its leaders: the
         # answer waits for that (bounded) instead of sending the client into a retry loop.

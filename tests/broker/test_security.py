@@ -33,7 +33,7 @@ from hmbclient.broker.security.credentials import (
 )
 from hmbclient.broker.security.sasl import SaslAuthenticationFailed, new_sasl_server
 from hmbclient.errors import ErrorCode
-from hmbclient.protocol.api import ApiKey
+from hmbclient.protocol.api import ApiKey, FindCoordinatorRequest, MetadataRequest
 from hmbclient.protocol.api.base import REQUESTS
 
 from .conftest import RawClient, encode
@@ -602,3 +602,20 @@ def test_cluster_with_authorizer_replicates_when_brokers_may_cluster_action(zook
             while part.log.log_end_offset < 1 and time.monotonic() < deadline:
                 time.sleep(0.05)
             assert part.log.log_end_offset == 1  # the one SASL message on both replicas
+
+
+def test_find_coordinator_answers_the_listener_asked_on(pki: Pki) -> None:
+    """A client on the TLS listener must be sent to the coordinator's TLS address (librdkafka
+    otherwise tries TLS against the plaintext port and stalls), as Metadata does."""
+    with EmbeddedBroker(listeners=["PLAINTEXT://127.0.0.1:0", "SSL://127.0.0.1:0"], ssl_certfile=pki.server_cert, ssl_keyfile=pki.server_key) as b:
+        tls_port, plain_port = _port(b, "SSL"), _port(b, "PLAINTEXT")
+        ctx = ssl.create_default_context(cafile=pki.ca)
+        c = RawClient("127.0.0.1", tls_port)
+        c.sock = ctx.wrap_socket(c.sock, server_hostname="127.0.0.1")
+        with c:
+            r = c.request(FindCoordinatorRequest[1](key="tls-group", key_type=0))
+            assert (r.error_code, r.port) == (0, tls_port)
+            md = c.request(MetadataRequest[1](topics=[]))
+            assert [b_.port for b_ in md.brokers] == [tls_port]
+        with RawClient("127.0.0.1", plain_port) as p:
+            assert p.request(FindCoordinatorRequest[1](key="tls-group", key_type=0)).port == plain_port
