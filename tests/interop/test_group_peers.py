@@ -1,7 +1,9 @@
 """Consumer groups of independent clients on the embedded broker's group coordinator.
 
-One group, members of three kinds at once — confluent-kafka (librdkafka), kafka-python and
-aiokafka — joining and leaving while a producer writes, on one EmbeddedBroker and on a
+One group, members of four kinds at once — confluent-kafka (librdkafka), kafka-python,
+aiokafka and hmbclient itself in broker mode (``group.protocol=broker``, range configured: it
+offers range first and roundrobin second, and the group's vote picks roundrobin, the one protocol
+every kind offers) — joining and leaving while a producer writes, on one EmbeddedBroker and on a
 three-broker EmbeddedCluster (where the group's coordinator also moves to another broker
 mid-stream). Each member commits synchronously after every batch and records every delivery
 (member, generation when the client exposes it, partition, offset, time) and every commit.
@@ -114,6 +116,7 @@ class Member(threading.Thread):
         self.journal = journal
         self.stop = threading.Event()
         self.member_ids: set[str] = set()
+        self.events: list[Any] = []  # hmbclient's status events, for a failure's message
 
     def leave(self) -> None:
         self.stop.set()
@@ -277,7 +280,75 @@ class AiokafkaMember(Member):
             await consumer.stop()
 
 
-KINDS: dict[str, type[Member]] = {"kp": KafkaPythonMember, "ck": ConfluentMember, "ak": AiokafkaMember}
+class HmbclientMember(Member):
+    """Our consumer in broker mode (``group.protocol=broker``, the range assignor only)."""
+
+    kind = "hmbclient"
+
+    def consume(self) -> None:
+        from hmbclient.consumer.connector import Consumer
+        from hmbclient.errors import ConsumerTimeoutError, HmbError
+
+        connector = Consumer.create(
+            {
+                "group.protocol": "broker",
+                "bootstrap.servers": self.bootstrap,
+                "group.id": self.group,
+                "client.id": self.name,
+                "auto.commit.enable": False,
+                "auto.offset.reset": "smallest",
+                "consumer.timeout.ms": 200,
+                "session.timeout.ms": SESSION_MS,
+                "heartbeat.interval.ms": HEARTBEAT_MS,
+                "max.poll.interval.ms": MAX_POLL_MS,
+                "partition.assignment.strategy": "range",
+                "fetch.wait.max.ms": 50,
+                "rebalance.backoff.ms": 100,
+            },
+            status_listener=lambda e: self.events.append((round(time.monotonic(), 2), e.kind, e.fields)),
+        )
+        try:
+            stream = connector.create_message_streams({TOPIC: 1})[TOPIC][0]
+            # The connector has no public accessor for its member id and generation: they are read
+            # from its group member before and after each hand-out. A delivery is tagged with the
+            # generation only when both reads agree (the message was handed out inside it).
+            member = connector._rebalancer
+            assert member is not None
+            while not self.stop.is_set():
+                batch: list[Delivery] = []
+                first_generation = member.generation_id
+                try:
+                    while len(batch) < 200:
+                        before = member.generation_id
+                        m = next(stream)
+                        member_id = member.member_id
+                        after = member.generation_id
+                        generation = after if before == after and after > 0 else None
+                        self.member_ids.add(member_id)
+                        batch.append(Delivery(self.kind, member_id, generation, m.partition, m.offset, time.monotonic()))
+                except (ConsumerTimeoutError, StopIteration):
+                    pass
+                if not batch:
+                    continue
+                self.journal.delivered(batch)
+                offsets: dict[int, int] = {}
+                for d in batch:
+                    offsets[d.partition] = max(offsets.get(d.partition, 0), d.offset + 1)
+                try:
+                    connector.commit_offsets()
+                except HmbError as e:
+                    self.journal.commit_failed(batch[-1].member, e)
+                    continue
+                # commit_offsets commits the handed-out position of the partitions owned now; the
+                # batch is recorded as committed only when one generation covered all of it and
+                # the commit (otherwise a revoke may have committed it, or nothing did).
+                if first_generation == member.generation_id and all(d.generation == first_generation for d in batch):
+                    self.journal.committed(batch[-1].member, offsets)
+        finally:
+            connector.shutdown()
+
+
+KINDS: dict[str, type[Member]] = {"kp": KafkaPythonMember, "ck": ConfluentMember, "ak": AiokafkaMember, "hm": HmbclientMember}
 
 
 def _produce(bootstrap: str, acked: list[tuple[int, int]], done: threading.Event, errors: list[str]) -> None:
@@ -397,12 +468,14 @@ def _check(journal: Journal, acked: list[tuple[int, int]], assignments: dict[int
         honoured = [c for c in commits_by_partition[d.partition] if c.offset > d.offset and c.acked_at < began]
         assert not honoured, f"{d} re-read although {honoured[0]} was acknowledged before the re-reading began (first delivery {first[key]})"
     kinds = {d.kind for d in deliveries}
-    assert kinds == {"kafka-python", "librdkafka", "aiokafka"}, kinds
-    return {"deliveries": len(deliveries), "duplicates": duplicates, "generations": len(assignments), "failed_commits": len(journal.failed_commits)}
+    assert kinds == {"kafka-python", "librdkafka", "aiokafka", "hmbclient"}, kinds
+    # hmbclient's deliveries are held to its generations' assignments too, not only counted.
+    assert any(d.kind == "hmbclient" for d in tagged), "no hmbclient delivery tagged with a generation"
+    return {"deliveries": len(deliveries), "hmbclient": sum(d.kind == "hmbclient" for d in tagged), "duplicates": duplicates, "generations": len(assignments), "failed_commits": len(journal.failed_commits)}
 
 
 def _run_scenario(bootstrap: str, read_log: Callable[[], bytes], group: str, midway: Callable[[], None] | None = None) -> dict[str, int]:
-    """Members of three kinds join and leave while the producer writes; then they drain."""
+    """Members of four kinds join and leave while the producer writes; then they drain."""
     journal = Journal()
     acked: list[tuple[int, int]] = []
     produced = threading.Event()
@@ -432,6 +505,7 @@ def _run_scenario(bootstrap: str, read_log: Callable[[], bytes], group: str, mid
         at(2.5)
         join("kp2")
         join("ak2")
+        join("hm1")
         at(4.5)
         leave("ck1")
         join("ck2")
@@ -439,9 +513,11 @@ def _run_scenario(bootstrap: str, read_log: Callable[[], bytes], group: str, mid
         if midway is not None:
             midway()
         leave("kp1")
+        leave("hm1")
         at(8)
         leave("ak1")
         join("kp3")
+        join("hm2")
         assert produced.wait(60), "the producer did not finish"
         assert not producer_errors, producer_errors
         wanted = set(acked)
@@ -458,7 +534,11 @@ def _run_scenario(bootstrap: str, read_log: Callable[[], bytes], group: str, mid
         for member in members.values():
             member.join(30)
     assert not any(m.is_alive() for m in members.values()), "a member did not close"
-    return _check(journal, acked, _group_assignments(read_log, group))
+    try:
+        return _check(journal, acked, _group_assignments(read_log, group))
+    except AssertionError as e:
+        events = {m.name: m.events for m in members.values() if m.events}
+        raise AssertionError(f"{e}\nhmbclient members' events: {events}") from None
 
 
 def _log_reader(broker: Any, group: str, num_partitions: int) -> Callable[[], bytes]:
@@ -485,6 +565,7 @@ def _quiet_clients() -> Iterator[None]:
 def test_three_kinds_of_members_in_one_group_on_one_broker(tmp_path: Any) -> None:
     with EmbeddedBroker(port=0, log_dir=str(tmp_path), **BROKER_SETTINGS) as broker:
         stats = _run_scenario(broker.bootstrap, _log_reader(broker.broker, "peers", broker.config.offsets_topic_num_partitions), "peers")
+    print(f"\n{stats}")
     assert stats["generations"] >= 5, stats  # every join and leave above rebalanced the group
 
 
