@@ -71,6 +71,35 @@ FAST = {
 MEMBER_PROC = Path(__file__).with_name("broker_member_proc.py")
 
 
+def start_victim(bootstrap: str, group: str, topic: str, props: dict[str, Any]) -> tuple[subprocess.Popen[str], list[tuple[int, bytes]], list[str], threading.Thread]:
+    """A broker-mode member in a subprocess (broker_member_proc.py) to be killed with SIGKILL:
+    returns the process, the (partition, value) it printed as handed out, its READY lines and the
+    thread reading its output."""
+    proc = subprocess.Popen(
+        [sys.executable, str(MEMBER_PROC), bootstrap, group, topic, "delay=0.02",
+         *(f"{k}={v}" for k, v in props.items())],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+    )
+    victim: list[tuple[int, bytes]] = []
+    ready: list[str] = []
+
+    def read() -> None:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            if line.startswith("READY"):
+                ready.append(line)
+            elif line.startswith("M "):
+                _, partition, _, value = line.rstrip("\n").split(" ", 3)
+                victim.append((int(partition), value.encode()))
+
+    reader = threading.Thread(target=read, name="victim-reader", daemon=True)
+    reader.start()
+    return proc, victim, ready, reader
+
+
 # --------------------------------------------------------------------- fixtures and helpers
 
 
@@ -393,28 +422,7 @@ def test_killed_member_loses_its_partitions_after_the_session_timeout(
     session_ms = 3000
     props = {**FAST, "session.timeout.ms": session_ms, "auto.commit.interval.ms": 500,
              "consumer.timeout.ms": 500}
-    proc = subprocess.Popen(
-        [sys.executable, str(MEMBER_PROC), tansu.bootstrap, group, topic, "delay=0.02",
-         *(f"{k}={v}" for k, v in props.items())],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
-        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
-    )
-    victim: list[tuple[int, bytes]] = []
-    ready: list[str] = []
-
-    def read() -> None:
-        assert proc.stdout is not None
-        for line in proc.stdout:
-            if line.startswith("READY"):
-                ready.append(line)
-            elif line.startswith("M "):
-                _, partition, _, value = line.rstrip("\n").split(" ", 3)
-                victim.append((int(partition), value.encode()))
-
-    reader = threading.Thread(target=read, name="victim-reader", daemon=True)
-    reader.start()
+    proc, victim, ready, reader = start_victim(tansu.bootstrap, group, topic, props)
     try:
         survivor = make_member(group, **{"session.timeout.ms": session_ms})
         survivor_stream = survivor.create_message_streams({topic: 1})[topic][0]

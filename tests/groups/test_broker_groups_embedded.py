@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
-import sys
 import threading
 import time
 from collections import Counter
@@ -30,10 +28,10 @@ from hmbclient.consumer.connector import Consumer, ConsumerConnector
 from .conftest import Collector, Producer, drain, unique
 from .test_broker_groups import (
     FAST,
-    MEMBER_PROC,
     PARTITIONS,
     committed,
     create_topic,
+    start_victim,
     wait_balanced,
 )
 
@@ -99,28 +97,7 @@ def test_killed_member_loses_its_partitions_after_the_session_timeout(
     create_topic(broker.bootstrap, topic)
     session_ms = 3000
     props = {**FAST, "session.timeout.ms": session_ms, "auto.commit.interval.ms": 500, "consumer.timeout.ms": 500}
-    proc = subprocess.Popen(
-        [sys.executable, str(MEMBER_PROC), broker.bootstrap, group, topic, "delay=0.02",
-         *(f"{k}={v}" for k, v in props.items())],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
-        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
-    )
-    victim: list[tuple[int, bytes]] = []
-    ready: list[str] = []
-
-    def read() -> None:
-        assert proc.stdout is not None
-        for line in proc.stdout:
-            if line.startswith("READY"):
-                ready.append(line)
-            elif line.startswith("M "):
-                _, partition, _, value = line.rstrip("\n").split(" ", 3)
-                victim.append((int(partition), value.encode()))
-
-    reader = threading.Thread(target=read, name="victim-reader", daemon=True)
-    reader.start()
+    proc, victim, ready, reader = start_victim(broker.bootstrap, group, topic, props)
     done = threading.Event()
     collector = Collector()
     try:
