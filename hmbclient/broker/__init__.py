@@ -2,12 +2,15 @@
 
     from hmbclient.broker import EmbeddedBroker, EmbeddedCluster, run_broker
 
-Layers (each a module): ``server`` (selectors network layer, sendfile) -> ``apis`` (thin
-dispatcher) -> ``replica_manager`` (+ ``purgatory``, ``delayed``) -> ``log`` (store, index,
-segment, log, manager); ``offset_manager`` (group offsets in ``__consumer_offsets``), ``topics``,
-``metadata`` (the cluster view), ``zk`` (ZooKeeper registration), ``broker`` (assembly),
-``embedded`` / ``cluster`` / ``process`` (ways to run one or several), ``runner`` (command line).
-Imports ``hmbclient.protocol`` (and ``rebalance.paths`` for znodes), never the client packages.
+Layers (each a module): ``server`` (listeners: selectors network layer, TLS, SASL, sendfile)
+-> ``apis`` (thin dispatcher, authorization hooks) -> ``replica_manager`` (+ ``partition``,
+``replica_fetcher``, ``purgatory``, ``delayed``) -> ``log`` (store, index, segment, log, epochs,
+checkpoint, manager); ``controller`` (election, pure decisions, the coordination store),
+``coordinator`` (consumer groups), ``offset_manager`` (group offsets), ``topics``, ``metadata``
+(the metadata cache), ``security`` (credentials, SASL, ACLs), ``channel`` (broker-to-broker
+requests), ``broker`` (assembly), ``embedded`` / ``cluster`` / ``process`` (ways to run one or
+several), ``runner`` (command line). Imports ``hmbclient.protocol`` (and ``rebalance.paths`` for
+znodes), never the client packages; docs/architecture.md has the map.
 """
 
 from typing import TYPE_CHECKING, Any
