@@ -349,8 +349,14 @@ def unused_port() -> int:
 def test_members_share_a_topic_and_get_every_message_once(
     tansu: Any, make_member: Any, producer: Producer, members: int
 ) -> None:
-    topic, group = unique("bg"), unique("g")
-    create_topic(tansu.bootstrap, topic)
+    check_members_get_every_message_once(tansu.bootstrap, make_member, producer, members, "bg")
+
+
+def check_members_get_every_message_once(bootstrap: str, make_member: Any, producer: Producer, members: int, prefix: str) -> None:
+    """``members`` broker-mode members of one group: every message exactly once, each from its
+    partition's owner, and the final commits at the end of every partition."""
+    topic, group = unique(prefix), unique("g")
+    create_topic(bootstrap, topic)
     connectors = [make_member(group) for _ in range(members)]
     streams = [(f"c{i}", s) for i, c in enumerate(connectors) for s in c.create_message_streams({topic: 2})[topic]]
     wait_balanced(connectors)
@@ -363,7 +369,7 @@ def test_members_share_a_topic_and_get_every_message_once(
     for c in connectors:
         c.shutdown()
     # Final commits went to the coordinator: the group resumes at the end of every partition.
-    assert committed(tansu.bootstrap, group, topic) == {p: 15 for p in range(PARTITIONS)}
+    assert committed(bootstrap, group, topic) == {p: 15 for p in range(PARTITIONS)}
 
 
 def test_join_and_leave_mid_stream_lose_nothing_and_repeat_nothing(

@@ -25,14 +25,13 @@ from waiting import wait_until
 from hmbclient.broker import EmbeddedBroker
 from hmbclient.consumer.connector import Consumer, ConsumerConnector
 
-from .conftest import Collector, Producer, drain, unique
+from .conftest import Collector, Producer, unique
 from .test_broker_groups import (
     FAST,
     PARTITIONS,
-    committed,
+    check_members_get_every_message_once,
     create_topic,
     start_victim,
-    wait_balanced,
 )
 
 pytestmark = pytest.mark.timeout(180)
@@ -75,19 +74,7 @@ def producer(broker: EmbeddedBroker) -> Iterator[Producer]:
 def test_members_get_every_message_exactly_once(
     broker: EmbeddedBroker, make_member: Any, producer: Producer, members: int
 ) -> None:
-    topic, group = unique("emb"), unique("g")
-    create_topic(broker.bootstrap, topic)
-    connectors = [make_member(group) for _ in range(members)]
-    streams = [(f"c{i}", s) for i, c in enumerate(connectors) for s in c.create_message_streams({topic: 2})[topic]]
-    wait_balanced(connectors)
-    sent = producer.spread(topic, 15)
-    got = drain(streams, timeout=90)
-    assert Counter(got.values()) == Counter(sent)
-    owner_of = {p: i for i, c in enumerate(connectors) for (_, p) in c.owned_partitions()}
-    assert all(owner_of[m.partition] == int(tag[1:]) for tag, m in got.messages)
-    for c in connectors:
-        c.shutdown()
-    assert committed(broker.bootstrap, group, topic) == {p: 15 for p in range(PARTITIONS)}
+    check_members_get_every_message_once(broker.bootstrap, make_member, producer, members, "emb")
 
 
 def test_killed_member_loses_its_partitions_after_the_session_timeout(
