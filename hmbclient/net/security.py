@@ -9,26 +9,25 @@ Contract:
 * Secrets (``sasl.password``, ``ssl.password``) never appear in a repr, an exception or a log
   line: :class:`Security` shows protocol, mechanism and user only, and every error raised here
   names the mechanism and the user, never the password.
-* The mechanisms are sans-IO: ``first()`` is the client's first token, ``step(challenge)``
-  answers a server token (or returns None when the exchange is over for this side), ``done``
-  says whether the client has verified what it needs. PLAIN (RFC 4616) is one token. SCRAM
-  (RFC 5802, SHA-256 per RFC 7677, SHA-512 as Kafka does it) is client-first, server-first,
-  client-final with the proof, then the server-final whose signature must match: a wrong
-  server signature fails with SaslAuthenticationFailedError, since a server that cannot prove
-  it knows the credentials is not the one we meant to talk to.
+* The mechanisms themselves (PLAIN, SCRAM-SHA-256/512) are sans-IO and live in
+  :mod:`hmbclient.protocol.sasl_mechanisms`, shared with the broker's own connections to the
+  other brokers; they are re-exported here under their public names.
 """
 
 from __future__ import annotations
 
-import base64
-import hashlib
-import hmac
-import os
 import ssl
-from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Any
 
-from hmbclient.errors import BrokerError, ConfigError, ErrorCode, for_code
+from hmbclient.errors import ConfigError, ErrorCode, for_code
+from hmbclient.protocol.sasl_mechanisms import (
+    SASL_MECHANISMS,
+    PlainMechanism,
+    SaslAuthenticationFailedError,
+    SaslMechanism,
+    ScramMechanism,
+    client_mechanism,
+)
 
 __all__ = [
     "SECURITY_PROTOCOLS",
@@ -44,17 +43,9 @@ __all__ = [
 ]
 
 SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
-SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
 
-#: Kafka error 58 (SASL_AUTHENTICATION_FAILED): wrong password, unknown user, bad server proof.
-SaslAuthenticationFailedError = for_code(ErrorCode.SASL_AUTHENTICATION_FAILED)
 #: Kafka error 33 (UNSUPPORTED_SASL_MECHANISM): the broker does not enable our mechanism.
 UnsupportedSaslMechanismError = for_code(ErrorCode.UNSUPPORTED_SASL_MECHANISM)
-
-# Kafka's ScramMechanism minimum: fewer iterations would make a stolen exchange cheap to attack,
-# and a server asking for fewer is either broken or trying to downgrade us.
-_SCRAM_MIN_ITERATIONS = 4096
-
 
 def build_ssl_context(
     *,
@@ -110,146 +101,6 @@ def describe_tls_error(e: BaseException, host: str) -> str:
     if reason == "WRONG_VERSION_NUMBER":
         return "TLS: the broker did not answer with TLS (wrong version number): is this a plaintext listener?"
     return f"TLS handshake failed: {reason or e}"
-
-
-class SaslMechanism(Protocol):
-    """A client SASL mechanism, sans-IO (see the module docstring)."""
-
-    name: str
-    username: str
-
-    @property
-    def done(self) -> bool: ...
-
-    def first(self) -> bytes: ...
-
-    def step(self, challenge: bytes) -> bytes | None: ...
-
-
-def _auth_failed(mechanism: str, username: str, why: str) -> BrokerError:
-    return SaslAuthenticationFailedError(f"{mechanism} authentication of user {username!r} failed: {why}")
-
-
-class PlainMechanism:
-    """SASL PLAIN: ``authzid NUL user NUL password`` in one token; the broker's empty answer
-    (or any answer) ends it."""
-
-    name = "PLAIN"
-
-    def __init__(self, username: str, password: str) -> None:
-        self.username = username
-        self._password = password
-        self._done = False
-
-    def __repr__(self) -> str:
-        return f"PlainMechanism(user={self.username!r})"
-
-    @property
-    def done(self) -> bool:
-        return self._done
-
-    def first(self) -> bytes:
-        self._done = True
-        return b"\x00" + self.username.encode() + b"\x00" + self._password.encode()
-
-    def step(self, challenge: bytes) -> bytes | None:
-        return None
-
-
-def _saslname(name: str) -> str:
-    return name.replace("=", "=3D").replace(",", "=2C")
-
-
-def _attrs(message: str) -> dict[str, str]:
-    out: dict[str, str] = {}
-    for part in message.split(","):
-        k, eq, v = part.partition("=")
-        if eq and len(k) == 1:
-            out.setdefault(k, v)
-    return out
-
-
-class ScramMechanism:
-    """SCRAM-SHA-256 / SCRAM-SHA-512 (RFC 5802, no channel binding: gs2 header ``n,,``)."""
-
-    def __init__(self, name: str, username: str, password: str, *, nonce: str | None = None) -> None:
-        hashes: dict[str, Callable[..., Any]] = {"SCRAM-SHA-256": hashlib.sha256, "SCRAM-SHA-512": hashlib.sha512}
-        if name not in hashes:
-            raise ConfigError(f"unknown SCRAM mechanism {name!r}")
-        self.name = name
-        self.username = username
-        self._password = password
-        self._hash = hashes[name]
-        self._hname = name[len("SCRAM-") :].replace("-", "").lower()  # sha256 / sha512
-        self._nonce = nonce or base64.b64encode(os.urandom(24)).decode()
-        self._first_bare = f"n={_saslname(username)},r={self._nonce}"
-        self._server_signature: bytes | None = None
-        self._state = 0  # 0 first not sent, 1 awaiting server-first, 2 awaiting server-final, 3 done
-
-    def __repr__(self) -> str:
-        return f"ScramMechanism({self.name}, user={self.username!r})"
-
-    @property
-    def done(self) -> bool:
-        return self._state == 3
-
-    def _hmac(self, key: bytes, msg: bytes) -> bytes:
-        return hmac.new(key, msg, self._hash).digest()
-
-    def _fail(self, why: str) -> BrokerError:
-        return _auth_failed(self.name, self.username, why)
-
-    def first(self) -> bytes:
-        self._state = 1
-        return ("n,," + self._first_bare).encode()
-
-    def step(self, challenge: bytes) -> bytes | None:
-        try:
-            text = bytes(challenge).decode("utf-8")
-        except UnicodeDecodeError:
-            raise self._fail("the server sent a token that is not UTF-8") from None
-        a = _attrs(text)
-        if "e" in a:
-            raise self._fail(f"the server refused: {a['e']}")
-        if self._state == 1:
-            return self._client_final(text, a)
-        if self._state == 2:
-            if "v" not in a:
-                raise self._fail("the server's final message carries no signature")
-            try:
-                sig = base64.b64decode(a["v"], validate=True)
-            except ValueError:
-                raise self._fail("the server's signature is not base64") from None
-            assert self._server_signature is not None
-            if not hmac.compare_digest(sig, self._server_signature):
-                raise self._fail("the server's signature does not match (the broker does not know this user's credentials)")
-            self._state = 3
-            return None
-        raise self._fail("unexpected token after the exchange ended")
-
-    def _client_final(self, server_first: str, a: dict[str, str]) -> bytes:
-        nonce, salt_b64, iters = a.get("r"), a.get("s"), a.get("i")
-        if not nonce or salt_b64 is None or not iters:
-            raise self._fail("malformed server-first message")
-        if not nonce.startswith(self._nonce) or len(nonce) == len(self._nonce):
-            raise self._fail("the server's nonce does not extend ours")
-        try:
-            salt = base64.b64decode(salt_b64, validate=True)
-            iterations = int(iters)
-        except ValueError:
-            raise self._fail("malformed salt or iteration count") from None
-        if iterations < _SCRAM_MIN_ITERATIONS:
-            raise self._fail(f"the server asks for {iterations} iterations, fewer than {_SCRAM_MIN_ITERATIONS}")
-        salted = hashlib.pbkdf2_hmac(self._hname, self._password.encode(), salt, iterations)
-        client_key = self._hmac(salted, b"Client Key")
-        stored_key = self._hash(client_key).digest()
-        without_proof = f"c=biws,r={nonce}"
-        auth_message = f"{self._first_bare},{server_first},{without_proof}".encode()
-        client_sig = self._hmac(stored_key, auth_message)
-        proof = bytes(x ^ y for x, y in zip(client_key, client_sig, strict=True))
-        self._server_signature = self._hmac(self._hmac(salted, b"Server Key"), auth_message)
-        self._state = 2
-        return f"{without_proof},p={base64.b64encode(proof).decode()}".encode()
 
 
 class Security:
@@ -320,9 +171,7 @@ class Security:
     def mechanism(self) -> SaslMechanism:
         """A fresh client mechanism for one authentication exchange."""
         assert self.sasl_username is not None and self._sasl_password is not None
-        if self.sasl_mechanism == "PLAIN":
-            return PlainMechanism(self.sasl_username, self._sasl_password)
-        return ScramMechanism(self.sasl_mechanism, self.sasl_username, self._sasl_password)
+        return client_mechanism(self.sasl_mechanism, self.sasl_username, self._sasl_password)
 
     @classmethod
     def from_config(cls, cfg: Any) -> Security | None:

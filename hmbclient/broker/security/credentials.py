@@ -21,7 +21,6 @@ authentication without a broker restart.
 from __future__ import annotations
 
 import base64
-import hashlib
 import hmac
 import json
 import os
@@ -30,6 +29,13 @@ import tempfile
 import threading
 from dataclasses import dataclass
 from typing import Any, Protocol
+
+from hmbclient.protocol.sasl_mechanisms import (
+    MIN_ITERATIONS,
+    SCRAM_HASHES,
+    salted_password,
+    scram_keys,
+)
 
 __all__ = [
     "SCRAM_MECHANISMS",
@@ -41,10 +47,8 @@ __all__ = [
     "salted_password",
 ]
 
-#: mechanism -> hashlib name.
-SCRAM_MECHANISMS: dict[str, str] = {"SCRAM-SHA-256": "sha256", "SCRAM-SHA-512": "sha512"}
-#: Kafka refuses fewer iterations than this for both mechanisms.
-MIN_ITERATIONS = 4096
+#: mechanism -> hashlib name (the one table, shared with the client mechanisms).
+SCRAM_MECHANISMS = SCRAM_HASHES
 
 
 @dataclass(frozen=True)
@@ -79,15 +83,10 @@ class ScramCredential:
         return f"ScramCredential(iterations={self.iterations})"
 
 
-def salted_password(mechanism: str, password: bytes, salt: bytes, iterations: int) -> bytes:
-    return hashlib.pbkdf2_hmac(SCRAM_MECHANISMS[mechanism], password, salt, iterations)
-
-
 def keys_from_salted(mechanism: str, salted: bytes) -> tuple[bytes, bytes]:
-    """``(stored_key, server_key)`` of a salted password."""
-    h = SCRAM_MECHANISMS[mechanism]
-    client_key = hmac.new(salted, b"Client Key", h).digest()
-    return hashlib.new(h, client_key).digest(), hmac.new(salted, b"Server Key", h).digest()
+    """``(stored_key, server_key)`` of a salted password: what the broker keeps."""
+    _, stored, server = scram_keys(mechanism, salted)
+    return stored, server
 
 
 def make_credential(mechanism: str, password: str, iterations: int = MIN_ITERATIONS, salt: bytes | None = None) -> ScramCredential:
