@@ -1462,6 +1462,20 @@ class BrokerConfig(ConfigBase):
     sasl_credentials_file: str | None = setting(
         None, doc="sasl.credentials.file: SCRAM credentials file (None: ZooKeeper /config/users)"
     )
+    security_inter_broker_protocol: str | None = setting(
+        None,
+        convert=_upper,
+        doc="security.inter.broker.protocol: the listener brokers use to reach each other (None: the first listener)",
+    )
+    sasl_mechanism_inter_broker_protocol: SaslMechanismName = setting(
+        "PLAIN", convert=_upper, doc="sasl.mechanism.inter.broker.protocol: SASL mechanism between brokers"
+    )
+    sasl_inter_broker_username: str | None = setting(
+        None, doc="sasl.inter.broker.username: the user a broker authenticates as to the others (SASL inter-broker listener)"
+    )
+    sasl_inter_broker_password: str | None = setting(
+        None, secret=True, doc="sasl.inter.broker.password: that user's password"
+    )
     authorizer_class_name: str = setting(
         "", doc="authorizer.class.name: non-empty turns on the ACL authorizer (ACLs in authorizer.acls.file or ZooKeeper)"
     )
@@ -1487,3 +1501,21 @@ class BrokerConfig(ConfigBase):
             self._fail("an SSL or SASL_SSL listener needs 'ssl.certfile'")
         if self.ssl_client_auth == "required" and not self.ssl_cafile:
             self._fail("'ssl.client.auth'=required needs 'ssl.cafile' to check client certificates against")
+        protocols = [parse_listener(x)[0] for x in self.listeners] or ["PLAINTEXT"]
+        inter = self.security_inter_broker_protocol
+        if inter is not None and inter not in protocols:
+            self._fail(f"'security.inter.broker.protocol'={inter} is not one of the listeners ({', '.join(protocols)})")
+        if self.zookeeper_connect and self.inter_broker_protocol.startswith("SASL_") and (
+            not self.sasl_inter_broker_username or self.sasl_inter_broker_password is None
+        ):
+            self._fail(
+                f"brokers reach each other over {self.inter_broker_protocol}: set 'sasl.inter.broker.username' and "
+                "'sasl.inter.broker.password'"
+            )
+
+    @property
+    def inter_broker_protocol(self) -> str:
+        """The security protocol (= listener name) brokers use to reach each other."""
+        if self.security_inter_broker_protocol:
+            return self.security_inter_broker_protocol
+        return parse_listener(self.listeners[0])[0] if self.listeners else "PLAINTEXT"

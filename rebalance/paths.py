@@ -538,8 +538,10 @@ def decode_consumer_registration(data: bytes | str | None) -> ConsumerRegistrati
 class BrokerRegistration:
     """``/brokers/ids/<id>``: where a broker listens.
 
-    ``endpoints`` (e.g. ``("PLAINTEXT://h:9092",)``) is only read, from version 2+
-    registrations written by later Kafka brokers; version 1 has ``host``/``port`` only.
+    Version 1 (Kafka 0.8) has ``host``/``port`` only. A broker with several listeners writes
+    version 4: ``endpoints`` (``("PLAINTEXT://h:9092", "SASL_SSL://h:9093")``), a listener ->
+    security protocol map, and ``host``/``port`` of its PLAINTEXT endpoint for older readers
+    (null and -1 when it has none; decoded as ``""`` and -1 with ``require_plaintext=False``).
     """
 
     host: str
@@ -549,18 +551,49 @@ class BrokerRegistration:
     version: int = 1
     endpoints: tuple[str, ...] = ()
 
+    def listeners(self) -> dict[str, tuple[str, int]]:
+        """Listener name -> ``(host, port)``; a version-1 registration is one PLAINTEXT listener.
+        Endpoints that do not parse are left out."""
+        out: dict[str, tuple[str, int]] = {}
+        for endpoint in self.endpoints:
+            parsed = _parse_endpoint(endpoint)
+            if parsed is not None:
+                out.setdefault(*parsed)
+        if not out and self.port >= 0:
+            out["PLAINTEXT"] = (self.host, self.port)
+        return out
+
 
 def encode_broker_registration(reg: BrokerRegistration) -> bytes:
     """Encode as a 0.8 broker does (field order of Scala's 5-entry hash map).
 
     ``{"jmx_port":-1,"timestamp":"ms","host":"h","version":1,"port":9092}``
 
+    With ``endpoints``, Kafka's version-4 form instead (field order as Kafka 2.x writes it):
+    ``{"listener_security_protocol_map":{...},"endpoints":[...],"jmx_port":-1,"host":"h",
+    "timestamp":"ms","port":9092,"version":4}``, ``host``/``port`` being the PLAINTEXT endpoint's
+    (null / -1 without one). Listener names are their security protocols.
+
     Args:
-        reg: The registration (``endpoints`` is not written: version 1 has none).
+        reg: The registration.
 
     Returns:
         utf-8 JSON bytes.
     """
+    if reg.endpoints:
+        listeners = reg.listeners()
+        plain = listeners.get("PLAINTEXT")
+        return _dumps(
+            {
+                "listener_security_protocol_map": {name: name for name in listeners},
+                "endpoints": list(reg.endpoints),
+                "jmx_port": reg.jmx_port,
+                "host": plain[0] if plain else None,
+                "timestamp": str(reg.timestamp_ms),
+                "port": plain[1] if plain else -1,
+                "version": max(reg.version, 4),
+            }
+        )
     return _dumps(
         {
             "jmx_port": reg.jmx_port,
@@ -572,7 +605,7 @@ def encode_broker_registration(reg: BrokerRegistration) -> bytes:
     )
 
 
-def decode_broker_registration(data: bytes | str | None) -> BrokerRegistration:
+def decode_broker_registration(data: bytes | str | None, *, require_plaintext: bool = True) -> BrokerRegistration:
     """Parse a broker registration, version 1 or later.
 
     When ``host`` is null or ``port`` is -1 (later brokers with listeners), the first
@@ -580,12 +613,16 @@ def decode_broker_registration(data: bytes | str | None) -> BrokerRegistration:
 
     Args:
         data: The znode data.
+        require_plaintext: a registration without a PLAINTEXT address is an error (what a
+            0.8 client needs); False: such a registration decodes with host ``""``, port -1,
+            its addresses in ``endpoints``.
 
     Returns:
         The registration.
 
     Raises:
-        ZnodeDataError: Not JSON, or no usable host and port.
+        ZnodeDataError: Not JSON, or no usable host and port (and no endpoints at all, with
+            ``require_plaintext=False``).
     """
     what = "broker registration"
     obj = _loads(data, what)
@@ -594,7 +631,12 @@ def decode_broker_registration(data: bytes | str | None) -> BrokerRegistration:
     host = obj.get("host")
     port = obj.get("port", -1)
     if not isinstance(host, str) or not host or not isinstance(port, int) or port < 0:
-        host, port = _from_endpoints(endpoints, what)
+        try:
+            host, port = _from_endpoints(endpoints, what)
+        except ZnodeDataError:
+            if require_plaintext or not any(_parse_endpoint(e) for e in endpoints):
+                raise
+            host, port = "", -1
     return BrokerRegistration(
         host=host,
         port=port,
@@ -605,14 +647,20 @@ def decode_broker_registration(data: bytes | str | None) -> BrokerRegistration:
     )
 
 
+def _parse_endpoint(endpoint: str) -> tuple[str, tuple[str, int]] | None:
+    """``"NAME://host:port"`` -> ``("NAME", (host, port))``; None when it does not parse."""
+    scheme, sep, address = endpoint.partition("://")
+    host, _, port = address.rpartition(":")
+    if not sep or not scheme or not host or not port.isdigit():
+        return None
+    return scheme.upper(), (host.strip("[]"), int(port))
+
+
 def _from_endpoints(endpoints: Iterable[str], what: str) -> tuple[str, int]:
     for endpoint in endpoints:
-        scheme, sep, address = endpoint.partition("://")
-        if not sep or scheme.upper() not in ("PLAINTEXT", "PLAINTEXT_HOST"):
-            continue
-        host, _, port = address.rpartition(":")
-        if host and port.isdigit():
-            return host.strip("[]"), int(port)
+        parsed = _parse_endpoint(endpoint)
+        if parsed is not None and parsed[0] in ("PLAINTEXT", "PLAINTEXT_HOST"):
+            return parsed[1]
     raise ZnodeDataError(f"{what}: no host/port and no PLAINTEXT endpoint")
 
 

@@ -37,6 +37,7 @@ from hmbclient.clock import wall_ms
 from hmbclient.errors import ErrorCode
 from hmbclient.protocol.api import ApiKey, ApiVersionsResponse
 from hmbclient.protocol.api.base import REQUESTS, Request, Response
+from hmbclient.protocol.api.cluster import SECURITY_PROTOCOL_NAMES
 from hmbclient.protocol.frame import RequestHeader
 
 #: ``(controller id, controller epoch)`` of a request -> NONE or STALE_CONTROLLER_EPOCH.
@@ -128,6 +129,9 @@ class KafkaApis:
         group_coordinator: Any = None,
     ) -> None:
         self.authorizer: Any = None
+        #: the listener brokers reach each other on (set by the Broker): UpdateMetadata's
+        #: address of that listener is where this broker fetches from and sends to.
+        self.inter_broker_listener = "PLAINTEXT"
         self.broker_id = broker_id
         self.metadata = metadata
         self.replicas = replica_manager
@@ -235,10 +239,11 @@ class KafkaApis:
                 if self._allowed(channel, "Describe", "Topic", n) else ErrorCode.TOPIC_AUTHORIZATION_FAILED
                 for n in names
             }
-        here = getattr(getattr(channel, "session", None), "advertised", None)
+        session = getattr(channel, "session", None)
+        here, here_listener = getattr(session, "advertised", None), getattr(session, "listener", None)
 
         def answer() -> None:
-            channel.send(self._metadata_response(resp_cls, names, codes, here))
+            channel.send(self._metadata_response(resp_cls, names, codes, here, here_listener))
 
         waiting = [n for n in names if codes[n] == ErrorCode.NONE and not self.metadata.is_ready(n)]
         if waiting:
@@ -246,15 +251,20 @@ class KafkaApis:
         else:
             answer()
 
-    def _metadata_response(self, resp_cls: Any, names: list[str], codes: dict[str, int], here: tuple[str, int] | None = None) -> Response:
+    def _metadata_response(
+        self, resp_cls: Any, names: list[str], codes: dict[str, int], here: tuple[str, int] | None = None, here_listener: str | None = None
+    ) -> Response:
         broker_shape = _shape(resp_cls, "brokers")
         # A client on another listener than the registered one is told this broker's address
         # on the listener it came in on (``here``), so it stays on its security protocol.
-        brokers = [
-            _make(broker_shape, node_id=b.node_id, host=here[0] if here and b.node_id == self.broker_id else b.host,
-                  port=here[1] if here and b.node_id == self.broker_id else b.port, rack=None)
-            for b in self.metadata.brokers()
-        ]
+        # Other brokers are listed at their address on that same listener, and left out when
+        # they have no such listener (as Kafka does).
+        listener = here_listener
+        brokers = []
+        for b in self.metadata.brokers():
+            addr = here if here and b.node_id == self.broker_id else b.address(listener)
+            if addr is not None:
+                brokers.append(_make(broker_shape, node_id=b.node_id, host=addr[0], port=addr[1], rack=None))
         live = self.metadata.live_broker_ids()
         topic_shape = _shape(resp_cls, "topics")
         part_shape = _shape(resp_cls, "topics", "partitions")
@@ -555,7 +565,13 @@ class KafkaApis:
         if v == 0:
             brokers = [BrokerEndpoint(b.id, b.host, b.port) for b in req.live_brokers]
         else:
-            brokers = [BrokerEndpoint(b.id, b.endpoints[0].host, b.endpoints[0].port) for b in req.live_brokers if b.endpoints]
+            brokers = []
+            for b in req.live_brokers:
+                # v1-2 name an endpoint by its security protocol, v3+ by its listener name.
+                eps = tuple((e.listener if v >= 3 else SECURITY_PROTOCOL_NAMES.get(e.security_protocol, "?"), e.host, e.port) for e in b.endpoints)
+                if eps:
+                    inter = next((e for e in eps if e[0] == self.inter_broker_listener), eps[0])
+                    brokers.append(BrokerEndpoint(b.id, inter[1], inter[2], eps))
         if v >= 5:
             flat = [(t.topic, s) for t in req.topic_states for s in t.partition_states]
         else:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 import shutil
+import socket
 import tempfile
 import threading
 import time
@@ -37,7 +38,7 @@ from hmbclient.broker.offset_manager import OffsetManager
 from hmbclient.broker.producer_ids import ProducerIdManager
 from hmbclient.broker.replica_fetcher import ReplicaFetcherManager
 from hmbclient.broker.replica_manager import ReplicaManager
-from hmbclient.broker.security.setup import authorizer_from, listeners_from
+from hmbclient.broker.security.setup import authorizer_from, inter_broker_security, listeners_from
 from hmbclient.broker.server import SocketServer
 from hmbclient.broker.topics import TopicManager
 from hmbclient.clock import monotonic_ms, wall_ms
@@ -139,6 +140,8 @@ class Broker:
         self._temp_dir: str | None = None
         self._port = config.port
         self.running = False
+        #: TLS/SASL of this broker's connections to the others (None: plaintext)
+        self.inter_broker_security = inter_broker_security(config)
 
     @property
     def host(self) -> str:
@@ -154,7 +157,34 @@ class Broker:
 
     @property
     def endpoint(self) -> BrokerEndpoint:
-        return BrokerEndpoint(self.broker_id, self.host, self.advertised_port)
+        """This broker as the others see it: its inter-broker listener's address, and every
+        listener's advertised address (known once serving)."""
+        listeners = self.advertised_listeners()
+        inter = next(((h, p) for name, h, p in listeners if name == self.config.inter_broker_protocol), (self.host, self.advertised_port))
+        return BrokerEndpoint(self.broker_id, inter[0], inter[1], listeners)
+
+    def advertised_listeners(self) -> tuple[tuple[str, str, int], ...]:
+        """``(name, host, port)`` of each listener: the first at ``advertised.host.name`` /
+        ``advertised.port`` when set; a listener bound to every interface is advertised at
+        ``advertised.host.name``, else ``host.name``, else this machine's name."""
+        if self.server is None:
+            return (("PLAINTEXT", self.host, self.advertised_port),)
+        out = []
+        for i, lst in enumerate(self.server.listeners):
+            if i == 0:
+                out.append((lst.name, self.host, self.advertised_port))
+                continue
+            host = lst.host
+            if host in ("0.0.0.0", "::", ""):
+                host = self.config.advertised_host_name or (self.config.host if self.config.host not in ("0.0.0.0", "::") else socket.getfqdn())
+            out.append((lst.name, host, lst.port))
+        return tuple(out)
+
+    def channel(self, client_id: str) -> BrokerChannel:
+        """A channel to this broker on its inter-broker listener, with the inter-broker TLS and
+        SASL settings (what the other brokers and the cluster's test helpers use)."""
+        ep = self.endpoint
+        return BrokerChannel(ep.host, ep.port, client_id, security=self.inter_broker_security)
 
     @property
     def log_dir(self) -> str | None:
@@ -199,6 +229,7 @@ class Broker:
                 fetch_max_bytes=cfg.replica_fetch_max_bytes,
                 backoff_ms=cfg.replica_fetch_backoff_ms,
                 request_timeout_s=cfg.controller_socket_timeout_ms / 1000.0,
+                security=self.inter_broker_security,
             )
             self.topics = topics = TopicManager(metadata, store, cfg.num_partitions, cfg.default_replication_factor, cfg.auto_create_topics_enable)
             om = OffsetManager(cfg.broker_id, metadata, rm, topics, cfg, store)
@@ -212,6 +243,7 @@ class Broker:
                 self._local_delivery,
                 unclean_leader_election=cfg.unclean_leader_election_enable,
                 request_timeout_s=cfg.controller_socket_timeout_ms / 1000.0,
+                security=self.inter_broker_security,
             )
             self.apis = KafkaApis(
                 cfg.broker_id,
@@ -225,6 +257,7 @@ class Broker:
                 group_coordinator=groups,
             )
             self.apis.authorizer = authorizer_from(cfg, store)
+            self.apis.inter_broker_listener = cfg.inter_broker_protocol
             self.server = SocketServer(
                 self.apis,
                 cfg.host,
@@ -271,7 +304,12 @@ class Broker:
         cfg = self.config
         store: CoordinationStore
         if cfg.zookeeper_connect:
-            store = ZkStore(cfg.zookeeper_connect, cfg.zookeeper_session_timeout_ms, cfg.zookeeper_connection_timeout_ms)
+            store = ZkStore(
+                cfg.zookeeper_connect,
+                cfg.zookeeper_session_timeout_ms,
+                cfg.zookeeper_connection_timeout_ms,
+                inter_broker_listener=cfg.inter_broker_protocol,
+            )
         else:
             memory = MemoryStore()
             _seed_memory_store(memory, logs, cfg.broker_id)
@@ -350,7 +388,7 @@ class Broker:
                     ep = store.live_brokers().get(cid)
                     if ep is None:
                         continue
-                    channel = BrokerChannel(ep.host, ep.port, f"broker-{self.broker_id}-shutdown")
+                    channel = BrokerChannel(ep.host, ep.port, f"broker-{self.broker_id}-shutdown", security=self.inter_broker_security)
                     try:
                         resp = channel.request(ControlledShutdownRequest[1](broker_id=self.broker_id), cfg.controller_socket_timeout_ms / 1000.0)
                     finally:

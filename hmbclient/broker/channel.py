@@ -10,20 +10,56 @@ Contract: ``request(req, timeout_s)`` connects if needed, sends one request and 
 response, or raises :class:`hmbclient.errors.KafkaConnectionError` (unreachable, closed, timed
 out) after closing the socket, so the next call starts on a fresh connection. A response that
 does not decode is a :class:`hmbclient.errors.RemoteProtocolError` and also closes the channel.
+
+Security (the inter-broker listener, ``security.inter.broker.protocol``): with a
+:class:`ChannelSecurity` a new connection is first wrapped in TLS (SSL, SASL_SSL: the other
+broker's certificate checked against the context's CAs and its host name) and then
+authenticated (SASL_PLAINTEXT, SASL_SSL: SaslHandshake v1 + SaslAuthenticate v1 tokens of the
+shared client mechanisms in :mod:`hmbclient.protocol.sasl_mechanisms`) before the first request
+goes out. A refused handshake or authentication is a ``KafkaConnectionError`` naming the broker,
+the mechanism and the user (never the password), so every caller's retry handles it like any
+unreachable broker, and the log says why.
 """
 
 from __future__ import annotations
 
 import socket
+import ssl
+from dataclasses import dataclass, field
 from typing import Any
 
-from hmbclient.errors import KafkaConnectionError, ProtocolError, RemoteProtocolError
+from hmbclient.errors import (
+    BrokerError,
+    ErrorCode,
+    KafkaConnectionError,
+    ProtocolError,
+    RemoteProtocolError,
+)
 from hmbclient.protocol.api.base import Request
+from hmbclient.protocol.api.sasl import SaslAuthenticateRequest, SaslHandshakeRequest
 from hmbclient.protocol.frame import NEED_DATA, ClientConnection
+from hmbclient.protocol.sasl_mechanisms import client_mechanism
 
-__all__ = ["BrokerChannel"]
+__all__ = ["BrokerChannel", "ChannelSecurity"]
 
 _RECV_BYTES = 1 << 20
+
+
+@dataclass(frozen=True)
+class ChannelSecurity:
+    """How a broker connects to the others: ``protocol`` SSL / SASL_PLAINTEXT / SASL_SSL, a
+    client ``ssl_context`` for the TLS ones, and the SASL user for the SASL ones (the password
+    is left out of the repr)."""
+
+    protocol: str
+    ssl_context: ssl.SSLContext | None = None
+    mechanism: str = "PLAIN"
+    username: str | None = None
+    password: str | None = field(default=None, repr=False)
+
+    @property
+    def sasl(self) -> bool:
+        return self.protocol in ("SASL_PLAINTEXT", "SASL_SSL")
 
 
 class BrokerChannel:
@@ -33,14 +69,18 @@ class BrokerChannel:
         host: the other broker's host.
         port: its port.
         client_id: sent in every request header (e.g. ``broker-1-fetcher``).
-        connect_timeout_s: how long a connect may take.
+        connect_timeout_s: how long a connect (with its TLS handshake and SASL exchange) may take.
+        security: TLS and SASL for the connection (None: plaintext).
     """
 
-    def __init__(self, host: str, port: int, client_id: str, connect_timeout_s: float = 5.0) -> None:
+    def __init__(
+        self, host: str, port: int, client_id: str, connect_timeout_s: float = 5.0, *, security: ChannelSecurity | None = None
+    ) -> None:
         self.host = host
         self.port = port
         self.client_id = client_id
         self.connect_timeout_s = connect_timeout_s
+        self.security = security
         self._sock: socket.socket | None = None
         self._proto: ClientConnection | None = None
 
@@ -56,8 +96,53 @@ class BrokerChannel:
         except OSError as e:
             raise KafkaConnectionError(f"cannot reach broker at {self.host}:{self.port}: {e}") from e
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        self._sock, self._proto = sock, ClientConnection(self.client_id)
-        return sock, self._proto
+        proto = ClientConnection(self.client_id)
+        sec = self.security
+        try:
+            if sec is not None and sec.ssl_context is not None:
+                sock = sec.ssl_context.wrap_socket(sock, server_hostname=self.host)
+            if sec is not None and sec.sasl:
+                self._authenticate(sock, proto, sec)
+        except ssl.SSLError as e:
+            sock.close()
+            raise KafkaConnectionError(f"TLS to broker at {self.host}:{self.port} failed: {e}") from e
+        except BaseException:
+            sock.close()
+            raise
+        self._sock, self._proto = sock, proto
+        return sock, proto
+
+    def _authenticate(self, sock: socket.socket, proto: ClientConnection, sec: ChannelSecurity) -> None:
+        """SaslHandshake v1, then SaslAuthenticate v1 tokens until the mechanism is done."""
+        assert sec.username is not None and sec.password is not None
+        mech = client_mechanism(sec.mechanism, sec.username, sec.password)
+        who = f"SASL {mech.name} authentication of user {sec.username!r} to broker at {self.host}:{self.port}"
+        timeout = self.connect_timeout_s
+        hs = self._exchange(sock, proto, SaslHandshakeRequest[1](mechanism=mech.name), timeout)
+        if hs.error_code != ErrorCode.NONE:
+            raise KafkaConnectionError(f"{who}: the broker enables only {', '.join(hs.mechanisms) or 'no mechanism'}")
+        token: bytes | None = mech.first()
+        try:
+            while token is not None:
+                resp = self._exchange(sock, proto, SaslAuthenticateRequest[1](auth_bytes=token), timeout)
+                if resp.error_code != ErrorCode.NONE:
+                    raise KafkaConnectionError(f"{who} failed: {resp.error_message or ErrorCode(resp.error_code).name}")
+                token = None if mech.done else mech.step(resp.auth_bytes)
+        except BrokerError as e:  # the mechanism's own verdict (e.g. the server's proof is wrong)
+            raise KafkaConnectionError(f"{who} failed: {e}") from e
+
+    def _exchange(self, sock: socket.socket, proto: ClientConnection, req: Request, timeout_s: float) -> Any:
+        _, frame = proto.send_request(req)
+        sock.settimeout(timeout_s)
+        sock.sendall(frame)
+        while True:
+            ev = proto.next_response()
+            if ev is not NEED_DATA:
+                return ev[1]
+            data = sock.recv(_RECV_BYTES)
+            if not data:
+                raise KafkaConnectionError(f"broker at {self.host}:{self.port} closed the connection")
+            proto.receive_data(data)
 
     def request(self, req: Request, timeout_s: float) -> Any:
         """Send ``req`` and wait for its response.
@@ -66,19 +151,9 @@ class BrokerChannel:
             KafkaConnectionError: not reachable, connection lost, or no answer in ``timeout_s``.
             RemoteProtocolError: the answer did not decode.
         """
-        sock, proto = self._connect()
         try:
-            _, frame = proto.send_request(req)
-            sock.settimeout(timeout_s)
-            sock.sendall(frame)
-            while True:
-                ev = proto.next_response()
-                if ev is not NEED_DATA:
-                    return ev[1]
-                data = sock.recv(_RECV_BYTES)
-                if not data:
-                    raise KafkaConnectionError(f"broker at {self.host}:{self.port} closed the connection")
-                proto.receive_data(data)
+            sock, proto = self._connect()
+            return self._exchange(sock, proto, req, timeout_s)
         except TimeoutError as e:
             self.close()
             raise KafkaConnectionError(f"{type(req).__name__} to {self.host}:{self.port}: no answer in {timeout_s:.1f} s") from e

@@ -31,7 +31,6 @@ from collections.abc import Callable
 from typing import Any
 
 from hmbclient.broker.broker import Broker
-from hmbclient.broker.channel import BrokerChannel
 from hmbclient.broker.metadata import PartitionMeta
 from hmbclient.config import BrokerConfig
 from hmbclient.errors import ConfigError, HmbError, for_code
@@ -201,7 +200,7 @@ class EmbeddedCluster:
         """A Metadata v1 answer from a live broker."""
         last: Exception | None = None
         for b in self._live():
-            ch = BrokerChannel(b.host, b.port, "embedded-cluster")
+            ch = b.channel("embedded-cluster")
             try:
                 return ch.request(MetadataRequest[1](topics=topics), 10.0)
             except HmbError as e:
@@ -280,7 +279,7 @@ class EmbeddedCluster:
         n = num_partitions or self._config(0).num_partitions
         rf = replication_factor or self._config(0).default_replication_factor
         b = self._live()[0]
-        ch = BrokerChannel(b.host, b.port, "embedded-cluster")
+        ch = b.channel("embedded-cluster")
         try:
             resp = ch.request(CreateTopicsRequest[1](topics=[(topic, n, rf, [], [])], timeout_ms=timeout_ms, validate_only=False), timeout_ms / 1000.0 + 5)
         finally:
@@ -322,7 +321,7 @@ class EmbeddedCluster:
         """A Metadata v1 answer from every running broker (each its own view)."""
         out = []
         for b in self._live():
-            ch = BrokerChannel(b.host, b.port, "embedded-cluster")
+            ch = b.channel("embedded-cluster")
             try:
                 out.append(ch.request(MetadataRequest[1](topics=topics), 5.0))
             finally:

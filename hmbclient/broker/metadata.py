@@ -33,9 +33,25 @@ def is_internal_topic(topic: str) -> bool:
 
 
 class BrokerEndpoint(NamedTuple):
+    """A broker: ``host``/``port`` is where the other brokers reach it (its inter-broker
+    listener); ``listeners`` its advertised ``(name, host, port)`` per listener, empty when only
+    that one address is known (a registration of Kafka 0.8's form)."""
+
     node_id: int
     host: str
     port: int
+    listeners: tuple[tuple[str, str, int], ...] = ()
+
+    def address(self, listener: str | None) -> tuple[str, int] | None:
+        """Where a client on ``listener`` reaches this broker: None when the broker has no such
+        listener (Kafka then leaves it out of the answer); ``listener`` None (a request from
+        inside the broker) or no listeners known: the inter-broker address."""
+        if listener is None or not self.listeners:
+            return self.host, self.port
+        for name, host, port in self.listeners:
+            if name == listener:
+                return host, port
+        return None
 
 
 class PartitionMeta(NamedTuple):

@@ -450,15 +450,18 @@ class OffsetManager:
         self._ensure_topic()
         # As Metadata does: when this broker is the coordinator, a client is told its address on
         # the listener the request came in on, so it stays on its security protocol.
-        here = getattr(getattr(channel, "session", None), "advertised", None)
+        session = getattr(channel, "session", None)
+        here, listener = getattr(session, "advertised", None), getattr(session, "listener", None)
 
         def answer() -> None:
             leader = self.metadata.leader(OFFSETS_TOPIC, self.partition_for(key))
             ep = self.metadata.broker(leader) if leader is not None and leader >= 0 else None
-            if ep is None:
-                channel.send(resp_cls.build(throttle_time_ms=0, error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE, error_message="the coordinator's broker is down", node_id=-1, host="", port=-1))
+            addr = None if ep is None else here if here and ep.node_id == self.broker_id else ep.address(listener)
+            if ep is None or addr is None:
+                why = "the coordinator's broker is down" if ep is None else f"the coordinator's broker has no {listener} listener"
+                channel.send(resp_cls.build(throttle_time_ms=0, error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE, error_message=why, node_id=-1, host="", port=-1))
                 return
-            host, port = here if here and ep.node_id == self.broker_id else (ep.host, ep.port)
+            host, port = addr
             channel.send(resp_cls.build(throttle_time_ms=0, error_code=ErrorCode.NONE, error_message=None, node_id=ep.node_id, host=host, port=port))
 
         # A just-created offsets topic is served once the controller elected its leaders: the

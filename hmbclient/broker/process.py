@@ -26,7 +26,9 @@ import time
 from collections import deque
 from typing import Any
 
+from hmbclient.broker.channel import BrokerChannel
 from hmbclient.broker.runner import READY_PREFIX
+from hmbclient.broker.security.setup import inter_broker_security
 from hmbclient.children import preexec_for_current_thread
 from hmbclient.config import BrokerConfig
 from hmbclient.errors import HmbError
@@ -47,7 +49,7 @@ class BrokerProcess:
     """
 
     def __init__(self, log_dir: str, port: int = 0, *, start_timeout_s: float = 30.0, **config: Any) -> None:
-        cfg = BrokerConfig(port=port, log_dirs=(log_dir,), **config)
+        self._config = cfg = BrokerConfig(port=port, log_dirs=(log_dir,), **config)
         self.log_dir = log_dir
         self.port = port
         self.host = cfg.advertised_host_name or cfg.host
@@ -62,6 +64,11 @@ class BrokerProcess:
     @property
     def bootstrap(self) -> str:
         return f"{self.host}:{self.port}"
+
+    def channel(self, client_id: str) -> BrokerChannel:
+        """A channel to this broker on its first listener, with the inter-broker TLS and SASL
+        settings of its config."""
+        return BrokerChannel(self.host, self.port, client_id, security=inter_broker_security(self._config))
 
     @property
     def running(self) -> bool:

@@ -35,7 +35,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, NamedTuple, Protocol
 
-from hmbclient.broker.channel import BrokerChannel
+from hmbclient.broker.channel import BrokerChannel, ChannelSecurity
 from hmbclient.broker.metadata import BrokerEndpoint
 from hmbclient.broker.partition import Partition, Role
 from hmbclient.errors import CorruptRecordError, ErrorCode, HmbError, StorageError
@@ -116,7 +116,7 @@ class _FetcherThread:
         self.manager = manager
         self.leader = leader
         rm = manager.replica_manager
-        self.channel = BrokerChannel(leader.host, leader.port, f"broker-{rm.broker_id}-fetcher-{leader.node_id}")
+        self.channel = BrokerChannel(leader.host, leader.port, f"broker-{rm.broker_id}-fetcher-{leader.node_id}", security=manager.security)
         self.parts: dict[TP, _PartitionFetch] = {}
         self.lock = threading.Lock()
         self.stop_event = threading.Event()
@@ -320,8 +320,19 @@ class ReplicaFetcherManager:
         request_timeout_s: how long a fetcher waits for an answer beyond the fetch's own wait.
     """
 
-    def __init__(self, replica_manager: ReplicaManager, *, fetch_wait_max_ms: int = 500, fetch_max_bytes: int = 1 << 20, backoff_ms: int = 200, request_timeout_s: float = 10.0) -> None:
+    def __init__(
+        self,
+        replica_manager: ReplicaManager,
+        *,
+        fetch_wait_max_ms: int = 500,
+        fetch_max_bytes: int = 1 << 20,
+        backoff_ms: int = 200,
+        request_timeout_s: float = 10.0,
+        security: ChannelSecurity | None = None,
+    ) -> None:
         self.replica_manager = replica_manager
+        #: TLS/SASL of the channels to the leaders (their inter-broker listener)
+        self.security = security
         self.fetch_wait_max_ms = fetch_wait_max_ms
         self.fetch_max_bytes = fetch_max_bytes
         self.backoff_ms = backoff_ms

@@ -35,7 +35,7 @@ from typing import Any
 
 from kazoo.exceptions import ConnectionClosedError, ConnectionLoss, SessionExpiredError
 
-from hmbclient.broker.channel import BrokerChannel
+from hmbclient.broker.channel import BrokerChannel, ChannelSecurity
 from hmbclient.broker.controller import decisions
 from hmbclient.broker.controller.decisions import Change, ClusterState, LeaderIsr
 from hmbclient.broker.controller.store import CoordinationStore
@@ -43,6 +43,7 @@ from hmbclient.broker.metadata import NO_LEADER, BrokerEndpoint
 from hmbclient.errors import ErrorCode, HmbError
 from hmbclient.protocol.api.base import Request
 from hmbclient.protocol.api.cluster import (
+    SECURITY_PROTOCOL_IDS,
     LeaderAndIsrRequest,
     StopReplicaRequest,
     UpdateMetadataRequest,
@@ -69,7 +70,7 @@ class _Sender:
         self.endpoint = endpoint
         self.queue: queue.Queue[Request | None] = queue.Queue()
         self.stopped = threading.Event()
-        self.channel = BrokerChannel(endpoint.host, endpoint.port, f"broker-{owner.broker_id}-controller")
+        self.channel = BrokerChannel(endpoint.host, endpoint.port, f"broker-{owner.broker_id}-controller", security=owner.security)
         self.thread = threading.Thread(target=self._run, name=f"controller-{owner.broker_id}-to-{endpoint.node_id}", daemon=True)
         self.thread.start()
 
@@ -106,8 +107,19 @@ class Controller:
         request_timeout_s: the wait for a broker's answer.
     """
 
-    def __init__(self, broker_id: int, store: CoordinationStore, local: LocalDelivery, *, unclean_leader_election: bool = False, request_timeout_s: float = 30.0) -> None:
+    def __init__(
+        self,
+        broker_id: int,
+        store: CoordinationStore,
+        local: LocalDelivery,
+        *,
+        unclean_leader_election: bool = False,
+        request_timeout_s: float = 30.0,
+        security: ChannelSecurity | None = None,
+    ) -> None:
         self.broker_id = broker_id
+        #: TLS/SASL of the channels to the other brokers (their inter-broker listener)
+        self.security = security
         self.store = store
         self.local = local
         self.unclean = unclean_leader_election
@@ -365,11 +377,17 @@ class Controller:
 
     def _send_update_metadata(self, tps: Iterable[TP], to: set[int]) -> None:
         state = self._state()
-        req = UpdateMetadataRequest[0](
+        # v3: every listener of every broker, by name, so each broker answers a client with
+        # the others' addresses on the client's own listener.
+        req = UpdateMetadataRequest[3](
             controller_id=self.broker_id,
             controller_epoch=self.epoch,
             ungrouped_partition_states=[self._partition_state_tuple(tp) for tp in tps if tp in state.states],
-            live_brokers=[(b.node_id, b.host, b.port) for b in sorted(self.endpoints.values()) if b.node_id in state.live_brokers],
+            live_brokers=[
+                (b.node_id, [(port, host, name, SECURITY_PROTOCOL_IDS[name]) for name, host, port in b.listeners or (("PLAINTEXT", b.host, b.port),)], None)
+                for b in sorted(self.endpoints.values())
+                if b.node_id in state.live_brokers
+            ],
         )
         for broker in sorted(to & state.live_brokers):
             self._queue(broker, req)

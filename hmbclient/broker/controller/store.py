@@ -127,12 +127,18 @@ class ZkStore:
         connect: ``host:port[,host:port...][/chroot]`` (a missing chroot is created).
         session_timeout_ms: the ZooKeeper session timeout (how long a dead broker stays live).
         connection_timeout_ms: how long ``start`` may wait to connect.
+        inter_broker_listener: the listener (``security.inter.broker.protocol``) whose address of
+            each registered broker ``live_brokers`` reports as its ``host``/``port``.
     Raises:
         CoordinationError: ZooKeeper unreachable.
     """
 
-    def __init__(self, connect: str, session_timeout_ms: int = 6000, connection_timeout_ms: int = 6000) -> None:
+    def __init__(
+        self, connect: str, session_timeout_ms: int = 6000, connection_timeout_ms: int = 6000, *, inter_broker_listener: str = "PLAINTEXT"
+    ) -> None:
         self._connect = connect
+        #: the listener whose address the brokers of this cluster use for each other
+        self.inter_broker_listener = inter_broker_listener
         self._session_timeout_s = session_timeout_ms / 1000.0
         self._connect_timeout_s = connection_timeout_ms / 1000.0
         self.zk = KazooClient(hosts=connect, timeout=self._session_timeout_s)
@@ -205,7 +211,10 @@ class ZkStore:
             CoordinationError: another live session holds that broker id.
         """
         path = paths.broker_path(endpoint.node_id)
-        data = paths.encode_broker_registration(paths.BrokerRegistration(endpoint.host, endpoint.port))
+        # One PLAINTEXT listener: Kafka 0.8's form, which 0.8 clients read; several: version 4.
+        plain_only = [name for name, _, _ in endpoint.listeners] in ([], ["PLAINTEXT"])
+        endpoints = () if plain_only else tuple(f"{name}://{host}:{port}" for name, host, port in endpoint.listeners)
+        data = paths.encode_broker_registration(paths.BrokerRegistration(endpoint.host, endpoint.port, endpoints=endpoints))
         try:
             self.zk.create(path, data, ephemeral=True)
         except NodeExistsError:
@@ -239,8 +248,17 @@ class ZkStore:
                 data, stat = self.zk.get(paths.broker_path(int(name)))
             except (NoNodeError, ValueError):
                 continue
-            reg = paths.decode_broker_registration(data)
-            out[int(name)] = BrokerEndpoint(int(name), reg.host, reg.port)
+            try:
+                reg = paths.decode_broker_registration(data, require_plaintext=False)
+            except ValueError as e:
+                log.warning("ignoring unreadable broker registration %s: %s", name, e)
+                continue
+            listeners = reg.listeners()
+            inter = listeners.get(self.inter_broker_listener)
+            if inter is None:
+                log.warning("broker %s has no %s listener (it has %s): it cannot be reached", name, self.inter_broker_listener, ", ".join(listeners))
+                continue
+            out[int(name)] = BrokerEndpoint(int(name), *inter, tuple((n, h, p) for n, (h, p) in listeners.items()))
             self.broker_epochs[int(name)] = int(stat.czxid)
         return out
 

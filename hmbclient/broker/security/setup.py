@@ -13,12 +13,18 @@ credentials file nor ZooKeeper), so a broker never serves with security half set
 
 ``ssl.client.auth`` applies to every TLS listener (SSL and SASL_SSL), as in Kafka.
 
-Brokers reach each other on the first listener, which is the one registered in ZooKeeper, and
-their channels speak plaintext without SASL: in a cluster the first listener must be
-PLAINTEXT, and with an authorizer the brokers' principal there is ``User:ANONYMOUS``; give it
-ClusterAction on the Cluster limited to the brokers' hosts (``hmb acls add --principal
-User:ANONYMOUS --operation ClusterAction --cluster --host 10.0.0.5``), or list it in
-``super.users``.
+``inter_broker_security(config)``: how this broker connects to the others (replica fetchers,
+the controller's channels, controlled shutdown): on the listener ``security.inter.broker.protocol``
+names (default: the first listener), which every broker of the cluster must have. Every
+listener is registered in ZooKeeper (``/brokers/ids/<id>``, Kafka's version-4 endpoints) and
+the other brokers' address on that listener is the one used. TLS there checks the other
+broker's certificate against ``ssl.cafile`` and its host name, and presents this broker's own
+certificate (so ``ssl.client.auth=required`` works between brokers too); SASL there
+authenticates as ``sasl.inter.broker.username`` with ``sasl.mechanism.inter.broker.protocol``.
+With an authorizer, that principal needs ClusterAction on the Cluster (or a place in
+``super.users``); on a PLAINTEXT inter-broker listener it is ``User:ANONYMOUS``, so limit such
+an ACL to the brokers' hosts (``hmb acls add --principal User:ANONYMOUS --operation
+ClusterAction --cluster --host 10.0.0.5``).
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ from __future__ import annotations
 import ssl
 from typing import Any
 
+from hmbclient.broker.channel import ChannelSecurity
 from hmbclient.broker.security.authorizer import Authorizer, FileAclStore, ZkAclStore
 from hmbclient.broker.security.credentials import (
     CredentialStore,
@@ -36,7 +43,7 @@ from hmbclient.broker.server import Listener
 from hmbclient.config import BrokerConfig, parse_listener
 from hmbclient.errors import ConfigError
 
-__all__ = ["listeners_from", "authorizer_from", "server_ssl_context"]
+__all__ = ["listeners_from", "authorizer_from", "server_ssl_context", "inter_broker_security"]
 
 
 def _zk_client(store: Any) -> Any:
@@ -97,3 +104,32 @@ def authorizer_from(config: BrokerConfig, store: Any) -> Authorizer | None:
     else:
         raise ConfigError("BrokerConfig: 'authorizer.class.name' needs 'authorizer.acls.file' or 'zookeeper.connect' for the ACLs")
     return Authorizer(acls, config.super_users, config.allow_everyone_if_no_acl_found)
+
+
+def inter_broker_security(config: BrokerConfig) -> ChannelSecurity | None:
+    """TLS and SASL of this broker's channels to the others; None on a PLAINTEXT listener.
+
+    Raises:
+        ConfigError: the CA, certificate or key cannot be loaded.
+    """
+    protocol = config.inter_broker_protocol
+    if protocol == "PLAINTEXT":
+        return None
+    ctx: ssl.SSLContext | None = None
+    if protocol in ("SSL", "SASL_SSL"):
+        ctx = ssl.create_default_context(ssl.Purpose.SERVER_AUTH)
+        ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+        try:
+            if config.ssl_cafile:
+                ctx.load_verify_locations(config.ssl_cafile)
+            if config.ssl_certfile:
+                ctx.load_cert_chain(config.ssl_certfile, config.ssl_keyfile)
+        except (OSError, ssl.SSLError) as e:
+            raise ConfigError(f"BrokerConfig: inter-broker TLS: cannot load ssl.cafile or the broker's certificate: {e}") from None
+    return ChannelSecurity(
+        protocol,
+        ctx,
+        config.sasl_mechanism_inter_broker_protocol,
+        config.sasl_inter_broker_username,
+        config.sasl_inter_broker_password,
+    )

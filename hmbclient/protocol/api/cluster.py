@@ -111,6 +111,10 @@ _um_topic_states_v5 = (
         name="topic_states",
     ),
 )
+#: UpdateMetadata v1+ endpoint ``security_protocol``: Kafka's SecurityProtocol ids.
+SECURITY_PROTOCOL_IDS: dict[str, int] = {"PLAINTEXT": 0, "SSL": 1, "SASL_PLAINTEXT": 2, "SASL_SSL": 3}
+SECURITY_PROTOCOL_NAMES: dict[int, str] = {v: k for k, v in SECURITY_PROTOCOL_IDS.items()}
+
 _ep_v1 = ("endpoints", Array(("port", Int32), ("host", String), ("security_protocol", Int16), name="endpoints"))
 _ep_v3 = ("endpoints", Array(("port", Int32), ("host", String), ("listener", String), ("security_protocol", Int16), name="endpoints"))
 _um_brokers_v0 = ("live_brokers", Array(("id", Int32), ("host", String), ("port", Int32), name="live_brokers"))
