@@ -116,6 +116,8 @@ class SettingInfo:
     default: Any
     required: bool
     doc: str
+    #: a password or key: never shown, never put on a command line
+    secret: bool = False
 
 
 def setting(
@@ -327,6 +329,7 @@ class ConfigBase:
                     default=None if default is _REQUIRED else default,
                     required=default is _REQUIRED,
                     doc=spec.doc,
+                    secret=not f.repr,
                 )
             )
         return tuple(infos)

@@ -21,6 +21,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections import deque
@@ -84,9 +85,17 @@ class BrokerProcess:
         if self.running:
             return self
         cmd = [sys.executable, "-m", "hmbclient.broker", "--port", str(self.port), "--log-dir", self.log_dir]
+        secrets = {info.prop for info in BrokerConfig.settings() if info.secret}
+        secret_files: list[str] = []
         for k, v in self._props.items():
             if v is None or v == "":
                 continue
+            if k in secrets:  # passwords go through a private file, never the command line
+                fd, path = tempfile.mkstemp(prefix="hmb-secret-")
+                with os.fdopen(fd, "w") as f:
+                    f.write(v + "\n")
+                secret_files.append(path)
+                v = "@" + path
             cmd += ["--set", f"{k}={v}"]
         env = dict(os.environ, PYTHONUNBUFFERED="1")
         self.proc = subprocess.Popen(
@@ -108,14 +117,18 @@ class BrokerProcess:
 
         threading.Thread(target=pump, name="broker-process-output", daemon=True).start()
         deadline = time.monotonic() + self.start_timeout_s
-        while not ready.wait(0.05):
-            if proc.poll() is not None or time.monotonic() > deadline:
-                time.sleep(0.1)
-                if proc.poll() is None:
-                    proc.kill()
-                    proc.wait()
-                out = "\n".join(self.output)
-                raise HmbError(f"broker process did not start (exit {proc.returncode}):\n{out}")
+        try:
+            while not ready.wait(0.05):
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    time.sleep(0.1)
+                    if proc.poll() is None:
+                        proc.kill()
+                        proc.wait()
+                    out = "\n".join(self.output)
+                    raise HmbError(f"broker process did not start (exit {proc.returncode}):\n{out}")
+        finally:
+            for path in secret_files:  # read at startup; not left on disk
+                os.unlink(path)
         return self
 
     def kill(self) -> None:

@@ -85,7 +85,8 @@ def broker_config(settings: Sequence[str] = (), *, defaults: Mapping[str, Any] |
     ``num_partitions``, an alias such as ``log.dir``) works, so a field added to BrokerConfig
     is settable here at once. Layers, lowest first: ``defaults`` (the caller's own defaults),
     ``settings`` (a name given twice: the last wins), then ``options`` whose value is not None
-    (dedicated command-line options, which win).
+    (dedicated command-line options, which win). A value ``@FILE`` is FILE's first line and
+    ``@-`` a line of stdin, so a password need not appear in the process list.
 
     Raises:
         ConfigError: an item without ``=``, an unknown name, or a bad value; the message
@@ -96,9 +97,22 @@ def broker_config(settings: Sequence[str] = (), *, defaults: Mapping[str, Any] |
         name, sep, value = item.partition("=")
         if not sep or not name.strip():
             raise ConfigError(f"--set needs NAME=VALUE, got {item!r}")
-        props[name.strip()] = value.strip()
+        value = value.strip()
+        if value.startswith("@"):  # a secret from a file's first line (@-: stdin), not argv
+            value = _read_value(value[1:], name.strip())
+        props[name.strip()] = value
     given = {k: v for k, v in options.items() if v is not None}
     return BrokerConfig.from_properties(defaults or {}).replace(**props).replace(**given)
+
+
+def _read_value(source: str, name: str) -> str:
+    try:
+        if source == "-":
+            return sys.stdin.readline().rstrip("\r\n")
+        with open(source, encoding="utf-8") as f:
+            return f.readline().rstrip("\r\n")
+    except OSError as e:
+        raise ConfigError(f"--set {name}=@{source}: cannot read it: {e.strerror}") from None
 
 
 def config_from_args(argv: Sequence[str] | None = None) -> BrokerConfig:

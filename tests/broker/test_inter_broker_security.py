@@ -15,6 +15,7 @@
 from __future__ import annotations
 
 import json
+import os
 import ssl
 import time
 import uuid
@@ -254,3 +255,31 @@ def test_each_broker_is_advertised_on_the_listener_asked_on(zookeeper: Any, pki:
         finally:
             zk.stop()
             zk.close()
+
+
+def test_broker_processes_replicate_over_sasl_ssl_with_the_password_off_the_command_line(zookeeper: Any, pki: Pki, tmp_path: Any) -> None:
+    """Separate broker processes: the inter-broker password reaches each through a private
+    file that is gone once the broker serves (``--set NAME=@FILE``), never its argv."""
+    from hmbclient.broker.runner import broker_config
+
+    secret = tmp_path / "pw"
+    secret.write_text(BROKER_PASSWORD + "\n")
+    assert broker_config([f"sasl.inter.broker.password=@{secret}"]).sasl_inter_broker_password == BROKER_PASSWORD
+    with pytest.raises(ConfigError, match="sasl.inter.broker.password=@/nonexistent: cannot read it"):
+        broker_config(["sasl.inter.broker.password=@/nonexistent"])
+
+    chroot = f"{zookeeper.connect}/ibp-{uuid.uuid4().hex[:8]}"
+    with open_store("users", zookeeper=chroot) as users:
+        assert isinstance(users, ZkCredentialStore)
+        add_user(users, "broker", BROKER_PASSWORD)
+    topic = f"ibs-{uuid.uuid4().hex[:6]}"
+    with EmbeddedCluster(brokers=2, zookeeper_connect=chroot, processes=True, offsets_topic_replication_factor=2, **_sasl_ssl_settings(pki)) as cluster:
+        for b in cluster.brokers:
+            assert b.proc is not None
+            with open(f"/proc/{b.proc.pid}/cmdline", "rb") as f:
+                argv = f.read().split(b"\0")
+            assert BROKER_PASSWORD.encode() not in b"".join(argv)
+            ref = next(a for a in argv if a.startswith(b"sasl.inter.broker.password=@"))
+            assert not os.path.exists(ref.split(b"@", 1)[1].decode())  # removed once serving
+        cluster.create_topic(topic, 1, 2)
+        cluster.await_isr(topic, size=2)  # the follower process fetches over SASL_SSL
