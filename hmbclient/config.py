@@ -1465,6 +1465,9 @@ class BrokerConfig(ConfigBase):
     sasl_credentials_file: str | None = setting(
         None, doc="sasl.credentials.file: SCRAM credentials file (None: ZooKeeper /config/users)"
     )
+    connections_max_reauth_ms: int = setting(
+        0, min=0, doc="connections.max.reauth.ms: SASL sessions end after this; clients must re-authenticate (KIP-368; 0: never)"
+    )
     security_inter_broker_protocol: str | None = setting(
         None,
         convert=_upper,

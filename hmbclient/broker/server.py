@@ -95,6 +95,9 @@ class Listener:
     ssl_context: ssl.SSLContext | None = None
     credentials: CredentialStore | None = None
     mechanisms: tuple[str, ...] = ()
+    #: ``connections.max.reauth.ms``: SASL sessions last this long (0: for ever), told to
+    #: SaslAuthenticate v1 clients, which re-authenticate before it ends (KIP-368)
+    reauth_ms: int = 0
 
     @property
     def name(self) -> str:
@@ -122,14 +125,26 @@ def _cert_principal(cert: dict[str, Any] | None) -> str:
 
 
 class _Sasl:
-    """Where one SASL connection is in its authentication."""
+    """Where one SASL connection is in its authentication.
 
-    __slots__ = ("state", "server", "raw")
+    ``state``: "handshake" -> "authenticate" -> "done"; a client that authenticated with
+    SaslAuthenticate v1 may send SaslHandshake again when "done" (KIP-368 re-authentication):
+    back to "authenticate" with ``reauth`` set, its session kept until the new exchange ends,
+    which must prove the same user. ``expires_at`` (monotonic seconds, 0: never) is when a
+    session of ``connections.max.reauth.ms`` ends: a request other than SaslHandshake after it
+    closes the connection.
+    """
+
+    __slots__ = ("state", "server", "raw", "version", "expires_at", "reauth", "user")
 
     def __init__(self) -> None:
-        self.state = "handshake"  # -> "authenticate" -> "done"
+        self.state = "handshake"
         self.server: SaslServer | None = None
         self.raw = False  # a v0 handshake: tokens come as bare size-prefixed frames
+        self.version = 0  # SaslAuthenticate version of the last exchange (v1+: re-auth capable)
+        self.expires_at = 0.0
+        self.reauth = False
+        self.user: str | None = None
 
 
 class _Slot:
@@ -502,7 +517,8 @@ class _Processor(threading.Thread):
                 if isinstance(ev, RequestEvent):
                     slot = _Slot(conn, ev.header.correlation_id)
                     conn.slots.append(slot)
-                    if conn.sasl is not None and conn.sasl.state != "done" and self._sasl_request(conn, slot, ev):
+                    sasl = conn.sasl
+                    if sasl is not None and (sasl.state != "done" or self._sasl_due(conn, sasl, ev)) and self._sasl_request(conn, slot, ev):
                         if conn.closing:
                             break
                         continue
@@ -534,6 +550,17 @@ class _Processor(threading.Thread):
         self._update_interest(conn)
 
     # -- SASL -------------------------------------------------------------------------------------
+    def _sasl_due(self, conn: _Connection, sasl: _Sasl, ev: RequestEvent) -> bool:
+        """An authenticated connection: True when ``ev`` is for the SASL state machine (a
+        re-authentication's SaslHandshake, or any request after the session expired)."""
+        if ev.header.api_key == ApiKey.SASL_HANDSHAKE and sasl.version >= 1:
+            sasl.state, sasl.reauth = "handshake", True
+            return True
+        if sasl.expires_at and time.monotonic() >= sasl.expires_at:
+            sasl.state = "expired"
+            return True
+        return False
+
     def _sasl_request(self, conn: _Connection, slot: _Slot, ev: RequestEvent) -> bool:
         """Serve ``ev`` from a connection that is not authenticated yet; False: pass it on to
         the APIs (only ApiVersions is)."""
@@ -544,6 +571,9 @@ class _Processor(threading.Thread):
         listener = conn.listener
         if key == ApiKey.API_VERSIONS and sasl.state == "handshake":
             return False
+        if sasl.state == "expired":
+            self._refuse(conn, slot, f"SASL session of User:{sasl.user} expired (connections.max.reauth.ms) without re-authentication")
+            return True
         if key == ApiKey.SASL_HANDSHAKE and sasl.state == "handshake":
             mech = ev.request.mechanism
             enabled = list(listener.mechanisms)
@@ -558,13 +588,17 @@ class _Processor(threading.Thread):
             return True
         if key == ApiKey.SASL_AUTHENTICATE and sasl.state == "authenticate" and not sasl.raw:
             resp = SaslAuthenticateResponse[v]
+            sasl.version = v
             try:
                 out = self._sasl_evaluate(conn, bytes(ev.request.auth_bytes))
             except SaslAuthenticationFailed as e:
                 slot.send(resp.build(error_code=ErrorCode.SASL_AUTHENTICATION_FAILED, error_message=str(e), auth_bytes=b"", session_lifetime_ms=0))
                 self._refuse(conn, slot, f"SASL authentication failed: {e}")
                 return True
-            slot.send(resp.build(error_code=ErrorCode.NONE, error_message=None, auth_bytes=out, session_lifetime_ms=0))
+            lifetime = listener.reauth_ms if sasl.state == "done" and v >= 1 else 0
+            if lifetime:
+                sasl.expires_at = time.monotonic() + lifetime / 1000.0
+            slot.send(resp.build(error_code=ErrorCode.NONE, error_message=None, auth_bytes=out, session_lifetime_ms=lifetime))
             return True
         # Anything else is out of order: answer SASL requests with ILLEGAL_SASL_STATE (the
         # client learns why), then close; other APIs get no answer from an unauthenticated peer.
@@ -587,10 +621,16 @@ class _Processor(threading.Thread):
             raise SaslAuthenticationFailed(f"SASL {sasl.server.mechanism}: internal error") from e
         if sasl.server.complete:
             user = sasl.server.user
+            if sasl.reauth and user != sasl.user:  # KIP-368: a session cannot change hands
+                raise SaslAuthenticationFailed(f"re-authentication as User:{user} on a session of User:{sasl.user}")
             sasl.state, sasl.raw = "done", False
-            conn.session = conn.make_session(f"User:{user}")
-            _set_max_frame(conn.proto, self.server.max_frame_bytes)
-            log.info("%s: authenticated as User:%s with %s on %s", conn.peer, user, sasl.server.mechanism, conn.listener.name)
+            if sasl.reauth:
+                log.info("%s: re-authenticated as User:%s with %s on %s", conn.peer, user, sasl.server.mechanism, conn.listener.name)
+            else:
+                sasl.user = user
+                conn.session = conn.make_session(f"User:{user}")
+                _set_max_frame(conn.proto, self.server.max_frame_bytes)
+                log.info("%s: authenticated as User:%s with %s on %s", conn.peer, user, sasl.server.mechanism, conn.listener.name)
         return out
 
     def _raw_sasl_token(self, conn: _Connection) -> bool:

@@ -89,6 +89,7 @@ def listeners_from(config: BrokerConfig, port: int, store: Any) -> list[Listener
                 raise ConfigError(f"BrokerConfig: listener {text} needs 'sasl.credentials.file' or 'zookeeper.connect' for its credentials")
             lst.credentials = creds
             lst.mechanisms = config.sasl_enabled_mechanisms
+            lst.reauth_ms = config.connections_max_reauth_ms
         out.append(lst)
     return out
 
