@@ -17,7 +17,10 @@ bit 3 = LogAppendTime (every record then has the batch's maxTimestamp), bit 4 = 
 Performance: the record loop (``read_records``) is the consumer's hot path. It reads every
 varint that fits one byte (and lengths/offset deltas that fit two) inline through a zigzag
 lookup table, slices key and value straight out of ``bytes``, and builds one tuple per record
-with ``tuple.__new__``; only long varints and headers call a helper. Encoding appends each
+with ``tuple.__new__``; only long varints and headers call a helper. Runs of records that
+share one layout (what producers write) skip that loop: ``read_runs`` hands them to
+``uniform.read_uniform``, which checks a whole run column by column and builds its records
+without Python code per record (~2.5x faster on 100-byte values). Encoding appends each
 record's pieces (table-looked-up varints and the caller's key/value objects) to one list that is
 joined once, so there is no per-record concatenation.
 """
@@ -49,6 +52,7 @@ from .base import (
     read_uvarint,
     read_varint,
 )
+from .uniform import MIN_RUN, read_uniform
 
 __all__ = ["encode", "decode_run", "read_records", "HEADER", "MIN_SIZE"]
 
@@ -366,6 +370,41 @@ def read_records(
     return pos
 
 
+# After the first record of a stretch fails to start a uniform run, the general loop decodes
+# this many records before the next attempt, doubling (up to _GENERAL_MAX) while attempts keep
+# failing: records that never share a layout then cost the attempts next to nothing.
+_GENERAL_FIRST = 16
+_GENERAL_MAX = 1024
+
+
+def read_runs(
+    data: bytes, pos: int, end: int, count: int, base_offset: int, base_ts: int, out: list[Record]
+) -> int:
+    """Decode ``count`` records at ``data[pos:end]`` into ``out``; returns the end position.
+
+    Same contract and results as :func:`read_records`, faster for runs of records that share
+    one layout: those go through ``uniform.read_uniform`` (checked column by column, built
+    without Python code per record), the rest through :func:`read_records`.
+    """
+    done = 0
+    general = _GENERAL_FIRST
+    while done < count:
+        left = count - done
+        if left >= MIN_RUN:
+            n, new_pos = read_uniform(data, pos, end, left, base_offset, base_ts, out)
+            if n:
+                done += n
+                pos = new_pos
+                general = _GENERAL_FIRST
+                continue
+        n = min(general, left)
+        pos = read_records(data, pos, n, base_offset, base_ts, out)
+        done += n
+        if general < _GENERAL_MAX:
+            general *= 2
+    return pos
+
+
 def batch_records(data: Any, pos: int, bend: int, header: tuple[Any, ...]) -> list[Record]:
     """The records of the (CRC-checked) batch at ``data[pos:bend]`` whose header is given.
 
@@ -391,7 +430,7 @@ def batch_records(data: Any, pos: int, bend: int, header: tuple[Any, ...]) -> li
         raise CorruptRecordError(f"batch at offset {base}: record count {count}")
     out: list[Record] = []
     try:
-        rpos = read_records(rdata, rpos, count, base, base_ts, out)
+        rpos = read_runs(rdata, rpos, rend, count, base, base_ts, out)
     except (IndexError, UnicodeDecodeError) as e:
         raise CorruptRecordError(f"batch at offset {base}: malformed record: {e}") from None
     if rpos != rend:

@@ -1,0 +1,265 @@
+"""Decode fast path for runs of RecordBatch v2 records that share one layout.
+
+Producers write long runs of records that differ only in their offsetDelta, timestampDelta,
+key and value bytes: every record of a run has the same length, attributes, key length, value
+length and no headers, so record ``j`` of the run starts ``j * stride`` bytes after the first.
+:func:`read_uniform` learns that layout from the first record, then checks the whole run with
+strided ``bytes`` slices (one C-level pass per byte column instead of one Python-level decode
+per record) and builds the records with C-level ``map``/``zip`` over the columns, so no Python
+code runs per record.
+
+Invariant: for every run it accepts, the records it appends are exactly those the general
+loop (``v2.read_records``) decodes from the same bytes. A run is accepted only when, for every
+record in it,
+
+* each byte of the length varint, the attributes byte, the key and value length varints and
+  the (zero) header count equals the first record's: the record is exactly ``stride`` bytes
+  and its key and value are where the first record's are, with the same lengths;
+* the timestampDelta is one byte (< 0x80), so it sits at the same place in every record;
+* the offsetDelta is the canonical varint of ``first delta + j`` (checked against precomputed
+  columns of every delta of one varint width).
+
+Anything else (headers, varints longer than this path reads, a layout change, too short a
+run) is left to the general loop: :func:`read_uniform` then reads nothing. The caller still
+checks that the records end exactly where the batch does.
+"""
+
+from __future__ import annotations
+
+import struct
+from itertools import repeat
+from operator import itemgetter
+from typing import Any
+
+from .base import ZIGZAG, Record
+
+__all__ = ["read_uniform", "MIN_RUN"]
+
+# A run shorter than this is not worth the layout check: the general loop decodes it.
+MIN_RUN = 8
+# The first check covers this many records; each later one as many as are verified so far,
+# so a layout change costs at most the checks of one chunk no larger than the accepted part.
+_FIRST_CHUNK = 16
+# Offset deltas this path handles: up to three-byte varints, and below this bound (the size of
+# the precomputed columns; larger batches continue on the general loop).
+_DELTA_LIMIT = 1 << 17
+
+
+def _delta_column(width: int, k: int, lo: int, hi: int) -> bytes:
+    """Byte ``k`` of the zigzag varint of every offsetDelta ``d`` in ``lo <= d < hi`` (all of
+    which take ``width`` bytes), in order. Built by repetition: byte 0 cycles every 64 deltas,
+    byte ``k >= 1`` holds each value for ``2 ** (7k - 1)`` deltas."""
+    more = 0x80 if k < width - 1 else 0
+    if k == 0:
+        period = bytes(((2 * d) & 0x7F) | more for d in range(64))
+        start = lo % 64
+        return (period * ((hi - lo) // 64 + 2))[start : start + hi - lo]
+    shift = 7 * k - 1
+    first, last = lo >> shift, (hi - 1) >> shift
+    column = b"".join(bytes(((v & 0x7F) | more,)) * (1 << shift) for v in range(first, last + 1))
+    start = lo - (first << shift)
+    return column[start : start + hi - lo]
+
+
+# Per varint width (1, 2, 3 bytes): (lowest delta, bound, the width's byte columns).
+DELTA_COLUMNS: tuple[tuple[int, int, tuple[bytes, ...]], ...] = tuple(
+    (lo, hi, tuple(_delta_column(width, k, lo, hi) for k in range(width)))
+    for width, lo, hi in ((1, 0, 64), (2, 64, 8192), (3, 8192, _DELTA_LIMIT))
+)
+
+_first = itemgetter(0)
+_second = itemgetter(1)
+_new = tuple.__new__
+_NO_HEADERS = ()
+
+
+def _length(data: bytes, pos: int) -> tuple[int, int]:
+    """A key/value length varint of at most three bytes at ``pos``: (length, -1 for null;
+    width). Width 0: longer or negative other than -1 (not this path's)."""
+    b = data[pos]
+    if b < 0x80:
+        raw = b
+        width = 1
+    else:
+        b2 = data[pos + 1]
+        if b2 < 0x80:
+            raw = (b & 0x7F) | (b2 << 7)
+            width = 2
+        else:
+            b3 = data[pos + 2]
+            if b3 >= 0x80:
+                return 0, 0
+            raw = (b & 0x7F) | ((b2 & 0x7F) << 7) | (b3 << 14)
+            width = 3
+    if raw & 1:
+        return (-1, width) if raw == 1 else (0, 0)
+    return raw >> 1, width
+
+
+def _layout(data: bytes, pos: int, end: int, left: int) -> tuple[Any, ...] | None:
+    """The layout of the record at ``pos`` if it can start a run, else None: (stride, the most
+    records the run may hold, the first record's bytes, the columns that must equal them, the
+    timestampDelta column, the offsetDelta column, the offsetDelta columns to compare with and
+    where the first delta is in them, the first delta, key column and length, value column and
+    length). Columns count from a record's start; a null key or value has length -1."""
+    # length varint (1-2 bytes), then the attributes byte
+    b = data[pos]
+    if b < 0x80:
+        raw = b
+        at = 1
+    else:
+        b2 = data[pos + 1]
+        if b2 >= 0x80:
+            return None
+        raw = (b & 0x7F) | (b2 << 7)
+        at = 2
+    if raw & 1:
+        return None
+    stride = at + (raw >> 1)
+    count = min(left, (end - pos) // stride)
+    if count < MIN_RUN:
+        return None
+    const = list(range(at + 1))  # the length varint and the attributes byte
+    ts_at = at + 1
+    if data[pos + ts_at] >= 0x80:
+        return None
+    off_at = ts_at + 1
+    # offsetDelta: a canonical varint of 1-3 bytes
+    raw = 0
+    width = 0
+    while True:
+        b = data[pos + off_at + width]
+        raw |= (b & 0x7F) << (7 * width)
+        width += 1
+        if b < 0x80:
+            break
+        if width == 3:
+            return None
+    if raw & 1:
+        return None
+    first_delta = raw >> 1
+    lo, hi, delta_columns = DELTA_COLUMNS[width - 1]
+    if not lo <= first_delta < hi:
+        return None
+    count = min(count, hi - first_delta)
+    if count < MIN_RUN:
+        return None
+    at = off_at + width
+    key_len, key_width = _length(data, pos + at)
+    if not key_width:
+        return None
+    const.extend(range(at, at + key_width))
+    key_at = at + key_width
+    at = key_at + max(key_len, 0)
+    if at + 2 > stride:
+        return None
+    value_len, value_width = _length(data, pos + at)
+    if not value_width:
+        return None
+    const.extend(range(at, at + value_width))
+    value_at = at + value_width
+    at = value_at + max(value_len, 0)
+    if at != stride - 1 or data[pos + at]:  # exactly one byte left: a zero header count
+        return None
+    const.append(at)
+    template = data[pos : pos + stride]
+    return (
+        stride, count, template, const, ts_at, off_at, delta_columns, first_delta - lo,
+        first_delta, key_at, key_len, value_at, value_len,
+    )  # fmt: skip
+
+
+def read_uniform(
+    data: bytes, pos: int, end: int, left: int, base_offset: int, base_ts: int, out: list[Record]
+) -> tuple[int, int]:
+    """Decode the run of records at ``data[pos:end]`` that share the first one's layout.
+
+    ``left`` bounds how many records may be read (the rest of the batch's record count).
+    Returns ``(records appended to out, position after them)``; ``(0, pos)`` when the record
+    at ``pos`` does not start a run this path takes. Never raises for malformed input: it
+    only accepts what it has checked (see the module docstring).
+    """
+    try:
+        layout = _layout(data, pos, end, left)
+    except IndexError:  # a truncated first record: the general loop reports it
+        return 0, pos
+    if layout is None:
+        return 0, pos
+    (
+        stride, count, template, const, ts_at, off_at, delta_columns, delta_pos,
+        first_delta, key_at, key_len, value_at, value_len,
+    ) = layout  # fmt: skip
+    # Check chunk by chunk: a layout change stops the run at the last good chunk.
+    done = 0
+    chunk = min(_FIRST_CHUNK, count)
+    while done < count:
+        start = pos + done * stride
+        stop = start + chunk * stride
+        ok = data[start + ts_at : stop : stride].isascii()
+        if ok:
+            for k in const:
+                if data[start + k : stop : stride].count(template[k]) != chunk:
+                    ok = False
+                    break
+        if ok:
+            d = delta_pos + done
+            for k, column in enumerate(delta_columns):
+                if data[start + off_at + k : stop : stride] != column[d : d + chunk]:
+                    ok = False
+                    break
+        if not ok:
+            break
+        done += chunk
+        chunk = min(done, count - done)
+    if done < MIN_RUN:
+        return 0, pos
+
+    run_end = pos + done * stride
+    stamps = data[pos + ts_at : run_end : stride]
+    first_stamp = stamps[0]
+    timestamps: Any
+    if stamps.count(first_stamp) == done:
+        timestamps = repeat(base_ts + ZIGZAG[first_stamp], done)
+    elif done >= 256:
+        # one int per distinct delta instead of one per record
+        table = [base_ts + z for z in ZIGZAG[:128]]
+        timestamps = map(table.__getitem__, stamps)
+    else:
+        timestamps = map(base_ts.__add__, map(ZIGZAG.__getitem__, stamps))
+    keys: Any
+    values: Any
+    if key_len >= 0 and value_len >= 0:
+        fields = list(
+            struct.iter_unpack(
+                f"{key_at}x{key_len}s{value_at - key_at - key_len}x{value_len}s1x",
+                memoryview(data)[pos:run_end],
+            )
+        )
+        keys = map(_first, fields)
+        values = map(_second, fields)
+    elif value_len >= 0:
+        keys = repeat(None, done)
+        values = map(
+            _first,
+            struct.iter_unpack(f"{value_at}x{value_len}s1x", memoryview(data)[pos:run_end]),
+        )
+    elif key_len >= 0:
+        keys = map(
+            _first,
+            struct.iter_unpack(
+                f"{key_at}x{key_len}s{stride - key_at - key_len}x", memoryview(data)[pos:run_end]
+            ),
+        )
+        values = repeat(None, done)
+    else:
+        keys = repeat(None, done)
+        values = repeat(None, done)  # not the same iterator: zip takes one item from each
+    first_offset = base_offset + first_delta
+    out.extend(
+        map(
+            _new,
+            repeat(Record, done),
+            zip(range(first_offset, first_offset + done), timestamps, keys, values, repeat(_NO_HEADERS, done), strict=True),
+        )
+    )
+    return done, run_end
