@@ -43,6 +43,7 @@ __all__ = [
     "CHECKPOINT_VERSION",
     "EPOCH_ENTRY_FORMAT",
     "HW_ENTRY_FORMAT",
+    "fsync_dir",
 ]
 
 CHECKPOINT_VERSION = 0
@@ -73,7 +74,8 @@ EPOCH_ENTRY_FORMAT: EntryFormat = (int_field, int_field)
 HW_ENTRY_FORMAT: EntryFormat = (str_field, int_field, int_field)
 
 
-def _fsync_dir(directory: str) -> None:
+def fsync_dir(directory: str) -> None:
+    """fsync a folder, so a rename, creation or unlink in it survives a machine crash."""
     fd = os.open(directory or ".", os.O_RDONLY)
     try:
         os.fsync(fd)
@@ -121,7 +123,7 @@ class CheckpointFile:
             finally:
                 os.close(fd)
             os.replace(tmp, self.path)
-            _fsync_dir(os.path.dirname(self.path))
+            fsync_dir(os.path.dirname(self.path))
         except OSError as e:
             raise StorageError(f"cannot write checkpoint {self.path}: {e}") from e
 

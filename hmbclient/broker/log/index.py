@@ -4,16 +4,32 @@ File layout (as Kafka's): a sequence of 8-byte entries ``relative_offset:int32 p
 both increasing. An entry ``(r, p)`` means: the entry at byte ``p`` of the segment's log holds
 offsets starting at ``base_offset + r``, so a reader looking for offset ``o >= base + r`` can start
 scanning at ``p``. Entries are added per append (never per message), at most one every
-``index_interval_bytes`` of log, so the index stays small and lives in memory too.
+``index_interval_bytes`` of log, so the index stays small and lives in memory.
 
-Recovery: a torn trailing entry (file size not a multiple of 8) or entries pointing past the
-valid end of the log are cut off; the newest segment's index is rebuilt from the log itself.
+Contract (lazy, as Kafka's ``LazyIndex``): constructing an index does no I/O. The file is read
+on first use (``lookup``, ``len``, ``append``, a truncation), then kept in memory; no
+descriptor stays open. Appends go to memory and reach the file on ``flush`` (the Segment
+flushes at roll, on the log's flush policy and at close); the index of the active segment is
+rebuilt from the log by recovery after an unclean shutdown anyway, so an unflushed tail is never
+needed. A start-up therefore reads no index except the active segment's after a clean shutdown.
+
+Cases when the file is read:
+* torn trailing entry (file size not a multiple of 8, a crash mid-write): ignored, and cut from
+  the file on the next write;
+* entries not increasing, or negative: StorageError naming the file (raised by the read that
+  needed the index: the index is never guessed at);
+* missing file: an empty index (it is created with its log, but an empty one carries nothing).
+
+Invariants: ``_offsets``/``_positions`` increasing; the first ``_persisted`` of them are exactly
+the file's whole entries; one writer (the Log's lock); readers see arrays that only grow or are
+cut under the writer's lock (a racing read may start its scan earlier, never wrongly later).
 """
 
 from __future__ import annotations
 
 import os
 import struct
+import threading
 from array import array
 from bisect import bisect_right
 
@@ -26,66 +42,108 @@ _entry = struct.Struct(">ii")
 
 
 class OffsetIndex:
-    """In-memory sorted arrays mirrored to an append-only file.
+    """In-memory sorted arrays mirrored to an append-only file, loaded on first use.
 
     Args:
-        path: the ``.index`` file; created if missing.
+        path: the ``.index`` file.
         base_offset: the segment's base offset (entries store offsets relative to it).
+        create: create the (empty) file now (a new segment), so the folder always holds an
+            index next to each log.
     Raises:
-        StorageError: unreadable file, or entries that are not increasing.
+        StorageError: ``create`` and the file cannot be created. Reading a malformed file
+            raises from the first method that needs the entries.
     """
 
-    def __init__(self, path: str, base_offset: int) -> None:
+    __slots__ = ("path", "base_offset", "_offsets", "_positions", "_persisted", "_file_entries", "_loaded", "_load_lock")
+
+    def __init__(self, path: str, base_offset: int, *, create: bool = False) -> None:
         self.path = path
         self.base_offset = base_offset
         self._offsets = array("q")
         self._positions = array("q")
-        try:
-            self._fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
-            size = os.fstat(self._fd).st_size
-            data = os.pread(self._fd, size, 0) if size else b""
-        except OSError as e:
-            raise StorageError(f"cannot open index {path}: {e}") from e
-        whole = size - size % INDEX_ENTRY_BYTES
-        if whole != size:
-            # A torn write of the last entry (crash mid-append): drop it.
-            os.ftruncate(self._fd, whole)
-        last_r = last_p = -1
-        for r, p in _entry.iter_unpack(data[:whole]):
-            if r < last_r or p < last_p or r < 0 or p < 0:
-                raise StorageError(f"index {path} is not increasing at relative offset {r}, position {p}")
-            self._offsets.append(base_offset + r)
-            self._positions.append(p)
-            last_r, last_p = r, p
+        self._persisted = 0  # entries known to be in the file
+        self._file_entries = 0  # whole entries the file holds (may exceed _persisted after a cut)
+        self._loaded = create
+        self._load_lock = threading.Lock()
+        if create:
+            try:
+                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            except OSError as e:
+                raise StorageError(f"cannot create index {path}: {e}") from e
+            os.close(fd)
+
+    def _load(self) -> None:
+        # Two readers may need it at once (the writer holds the Log's lock, readers none).
+        with self._load_lock:
+            if self._loaded:
+                return
+            try:
+                with open(self.path, "rb") as f:
+                    data = f.read()
+            except FileNotFoundError:
+                data = b""
+            except OSError as e:
+                raise StorageError(f"cannot read index {self.path}: {e}") from e
+            whole = len(data) - len(data) % INDEX_ENTRY_BYTES
+            offsets, positions = array("q"), array("q")
+            base = self.base_offset
+            last_r = last_p = -1
+            for r, p in _entry.iter_unpack(memoryview(data)[:whole]):
+                if r < last_r or p < last_p or r < 0 or p < 0:
+                    raise StorageError(f"index {self.path} is not increasing at relative offset {r}, position {p}")
+                offsets.append(base + r)
+                positions.append(p)
+                last_r, last_p = r, p
+            self._offsets, self._positions = offsets, positions
+            self._persisted = len(offsets)
+            # Case: a torn tail. Cut on the next write (a read needs nothing written).
+            self._file_entries = -1 if whole != len(data) else len(offsets)
+            self._loaded = True
+
+    @property
+    def loaded(self) -> bool:
+        return self._loaded
 
     def __len__(self) -> int:
+        if not self._loaded:
+            self._load()
         return len(self._offsets)
 
     def append(self, offset: int, position: int) -> None:
-        """Add an entry; callers append in increasing order (one writer per log)."""
-        rel = offset - self.base_offset
+        """Add an entry (in memory until ``flush``); callers append in increasing order."""
+        if not self._loaded:
+            self._load()
         if self._offsets and (offset < self._offsets[-1] or position <= self._positions[-1]):
             return
-        try:
-            os.write(self._fd, _entry.pack(rel, position))
-        except OSError as e:
-            raise StorageError(f"index write {self.path} failed: {e}") from e
         self._offsets.append(offset)
         self._positions.append(position)
 
     def last_position(self) -> int:
         """Position of the last entry (0 when empty)."""
+        if not self._loaded:
+            self._load()
         return self._positions[-1] if self._positions else 0
 
     def lookup(self, offset: int) -> tuple[int, int]:
         """``(offset, position)`` of the last entry at or before ``offset``; (base, 0) if none."""
-        i = bisect_right(self._offsets, offset) - 1
+        if not self._loaded:
+            self._load()
+        offsets, positions = self._offsets, self._positions
+        i = bisect_right(offsets, offset) - 1
         if i < 0:
             return self.base_offset, 0
-        return self._offsets[i], self._positions[i]
+        try:
+            return offsets[i], positions[i]
+        except IndexError:
+            # A truncation cut the arrays between the bisect and here: start from the top
+            # (the reader then finds what is left, or less than it asked for, as documented).
+            return self.base_offset, 0
 
     def truncate_to_position(self, valid_bytes: int) -> None:
-        """Drop entries that point at or past ``valid_bytes`` of the log (recovery, truncation)."""
+        """Drop entries that point at or past ``valid_bytes`` of the log (recovery, truncation);
+        the file follows on the next ``flush``."""
+        if not self._loaded:
+            self._load()
         n = len(self._positions)
         keep = n
         while keep and self._positions[keep - 1] >= valid_bytes:
@@ -93,31 +151,47 @@ class OffsetIndex:
         if keep != n:
             del self._offsets[keep:]
             del self._positions[keep:]
-            try:
-                os.ftruncate(self._fd, keep * INDEX_ENTRY_BYTES)
-            except OSError as e:
-                raise StorageError(f"index truncate {self.path} failed: {e}") from e
+            self._persisted = min(self._persisted, keep)
 
     def reset(self) -> None:
         """Drop every entry (before a rebuild)."""
-        del self._offsets[:]
-        del self._positions[:]
-        os.ftruncate(self._fd, 0)
+        self._offsets, self._positions = array("q"), array("q")
+        self._persisted = 0
+        self._loaded = True
+        self._file_entries = -1  # whatever is in the file goes on the next flush
 
     def flush(self) -> None:
+        """Bring the file in line with memory (cut what was truncated, append what is new) and
+        fsync it; nothing to do when nothing changed or the index was never loaded."""
+        if not self._loaded:
+            return
+        n = len(self._offsets)
+        if self._persisted == n and self._file_entries == n:
+            return
+        keep = self._persisted
         try:
-            os.fsync(self._fd)
+            fd = os.open(self.path, os.O_WRONLY | os.O_CREAT, 0o644)
+            try:
+                if self._file_entries != keep:
+                    os.ftruncate(fd, keep * INDEX_ENTRY_BYTES)
+                if n > keep:
+                    base = self.base_offset
+                    buf = bytearray(INDEX_ENTRY_BYTES * (n - keep))
+                    for j, i in enumerate(range(keep, n)):
+                        _entry.pack_into(buf, j * INDEX_ENTRY_BYTES, self._offsets[i] - base, self._positions[i])
+                    os.pwrite(fd, buf, keep * INDEX_ENTRY_BYTES)
+                os.fsync(fd)
+            finally:
+                os.close(fd)
         except OSError as e:
             raise StorageError(f"index flush {self.path} failed: {e}") from e
+        self._persisted = self._file_entries = n
 
     def delete(self) -> None:
-        self.close()
         try:
             os.unlink(self.path)
         except FileNotFoundError:
             pass
 
     def close(self) -> None:
-        if self._fd >= 0:
-            os.close(self._fd)
-            self._fd = -1
+        """Nothing stays open (kept for symmetry with the log's Store)."""

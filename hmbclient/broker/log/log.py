@@ -28,8 +28,20 @@ Contract:
   holds ``<base offset:020d>.log`` + ``.index`` pairs and ``leader-epoch-checkpoint``, nothing
   else.
 * Start-up: every file name is checked (a malformed name or an index without its log is a
-  StorageError: we refuse to guess); the newest segment is CRC-scanned and cut at the first
-  invalid entry (a torn write or garbage from a crash); older segments are trusted as Kafka does.
+  StorageError: we refuse to guess). The recovery point is the active (newest) segment's base
+  offset: a roll fsyncs the segment it closes (log and index), so everything before the active
+  segment survived any crash and is trusted, as Kafka trusts what is below its recovery point.
+  Cases for the active segment:
+
+  - after an unclean shutdown (``clean_shutdown=False``, the default): it is CRC-scanned and cut
+    at the first invalid entry (a torn write or garbage from a crash), and its index is rebuilt;
+  - after a clean shutdown (the LogManager found its clean-shutdown marker): its next offset is
+    read from the headers after its last index entry (no CRC scan); if those do not end exactly
+    at the end of the file it is recovered as after an unclean shutdown.
+
+  No other segment is opened or has its index read at start-up (see ``Segment``: files are opened
+  lazily through the ``HandleCache``, indexes read on first lookup), so start-up costs a folder
+  listing per partition plus the active segment's work, however many segments there are.
   Epoch entries at or past the recovered log end are dropped; the high watermark starts at the
   log start until the LogManager restores it from its checkpoint.
 
@@ -60,6 +72,7 @@ from hmbclient.broker.log.checkpoint import TMP_SUFFIX
 from hmbclient.broker.log.config import LogConfig
 from hmbclient.broker.log.epochs import LEADER_EPOCH_CHECKPOINT, LeaderEpochCache
 from hmbclient.broker.log.segment import INDEX_SUFFIX, LOG_SUFFIX, FileSlice, Segment
+from hmbclient.broker.log.store import HandleCache, SegmentGoneError
 from hmbclient.clock import wall_ms
 from hmbclient.errors import (
     CorruptRecordError,
@@ -84,6 +97,8 @@ DELETE_SUFFIX = "-delete"
 _RECOVERY_CHUNK = 8 * 1024 * 1024
 _MIN_ENTRY = 14  # smallest size field of any entry (a magic 0 message)
 _RecordListTooLarge = for_code(ErrorCode.RECORD_LIST_TOO_LARGE)
+# Read handles of Logs built without a LogManager (tools, tests): one cache for the process.
+_SHARED_CACHE = HandleCache()
 
 
 class AppendInfo(NamedTuple):
@@ -196,14 +211,20 @@ class Log:
     Args:
         directory: the partition folder (``<log_dir>/<topic>-<partition>``).
         config: roll/flush/retention settings.
+        cache: the broker-wide cache of read handles (the LogManager's); None: a cache shared
+            by every Log of the process built without one.
+        clean_shutdown: the folder was left by a clean shutdown (``close``): the active segment
+            is not CRC-scanned at start-up (see the module docstring).
     Raises:
         StorageError: a malformed segment file name, an index without its log, a malformed
             ``leader-epoch-checkpoint``, or I/O failure.
     """
 
-    def __init__(self, directory: str, config: LogConfig) -> None:
+    def __init__(self, directory: str, config: LogConfig, *, cache: HandleCache | None = None, clean_shutdown: bool = False) -> None:
         self.directory = directory
         self.config = config
+        self._cache = _SHARED_CACHE if cache is None else cache
+        self._clean_shutdown = clean_shutdown
         self._lock = threading.Lock()
         self._unflushed_messages = 0
         self._last_flush_ms = wall_ms()
@@ -260,14 +281,17 @@ class Log:
                 raise StorageError(f"{self.directory}: cannot remove {name}: {e}") from e
         bases = sorted(logs)
         if not bases:
-            seg = Segment(self.directory, 0, self.config.index_interval_bytes)
-            seg.mark_known_empty()
-            self._set_segments((seg,))
+            self._set_segments((self._new_segment(0),))
             return
-        segs = [Segment(self.directory, b, self.config.index_interval_bytes) for b in bases]
+        interval, cache = self.config.index_interval_bytes, self._cache
+        segs = [Segment(self.directory, b, interval, cache) for b in bases]
         for seg, nxt in zip(segs, segs[1:], strict=False):
             seg.next_offset = nxt.base_offset
-        self._recover(segs[-1])
+        active = segs[-1]
+        if not (self._clean_shutdown and active.load_next_offset()):
+            if self._clean_shutdown:
+                log.warning("%s: the active segment is not as a clean shutdown leaves it: recovering it", active.log_path)
+            self._recover(active)
         if segs[-1].next_offset < segs[-1].base_offset:
             raise StorageError(f"{segs[-1].log_path}: next offset below base offset")
         self._set_segments(tuple(segs))
@@ -311,6 +335,11 @@ class Log:
         self.recovered_bytes_cut = cut
         if cut:
             log.warning("%s: recovery cut %d bytes of torn or corrupt tail at position %d", seg.log_path, cut, pos)
+
+    def _new_segment(self, base_offset: int) -> Segment:
+        seg = Segment(self.directory, base_offset, self.config.index_interval_bytes, self._cache, create=True)
+        seg.mark_known_empty()
+        return seg
 
     def _set_segments(self, segs: tuple[Segment, ...]) -> None:
         # Publish both tuples; readers may see the pair from either side of this assignment,
@@ -604,21 +633,20 @@ class Log:
         log.info("%s: emptied, starting at offset %d", self.directory, offset)
 
     def _truncate_fully_locked(self, offset: int) -> None:
-        # Old files go first (readers keep them through their open descriptors), so the new
-        # segment never reopens an old file with the same base offset.
+        # Old files go first (retired, so no reader reopens their names; slices already cut keep
+        # their handles), so the new segment never reopens an old file with the same base offset.
         for s in self._segments:
             s.delete()
-        seg = Segment(self.directory, offset, self.config.index_interval_bytes)
-        seg.mark_known_empty()
-        self._set_segments((seg,))
+        self._set_segments((self._new_segment(offset),))
         self.leader_epochs.clear()
         self._set_hw_locked(offset)
 
     def _roll(self, base_offset: int) -> Segment:
         old = self._segments[-1]
-        old.flush()
-        seg = Segment(self.directory, base_offset, self.config.index_interval_bytes)
-        seg.mark_known_empty()
+        # Flushed (log and index) and its writer dropped: this is what lets start-up trust
+        # every segment but the active one, and keeps one writer open per partition.
+        old.seal()
+        seg = self._new_segment(base_offset)
         self._set_segments((*self._segments, seg))
         log.debug("%s: rolled to segment %d", self.directory, base_offset)
         return seg
@@ -696,8 +724,9 @@ class Log:
 
         Each rewritten segment is written to ``<name>.log.cleaned``, fsynced, and renamed over
         the old file (atomic), then the index is rebuilt; offsets are kept (a kept record becomes
-        a one-record batch at its own offset, so gaps are fine). Readers holding the old segment
-        keep reading the old file through its open descriptor. A ``.cleaned`` file found at
+        a one-record batch at its own offset, so gaps are fine). Slices already cut from the old
+        segment keep reading the old file through their handles; a reader of the old segment
+        without one retries on the new segments (the old one is retired). A ``.cleaned`` file found at
         start-up is an unfinished rewrite and is deleted.
         """
         if not self.config.compact:
@@ -737,6 +766,9 @@ class Log:
 
     def _rewrite(self, seg: Segment, keep: list) -> Segment:
         tmp = seg.log_path + _CLEANED_SUFFIX
+        # Retired before the rename: a reader of the old segment whose handle was evicted must
+        # not reopen the name and read the new file at the old positions.
+        seg.store.retire()
         parts = [
             records.encode_records(2, records.NONE, [(r.key, r.value, r.timestamp)], base_offset=r.offset, timestamp_ms=r.timestamp)
             for r in keep
@@ -752,10 +784,11 @@ class Log:
         except OSError as e:
             raise StorageError(f"compaction of {seg.log_path} failed: {e}") from e
         next_offset = seg.next_offset
-        seg.index.close()
-        new = Segment(self.directory, seg.base_offset, self.config.index_interval_bytes)
+        new = Segment(self.directory, seg.base_offset, self.config.index_interval_bytes, self._cache)
         self._recover(new)
         new.next_offset = next_offset
+        # The rebuilt index is in memory until flushed; a non-active segment is flushed now.
+        new.seal()
         return new
 
     # -- reads -----------------------------------------------------------------------------
@@ -784,8 +817,28 @@ class Log:
             decisions); magic is -1 with no slice.
         Raises:
             OffsetOutOfRangeError: offset outside ``[log_start_offset, log_end_offset]``.
+            StorageError: I/O failure, or the log was deleted.
         """
-        segs, bases = self._segments, self._bases
+        while True:
+            segs, bases = self._segments, self._bases
+            try:
+                return self._read(segs, bases, offset, max_bytes, min_one_entry, max_offset)
+            except SegmentGoneError:
+                # Case: a segment of this snapshot was deleted or replaced under the reader
+                # (retention, truncation, compaction) and its handle had been evicted. A fresh
+                # snapshot answers instead (OffsetOutOfRange if the offset went with it). A
+                # writer retires segments under the lock and publishes the new tuple before it
+                # lets go, so waiting for the lock once tells "being replaced" from "gone for
+                # good" (the log deleted, or files removed behind its back): a real error.
+                if self._segments is segs:
+                    with self._lock:
+                        pass
+                    if self._segments is segs:
+                        raise
+
+    def _read(
+        self, segs: tuple[Segment, ...], bases: tuple[int, ...], offset: int, max_bytes: int, min_one_entry: bool, max_offset: int | None
+    ) -> tuple[FileSlice | None, int]:
         self._check_offset(offset, segs)
         i = bisect_right(bases, offset) - 1
         if i < 0:
@@ -862,21 +915,26 @@ class Log:
         return None
 
     # -- lifecycle -------------------------------------------------------------------------
-    def close(self) -> None:
+    def close(self) -> bool:
+        """Flush and close every segment. Returns True if every flush succeeded (only then may
+        the LogManager mark the shutdown clean)."""
+        ok = True
         with self._lock:
             for s in self._segments:
                 try:
                     s.flush()
                 except StorageError as e:
                     log.warning("%s", e)
+                    ok = False
                 s.close()
+        return ok
 
     def delete(self) -> None:
         """Delete the partition folder (StopReplica with delete). The folder is first renamed to
         ``<name>.<random hex>-delete`` (atomic, so a crash leaves either the intact partition
-        or a folder the LogManager removes at start-up), then removed. Segment files stay
-        readable through their open descriptors until pending fetches are done with them;
-        later writes raise StorageError.
+        or a folder the LogManager removes at start-up), then removed. Slices already cut stay
+        readable through their handles until pending fetches are done with them; later reads
+        and writes raise StorageError.
 
         Raises:
             StorageError: the folder could not be renamed or removed.
@@ -892,7 +950,8 @@ class Log:
                 self._deleted = False
                 raise StorageError(f"cannot rename {self.directory} for deletion: {e}") from e
             for s in self._segments:
-                s.index.close()
+                # No reader reopens a name that is going (the folder was renamed anyway).
+                s.store.retire()
             try:
                 shutil.rmtree(doomed)
             except OSError as e:

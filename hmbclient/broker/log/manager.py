@@ -12,6 +12,18 @@ it does not name, or every log when the file is missing, keeps the default (its 
 folder ``<topic>-<partition>.<hex>-delete`` is a deletion a crash interrupted: it is removed.
 
 Logs are created on demand and deleted by ``delete_log`` (StopReplica with delete).
+
+Clean shutdown (as Kafka's ``.kafka_cleanshutdown``): ``close`` writes the marker file
+``.kafka_cleanshutdown`` in the data directory after every log flushed and closed without an
+error. Start-up reads it before loading (each Log then skips the CRC scan of its active segment,
+see ``Log``) and removes it (durably: the folder is fsynced) once every log is loaded, before
+anything can be written; so a marker is only ever found after a clean close, and a crash at any
+later point leaves none. Without it, each log recovers its active segment (the recovery point:
+older segments were fsynced when they rolled).
+
+Open files: read handles of every log come from one ``HandleCache`` of at most
+``max_open_read_handles`` (least recently used closed first); each partition written since
+start-up also holds its active segment's writer. Indexes hold no descriptor.
 """
 
 from __future__ import annotations
@@ -23,19 +35,21 @@ import shutil
 import threading
 from collections.abc import Callable
 
-from hmbclient.broker.log.checkpoint import HW_ENTRY_FORMAT, CheckpointFile
+from hmbclient.broker.log.checkpoint import HW_ENTRY_FORMAT, CheckpointFile, fsync_dir
 from hmbclient.broker.log.config import LogConfig
 from hmbclient.broker.log.log import DELETE_SUFFIX, Log
+from hmbclient.broker.log.store import DEFAULT_MAX_OPEN_READ_HANDLES, HandleCache
 from hmbclient.errors import StorageError
 from rebalance.paths import TOPIC_NAME_PATTERN
 
-__all__ = ["LogManager", "partition_dir_name", "HW_CHECKPOINT"]
+__all__ = ["LogManager", "partition_dir_name", "HW_CHECKPOINT", "CLEAN_SHUTDOWN_FILE"]
 
 log = logging.getLogger("hmbclient.broker.log")
 
 _PARTITION_DIR = re.compile(rf"^({TOPIC_NAME_PATTERN})-(\d{{1,9}})$")
 _DELETED_DIR = re.compile(rf"^({TOPIC_NAME_PATTERN})-(\d{{1,9}})\.[0-9a-f]{{32}}{re.escape(DELETE_SUFFIX)}$")
 HW_CHECKPOINT = "replication-offset-checkpoint"
+CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
 
 
 def partition_dir_name(topic: str, partition: int) -> str:
@@ -50,13 +64,23 @@ class LogManager:
         default_config: LogConfig of ordinary topics.
         config_for: optional ``topic -> LogConfig`` override (e.g. compaction for the offsets
             topic); None means ``default_config``.
+        max_open_read_handles: the cap of the read-handle cache (see the module docstring).
     Raises:
         StorageError: unreadable directory, a malformed partition folder or segment, or a
             malformed ``replication-offset-checkpoint``.
     """
 
-    def __init__(self, log_dir: str, default_config: LogConfig, config_for: Callable[[str], LogConfig | None] | None = None) -> None:
+    def __init__(
+        self,
+        log_dir: str,
+        default_config: LogConfig,
+        config_for: Callable[[str], LogConfig | None] | None = None,
+        *,
+        max_open_read_handles: int = DEFAULT_MAX_OPEN_READ_HANDLES,
+    ) -> None:
         self.log_dir = log_dir
+        self.handles = HandleCache(max_open_read_handles)
+        self.clean_shutdown_found = False
         self.default_config = default_config
         self._config_for = config_for
         self._logs: dict[tuple[str, int], Log] = {}
@@ -70,6 +94,8 @@ class LogManager:
             names = sorted(os.listdir(log_dir))
         except OSError as e:
             raise StorageError(f"cannot use log directory {log_dir}: {e}") from e
+        marker = os.path.join(log_dir, CLEAN_SHUTDOWN_FILE)
+        clean = self.clean_shutdown_found = CLEAN_SHUTDOWN_FILE in names
         doomed: list[str] = []
         for name in names:
             path = os.path.join(log_dir, name)
@@ -82,7 +108,7 @@ class LogManager:
             if m is None or m.group(1) in (".", ".."):
                 raise StorageError(f"{log_dir}: folder {name!r} is not <topic>-<partition>")
             topic, part = m.group(1), int(m.group(2))
-            self._logs[(topic, part)] = Log(path, self._config(topic))
+            self._logs[(topic, part)] = Log(path, self._config(topic), cache=self.handles, clean_shutdown=clean)
         for topic, part, hw in self._hw_checkpoint.read():
             lg = self._logs.get((topic, part))
             if lg is not None:
@@ -93,8 +119,15 @@ class LogManager:
                 shutil.rmtree(path)
             except OSError as e:
                 raise StorageError(f"cannot remove {path}: {e}") from e
+        if clean:
+            # Gone before the first write: a crash from here on must not look clean.
+            try:
+                os.unlink(marker)
+                fsync_dir(log_dir)
+            except OSError as e:
+                raise StorageError(f"cannot remove {marker}: {e}") from e
         if self._logs:
-            log.info("loaded %d partition logs from %s", len(self._logs), log_dir)
+            log.info("loaded %d partition logs from %s (%s shutdown)", len(self._logs), log_dir, "clean" if clean else "unclean")
 
     def _config(self, topic: str) -> LogConfig:
         if self._config_for is not None:
@@ -121,7 +154,7 @@ class LogManager:
             lg = self._logs.get((topic, partition))
             if lg is None:
                 path = os.path.join(self.log_dir, partition_dir_name(topic, partition))
-                lg = Log(path, self._config(topic))
+                lg = Log(path, self._config(topic), cache=self.handles)
                 self._logs[(topic, partition)] = lg
             return lg
 
@@ -184,16 +217,32 @@ class LogManager:
         return n
 
     def close(self) -> None:
-        """Checkpoint the high watermarks (a clean shutdown keeps them), then close every log.
-        A second call does nothing (it must not checkpoint an empty set over the real one)."""
+        """Checkpoint the high watermarks (a clean shutdown keeps them), close every log, and
+        if all of that succeeded write the clean-shutdown marker. A second call does nothing
+        (it must not checkpoint an empty set over the real one)."""
         if self._closed:
             return
+        clean = True
         try:
             self.checkpoint_high_watermarks()
         except StorageError as e:
             log.error("high watermark checkpoint at close: %s", e)
+            clean = False
         self._closed = True
         with self._lock:
             for lg in self._logs.values():
-                lg.close()
+                if not lg.close():
+                    clean = False
             self._logs.clear()
+        self.handles.clear()
+        if clean:
+            marker = os.path.join(self.log_dir, CLEAN_SHUTDOWN_FILE)
+            try:
+                fd = os.open(marker, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+                try:
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
+                fsync_dir(self.log_dir)
+            except OSError as e:
+                log.error("cannot write the clean-shutdown marker %s (the next start-up recovers): %s", marker, e)

@@ -16,6 +16,14 @@ Invariants: ``next_offset`` is one past the last offset stored (``base_offset`` 
 entries are whole (recovery cuts a torn or corrupt tail, truncation cuts at an entry boundary);
 one writer at a time (the Log's lock), any number of readers. A read may be limited to the bytes
 before an ``end`` position (the Log's high watermark cut), which is always an entry boundary.
+
+Lazy opening (see ``Store`` and ``OffsetIndex``): a segment found at start-up holds only its base
+offset, paths and, once asked, its size; its log is opened on the first read through the
+broker-wide ``HandleCache`` (bounded, least recently used evicted) and its index is read on the
+first lookup. The active segment holds its log's writer from its first write (or creation)
+until ``seal`` (a roll), which flushes the log and the index and drops the writer. A
+``FileSlice`` holds the handle it was cut from, so an eviction never closes the descriptor of a
+send in flight.
 """
 
 from __future__ import annotations
@@ -26,7 +34,7 @@ from collections.abc import Iterator, Sequence
 from typing import NamedTuple
 
 from hmbclient.broker.log.index import OffsetIndex
-from hmbclient.broker.log.store import Store
+from hmbclient.broker.log.store import FileHandle, HandleCache, Store
 from hmbclient.errors import StorageError
 from hmbclient.protocol.records import Entry
 
@@ -62,11 +70,12 @@ class EntryHeader(NamedTuple):
 
 class FileSlice:
     """``length`` bytes of a segment file from ``position``: a Records value the network layer
-    sends with ``os.sendfile``. Holds the Store so the descriptor outlives a segment deletion."""
+    sends with ``os.sendfile``. Holds the open handle (``store``: ``path``, ``fileno``, ``read``)
+    so the descriptor outlives an eviction from the handle cache and a segment deletion."""
 
     __slots__ = ("store", "position", "length")
 
-    def __init__(self, store: Store, position: int, length: int) -> None:
+    def __init__(self, store: FileHandle, position: int, length: int) -> None:
         self.store = store
         self.position = position
         self.length = length
@@ -88,7 +97,7 @@ class FileSlice:
         return f"FileSlice({self.store.path!r}, {self.position}, {self.length})"
 
 
-def walk_headers(store: Store, start: int, end: int) -> Iterator[EntryHeader]:
+def walk_headers(store: Store | FileHandle, start: int, end: int) -> Iterator[EntryHeader]:
     """Yield the headers of the whole entries in ``[start, end)``; stops at a partial entry or a
     size field that cannot be right (the caller decides whether that is corruption)."""
     pos = start
@@ -128,14 +137,17 @@ class Segment:
         directory: the partition folder.
         base_offset: first offset this segment may hold (its file name).
         index_interval_bytes: bytes of appends between sparse index entries.
+        cache: the broker-wide cache read handles come from.
+        create: a new segment: create both files and open the writer now. Otherwise the files
+            exist (start-up) and nothing is opened or read until needed.
     """
 
-    def __init__(self, directory: str, base_offset: int, index_interval_bytes: int) -> None:
+    def __init__(self, directory: str, base_offset: int, index_interval_bytes: int, cache: HandleCache, *, create: bool = False) -> None:
         self.base_offset = base_offset
         self.log_path = os.path.join(directory, segment_file_name(base_offset, LOG_SUFFIX))
         self.index_path = os.path.join(directory, segment_file_name(base_offset, INDEX_SUFFIX))
-        self.store = Store(self.log_path)
-        self.index = OffsetIndex(self.index_path, base_offset)
+        self.store = Store(self.log_path, cache, create=create)
+        self.index = OffsetIndex(self.index_path, base_offset, create=create)
         self.index_interval_bytes = index_interval_bytes
         self._bytes_since_index = 0
         self.next_offset = base_offset
@@ -151,7 +163,8 @@ class Segment:
 
     def _scan_meta(self) -> None:
         mm, mt = -1, -1
-        for h in walk_headers(self.store, 0, self.store.size):
+        size = self.store.size
+        for h in walk_headers(self.store.handle(), 0, size):
             if h.magic > mm:
                 mm = h.magic
             if h.max_timestamp > mt:
@@ -230,7 +243,8 @@ class Segment:
         index_offset, start = self.index.lookup(offset)
         cut = -1
         prev_last: int | None = None
-        for h in walk_headers(self.store, start, size):
+        fh = self.store.handle()
+        for h in walk_headers(fh, start, size):
             if h.last_offset >= offset:
                 cut = h.position
                 break
@@ -241,7 +255,7 @@ class Segment:
             # The cut entry is the one the index pointed at: the entry before it lies between
             # the previous index entry and here.
             _, back = self.index.lookup(index_offset - 1)
-            for h in walk_headers(self.store, back, cut):
+            for h in walk_headers(fh, back, cut):
                 prev_last = h.last_offset
         return cut, (self.base_offset if prev_last is None else prev_last + 1)
 
@@ -258,6 +272,30 @@ class Segment:
         else:
             self._scan_meta()
         self.flush()
+
+    def load_next_offset(self) -> bool:
+        """Set next_offset from the log after a clean shutdown, without a CRC scan (Kafka's
+        ``readNextOffset``): walk the headers from the last index entry to the end of the file.
+        Returns False if that walk does not end exactly at the end of the file, or the last index
+        entry points at the end of a non-empty file (an entry is indexed as it is written, so it
+        never does): not what a clean shutdown leaves, the caller recovers the segment instead."""
+        size = self.store.size
+        start = self.index.last_position()
+        last: EntryHeader | None = None
+        for h in walk_headers(self.store, start, size):
+            last = h
+        if last is None:
+            # Case: nothing after the last index entry. Only an empty file is clean.
+            if size:
+                return False
+            self.next_offset = self.base_offset
+            self.mark_known_empty()
+        elif last.position + last.size != size:
+            return False
+        else:
+            self.next_offset = max(last.last_offset + 1, self.base_offset)
+        self._bytes_since_index = size - start
+        return True
 
     def mark_known_empty(self) -> None:
         self._max_magic = -1
@@ -293,11 +331,17 @@ class Segment:
         self.store.flush()
         self.index.flush()
 
+    def seal(self) -> None:
+        """This segment stops being the active one (a roll): flush both files and drop the
+        writer; later reads open the log through the handle cache."""
+        self.flush()
+        self.store.seal()
+
     # -- reads -----------------------------------------------------------------------------
     def locate(self, offset: int, end: int) -> EntryHeader | None:
         """Header of the first entry in ``[0, end)`` whose last offset is >= ``offset``."""
         _, pos = self.index.lookup(offset)
-        for h in walk_headers(self.store, pos, end):
+        for h in walk_headers(self.store.handle(), pos, end):
             if h.last_offset >= offset:
                 return h
         return None
@@ -309,25 +353,33 @@ class Segment:
         this segment holds nothing at or after ``offset`` (before ``end``)."""
         size = self.store.size
         end = size if end is None or end > size else end
-        h = self.locate(offset, end)
-        if h is None:
+        # One handle for the walk and the slice: the bytes sent are the bytes located, whatever
+        # the cache evicts meanwhile.
+        fh = self.store.handle()
+        _, pos = self.index.lookup(offset)
+        for h in walk_headers(fh, pos, end):
+            if h.last_offset >= offset:
+                break
+        else:
             return None
         length = min(max_bytes, end - h.position)
         if min_one_entry and length < h.size:
             length = h.size
         if length <= 0:
             return None
-        return FileSlice(self.store, h.position, length)
+        return FileSlice(fh, h.position, length)
 
     def find_timestamp(self, timestamp: int) -> EntryHeader | None:
         """First entry whose max timestamp is >= ``timestamp``."""
-        for h in walk_headers(self.store, 0, self.store.size):
+        for h in walk_headers(self.store.handle(), 0, self.store.size):
             if h.max_timestamp >= timestamp:
                 return h
         return None
 
     # -- lifecycle -------------------------------------------------------------------------
     def delete(self) -> None:
+        # Retired first: from here no reader reopens either file by name.
+        self.store.retire()
         self.index.delete()
         self.store.delete()
 
