@@ -22,8 +22,10 @@ so no client shares its GIL or its memory.
    (/proc/PID/fd, by kind) are counted before, at the peak during, and after the load.
 3. Startup with data on disk. A broker with a tiny log.segment.bytes gets 1,000 partitions;
    each round appends one batch to every partition, which rolls one new segment per
-   partition. At checkpoints (1, 5, 9, 10 segments per partition) the broker is stopped and the
-   restart is timed until its ready line; the restarted broker's fds are counted.
+   partition. At checkpoints (1, 5, 9, 10 segments per partition) the broker is killed
+   (SIGKILL: an unclean shutdown, so the restart recovers) and the restart is timed until its
+   ready line; then it is stopped cleanly (SIGTERM) and the restart timed again. The restarted
+   broker's fds are counted each time.
 
 The load average is printed at start and end: on a shared 2-core machine absolute figures
 drift with it, ratios less. Not a test: nothing here asserts a speed.
@@ -412,7 +414,7 @@ def part3() -> None:
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     print(f"\n3. startup with {PARTITIONS:,} partitions on disk (log.segment.bytes={TINY_SEGMENT_BYTES}, "
           f"one segment per round; RLIMIT_NOFILE soft {soft}, hard {hard})")
-    print(f"{'segments/partition':>18s} {'segments':>9s} {'start s':>8s}  broker fds after start")
+    print(f"{'segments/partition':>18s} {'segments':>9s} {'shutdown':>9s} {'start s':>8s}  broker fds after start")
     with tempfile.TemporaryDirectory(prefix="bench-scale-start-") as d:
         broker = BrokerProcess(d, start_timeout_s=600, log_segment_bytes=TINY_SEGMENT_BYTES, log_index_interval_bytes=TINY_SEGMENT_BYTES // 2)
         broker.start()
@@ -427,21 +429,29 @@ def part3() -> None:
                 except RuntimeError as e:
                     note = f"  (building failed: {str(e).strip().splitlines()[-1][:200]})"
                 done = target
-                broker.terminate(timeout_s=60)
-                counts = _segments(d, topic)
-                t0 = time.perf_counter()
-                try:
-                    broker.start()
-                except Exception as e:  # the point is to report how it fails, not to stop
-                    lines = [line for line in str(e).splitlines() if line.strip()]
-                    why = next((line for line in reversed(lines) if "cannot start" in line), lines[-1] if lines else "")
-                    print(f"{target:18d} {sum(counts):9,d} {'failed':>8s}  after {time.perf_counter() - t0:.1f} s:{note}")
-                    print(f"{'':20s}{why[why.find('hmb broker'):][:240]}")
+                failed = False
+                for how in ("unclean", "clean"):
+                    if how == "unclean":
+                        broker.kill()
+                    else:
+                        broker.terminate(timeout_s=60)
+                    counts = _segments(d, topic)
+                    t0 = time.perf_counter()
+                    try:
+                        broker.start()
+                    except Exception as e:  # the point is to report how it fails, not to stop
+                        lines = [line for line in str(e).splitlines() if line.strip()]
+                        why = next((line for line in reversed(lines) if "cannot start" in line), lines[-1] if lines else "")
+                        print(f"{target:18d} {sum(counts):9,d} {how:>9s} {'failed':>8s}  after {time.perf_counter() - t0:.1f} s:{note}")
+                        print(f"{'':20s}{why[why.find('hmb broker'):][:240]}")
+                        failed = True
+                        break
+                    started = time.perf_counter() - t0
+                    assert broker.proc is not None
+                    spread = f"min {min(counts)} max {max(counts)}" if counts else "none"
+                    print(f"{target:18d} {sum(counts):9,d} {how:>9s} {started:8.2f}  {_fd_text(fds(broker.proc.pid))}  [per partition {spread}]{note}", flush=True)
+                if failed:
                     break
-                started = time.perf_counter() - t0
-                assert broker.proc is not None
-                spread = f"min {min(counts)} max {max(counts)}" if counts else "none"
-                print(f"{target:18d} {sum(counts):9,d} {started:8.2f}  {_fd_text(fds(broker.proc.pid))}  [per partition {spread}]{note}", flush=True)
         finally:
             broker.terminate(timeout_s=60)
 
