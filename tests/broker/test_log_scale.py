@@ -229,3 +229,24 @@ def test_only_an_unclean_start_crc_scans_the_active_segment(tmp_path: Path, clea
     assert lg2.log_end_offset == (end if clean else end - 1)
     assert (lg2.recovered_bytes_cut > 0) is not clean
     lm2.close()
+
+
+def test_epoch_changes_are_fsynced_before_the_bytes_that_need_them(tmp_path: Path) -> None:
+    """A new leader epoch is written at once (a process crash keeps it) but fsynced only when
+    the log writes bytes of it, so electing a leader for many partitions costs no fsync each."""
+    d = tmp_path / "t-0"
+    log = Log(str(d), _CFG)
+    cache = log.leader_epochs
+    assert cache.assign(3, 0) and cache.dirty
+    # Visible to another reader of the folder already (what a restart after kill -9 reads).
+    assert (d / "leader-epoch-checkpoint").read_text().split("\n")[2] == "3 0"
+    log.append(encode([(None, b"x")]), leader_epoch=3)
+    assert not cache.dirty
+    follower = Log(str(tmp_path / "f-0"), _CFG)
+    sl, _ = log.read(0, 1 << 20)
+    assert sl is not None
+    follower.append_as_follower(sl.read())
+    assert follower.leader_epochs.entries() == [(3, 0)] and not follower.leader_epochs.dirty
+    assert follower.leader_epochs.assign(4, 1) and follower.leader_epochs.dirty
+    assert follower.close() and not follower.leader_epochs.dirty
+    log.close()

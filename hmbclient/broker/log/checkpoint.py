@@ -15,6 +15,10 @@ Contract:
   ``path`` and then the folder is fsynced (so the rename itself survives a machine crash). A crash
   at any point leaves either the old file or the new one, never a mix; a leftover ``.tmp`` is
   garbage that the next ``write`` overwrites (and partition start-up deletes).
+* ``write(..., sync=False)`` skips both fsyncs: still atomic against a process crash (the rename
+  is done by the kernel), but a machine crash may bring back an older whole file until ``sync``
+  (fsync of the file and its folder) has run. For callers that decide themselves when the file
+  must be durable (the leader epoch cache: before log bytes that need it are written).
 * ``read`` of a missing file is ``[]`` (nothing checkpointed yet). Anything malformed -- a
   version other than 0, a count that disagrees with the lines, a line with the wrong number of
   fields or a field that does not parse -- is a StorageError naming the file and the line: a
@@ -97,8 +101,9 @@ class CheckpointFile:
         self.path = path
         self.entry_format = tuple(entry_format)
 
-    def write(self, entries: Iterable[Sequence[Any]]) -> None:
-        """Replace the file's content with ``entries`` (atomically, see the module docstring).
+    def write(self, entries: Iterable[Sequence[Any]], *, sync: bool = True) -> None:
+        """Replace the file's content with ``entries`` (atomically, see the module docstring);
+        ``sync=False`` leaves the fsyncs to a later ``sync``.
 
         Raises:
             StorageError: the file could not be written (the old content is still in place).
@@ -119,13 +124,36 @@ class CheckpointFile:
                 data = memoryview(text.encode("utf-8"))
                 while data:
                     data = data[os.write(fd, data) :]
-                os.fsync(fd)
+                if sync:
+                    os.fsync(fd)
             finally:
                 os.close(fd)
             os.replace(tmp, self.path)
-            fsync_dir(os.path.dirname(self.path))
+            if sync:
+                fsync_dir(os.path.dirname(self.path))
         except OSError as e:
             raise StorageError(f"cannot write checkpoint {self.path}: {e}") from e
+
+    def sync(self) -> None:
+        """Make the last ``write(..., sync=False)`` durable: fsync the file, then its folder (the
+        rename). Nothing to do if the file does not exist.
+
+        Raises:
+            StorageError: the fsync failed.
+        """
+        try:
+            fd = os.open(self.path, os.O_RDONLY)
+        except FileNotFoundError:
+            return
+        except OSError as e:
+            raise StorageError(f"cannot sync checkpoint {self.path}: {e}") from e
+        try:
+            os.fsync(fd)
+            fsync_dir(os.path.dirname(self.path))
+        except OSError as e:
+            raise StorageError(f"cannot sync checkpoint {self.path}: {e}") from e
+        finally:
+            os.close(fd)
 
     def read(self) -> list[tuple[Any, ...]]:
         """The entries, in file order; ``[]`` if the file does not exist.

@@ -8,9 +8,20 @@ high watermark, which is what lets a replica keep messages the high watermark di
 and never keep a tail the new leader does not have.
 
 Invariants: entries are strictly increasing in epoch and non-decreasing in start offset; an
-epoch below 0 (``NO_PARTITION_LEADER_EPOCH``, -1) is never stored. Every change is persisted
-before it is visible, through ``CheckpointFile`` (``leader-epoch-checkpoint``, lines
-``epoch start_offset``), so a reader never sees an entry a crash could take away.
+epoch below 0 (``NO_PARTITION_LEADER_EPOCH``, -1) is never stored. Every change is written
+before it is visible, atomically, through ``CheckpointFile`` (``leader-epoch-checkpoint``, lines
+``epoch start_offset``), so a process crash (``kill -9``) never takes an entry away.
+
+Durability against a machine crash is deferred (``dirty`` until ``flush``): a change is fsynced
+only when the Log is about to write bytes that need it (``Log`` calls ``flush`` before every
+append while ``dirty``, and at close). Why: a leader election assigns a new epoch to every
+partition it moves (1,000 partitions of a new topic: 1,000 checkpoint writes), and two fsyncs
+each cost seconds in all; most of those entries are followed by no data for a while. What a
+machine crash can then lose is harmless, because the Log's start-up repairs it: an entry for an
+epoch that wrote nothing yet (dropped: the next election assigns a newer one anyway), an entry
+already truncated away (``truncate_from_end(log end)`` at start-up drops it again) or already
+retained away (``truncate_from_start(log start)``). An entry describing bytes on disk is always
+durable before those bytes are written.
 
 Pure logic over a file: no broker, no log. The Log calls ``assign`` when it appends v2 batches,
 ``truncate_from_end`` when it truncates, ``truncate_from_start`` when retention moves the log
@@ -72,6 +83,8 @@ class LeaderEpochCache:
         if entries and (entries[0].epoch < 0 or entries[0].start_offset < 0):
             raise StorageError(f"{path}: negative epoch or offset in {entries[0]}")
         self._entries: tuple[EpochEntry, ...] = ()
+        # True while the file holds a change not fsynced yet (see the module docstring).
+        self.dirty = False
         self.latest_epoch = UNDEFINED_EPOCH
         self.latest_start_offset = UNDEFINED_EPOCH_OFFSET
         self._set(tuple(entries))
@@ -121,9 +134,25 @@ class LeaderEpochCache:
         self.latest_start_offset = entries[-1].start_offset if entries else UNDEFINED_EPOCH_OFFSET
 
     def _publish(self, entries: tuple[EpochEntry, ...]) -> None:
-        # Persist first: readers only ever see what survives a crash.
-        self._file.write(entries)
+        # Written first: readers only ever see what survives a process crash; ``flush`` makes
+        # it survive a machine crash before the log relies on it.
+        self._file.write(entries, sync=False)
+        self.dirty = True
         self._set(entries)
+
+    def flush(self) -> None:
+        """fsync the checkpoint if a change is not durable yet (the Log, before it writes log
+        bytes, and at close).
+
+        Raises:
+            StorageError: the fsync failed (the cache stays dirty).
+        """
+        if not self.dirty:
+            return
+        with self._lock:
+            if self.dirty:
+                self._file.sync()
+                self.dirty = False
 
     def assign(self, epoch: int, start_offset: int) -> bool:
         """Record that ``epoch`` starts at ``start_offset``; True if the cache changed.

@@ -479,6 +479,9 @@ class Log:
                 self._learn_epochs(events)
             elif leader_epoch is not None and leader_epoch > self.leader_epochs.latest_epoch:
                 self.leader_epochs.assign(leader_epoch, first)
+            if self.leader_epochs.dirty:
+                # The epoch of these bytes must survive whatever they survive.
+                self.leader_epochs.flush()
             if active.size and active.size + n > self.config.segment_bytes:
                 active = self._roll(first)
             pos = active.append(new, first, last, max_ts, magic)
@@ -549,6 +552,8 @@ class Log:
                     raise CorruptRecordError(f"follower append: entry at byte {e.position} ends at {e.last_offset}, before its base offset {e.base_offset}")
                 expect = e.last_offset + 1
             self._learn_epochs([(e.magic, _i32.unpack_from(mv, e.position + _V2_EPOCH_AT)[0] if e.magic >= 2 else -1, e.base_offset) for e in entries])
+            if self.leader_epochs.dirty:
+                self.leader_epochs.flush()
             limit = self.config.segment_bytes
             active = self._segments[-1]
             filled = active.size
@@ -920,6 +925,11 @@ class Log:
         the LogManager mark the shutdown clean)."""
         ok = True
         with self._lock:
+            try:
+                self.leader_epochs.flush()
+            except StorageError as e:
+                log.warning("%s", e)
+                ok = False
             for s in self._segments:
                 try:
                     s.flush()
