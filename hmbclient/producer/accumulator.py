@@ -81,13 +81,14 @@ class Unit:
         self.partition = partition
         self.batches = batches
         self.queue = queue  # where the batches go back on a retry (None: sync mode)
-        self.count = sum(len(b.items) for b in batches)
+        self.count = sum(len(b.values) for b in batches)
         self.node = -1
 
     def items(self) -> list[Any]:
-        """The ``(key, value, timestamp)`` items of all batches, in order. A message's
-        timestamp is its batch's creation time: merged batches after the first get theirs
-        written into their items (the first batch's is the record set's default)."""
+        """The ``(key, value, timestamp)`` items of all batches, in order (the record formats
+        before RecordBatch v2 take items; v2 encodes the batches' columns directly). A
+        message's timestamp is its batch's creation time: merged batches after the first get
+        theirs written into their items (the first batch's is the record set's default)."""
         batches = self.batches
         if len(batches) == 1:
             return batches[0].items
@@ -98,7 +99,7 @@ class Unit:
             if ts == first_ts:
                 out.extend(b.items)
             else:
-                out.extend([(k, v, ts if t is None else t) for k, v, t in b.items])
+                out.extend([(it[0], it[1], ts, *it[3:]) for it in b.items])
         return out
 
 

@@ -44,11 +44,22 @@ class RecordMetadata(NamedTuple):
 class ProducerBatch:
     """Messages bound for one partition, sent (and completed) together.
 
+    The messages are kept as columns, not one tuple each: ``send`` appends a value (and, only
+    once some message of the batch has a key or headers, a key and a headers entry), and the
+    encoder reads whole columns. A batch whose messages all have a null key and no headers
+    (the common case) has ``keys`` and ``headers`` None and costs one list append per message.
+
     Attributes:
         topic, partition: the destination.
-        items: ``(key, value, timestamp_ms)`` tuples (timestamp None = the batch's).
+        values: the message values, in order.
+        keys: the message keys (aligned with ``values``), or None when every key is null.
+        headers: each message's headers (a tuple of ``(name, bytes | None)``, or None), aligned
+            with ``values``, or None when no message has any; set together with ``keys``.
+        items: ``(key, value, None)`` tuples (``(key, value, None, headers)`` for a message
+            with headers), built on demand from the columns; the timestamp of every message is
+            the batch's ``created_ms``.
         nbytes: approximate encoded size.
-        created_ms: wall-clock creation time (the default record timestamp).
+        created_ms: wall-clock creation time (the timestamp of its records).
         future: resolves to the base offset (or None) or fails with the final error.
         attempts: sends tried so far.
     """
@@ -56,7 +67,9 @@ class ProducerBatch:
     __slots__ = (
         "topic",
         "partition",
-        "items",
+        "values",
+        "keys",
+        "headers",
         "nbytes",
         "created_ms",
         "future",
@@ -69,7 +82,9 @@ class ProducerBatch:
     def __init__(self, topic: str, partition: int, created_ms: int) -> None:
         self.topic = topic
         self.partition = partition
-        self.items: list[tuple[Any, ...]] = []  # (key, value, timestamp[, headers])
+        self.values: list[Any] = []
+        self.keys: list[Any] | None = None
+        self.headers: list[Any] | None = None
         self.nbytes = 0
         self.created_ms = created_ms
         self.future: Future[int | None] = Future()
@@ -78,13 +93,42 @@ class ProducerBatch:
         self.deadline = 0.0  # monotonic ms when the open batch must close (queue.buffering.max.ms)
         self.solo = False  # never merged with other batches (after the broker found a merge too large)
 
+    def add_keyed(self, start: int, key: Any, n: int, headers: Any) -> None:
+        """Record the key (and headers) of the ``n`` messages just appended at ``start``:
+        the keyed form of the batch, entered the first time a message has a key or headers."""
+        keys = self.keys
+        hdrs = self.headers
+        if keys is None or hdrs is None:
+            keys = self.keys = [None] * start
+            hdrs = self.headers = [None] * start
+        keys.extend([key] * n)
+        hdrs.extend([headers] * n)
+
     @property
     def count(self) -> int:
-        return len(self.items)
+        return len(self.values)
 
     @property
     def messages(self) -> list[Any]:
-        return [it[1] for it in self.items]
+        return list(self.values)
+
+    @property
+    def items(self) -> list[tuple[Any, ...]]:
+        values = self.values
+        keys = self.keys
+        if keys is None:
+            return [(None, v, None) for v in values]
+        hdrs = self.headers or [None] * len(values)
+        return [(k, v, None) if h is None else (k, v, None, h) for k, v, h in zip(keys, values, hdrs, strict=True)]
+
+    @items.setter
+    def items(self, items: list[tuple[Any, ...]]) -> None:
+        self.values = [it[1] for it in items]
+        if any(it[0] is not None or (len(it) > 3 and it[3]) for it in items):
+            self.keys = [it[0] for it in items]
+            self.headers = [it[3] if len(it) > 3 and it[3] else None for it in items]
+        else:
+            self.keys = self.headers = None
 
     def complete(self, base_offset: int | None) -> None:
         self.base_offset = base_offset
@@ -96,7 +140,7 @@ class ProducerBatch:
             self.future.set_exception(error)
 
     def __repr__(self) -> str:
-        return f"ProducerBatch({self.topic}-{self.partition}, {len(self.items)} messages, attempts={self.attempts})"
+        return f"ProducerBatch({self.topic}-{self.partition}, {len(self.values)} messages, attempts={self.attempts})"
 
 
 class RecordFuture:

@@ -36,7 +36,6 @@ import sys
 import threading
 from collections import deque
 from collections.abc import Sequence
-from itertools import repeat
 from typing import Any
 
 from hmbclient.clock import monotonic_ms, wall_ms
@@ -366,16 +365,18 @@ class Producer:
             if acc.closed:
                 raise ProducerClosedError("producer closed while send() was queueing")
             batch = queue.open
-            if batch is None or (batch.items and batch.nbytes + nbytes > acc.batch_max_bytes):
+            if batch is None or (batch.values and batch.nbytes + nbytes > acc.batch_max_bytes):
                 if batch is not None:
                     acc.close_batch(queue)  # keep every batch under the cap
                 batch = acc.open_batch(queue)
-            items = batch.items
-            start = len(items)
+            column = batch.values
+            start = len(column)
             if n == 1:
-                items.append((key, values[0], None) if headers is None else (key, values[0], None, headers))
+                column.append(values[0])
             else:
-                items.extend(zip(repeat(key, n), values, repeat(None, n), strict=True))
+                column.extend(values)
+            if key is not None or headers is not None or batch.keys is not None:
+                batch.add_keyed(start, key, n, headers)
             batch.nbytes += nbytes
             acc.queued += n
             if start + n >= acc.batch_num_messages or batch.nbytes >= acc.batch_max_bytes:
@@ -383,6 +384,47 @@ class Producer:
         finally:
             lock.release()
         return SendFutures([(batch, start, n)], n)
+
+    def _queue_one(self, acc: RecordAccumulator, ts: TopicState, value: bytes) -> SendFutures:
+        """``_queue`` for the commonest send, inlined: one ``bytes`` message with a null key,
+        to a topic ``acc`` knows, its size already checked against ``message_max_bytes``
+        (the only checks such a message needs). The partition, the queue bound, the closed
+        check and the batch roll-over and close are ``_queue``'s, step for step; only the
+        general cases (keys, many messages, chunking, headers) are left out."""
+        parts = ts.parts
+        count = len(parts)
+        if count == 1:
+            queue = parts[0]
+        else:
+            p = self._partitioner.partition(None, count)
+            if not 0 <= p < count:
+                raise ValueError(f"partitioner returned {p} for {count} partitions of {ts.name!r}")
+            queue = parts[p]
+        nbytes = len(value) + _RECORD_OVERHEAD
+        lock = acc.lock
+        lock.acquire()
+        try:
+            if acc.queued >= acc.max_messages and acc.queued:
+                acc.wait_for_space(1)
+            if acc.closed:
+                raise ProducerClosedError("producer closed while send() was queueing")
+            batch = queue.open
+            if batch is None or (batch.nbytes + nbytes > acc.batch_max_bytes and batch.values):
+                if batch is not None:
+                    acc.close_batch(queue)  # keep every batch under the cap
+                batch = acc.open_batch(queue)
+            column = batch.values
+            start = len(column)
+            column.append(value)
+            if batch.keys is not None:
+                batch.add_keyed(start, None, 1, None)
+            batch.nbytes += nbytes
+            acc.queued += 1
+            if start >= acc.batch_num_messages - 1 or batch.nbytes >= acc.batch_max_bytes:
+                acc.close_batch(queue)
+        finally:
+            lock.release()
+        return SendFutures([(batch, start, 1)], 1)
 
     def _queue_in_chunks(
         self, acc: RecordAccumulator, topic: str, key: bytes | None, values: list[Any], queue: PartitionQueue
@@ -411,6 +453,11 @@ class Producer:
             # or bytes key; no serializer). It skips _convert and nothing else.
             topic, key, values = data
             if values.__class__ is list and (key is None or key.__class__ is bytes):
+                if key is None and len(values) == 1:
+                    ts = acc.topics.get(topic)
+                    value = values[0]
+                    if ts is not None and value.__class__ is bytes and len(value) <= self._message_max_bytes:
+                        return self._queue_one(acc, ts, value)
                 return self._queue(acc, topic, key, values)
         if self._closed:
             raise ProducerClosedError("send() after close()")
@@ -722,7 +769,7 @@ class _EventPipeline:
         self.thread.start()
 
     def put(self, entries: list[tuple[Any, ProducerBatch]]) -> None:
-        n = sum(len(b.items) for _, b in entries)
+        n = sum(len(b.values) for _, b in entries)
         with self.cond:
             t = self.enqueue_timeout_ms
             deadline = None if t < 0 else monotonic_ms() + t
@@ -745,7 +792,7 @@ class _EventPipeline:
         metas = list(result) if result is not None else []
         i = 0
         for _, batch in entries:
-            n = len(batch.items)
+            n = len(batch.values)
             meta = metas[i] if i < len(metas) and isinstance(metas[i], RecordMetadata) else None
             if meta is not None:
                 batch.partition = meta.partition
@@ -767,7 +814,7 @@ class _EventPipeline:
                 while self.queue and count < self.batch:
                     e = self.queue.popleft()
                     take.append(e)
-                    count += len(e[1].items)
+                    count += len(e[1].values)
             self.deliver(self.handler, take)
             with self.cond:
                 self.queued -= count

@@ -1,8 +1,9 @@
 """Turning batches into Produce requests, and the async producer's sender thread.
 
 :class:`Dispatcher` is shared by the sync and async paths: it groups :class:`Unit` s by leader,
-encodes each unit's messages in one ``encode_records`` call (the record format follows the
-Produce version the connection speaks: v0-1 MessageSet v0, v2 v1, v3+ RecordBatch v2), sends
+encodes each unit's messages as one record set (the record format follows the Produce
+version the connection speaks: v0-1 MessageSet v0, v2 v1, v3+ RecordBatch v2, which is encoded
+straight from the batches' value/key columns by ``v2.encode_batches``), sends
 one Produce request per broker and maps each partition's answer back to its batches
 (base offsets derived per batch: the unit's base offset plus the messages before it).
 
@@ -44,6 +45,7 @@ from hmbclient.net.versions import BrokerVersions, produce_magic
 from hmbclient.producer.accumulator import RecordAccumulator, Unit
 from hmbclient.protocol.api.base import ApiKey
 from hmbclient.protocol.records import encode_records
+from hmbclient.protocol.records.v2 import encode_batches
 
 __all__ = ["Dispatcher", "SenderThread"]
 
@@ -124,7 +126,10 @@ class Dispatcher:
         topics: dict[str, list[tuple[int, bytes]]] = {}
         for unit in units:
             codec = self.codec_for(unit.topic)
-            records = encode_records(magic, codec, unit.items(), 0, unit.batches[0].created_ms)
+            if magic == 2:
+                records = encode_batches(codec, [(b.values, b.keys, b.headers, b.created_ms) for b in unit.batches])
+            else:
+                records = encode_records(magic, codec, unit.items(), 0, unit.batches[0].created_ms)
             topics.setdefault(unit.topic, []).append((unit.partition, records))
         if "before_send" in self.hooks:
             call_hook(self.hooks, "before_send", [b for unit in units for b in unit.batches], node)
@@ -176,7 +181,7 @@ class Dispatcher:
         for b in unit.batches:
             b.complete(base)
             if base is not None:
-                base += len(b.items)
+                base += len(b.values)
             if hook is not None:
                 call_hook(self.hooks, "on_delivery", b)
 
@@ -361,5 +366,5 @@ class SenderThread(threading.Thread):
                     queue.open = None
                     for b in batches:
                         b.fail(err)
-                        acc.queued -= len(b.items)
+                        acc.queued -= len(b.values)
             acc.space.notify_all()

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Sequence
+from operator import add as _add
 from typing import Any
 
 from crc32c import crc32c
@@ -54,7 +55,7 @@ from .base import (
 )
 from .uniform import MIN_RUN, read_uniform
 
-__all__ = ["encode", "decode_run", "read_records", "HEADER", "MIN_SIZE"]
+__all__ = ["encode", "encode_batches", "decode_run", "read_records", "HEADER", "MIN_SIZE"]
 
 HEADER = struct.Struct(
     ">q"  # baseOffset
@@ -203,10 +204,18 @@ def encode(
         chunks, max_ts = write_records(items, base_ts, default_ts, deltas)
     except (TypeError, IndexError) as e:
         raise ValueError(f"cannot encode record: {e}") from None
+    last_delta = n - 1 if deltas is None else deltas[-1]
+    return _finish(codec, chunks, base_offset, n, last_delta, base_ts, max_ts)
+
+
+def _finish(
+    codec: int, chunks: list[Any], base_offset: int, n: int, last_delta: int, base_ts: int, max_ts: int
+) -> bytes:
+    """The batch: the header (with its CRC) and the records ``chunks`` (compressed with
+    ``codec`` first), joined once."""
     if codec:
         chunks = [codecs.compress(codec, b"".join(chunks), 2)]
     size = sum(map(len, chunks))
-    last_delta = n - 1 if deltas is None else deltas[-1]
     try:
         header = HEADER.pack(
             base_offset,
@@ -229,6 +238,128 @@ def encode(
     for chunk in chunks:
         crc = crc32c(chunk, crc)
     return b"".join((header[:CRC_OFFSET], U32.pack(crc), header[ATTRIBUTES_OFFSET:], *chunks))
+
+
+# _KEYLESS[d]: the offsetDelta d followed by a null key's length (-1), as one piece.
+_KEYLESS = [VARINT[d] + NULL_VARINT for d in range(VARINT_TABLE)]
+_ATTRIBUTES = b"\x00"
+_NO_HEADERS = b"\x00"
+# The largest value a keyless record may have for the table path: its length varint and the
+# record's length varint (value plus at most ~24 bytes of other fields) both come from VARINT.
+_TABLE_VALUE_MAX = VARINT_TABLE - 64
+
+
+def _keyless_records(values: list[Any], first_delta: int, ts_field: bytes) -> list[Any] | None:
+    """The records of ``values`` (null keys, no headers, one timestamp whose delta field is
+    ``ts_field``; offset deltas from ``first_delta``) as a list of pieces to join, or None when
+    a value is null or too long, or the offset deltas leave the VARINT table: then the caller
+    takes the general path.
+
+    Every per-record step is a C-level map or slice over a column (lengths, table look-ups,
+    sums, then the pieces interleaved by slice assignment): no Python code runs per record.
+    """
+    n = len(values)
+    end = first_delta + n
+    if end > VARINT_TABLE:
+        return None
+    try:
+        lengths = list(map(len, values))
+    except TypeError:  # a null value (or not bytes-like): the general path says which
+        return None
+    if max(lengths) > _TABLE_VALUE_MAX:
+        return None
+    if lengths.count(lengths[0]) == n:
+        return _same_length_records(values, lengths[0], first_delta, ts_field)
+    varint_of = VARINT.__getitem__
+    heads = _KEYLESS[first_delta:end]
+    length_fields = list(map(varint_of, lengths))
+    # attributes + timestampDelta + headers count, then offsetDelta + key, value length, value
+    fixed = [2 + len(ts_field)] * n
+    sizes = map(_add, map(_add, map(len, heads), map(len, length_fields)), map(_add, lengths, fixed))
+    pieces: list[Any] = [None] * (6 * n)
+    pieces[0::6] = list(map(varint_of, sizes))
+    pieces[1::6] = [_ATTRIBUTES + ts_field] * n
+    pieces[2::6] = heads
+    pieces[3::6] = length_fields
+    pieces[4::6] = values
+    pieces[5::6] = [_NO_HEADERS] * n
+    return pieces
+
+
+# (value length, timestamp field) -> the record prefixes of keyless records with values of that
+# length, by offset delta: a headers count of 0 (the previous record's last byte), then the
+# length, attributes, timestamp, offset and key fields and the value's length. Lists are only
+# ever replaced by longer ones, never changed, so concurrent encoders may share them.
+_PREFIXES: dict[tuple[int, bytes], list[bytes]] = {}
+_PREFIX_KEYS_MAX = 64
+
+
+def _same_length_records(values: list[Any], length: int, first_delta: int, ts_field: bytes) -> list[Any]:
+    """``_keyless_records`` when every value has the same ``length``: then a record's bytes
+    before its value depend only on its offset delta, and come from a cached table."""
+    end = first_delta + len(values)
+    key = (length, ts_field)
+    prefixes = _PREFIXES.get(key)
+    if prefixes is None or len(prefixes) < end:
+        have = prefixes or []
+        length_field = VARINT[length]
+        fixed = 2 + len(ts_field) + len(length_field) + length
+        middle = _ATTRIBUTES + ts_field
+        more = [
+            _NO_HEADERS + VARINT[fixed + len(head)] + middle + head + length_field
+            for head in _KEYLESS[len(have) : end]
+        ]
+        if len(_PREFIXES) >= _PREFIX_KEYS_MAX:
+            _PREFIXES.clear()
+        prefixes = _PREFIXES[key] = have + more
+    pieces: list[Any] = [None] * (2 * len(values) + 1)
+    pieces[0:-1:2] = prefixes[first_delta:end]
+    pieces[1::2] = values
+    pieces[0] = pieces[0][1:]  # the first record follows no other
+    pieces[-1] = _NO_HEADERS
+    return pieces
+
+
+def encode_batches(codec: int, batches: Sequence[tuple[list[Any], Any, Any, int]], base_offset: int = 0) -> bytes:
+    """One RecordBatch holding the messages of ``batches``, in order: the producer's encoder.
+
+    Each batch is ``(values, keys, headers, timestamp_ms)``: the columns of a producer batch
+    (``keys`` / ``headers`` None when every key is null and no message has headers; otherwise
+    lists aligned with ``values``) and the timestamp of all its records. Offsets follow
+    consecutively from ``base_offset``. Same bytes as :func:`encode` of the equivalent items.
+
+    Raises:
+        ValueError: a message that cannot be encoded (a key or value that is not bytes-like,
+            a field outside its range).
+    """
+    base_ts = batches[0][3]
+    max_ts = base_ts
+    chunks: list[Any] = []
+    delta = 0
+    for values, keys, headers, ts in batches:
+        n = len(values)
+        if not n:
+            continue
+        if ts > max_ts:
+            max_ts = ts
+        pieces = None
+        if keys is None:
+            ts_delta = ts - base_ts
+            ts_field = VARINT[ts_delta] if 0 <= ts_delta < VARINT_TABLE else encode_varint(ts_delta)
+            pieces = _keyless_records(values, delta, ts_field)
+        if pieces is not None:
+            chunks.append(b"".join(pieces))
+        else:
+            items = list(zip(keys if keys is not None else [None] * n, values, [ts] * n, headers if headers is not None else [None] * n, strict=True))
+            try:
+                run, _ = write_records(items, base_ts, ts, range(delta, delta + n))
+            except (TypeError, IndexError) as e:
+                raise ValueError(f"cannot encode record: {e}") from None
+            chunks.extend(run)
+        delta += n
+    if not delta:
+        return b""
+    return _finish(codec, chunks, base_offset, delta, delta - 1, base_ts, max_ts)
 
 
 # --- decode ----------------------------------------------------------------------------------
@@ -378,15 +509,24 @@ _GENERAL_MAX = 1024
 
 
 def read_runs(
-    data: bytes, pos: int, end: int, count: int, base_offset: int, base_ts: int, out: list[Record]
+    data: bytes | memoryview,
+    pos: int,
+    end: int,
+    count: int,
+    base_offset: int,
+    base_ts: int,
+    out: list[Record],
 ) -> int:
     """Decode ``count`` records at ``data[pos:end]`` into ``out``; returns the end position.
 
     Same contract and results as :func:`read_records`, faster for runs of records that share
     one layout: those go through ``uniform.read_uniform`` (checked column by column, built
-    without Python code per record), the rest through :func:`read_records`.
+    without Python code per record), the rest through :func:`read_records`. ``data`` may be a
+    byte-format ``memoryview``: runs are read from it in place, and the first record the
+    general loop needs has the rest of the records copied into ``bytes`` once.
     """
     done = 0
+    shift = 0  # where ``data`` starts in the caller's buffer, once the rest was copied
     general = _GENERAL_FIRST
     while done < count:
         left = count - done
@@ -398,11 +538,16 @@ def read_runs(
                 general = _GENERAL_FIRST
                 continue
         n = min(general, left)
+        if type(data) is not bytes:
+            data = bytes(data[pos:end])
+            shift += pos
+            end -= pos
+            pos = 0
         pos = read_records(data, pos, n, base_offset, base_ts, out)
         done += n
         if general < _GENERAL_MAX:
             general *= 2
-    return pos
+    return pos + shift
 
 
 def batch_records(data: Any, pos: int, bend: int, header: tuple[Any, ...]) -> list[Record]:
@@ -414,18 +559,17 @@ def batch_records(data: Any, pos: int, bend: int, header: tuple[Any, ...]) -> li
     if attrs & CONTROL_MASK:
         return []
     codec = attrs & CODEC_MASK
+    rdata: bytes | memoryview
     if codec:
         rdata = codecs.decompress(codec, memoryview(data)[pos + RECORDS_OFFSET : bend])
         rpos = 0
         rend = len(rdata)
-    elif type(data) is bytes:
-        rdata = data
+    else:
+        # bytes or a byte-format memoryview: read in place (read_runs copies what the general
+        # loop needs)
+        rdata = data if type(data) is bytes or type(data) is memoryview else memoryview(data)
         rpos = pos + RECORDS_OFFSET
         rend = bend
-    else:
-        rdata = bytes(data[pos + RECORDS_OFFSET : bend])
-        rpos = 0
-        rend = len(rdata)
     if count < 0 or count * MIN_RECORD_SIZE > rend - rpos:
         raise CorruptRecordError(f"batch at offset {base}: record count {count}")
     out: list[Record] = []

@@ -1,0 +1,103 @@
+"""The async producer's single-message path (one bytes value, a null key, a topic already
+known: ``Producer._queue_one``) against real brokers: it meets the checks of the general path
+(partitioner, message size, queue bound, closed producer), and keyless and keyed messages
+sharing one batch (the batch's key column starts part-way) arrive with the right keys."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from waiting import wait_until
+
+from hmbclient import Producer, ProducerData
+from hmbclient.errors import MessageSizeTooLargeError, ProducerClosedError, QueueFullError
+
+from .conftest import BrokerHandle, create_topic, read_all, read_partition, unique
+
+pytestmark = pytest.mark.timeout(120)
+
+
+class _Recording:
+    """Partition ``calls`` in turn; remembers the keys it was asked about."""
+
+    def __init__(self, answer: int) -> None:
+        self.answer = answer
+        self.keys: list[Any] = []
+
+    def partition(self, key: Any, num_partitions: int) -> int:
+        self.keys.append(key)
+        return self.answer
+
+
+def test_single_messages_take_the_partitioner_and_the_checks(broker: BrokerHandle) -> None:
+    topic = unique("fast")
+    create_topic(broker.bootstrap, topic, 3)
+    part = _Recording(2)
+    with Producer(metadata_broker_list=broker.bootstrap, producer_type="async", partitioner=part, message_max_bytes=500) as p:
+        p.partitions_for(topic)
+        p.send(ProducerData(topic, None, [b"first"]))  # the topic is known from here on
+        assert p._acc is not None and topic in p._acc.topics
+        futs = [p.send(ProducerData(topic, None, [b"m%d" % i]))[0] for i in range(50)]
+        assert [f.result(20).partition for f in futs] == [2] * 50
+        assert [f.result(20).offset for f in futs] == list(range(1, 51))
+        assert part.keys == [None] * 51
+        with pytest.raises(MessageSizeTooLargeError, match="500"):
+            p.send(ProducerData(topic, None, [b"x" * 501]))
+        part.answer = 3
+        with pytest.raises(ValueError, match="partitioner returned 3"):
+            p.send(ProducerData(topic, None, [b"x"]))
+        p.flush()
+    got = read_all(broker.host, broker.port, topic, 3)
+    assert [r.value for r in got[2]] == [b"first"] + [b"m%d" % i for i in range(50)]
+    assert got[0] == got[1] == []
+    with pytest.raises(ProducerClosedError):
+        p.send(ProducerData(topic, None, [b"late"]))
+
+
+def test_keyless_and_keyed_messages_share_a_batch(broker: BrokerHandle) -> None:
+    topic = unique("mixed")
+    create_topic(broker.bootstrap, topic, 1)
+    sent: list[tuple[bytes | None, bytes]] = []
+    # a long linger and a large batch: every message below lands in one batch
+    with Producer(metadata_broker_list=broker.bootstrap, producer_type="async", queue_buffering_max_ms=2000, batch_num_messages=1000) as p:
+        p.partitions_for(topic)
+        p.send(ProducerData(topic, None, [b"warm"]))
+        sent.append((None, b"warm"))
+        futs = []
+        for i in range(30):
+            key = b"k%d" % i if i % 7 == 3 else None
+            futs.append(p.send(ProducerData(topic, key, [b"v%d" % i]))[0])
+            sent.append((key, b"v%d" % i))
+        futs.append(p.send_record(topic, b"with-headers", headers=[("h", b"1")]))
+        sent.append((None, b"with-headers"))
+        assert len({id(f.batch) for f in futs}) == 1
+        p.flush()
+        assert [f.result(1).offset for f in futs] == list(range(1, 32))
+    records = read_partition(broker.host, broker.port, topic, 0)
+    assert [(r.key, r.value) for r in records] == sent
+    assert records[-1].headers == (("h", b"1"),)
+    assert all(r.headers == () for r in records[:-1])
+
+
+def test_single_messages_wait_for_room_and_fail_when_told(broker: BrokerHandle) -> None:
+    topic = unique("bound")
+    create_topic(broker.bootstrap, topic, 1)
+    with Producer(
+        metadata_broker_list=broker.bootstrap,
+        producer_type="async",
+        queue_buffering_max_messages=5,
+        queue_enqueue_timeout_ms=0,
+        queue_buffering_max_ms=60_000,
+        batch_num_messages=5,
+    ) as p:
+        p.partitions_for(topic)
+        futs = [p.send(ProducerData(topic, None, [b"%d" % i]))[0] for i in range(5)]
+        with pytest.raises(QueueFullError):
+            p.send(ProducerData(topic, None, [b"over"]))
+        p.flush()
+        assert [f.result(20).offset for f in futs] == list(range(5))
+        wait_until(lambda: p._acc is not None and p._acc.queued == 0, 20, "the queue emptied")
+        room = p.send(ProducerData(topic, None, [b"room"]))[0]
+        p.flush()
+        assert room.result(20).offset == 5
