@@ -76,10 +76,18 @@ def _reference(buf: bytes) -> list[tuple[Any, ...]] | type[Exception]:
 
 
 def _fast(buf: bytes) -> list[tuple[Any, ...]] | type[Exception]:
-    try:
-        return [tuple(r) for r in decode_records(buf)]
-    except CorruptRecordError:
-        return CorruptRecordError
+    """decode_records of ``buf`` as bytes, and the same from a bytearray and a memoryview (read
+    in place): all three must agree."""
+    results = []
+    for source in (buf, bytearray(buf), memoryview(bytearray(buf))):
+        try:
+            got = [tuple(r) for r in decode_records(source)]
+            assert all(type(r[2]) in (bytes, type(None)) and type(r[3]) in (bytes, type(None)) for r in got)
+            results.append(got)
+        except CorruptRecordError:
+            results.append(CorruptRecordError)
+    assert results[1] == results[0] and results[2] == results[0]
+    return results[0]
 
 
 def _same(buf: bytes) -> list[tuple[Any, ...]] | type[Exception]:
@@ -281,3 +289,18 @@ def test_read_uniform_declines_what_it_does_not_take() -> None:
     assert read_uniform(few, v2.RECORDS_OFFSET, len(few), 5, 0, TS, out) == (0, v2.RECORDS_OFFSET)
     assert read_uniform(b"\x80" * 3, 0, 3, 10, 0, TS, out) == (0, 0)
     assert out == []
+
+
+def test_views_with_legacy_entries_and_a_partial_tail() -> None:
+    """A memoryview record set: v2 batches are read in place, and from the first v0/v1 message
+    on the rest is copied; a partial trailing entry is dropped either way."""
+    from hmbclient.protocol.records import encode_records
+
+    v2_part = v2.encode(NONE, [(None, b"v" * 40, TS)] * 100, 0, 0)
+    v1_part = encode_records(1, NONE, [(None, b"old", TS)] * 3, 100)
+    tail = v2.encode(NONE, [(b"k", b"w" * 40, TS)] * 50, 103, 0)
+    buf = v2_part + v1_part + tail + tail[:30]
+    for source in (buf, bytearray(buf), memoryview(buf)):
+        recs = decode_records(source)
+        assert [r.offset for r in recs] == list(range(153))
+        assert [r.value for r in recs[99:104]] == [b"v" * 40, b"old", b"old", b"old", b"w" * 40]

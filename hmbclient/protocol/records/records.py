@@ -7,8 +7,9 @@ entry is dropped silently. Writers (the broker's append path) must never see one
 
 Sans-IO and copy-conscious: ``iter_records`` walks a ``bytes`` input in place and copies a
 ``bytearray``/``memoryview`` input one window (or one entry) at a time, never whole; the bulk
-``decode_records`` copies a non-``bytes`` input once, because slicing ``bytes`` is what makes the
-per-record loop fast. Only ProtocolError subclasses (CorruptRecordError) and, on the append
+``decode_records`` reads the v2 batches of a ``bytearray``/``memoryview`` input in place
+(runs of records that share one layout are checked and copied out column by column) and copies
+the rest once where the general per-record loops need ``bytes`` to slice. Only ProtocolError subclasses (CorruptRecordError) and, on the append
 path, MessageSizeTooLargeError leave this module for malformed input; scanning stops instead.
 """
 
@@ -128,6 +129,8 @@ def _decode_entries(
             if magic == 2:
                 new_pos = v2.decode_run(data, pos, end, out)
             elif magic < 2:
+                if type(data) is not bytes:
+                    break  # v0/v1 decoding slices bytes: decode_records copies the rest
                 new_pos = legacy.decode_run(data, pos, end, out)
             else:
                 raise CorruptRecordError(f"entry at {pos} has unknown magic {magic}")
@@ -145,7 +148,9 @@ def decode_records(buf: Buffer) -> list[Record]:
     """Every record in a record set, as a list (the bulk path of :func:`iter_records`).
 
     Args:
-        buf: a record set (bytes, bytearray or memoryview; the latter two are copied once).
+        buf: a record set (bytes, bytearray or memoryview). v2 batches are read in place (each
+            key and value is copied out as ``bytes``); v0/v1 messages of a non-``bytes`` input
+            are read from one copy of the rest of it, from the first such message on.
 
     Returns:
         The records in order, compressed wrappers and batches expanded with absolute offsets,
@@ -155,9 +160,18 @@ def decode_records(buf: Buffer) -> list[Record]:
         CorruptRecordError: a CRC mismatch, an impossible size, an unknown magic, malformed
             records or data that does not decompress.
     """
-    data = buf if type(buf) is bytes else bytes(buf)
     out: list[Record] = []
-    _, err = _decode_into(data, 0, len(data), out)
+    if type(buf) is bytes:
+        _, err = _decode_into(buf, 0, len(buf), out)
+    else:
+        view = memoryview(buf)
+        if view.format != "B" or view.ndim != 1:
+            view = view.cast("B")
+        n = len(view)
+        stop, err = _decode_into(view, 0, n, out)  # type: ignore[arg-type]
+        if err is None and stop < n:
+            rest = bytes(view[stop:])  # a v0/v1 entry (or a partial trailing one)
+            _, err = _decode_into(rest, 0, len(rest), out)
     if err is not None:
         raise err
     return out

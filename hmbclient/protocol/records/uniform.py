@@ -73,7 +73,7 @@ _new = tuple.__new__
 _NO_HEADERS = ()
 
 
-def _length(data: bytes, pos: int) -> tuple[int, int]:
+def _length(data: bytes | memoryview, pos: int) -> tuple[int, int]:
     """A key/value length varint of at most three bytes at ``pos``: (length, -1 for null;
     width). Width 0: longer or negative other than -1 (not this path's)."""
     b = data[pos]
@@ -96,7 +96,7 @@ def _length(data: bytes, pos: int) -> tuple[int, int]:
     return raw >> 1, width
 
 
-def _layout(data: bytes, pos: int, end: int, left: int) -> tuple[Any, ...] | None:
+def _layout(data: bytes | memoryview, pos: int, end: int, left: int) -> tuple[Any, ...] | None:
     """The layout of the record at ``pos`` if it can start a run, else None: (stride, the most
     records the run may hold, the first record's bytes, the columns that must equal them, the
     timestampDelta column, the offsetDelta column, the offsetDelta columns to compare with and
@@ -170,11 +170,13 @@ def _layout(data: bytes, pos: int, end: int, left: int) -> tuple[Any, ...] | Non
 
 
 def read_uniform(
-    data: bytes, pos: int, end: int, left: int, base_offset: int, base_ts: int, out: list[Record]
+    data: bytes | memoryview, pos: int, end: int, left: int, base_offset: int, base_ts: int, out: list[Record]
 ) -> tuple[int, int]:
     """Decode the run of records at ``data[pos:end]`` that share the first one's layout.
 
-    ``left`` bounds how many records may be read (the rest of the batch's record count).
+    ``data`` is ``bytes`` or a byte-format ``memoryview`` (keys and values are copied out of
+    either as ``bytes``). ``left`` bounds how many records may be read (the rest of the
+    batch's record count).
     Returns ``(records appended to out, position after them)``; ``(0, pos)`` when the record
     at ``pos`` does not start a run this path takes. Never raises for malformed input: it
     only accepts what it has checked (see the module docstring).
@@ -189,22 +191,27 @@ def read_uniform(
         stride, count, template, const, ts_at, off_at, delta_columns, delta_pos,
         first_delta, key_at, key_len, value_at, value_len,
     ) = layout  # fmt: skip
+    # A view's slices are views: copy each column out (a view has no count/isascii).
+    view = type(data) is not bytes
     # Check chunk by chunk: a layout change stops the run at the last good chunk.
     done = 0
     chunk = min(_FIRST_CHUNK, count)
     while done < count:
         start = pos + done * stride
         stop = start + chunk * stride
-        ok = data[start + ts_at : stop : stride].isascii()
+        column: Any = data[start + ts_at : stop : stride]
+        ok = (column.tobytes() if view else column).isascii()
         if ok:
             for k in const:
-                if data[start + k : stop : stride].count(template[k]) != chunk:
+                column = data[start + k : stop : stride]
+                if (column.tobytes() if view else column).count(template[k]) != chunk:
                     ok = False
                     break
         if ok:
             d = delta_pos + done
-            for k, column in enumerate(delta_columns):
-                if data[start + off_at + k : stop : stride] != column[d : d + chunk]:
+            for k, expected in enumerate(delta_columns):
+                column = data[start + off_at + k : stop : stride]
+                if (column.tobytes() if view else column) != expected[d : d + chunk]:
                     ok = False
                     break
         if not ok:
@@ -215,7 +222,9 @@ def read_uniform(
         return 0, pos
 
     run_end = pos + done * stride
-    stamps = data[pos + ts_at : run_end : stride]
+    stamps: Any = data[pos + ts_at : run_end : stride]
+    if view:
+        stamps = stamps.tobytes()
     first_stamp = stamps[0]
     timestamps: Any
     if stamps.count(first_stamp) == done:
