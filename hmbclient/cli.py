@@ -523,10 +523,11 @@ def _ids(ids: Sequence[int]) -> str:
 def cmd_groups(args: argparse.Namespace) -> int:
     from hmbclient.admin import describe_group, list_groups
 
-    if getattr(args, "client_settings", None):
-        raise CliError("-X (security settings) is not supported by 'hmb groups' yet")
     if not args.zookeeper:
         return _broker_groups(args)
+    if getattr(args, "client_settings", None):
+        raise CliError("-X (security settings) applies to groups the brokers coordinate (without --zookeeper); "
+                       "ZooKeeper groups are read over plaintext")
     if args.group is None:
         for g in list_groups(args.zookeeper):
             print(g)
@@ -547,11 +548,12 @@ def _broker_groups(args: argparse.Namespace) -> int:
     """Groups the brokers' coordinators balance (no --zookeeper): list, or describe one."""
     from hmbclient.consumer.group_admin import describe_broker_group, list_broker_groups
 
+    security = _security(args)
     if args.group is None:
-        for group, _protocol_type in list_broker_groups(args.brokers, api_version=args.api_version):
+        for group, _protocol_type in list_broker_groups(args.brokers, api_version=args.api_version, security=security):
             print(group)
         return 0
-    info = describe_broker_group(args.brokers, args.group, api_version=args.api_version)
+    info = describe_broker_group(args.brokers, args.group, api_version=args.api_version, security=security)
     protocol = f"{info['protocol_type'] or '-'}/{info['protocol'] or '-'}"
     print(f"group {args.group}: state {info['state'] or '-'}, protocol {protocol}, "
           f"{len(info['members'])} member(s)")

@@ -572,6 +572,7 @@ class _Processor(threading.Thread):
         if key == ApiKey.API_VERSIONS and sasl.state == "handshake":
             return False
         if sasl.state == "expired":
+            slot.send(None)
             self._refuse(conn, slot, f"SASL session of User:{sasl.user} expired (connections.max.reauth.ms) without re-authentication")
             return True
         if key == ApiKey.SASL_HANDSHAKE and sasl.state == "handshake":
@@ -606,6 +607,8 @@ class _Processor(threading.Thread):
             slot.send(SaslAuthenticateResponse[v].build(error_code=ErrorCode.ILLEGAL_SASL_STATE, error_message=f"SaslAuthenticate is not expected in SASL state {sasl.state}", auth_bytes=b"", session_lifetime_ms=0))
         elif key == ApiKey.SASL_HANDSHAKE:
             slot.send(SaslHandshakeResponse[v](error_code=ErrorCode.ILLEGAL_SASL_STATE, mechanisms=list(listener.mechanisms)))
+        else:
+            slot.send(None)  # no answer, but its turn is over: the close after it goes out (and is logged)
         self._refuse(conn, slot, f"api key {key} v{v} is not expected in SASL state {sasl.state}")
         return True
 

@@ -479,6 +479,7 @@ class ConsumerConnector:
             client_id=cfg.client_id,
             api_version=cfg.api_version,
             request_timeout_ms=cfg.socket_timeout_ms,
+            security=Security.from_config(cfg),  # the coordinator's connections are secured too
             name=f"hmb-group-io-{self.group}",
         )
         storage = KafkaOffsetStorage(

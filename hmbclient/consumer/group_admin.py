@@ -22,6 +22,7 @@ from typing import Any
 from hmbclient.errors import CoordinationError, HmbError, for_code
 from hmbclient.net.client import NetClient
 from hmbclient.net.metadata import Metadata
+from hmbclient.net.security import Security
 from hmbclient.net.versions import BrokerVersions
 from hmbclient.protocol.api.base import ApiKey
 from hmbclient.protocol.api.consumer_protocol import (
@@ -37,18 +38,21 @@ __all__ = ["list_broker_groups", "describe_broker_group"]
 TopicPartition = tuple[str, int]
 
 
-def _client(brokers: str, api_version: str, timeout_ms: int) -> NetClient:
+def _client(brokers: str, api_version: str, timeout_ms: int, security: Security | None) -> NetClient:
     return NetClient(brokers, client_id="hmb-admin", api_version=api_version, request_timeout_ms=timeout_ms,
-                     name="hmb-admin-io")
+                     security=security, name="hmb-admin-io")
 
 
-def list_broker_groups(brokers: str, *, api_version: str = "auto", timeout_ms: int = 10_000) -> list[tuple[str, str]]:
-    """Every group the brokers coordinate: ``[(group_id, protocol_type), ...]`` sorted.
+def list_broker_groups(
+    brokers: str, *, api_version: str = "auto", timeout_ms: int = 10_000, security: Security | None = None
+) -> list[tuple[str, str]]:
+    """Every group the brokers coordinate: ``[(group_id, protocol_type), ...]`` sorted
+    (``security``: TLS/SASL of the connections, None for PLAINTEXT).
 
     Raises:
         HmbError: no broker answered, or one refused ListGroups.
     """
-    client = _client(brokers, api_version, timeout_ms)
+    client = _client(brokers, api_version, timeout_ms, security)
     try:
         view = Metadata(client, allow_auto_topic_creation=False).refresh([], timeout_ms=timeout_ms)
         nodes = sorted(view.brokers) or list(client.bootstrap_ids)
@@ -66,7 +70,7 @@ def list_broker_groups(brokers: str, *, api_version: str = "auto", timeout_ms: i
 
 
 def describe_broker_group(
-    brokers: str, group: str, *, api_version: str = "auto", timeout_ms: int = 10_000
+    brokers: str, group: str, *, api_version: str = "auto", timeout_ms: int = 10_000, security: Security | None = None
 ) -> dict[str, Any]:
     """State, members, committed offsets and lag of a broker-coordinated group.
 
@@ -80,7 +84,7 @@ def describe_broker_group(
         CoordinationError: the coordinator knows no such group (no members, no offsets).
         HmbError: a broker could not be reached or refused a request.
     """
-    client = _client(brokers, api_version, timeout_ms)
+    client = _client(brokers, api_version, timeout_ms, security)
     try:
         metadata = Metadata(client, allow_auto_topic_creation=False)
         coordinator = _find_coordinator(client, group, timeout_ms)

@@ -56,7 +56,8 @@ def _until(deadline: float) -> None:
     time.sleep(max(0.0, deadline - time.monotonic()))
 
 
-def test_session_expires_without_reauthentication(broker: EmbeddedBroker) -> None:
+def test_session_expires_without_reauthentication(broker: EmbeddedBroker, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level("INFO", logger="hmbclient.broker.server")
     with RawClient("127.0.0.1", _port(broker)) as c:
         t0 = time.monotonic()
         resp = _plain(c, "alice")
@@ -65,6 +66,7 @@ def test_session_expires_without_reauthentication(broker: EmbeddedBroker) -> Non
         _until(t0 + LIFETIME_MS / 1000 + 0.2)
         with pytest.raises((ConnectionError, OSError)):
             c.request(MetadataRequest[1](topics=[]))  # expired: the broker closes instead
+    assert "SASL session of User:alice expired (connections.max.reauth.ms) without re-authentication" in caplog.text
 
 
 def test_reauthentication_extends_the_session(broker: EmbeddedBroker) -> None:

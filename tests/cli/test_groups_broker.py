@@ -122,3 +122,34 @@ def test_unknown_broker_group_is_one_error_line(tansu: Any) -> None:
     assert r.returncode == 1, r.stdout
     err = r.stderr.strip()
     assert err.startswith("hmb groups:") and len(err.splitlines()) == 1 and "Traceback" not in err, err
+
+
+def test_groups_over_sasl_with_client_settings(tmp_path: Any) -> None:
+    """``-X`` security settings reach the group commands: a SASL-only embedded broker, a
+    group that consumed through it, listed and described with the password read from a file."""
+    from hmbclient.broker import EmbeddedBroker
+    from hmbclient.broker.security.credentials import FileCredentialStore, make_credential
+
+    creds = str(tmp_path / "credentials.json")
+    FileCredentialStore(creds).put("alice", {"SCRAM-SHA-256": make_credential("SCRAM-SHA-256", "alice-pw")})
+    pw = tmp_path / "pw"
+    pw.write_text("alice-pw\n")
+    x = ["-X", "security.protocol=SASL_PLAINTEXT", "-X", "sasl.mechanism=SCRAM-SHA-256",
+         "-X", "sasl.username=alice", "-X", f"sasl.password=@{pw}"]
+    topic, group = f"cli-sg-{uuid.uuid4().hex[:8]}", f"g-{uuid.uuid4().hex[:6]}"
+    with EmbeddedBroker(listeners=["SASL_PLAINTEXT://127.0.0.1:0"], sasl_credentials_file=creds) as b:
+        bootstrap = f"127.0.0.1:{b.broker.server.listeners[0].port}"
+        r = run("produce", topic, "-b", bootstrap, *x, input="a\nb\nc\n")
+        assert r.returncode == 0, r.stderr
+        r = run("consume", topic, "-b", bootstrap, "--group", group, "--count", "3", "--timeout-ms", "5000", *x)
+        assert r.returncode == 0, r.stderr
+        assert r.stdout.split() == ["a", "b", "c"]
+        r = run("groups", "-b", bootstrap, *x)
+        assert r.returncode == 0, r.stderr
+        assert group in r.stdout.split()
+        r = run("groups", group, "-b", bootstrap, *x)
+        assert r.returncode == 0, r.stderr
+        assert [row[3] for row in rows_of(r.stdout, topic)] == ["3"], r.stdout  # committed offset
+        r = run("groups", "-b", bootstrap)  # no credentials: refused, one clear line
+        assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr
+        assert "alice-pw" not in r.stderr
