@@ -250,3 +250,26 @@ def test_epoch_changes_are_fsynced_before_the_bytes_that_need_them(tmp_path: Pat
     assert follower.leader_epochs.assign(4, 1) and follower.leader_epochs.dirty
     assert follower.close() and not follower.leader_epochs.dirty
     log.close()
+
+
+def test_start_up_drops_an_empty_epoch_without_rewriting_the_checkpoint(tmp_path: Path) -> None:
+    """A leader elected after the last append (its epoch starts at the log end and wrote
+    nothing) loses that entry at every start-up; the file is only rewritten before the next
+    append, which is the first time the difference could matter."""
+    d = tmp_path / "t-0"
+    checkpoint = d / "leader-epoch-checkpoint"
+    log = Log(str(d), _CFG)
+    log.append(encode([(None, b"a")]), leader_epoch=1)
+    log.leader_epochs.assign(2, log.log_end_offset)  # a new election, no data yet
+    assert log.close()
+    on_disk = checkpoint.read_bytes()
+    for _ in range(2):
+        again = Log(str(d), _CFG)
+        assert again.leader_epochs.entries() == [(1, 0)]
+        assert checkpoint.read_bytes() == on_disk  # nothing written by the start-up
+        assert again.close() and checkpoint.read_bytes() == on_disk
+    last = Log(str(d), _CFG)
+    last.append(encode([(None, b"b")]), leader_epoch=1)
+    assert checkpoint.read_text().split("\n")[1:3] == ["1", "1 0"]
+    assert last.close()
+    assert Log(str(d), _CFG).leader_epochs.entries() == [(1, 0)]

@@ -23,6 +23,11 @@ already truncated away (``truncate_from_end(log end)`` at start-up drops it agai
 retained away (``truncate_from_start(log start)``). An entry describing bytes on disk is always
 durable before those bytes are written.
 
+The truncations a start-up makes (``defer_write=True``) are not even written: start-up makes
+them again after any crash, as long as no log bytes were appended after them, and ``flush``
+(before any append) writes them. So a restart whose leaders wrote nothing in their last epoch
+(every such entry starts at the log end and is dropped) costs no checkpoint write per partition.
+
 Pure logic over a file: no broker, no log. The Log calls ``assign`` when it appends v2 batches,
 ``truncate_from_end`` when it truncates, ``truncate_from_start`` when retention moves the log
 start, and ``clear`` when a legacy (v0/v1) entry is appended -- those carry no epoch, so after
@@ -83,8 +88,10 @@ class LeaderEpochCache:
         if entries and (entries[0].epoch < 0 or entries[0].start_offset < 0):
             raise StorageError(f"{path}: negative epoch or offset in {entries[0]}")
         self._entries: tuple[EpochEntry, ...] = ()
-        # True while the file holds a change not fsynced yet (see the module docstring).
+        # True while the file lacks a change, or holds one not fsynced yet (module docstring);
+        # ``_unwritten``: the file lacks one (only start-up truncations are left unwritten).
         self.dirty = False
+        self._unwritten = False
         self.latest_epoch = UNDEFINED_EPOCH
         self.latest_start_offset = UNDEFINED_EPOCH_OFFSET
         self._set(tuple(entries))
@@ -133,10 +140,15 @@ class LeaderEpochCache:
         self.latest_epoch = entries[-1].epoch if entries else UNDEFINED_EPOCH
         self.latest_start_offset = entries[-1].start_offset if entries else UNDEFINED_EPOCH_OFFSET
 
-    def _publish(self, entries: tuple[EpochEntry, ...]) -> None:
-        # Written first: readers only ever see what survives a process crash; ``flush`` makes
-        # it survive a machine crash before the log relies on it.
-        self._file.write(entries, sync=False)
+    def _publish(self, entries: tuple[EpochEntry, ...], *, defer_write: bool = False) -> None:
+        if defer_write:
+            # Case: a start-up truncation, which the next start-up redoes: memory only.
+            self._unwritten = True
+        else:
+            # Written first: readers only ever see what survives a process crash; ``flush``
+            # makes it survive a machine crash before the log relies on it.
+            self._file.write(entries, sync=False)
+            self._unwritten = False
         self.dirty = True
         self._set(entries)
 
@@ -150,9 +162,22 @@ class LeaderEpochCache:
         if not self.dirty:
             return
         with self._lock:
-            if self.dirty:
+            if self._unwritten:
+                self._file.write(self._entries)
+                self._unwritten = False
+            elif self.dirty:
                 self._file.sync()
-                self.dirty = False
+            self.dirty = False
+
+    def flush_written(self) -> None:
+        """``flush`` what was written, leave start-up truncations unwritten (a clean close: the
+        next start-up makes them again).
+
+        Raises:
+            StorageError: the fsync failed.
+        """
+        if self.dirty and not self._unwritten:
+            self.flush()
 
     def assign(self, epoch: int, start_offset: int) -> bool:
         """Record that ``epoch`` starts at ``start_offset``; True if the cache changed.
@@ -178,9 +203,10 @@ class LeaderEpochCache:
         log.debug("%s: epoch %d starts at offset %d", self.path, epoch, start_offset)
         return True
 
-    def truncate_from_end(self, end_offset: int) -> bool:
+    def truncate_from_end(self, end_offset: int, *, defer_write: bool = False) -> bool:
         """Drop the entries whose start offset is >= ``end_offset`` (the log was truncated to
-        ``end_offset``); True if any was dropped."""
+        ``end_offset``); True if any was dropped. ``defer_write``: a start-up's truncation, left
+        unwritten until ``flush`` (see the module docstring)."""
         with self._lock:
             entries = self._entries
             keep = len(entries)
@@ -188,13 +214,14 @@ class LeaderEpochCache:
                 keep -= 1
             if keep == len(entries):
                 return False
-            self._publish(entries[:keep])
+            self._publish(entries[:keep], defer_write=defer_write)
         return True
 
-    def truncate_from_start(self, start_offset: int) -> bool:
+    def truncate_from_start(self, start_offset: int, *, defer_write: bool = False) -> bool:
         """The log now starts at ``start_offset`` (retention): drop entries that end at or before
         it and move the start of the epoch covering it up to ``start_offset``; True if changed.
-        An entry starting exactly at ``start_offset`` is kept as it is."""
+        An entry starting exactly at ``start_offset`` is kept as it is. ``defer_write`` as for
+        ``truncate_from_end``."""
         with self._lock:
             entries = self._entries
             i = 0
@@ -203,7 +230,7 @@ class LeaderEpochCache:
             if i == 0 or (i == 1 and entries[0].start_offset == start_offset):
                 return False
             first = EpochEntry(entries[i - 1].epoch, start_offset)
-            self._publish((first, *entries[i:]))
+            self._publish((first, *entries[i:]), defer_write=defer_write)
         return True
 
     def clear(self) -> bool:

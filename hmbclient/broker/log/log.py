@@ -239,9 +239,18 @@ class Log:
         self._load()
         self.leader_epochs = LeaderEpochCache(os.path.join(directory, LEADER_EPOCH_CHECKPOINT))
         end = self.log_end_offset
-        if self.leader_epochs.truncate_from_end(end):
-            log.warning("%s: dropped leader epochs starting at or after the log end %d", directory, end)
-        self.leader_epochs.truncate_from_start(self.log_start_offset)
+        # Deferred writes: these truncations are made again by every start-up until an append
+        # (which flushes the cache first) makes them stale.
+        past_end = [e for e in self.leader_epochs.entries() if e.start_offset > end]
+        if self.leader_epochs.truncate_from_end(end, defer_write=True):
+            # Case: an entry at the log end is an epoch that wrote nothing yet (the usual state
+            # of a partition whose leader got no data since its election): not worth a warning.
+            # One past the end describes data that is gone (a crash cut it).
+            if past_end:
+                log.warning("%s: dropped leader epochs %s starting after the log end %d", directory, past_end, end)
+            else:
+                log.debug("%s: dropped the leader epoch starting at the log end %d (it wrote nothing)", directory, end)
+        self.leader_epochs.truncate_from_start(self.log_start_offset, defer_write=True)
         self._hw = self.log_start_offset
         self._hw_mark: tuple[int, Segment, int] = (self._hw, self.segments[0], 0)
 
@@ -926,7 +935,7 @@ class Log:
         ok = True
         with self._lock:
             try:
-                self.leader_epochs.flush()
+                self.leader_epochs.flush_written()
             except StorageError as e:
                 log.warning("%s", e)
                 ok = False
