@@ -35,7 +35,7 @@ from collections import deque
 from typing import Any
 
 from hmbclient.clock import monotonic_ms, wall_ms
-from hmbclient.errors import QueueFullError
+from hmbclient.errors import ProducerClosedError, QueueFullError
 from hmbclient.producer.data import ProducerBatch
 
 __all__ = ["PartitionQueue", "TopicState", "RecordAccumulator", "Unit"]
@@ -59,13 +59,21 @@ class PartitionQueue:
 
 
 class TopicState:
-    """A topic's partition queues, indexed by partition id."""
+    """A topic's partition queues, indexed by partition id; ``sole`` is the queue of a topic
+    with one partition (no partitioner to ask), else None. Grow it with :meth:`grow`."""
 
-    __slots__ = ("name", "parts")
+    __slots__ = ("name", "parts", "sole")
 
     def __init__(self, name: str, num_partitions: int) -> None:
         self.name = name
         self.parts = [PartitionQueue(name, p) for p in range(num_partitions)]
+        self.sole: PartitionQueue | None = self.parts[0] if num_partitions == 1 else None
+
+    def grow(self, num_partitions: int) -> None:
+        """The topic now has ``num_partitions`` partitions (lock held)."""
+        parts = self.parts
+        parts.extend(PartitionQueue(self.name, p) for p in range(len(parts), num_partitions))
+        self.sole = parts[0] if len(parts) == 1 else None
 
 
 class Unit:
@@ -132,6 +140,9 @@ class RecordAccumulator:
         self.sender_wake_at = _INF
         self.sender_waiting = False
         self.closed = False  # the producer refuses new messages (set first thing by close())
+        # send() takes a message at once while ``queued`` is below this: max_messages while
+        # open, -1 once closed (then every send goes through ``admit``, which says why not).
+        self.admit_below = max_messages
         self.closing = False  # the sender finishes what is queued, then stops
         self.closing_hard = False  # close() ran out of time: no more retries
         self.flushing = 0
@@ -166,6 +177,24 @@ class RecordAccumulator:
                         f"({self.queued} of {self.max_messages} messages waiting)"
                     )
                 self.space.wait(left / 1000.0)
+
+    def close(self) -> None:
+        """Refuse new messages from now on (lock not needed: two plain stores)."""
+        self.closed = True
+        self.admit_below = -1
+
+    def admit(self, n: int) -> None:
+        """Room for ``n`` more messages in an open accumulator, or the reason why not (lock
+        held; the caller saw ``queued >= admit_below``).
+
+        Raises:
+            QueueFullError: see :meth:`wait_for_space`.
+            ProducerClosedError: closed before or while waiting.
+        """
+        if not self.closed and self.queued + n > self.max_messages and self.queued:
+            self.wait_for_space(n)
+        if self.closed:
+            raise ProducerClosedError("producer closed while send() was queueing")
 
     def open_batch(self, queue: PartitionQueue) -> ProducerBatch:
         """Start the open batch of ``queue`` (lock held)."""

@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future
 from typing import Any, NamedTuple, overload
 
-__all__ = ["ProducerData", "RecordMetadata", "ProducerBatch", "RecordFuture", "SendFutures"]
+__all__ = ["ProducerData", "RecordMetadata", "ProducerBatch", "RecordFuture", "SendFutures", "OneSendFuture"]
 
 
 class ProducerData(NamedTuple):
@@ -233,3 +233,29 @@ class SendFutures(Sequence[RecordFuture]):
 
     def __repr__(self) -> str:
         return f"SendFutures({self._len} messages in {len(self.segments)} batch(es))"
+
+
+class OneSendFuture(SendFutures):
+    """The futures of a ``send`` of one message: a SendFutures of length 1 that holds its
+    batch and index itself (``segments`` is built when asked). Made without ``__init__`` on
+    the producer's hot path: ``f = object.__new__(OneSendFuture); f._batch = b; f._index = i``."""
+
+    __slots__ = ("_batch", "_index")
+
+    def __init__(self, batch: ProducerBatch, index: int) -> None:  # for other callers
+        self._batch = batch
+        self._index = index
+
+    @property
+    def segments(self) -> list[tuple[ProducerBatch, int, int]]:  # type: ignore[override]
+        return [(self._batch, self._index, 1)]
+
+    @property
+    def _len(self) -> int:  # type: ignore[override]
+        return 1
+
+    def __len__(self) -> int:
+        return 1
+
+    def __iter__(self) -> Iterator[RecordFuture]:
+        yield RecordFuture(self._batch, self._index)

@@ -56,6 +56,7 @@ from hmbclient.net.security import Security
 from hmbclient.producer.accumulator import PartitionQueue, RecordAccumulator, TopicState, Unit
 from hmbclient.producer.callbacks import overridden_hooks
 from hmbclient.producer.data import (
+    OneSendFuture,
     ProducerBatch,
     ProducerData,
     RecordFuture,
@@ -69,6 +70,8 @@ from partitioners import DefaultPartitioner
 __all__ = ["Producer"]
 
 log = logging.getLogger("hmbclient.producer")
+
+_new = object.__new__
 
 # Bytes a message adds beyond key and value in a v2 batch (attributes, varints, headers count);
 # only used to size batches, so an estimate.
@@ -255,7 +258,7 @@ class Producer:
                     continue
                 n = max(info.partitions) + 1
                 if n > len(ts.parts):
-                    ts.parts.extend(PartitionQueue(name, p) for p in range(len(ts.parts), n))
+                    ts.grow(n)
 
     # -- the way of every message: _convert, then _queue -------------------------------------
 
@@ -360,10 +363,8 @@ class Producer:
         lock = acc.lock
         lock.acquire()
         try:
-            if acc.queued + n > acc.max_messages and acc.queued:
-                acc.wait_for_space(n)
-            if acc.closed:
-                raise ProducerClosedError("producer closed while send() was queueing")
+            if acc.queued + n > acc.admit_below:
+                acc.admit(n)
             batch = queue.open
             if batch is None or (batch.values and batch.nbytes + nbytes > acc.batch_max_bytes):
                 if batch is not None:
@@ -384,47 +385,6 @@ class Producer:
         finally:
             lock.release()
         return SendFutures([(batch, start, n)], n)
-
-    def _queue_one(self, acc: RecordAccumulator, ts: TopicState, value: bytes) -> SendFutures:
-        """``_queue`` for the commonest send, inlined: one ``bytes`` message with a null key,
-        to a topic ``acc`` knows, its size already checked against ``message_max_bytes``
-        (the only checks such a message needs). The partition, the queue bound, the closed
-        check and the batch roll-over and close are ``_queue``'s, step for step; only the
-        general cases (keys, many messages, chunking, headers) are left out."""
-        parts = ts.parts
-        count = len(parts)
-        if count == 1:
-            queue = parts[0]
-        else:
-            p = self._partitioner.partition(None, count)
-            if not 0 <= p < count:
-                raise ValueError(f"partitioner returned {p} for {count} partitions of {ts.name!r}")
-            queue = parts[p]
-        nbytes = len(value) + _RECORD_OVERHEAD
-        lock = acc.lock
-        lock.acquire()
-        try:
-            if acc.queued >= acc.max_messages and acc.queued:
-                acc.wait_for_space(1)
-            if acc.closed:
-                raise ProducerClosedError("producer closed while send() was queueing")
-            batch = queue.open
-            if batch is None or (batch.nbytes + nbytes > acc.batch_max_bytes and batch.values):
-                if batch is not None:
-                    acc.close_batch(queue)  # keep every batch under the cap
-                batch = acc.open_batch(queue)
-            column = batch.values
-            start = len(column)
-            column.append(value)
-            if batch.keys is not None:
-                batch.add_keyed(start, None, 1, None)
-            batch.nbytes += nbytes
-            acc.queued += 1
-            if start >= acc.batch_num_messages - 1 or batch.nbytes >= acc.batch_max_bytes:
-                acc.close_batch(queue)
-        finally:
-            lock.release()
-        return SendFutures([(batch, start, 1)], 1)
 
     def _queue_in_chunks(
         self, acc: RecordAccumulator, topic: str, key: bytes | None, values: list[Any], queue: PartitionQueue
@@ -457,7 +417,44 @@ class Producer:
                     ts = acc.topics.get(topic)
                     value = values[0]
                     if ts is not None and value.__class__ is bytes and len(value) <= self._message_max_bytes:
-                        return self._queue_one(acc, ts, value)
+                        # The commonest send, inlined: one bytes message with a null key to a
+                        # topic the accumulator knows, its only checks (type, size) passed.
+                        # The partition, the queue bound, the closed check and the batch
+                        # roll-over and close are _queue's, step for step.
+                        queue = ts.sole
+                        if queue is None:
+                            count = len(ts.parts)
+                            p = self._partitioner.partition(None, count)
+                            if not 0 <= p < count:
+                                raise ValueError(f"partitioner returned {p} for {count} partitions of {topic!r}")
+                            queue = ts.parts[p]
+                        nbytes = len(value) + _RECORD_OVERHEAD
+                        lock = acc.lock
+                        lock.acquire()
+                        try:
+                            if acc.queued >= acc.admit_below:
+                                acc.admit(1)
+                            batch = queue.open
+                            if batch is None or (batch.nbytes + nbytes > acc.batch_max_bytes and batch.values):
+                                if batch is not None:
+                                    acc.close_batch(queue)  # keep every batch under the cap
+                                batch = acc.open_batch(queue)
+                            column = batch.values
+                            start = len(column)
+                            column.append(value)
+                            if batch.keys is not None:
+                                batch.add_keyed(start, None, 1, None)
+                            batch.nbytes += nbytes
+                            acc.queued += 1
+                            if start >= acc.batch_num_messages - 1 or batch.nbytes >= acc.batch_max_bytes:
+                                acc.close_batch(queue)
+                        finally:
+                            lock.release()
+                        # OneSendFuture without __init__: about half the cost of SendFutures(...)
+                        futures = _new(OneSendFuture)
+                        futures._batch = batch
+                        futures._index = start
+                        return futures
                 return self._queue(acc, topic, key, values)
         if self._closed:
             raise ProducerClosedError("send() after close()")
@@ -698,7 +695,7 @@ class Producer:
         self._closed = True
         self._direct_acc = None
         if self._acc is not None:
-            self._acc.closed = True
+            self._acc.close()
         try:
             if self._events is not None:
                 self._events.close(timeout_s)

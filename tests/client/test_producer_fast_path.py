@@ -12,6 +12,8 @@ from waiting import wait_until
 
 from hmbclient import Producer, ProducerData
 from hmbclient.errors import MessageSizeTooLargeError, ProducerClosedError, QueueFullError
+from hmbclient.producer.accumulator import TopicState
+from hmbclient.producer.data import OneSendFuture, ProducerBatch, RecordMetadata
 
 from .conftest import BrokerHandle, create_topic, read_all, read_partition, unique
 
@@ -101,3 +103,25 @@ def test_single_messages_wait_for_room_and_fail_when_told(broker: BrokerHandle) 
         room = p.send(ProducerData(topic, None, [b"room"]))[0]
         p.flush()
         assert room.result(20).offset == 5
+
+
+def test_one_send_future_is_a_sequence_of_one() -> None:
+    batch = ProducerBatch("t", 0, 0)
+    one = OneSendFuture(batch, 7)
+    assert len(one) == 1 and one.segments == [(batch, 7, 1)] and one.batches() == [batch]
+    assert [(f.batch, f.index) for f in one] == [(batch, 7)]
+    assert (one[0].batch, one[0].index) == (one[-1].batch, one[-1].index) == (batch, 7)
+    assert len(one[0:5]) == 1
+    with pytest.raises(IndexError):
+        one[1]
+    batch.complete(100)
+    assert one.wait(1) == [RecordMetadata("t", 0, 107)]
+    assert callable(one.index)  # Sequence.index is still a method, not shadowed
+
+
+def test_a_topic_that_grows_leaves_the_one_partition_shortcut() -> None:
+    ts = TopicState("t", 1)
+    assert ts.sole is ts.parts[0]
+    ts.grow(3)
+    assert ts.sole is None and [q.partition for q in ts.parts] == [0, 1, 2]
+    assert TopicState("u", 2).sole is None
