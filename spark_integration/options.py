@@ -56,7 +56,7 @@ from typing import Any, Literal
 from hmbclient.config import (
     ApiVersion,
     BrokerList,
-    ConfigBase,
+    SecurityConfig,
     config_class,
     parse_broker_list,
     parse_zookeeper_connect,
@@ -66,6 +66,9 @@ from hmbclient.errors import ConfigError
 from rebalance.paths import TOPIC_NAME_RULE, consumer_group_path, is_valid_topic_name
 from spark_integration.offsets import OffsetSpec, parse_offset_spec
 from spark_integration.settings import ReadSettings
+
+#: The client security settings' property names, handed to every task.
+_SECURITY_PROPS = frozenset(info.prop for info in SecurityConfig.settings())
 
 __all__ = [
     "ReadOptions",
@@ -116,8 +119,9 @@ def _offset_reset(value: Any) -> Any:
 
 
 @config_class
-class ReadOptions(ConfigBase):
-    """What every read needs: where the brokers are, how to fetch, which group (if any)."""
+class ReadOptions(SecurityConfig):
+    """What every read needs: where the brokers are, how to fetch, which group (if any), and
+    how to connect (the client security settings: ``security.protocol``, ``ssl.*``, ``sasl.*``)."""
 
     metadata_broker_list: BrokerList = setting(
         aliases=("bootstrap.servers",),
@@ -158,6 +162,9 @@ class ReadOptions(ConfigBase):
             client_id=self.client_id,
             api_version=self.api_version,
             retry_backoff_ms=self.refresh_leader_backoff_ms,
+            security=tuple(sorted(SecurityConfig.from_properties(
+                {k: v for k, v in self.to_properties().items() if k in _SECURITY_PROPS}
+            ).to_properties().items())),
         )
 
 

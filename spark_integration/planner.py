@@ -39,7 +39,8 @@ class PartitionPlanner:
     """
 
     def __init__(self, settings: ReadSettings) -> None:
-        from hmbclient.net import Metadata, NetClient
+        from hmbclient.config import SecurityConfig
+        from hmbclient.net import Metadata, NetClient, Security
 
         self.settings = settings
         self._net = NetClient(
@@ -47,6 +48,7 @@ class PartitionPlanner:
             client_id=settings.client_id,
             api_version=settings.api_version,
             request_timeout_ms=settings.socket_timeout_ms,
+            security=Security.from_config(SecurityConfig.from_properties(settings.security_settings())),
             name="hmbclient-io-spark-planner",
         )
         self._metadata = Metadata(self._net, allow_auto_topic_creation=False)

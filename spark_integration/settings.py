@@ -10,7 +10,7 @@ uses them and always closes them (:func:`close_quietly` when an error is already
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from hmbclient.errors import BrokerError, KafkaConnectionError
@@ -35,6 +35,9 @@ class ReadSettings:
         api_version: ``"auto"`` or a pinned version set / dialect name.
         max_retries: Attempts after a leader move or connection loss before failing the task.
         retry_backoff_ms: Pause before such a retry (``refresh.leader.backoff.ms``).
+        security: The client security settings as ``(property, value)`` pairs (TLS, SASL;
+            empty: PLAINTEXT); the password travels to the tasks as Spark's own Kafka source
+            ships its options, and is left out of the repr.
     """
 
     brokers: tuple[tuple[str, int], ...]
@@ -44,6 +47,11 @@ class ReadSettings:
     api_version: str = "auto"
     max_retries: int = 3
     retry_backoff_ms: int = 200
+    security: tuple[tuple[str, str], ...] = field(default=(), repr=False)
+
+    def security_settings(self) -> dict[str, Any]:
+        """The security settings as keyword arguments of a client config."""
+        return dict(self.security)
 
 
 def open_consumer(settings: ReadSettings, leader: Leader) -> Any:
@@ -60,6 +68,7 @@ def open_consumer(settings: ReadSettings, leader: Leader) -> Any:
         client_id=settings.client_id,
         api_version=settings.api_version,
         fetch_message_max_bytes=settings.fetch_message_max_bytes,
+        **settings.security_settings(),
     )
 
 

@@ -23,6 +23,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from security_pki import Pki, make_pki
 
 from hmbclient import FetchRequest, Producer, ProducerData, SimpleConsumer
 from hmbclient.broker import EmbeddedCluster
@@ -36,7 +37,6 @@ from hmbclient.protocol.api import FindCoordinatorRequest, MetadataRequest
 from rebalance import paths
 
 from .conftest import RawClient
-from .security_pki import Pki, make_pki
 
 BROKER_PASSWORD = "broker-secret-123"
 ALICE_PASSWORD = "alice-secret-456"

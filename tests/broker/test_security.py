@@ -1,7 +1,7 @@
 """Broker-side security against real peers: listeners, TLS, SASL (PLAIN, SCRAM-SHA-256/512)
 with salted credentials, and ACL authorization.
 
-Certificates are made per module with ``cryptography`` (tests/broker/security_pki.py). Real
+Certificates are made per module with ``cryptography`` (tests/security_pki.py). Real
 clients: kafka-python and confluent-kafka (librdkafka) produce and consume over SASL_SSL with
 SCRAM-SHA-512 and SCRAM-SHA-256, over SASL_PLAINTEXT with PLAIN, and over SSL with client
 certificates. Refusals (wrong password, unknown user, SASL out of order, an oversized token,
@@ -22,6 +22,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from security_pki import Pki, make_pki
 
 from hmbclient.broker import EmbeddedBroker
 from hmbclient.broker.security.authorizer import Acl, Authorizer, FileAclStore
@@ -37,7 +38,6 @@ from hmbclient.protocol.api import ApiKey, FindCoordinatorRequest, MetadataReque
 from hmbclient.protocol.api.base import REQUESTS
 
 from .conftest import RawClient, encode
-from .security_pki import Pki, make_pki
 
 PASSWORD = "alice-secret"
 TIMEOUT_S = 20.0

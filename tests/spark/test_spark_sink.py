@@ -114,3 +114,31 @@ def test_bad_input_fails_the_job_and_names_the_cause(spark: Any, broker: Any) ->
         assert "UNKNOWN_TOPIC" in str(e) or "Unknown" in type(e).__name__
     finally:
         c.close()
+
+
+def test_write_and_read_over_sasl_ssl(spark: Any, tmp_path: Any) -> None:
+    """The security options reach the sink's producers, the source's planner on the driver and
+    its readers in the executors: a broker with only a SASL_SSL listener, SCRAM-SHA-512."""
+    from security_pki import make_pki
+
+    from hmbclient.broker import EmbeddedBroker
+    from hmbclient.broker.security.credentials import FileCredentialStore, make_credential
+
+    pki = make_pki(str(tmp_path))
+    creds = str(tmp_path / "credentials.json")
+    FileCredentialStore(creds).put("spark", {"SCRAM-SHA-512": make_credential("SCRAM-SHA-512", "spark-pw")})
+    with EmbeddedBroker(listeners=["SASL_SSL://127.0.0.1:0"], ssl_certfile=pki.server_cert, ssl_keyfile=pki.server_key,
+                        sasl_credentials_file=creds) as b:
+        opts = {
+            "metadata.broker.list": f"127.0.0.1:{b.broker.server.listeners[0].port}",
+            "security.protocol": "SASL_SSL", "ssl.cafile": pki.ca, "sasl.mechanism": "SCRAM-SHA-512",
+            "sasl.username": "spark", "sasl.password": "spark-pw",
+        }
+        topic = _topic("secure")
+        rows = [(f"k{i % 5}", f"v{i}") for i in range(300)]
+        spark.createDataFrame(rows, "key string, value string").repartition(2).write.mode("append").format("hmb") \
+            .options(**opts).option("topic", topic).save()
+        got = spark.read.format("hmb").options(**opts).option("topic", topic).load().select("key", "value").collect()
+        assert sorted((r.key.decode(), r.value.decode()) for r in got) == sorted(rows)
+        with pytest.raises(Exception, match="SaslAuthenticationFailed|authentication"):
+            spark.read.format("hmb").options(**{**opts, "sasl.password": "wrong"}).option("topic", topic).load().collect()
