@@ -273,3 +273,26 @@ def test_start_up_drops_an_empty_epoch_without_rewriting_the_checkpoint(tmp_path
     assert checkpoint.read_text().split("\n")[1:3] == ["1", "1 0"]
     assert last.close()
     assert Log(str(d), _CFG).leader_epochs.entries() == [(1, 0)]
+
+
+def test_compaction_retires_the_segments_it_rewrites(tmp_path: Path) -> None:
+    """A reader still holding a pre-compaction segment whose handle was evicted gets
+    SegmentGoneError instead of the rewritten file's bytes at the old positions; Log.read
+    itself answers from the new segments."""
+    cache = HandleCache(1)
+    log = Log(str(tmp_path / "__consumer_offsets-0"), LogConfig(segment_bytes=600, compact=True, retention_ms=None), cache=cache)
+    for i in range(40):
+        log.append(encode([(b"key-%d" % (i % 4), b"v%d" % i)]))
+    log.set_high_watermark(log.log_end_offset)
+    old = log.segments[0]
+    sl, _ = log.read(0, 1 << 20)
+    assert sl is not None
+    before = sl.read()
+    log.read(log.segments[1].base_offset, 100)  # evicts segment 0's handle
+    assert log.compact() > 0 and log.segments[0] is not old
+    with pytest.raises(SegmentGoneError):
+        old.store.read(0, 100)
+    assert sl.read() == before  # the slice cut before the rewrite still reads the old file
+    got = log.read(0, 1 << 20, min_one_entry=True)[0]
+    assert got is not None and records.decode_records(got.read())[0].value == b"v%d" % records.decode_records(got.read())[0].offset
+    log.close()

@@ -780,9 +780,6 @@ class Log:
 
     def _rewrite(self, seg: Segment, keep: list) -> Segment:
         tmp = seg.log_path + _CLEANED_SUFFIX
-        # Retired before the rename: a reader of the old segment whose handle was evicted must
-        # not reopen the name and read the new file at the old positions.
-        seg.store.retire()
         parts = [
             records.encode_records(2, records.NONE, [(r.key, r.value, r.timestamp)], base_offset=r.offset, timestamp_ms=r.timestamp)
             for r in keep
@@ -794,8 +791,15 @@ class Log:
                 os.fsync(fd)
             finally:
                 os.close(fd)
+        except OSError as e:
+            raise StorageError(f"compaction of {seg.log_path} failed: {e}") from e
+        # Retired before the rename: a reader of the old segment whose handle was evicted must
+        # not reopen the name and read the new file at the old positions.
+        seg.store.retire()
+        try:
             os.replace(tmp, seg.log_path)
         except OSError as e:
+            seg.store.retired = False  # the old file is still there, under its name
             raise StorageError(f"compaction of {seg.log_path} failed: {e}") from e
         next_offset = seg.next_offset
         new = Segment(self.directory, seg.base_offset, self.config.index_interval_bytes, self._cache)
