@@ -16,17 +16,43 @@ exactly Kafka's own (FLG 0x60: version 1, independent blocks, no checksums, no c
 BD 0x40: 64 KiB blocks). Kafka 0.8/0.9 (magic 0) computed the frame's header checksum over the
 magic number too (KAFKA-3160); for magic 0 we write that broken checksum, as kafka-python does,
 and on read we accept either checksum.
+
+Decompression uses the python-lz4 and zstandard wheels when they are installed (the ``fast``
+extra): they return ``bytes`` without cramjam's extra copy, and zstandard is 3-4x faster on
+frames that carry their content size. Without them cramjam does everything.
 """
 
 from __future__ import annotations
 
 import struct
+import threading
 import zlib
 from typing import Any
 
 import cramjam
 
 from hmbclient.errors import CorruptRecordError
+
+# Optional, faster decompressors (the lz4 and zstandard wheels); cramjam does without them.
+try:
+    import lz4.frame as _lz4_frame
+except ImportError:  # pragma: no cover - exercised where the wheel is absent
+    _lz4_frame = None
+try:
+    import zstandard as _zstd
+except ImportError:  # pragma: no cover
+    _zstd = None  # type: ignore[assignment]
+# A zstandard decompressor must not be used by two threads at once (it releases the GIL while
+# it works): one per thread, made on first use.
+_zstd_local = threading.local()
+
+
+def _zstd_decompressor() -> Any:
+    try:
+        return _zstd_local.decompressor
+    except AttributeError:
+        _zstd_local.decompressor = d = _zstd.ZstdDecompressor()
+        return d
 
 __all__ = [
     "NONE",
@@ -143,7 +169,7 @@ def _snappy_decompress(data: Any) -> bytes:
             pos += 4
             if n < 0 or pos + n > end:
                 raise CorruptRecordError("snappy: xerial block runs past the data")
-            parts.append(bytes(decompress_raw(mv[pos : pos + n])))
+            parts.append(decompress_raw(mv[pos : pos + n]))  # joined straight from cramjam's buffers
             pos += n
         return b"".join(parts)
     return bytes(cramjam.snappy.decompress_raw(mv))
@@ -237,6 +263,16 @@ def _lz4_fix_header_checksum(data: Any) -> bytes | None:
 
 
 def _lz4_decompress(data: Any) -> bytes:
+    if _lz4_frame is not None:
+        # python-lz4 (optional) returns bytes without cramjam's extra copy, and is faster on
+        # frames without a content size (Kafka's).
+        try:
+            return _lz4_frame.decompress(data)
+        except RuntimeError:
+            fixed = _lz4_fix_header_checksum(data)
+            if fixed is None:
+                raise
+            return _lz4_frame.decompress(fixed)
     try:
         return bytes(cramjam.lz4.decompress(data))
     except cramjam.DecompressionError:
@@ -244,6 +280,27 @@ def _lz4_decompress(data: Any) -> bytes:
         if fixed is None:
             raise
         return bytes(cramjam.lz4.decompress(fixed))
+
+
+# --- zstd ------------------------------------------------------------------------------------
+
+
+def _zstd_decompress(data: Any) -> bytes:
+    if _zstd is not None:
+        # zstandard (optional) is 3-4x faster than cramjam on frames that carry their content
+        # size (librdkafka's, ours); a frame without one (the Java client's streaming
+        # compressor) goes through a streaming decompressor, which must reach the frame's end.
+        try:
+            return _zstd_decompressor().decompress(data)
+        except _zstd.ZstdError:
+            obj = _zstd_decompressor().decompressobj()
+            out = obj.decompress(data)
+            if not obj.eof:
+                raise CorruptRecordError("zstd: truncated frame") from None
+            if obj.unused_data:
+                out += _zstd_decompress(obj.unused_data)  # concatenated frames
+            return out
+    return bytes(cramjam.zstd.decompress(data))
 
 
 # --- entry points ----------------------------------------------------------------------------
@@ -284,7 +341,7 @@ def decompress(codec: int, data: Any, magic: int = 2) -> bytes:
         if codec == LZ4:
             return _lz4_decompress(data)
         if codec == ZSTD:
-            return bytes(cramjam.zstd.decompress(data))
+            return _zstd_decompress(data)
         if codec == NONE:
             return bytes(data)
     except CorruptRecordError:
