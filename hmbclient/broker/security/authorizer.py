@@ -16,8 +16,11 @@ name)``:
 Stores: ZooKeeper in Kafka's layout (``/kafka-acl/<ResourceType>/<name>`` for literal
 patterns, ``/kafka-acl-extended/prefixed/<ResourceType>/<name>`` for prefixed ones, each
 ``{"version":1,"acls":[{"principal","permissionType","operation","host"}]}``) or a JSON file
-``{"acls": [{"resourceType","resourceName","patternType", ...}]}``. Both are read when asked,
-so a change takes effect for the next request.
+``{"acls": [{"resourceType","resourceName","patternType", ...}]}``. A change takes effect
+for the next request: the file is read when asked; ZooKeeper's ACLs are cached per znode and
+each entry dropped by a ZooKeeper watch on that znode (data change, creation, deletion, new
+prefixes), and all of them when the session is suspended or lost, so no request is decided on
+an ACL ZooKeeper no longer has once the watch has fired.
 """
 
 from __future__ import annotations
@@ -174,6 +177,66 @@ class ZkAclStore:
 
     def __init__(self, zk: Any) -> None:
         self.zk = zk
+        # Read-through cache of the authorizer's lookups: znode path -> ACLs (a resource) or
+        # child names (a prefix directory). ``_generation`` counts the invalidations of a path,
+        # so an answer read before a watch fired is not cached after it.
+        self._cache: dict[str, Any] = {}
+        self._generation: dict[str, int] = {}
+        self._cache_lock = threading.Lock()
+        zk.add_listener(self._on_session)
+
+    def _on_session(self, state: Any) -> None:
+        if str(state) != "CONNECTED":  # SUSPENDED / LOST: watches may be gone
+            with self._cache_lock:
+                for path in self._cache:
+                    self._generation[path] = self._generation.get(path, 0) + 1
+                self._cache.clear()
+
+    def _forget(self, path: str) -> None:
+        with self._cache_lock:
+            self._cache.pop(path, None)
+            self._generation[path] = self._generation.get(path, 0) + 1
+
+    def _cached(self, path: str, read: Any) -> Any:
+        """``read(watch)``'s answer for ``path``, from the cache while no watch fired."""
+        with self._cache_lock:
+            if path in self._cache:
+                return self._cache[path]
+            generation = self._generation.get(path, 0)
+        value = read(lambda _event: self._forget(path))
+        with self._cache_lock:
+            if self._generation.get(path, 0) == generation:
+                self._cache[path] = value
+        return value
+
+    def _watched_acls(self, pattern: str, rtype: str, name: str) -> list[Acl]:
+        from kazoo.exceptions import NoNodeError
+
+        path = f"{self._root(pattern)}/{rtype}/{name}"
+
+        def read(watch: Any) -> list[Acl]:
+            try:
+                data, _ = self.zk.get(path, watch=watch)
+            except NoNodeError:
+                if self.zk.exists(path, watch=watch) is not None:
+                    return self._read(pattern, rtype, name)[0]  # created just now: not cached long
+                return []
+            return self._parse(data, pattern, rtype, name)
+
+        return list(self._cached(path, read))
+
+    def _watched_children(self, path: str) -> list[str]:
+        from kazoo.exceptions import NoNodeError
+
+        def read(watch: Any) -> list[str]:
+            try:
+                return list(self.zk.get_children(path, watch=watch))
+            except NoNodeError:
+                if self.zk.exists(path, watch=watch) is not None:
+                    return self._children(path)
+                return []
+
+        return list(self._cached(path, read))
 
     def _root(self, pattern: str) -> str:
         return self.LITERAL_ROOT if pattern == "LITERAL" else self.PREFIXED_ROOT
@@ -185,11 +248,15 @@ class ZkAclStore:
             data, stat = self.zk.get(f"{self._root(pattern)}/{rtype}/{name}")
         except NoNodeError:
             return [], None
+        return self._parse(data, pattern, rtype, name), stat
+
+    @staticmethod
+    def _parse(data: bytes, pattern: str, rtype: str, name: str) -> list[Acl]:
         try:
             doc = json.loads(data.decode("utf-8")) if data else {}
-            return [Acl.from_json(d, rtype, name, pattern) for d in doc.get("acls", [])], stat
+            return [Acl.from_json(d, rtype, name, pattern) for d in doc.get("acls", [])]
         except (ValueError, KeyError, AttributeError):
-            return [], stat
+            return []
 
     def _children(self, path: str) -> list[str]:
         from kazoo.exceptions import NoNodeError
@@ -200,12 +267,12 @@ class ZkAclStore:
             return []
 
     def acls_for(self, resource_type: str, name: str) -> list[Acl]:
-        out = self._read("LITERAL", resource_type, name)[0]
+        out = self._watched_acls("LITERAL", resource_type, name)
         if name != "*":
-            out += self._read("LITERAL", resource_type, "*")[0]
-        for prefix in self._children(f"{self.PREFIXED_ROOT}/{resource_type}"):
+            out += self._watched_acls("LITERAL", resource_type, "*")
+        for prefix in self._watched_children(f"{self.PREFIXED_ROOT}/{resource_type}"):
             if name.startswith(prefix):
-                out += self._read("PREFIXED", resource_type, prefix)[0]
+                out += self._watched_acls("PREFIXED", resource_type, prefix)
         return out
 
     def all(self) -> list[Acl]:
