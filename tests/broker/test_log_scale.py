@@ -9,14 +9,16 @@ from pathlib import Path
 
 import pytest
 
+from hmbclient.broker import EmbeddedBroker
 from hmbclient.broker.log.config import LogConfig
 from hmbclient.broker.log.log import Log
 from hmbclient.broker.log.manager import CLEAN_SHUTDOWN_FILE, LogManager
 from hmbclient.broker.log.store import HandleCache, SegmentGoneError
 from hmbclient.errors import OffsetOutOfRangeError
 from hmbclient.protocol import records
+from hmbclient.protocol.api import FetchRequest
 
-from .conftest import encode
+from .conftest import RawClient, create_topic, encode, produce
 
 # Small segments: each append of one ~170-byte message set rolls every few appends.
 _CFG = LogConfig(segment_bytes=600, index_interval_bytes=200, retention_ms=None)
@@ -296,3 +298,38 @@ def test_compaction_retires_the_segments_it_rewrites(tmp_path: Path) -> None:
     got = log.read(0, 1 << 20, min_one_entry=True)[0]
     assert got is not None and records.decode_records(got.read())[0].value == b"v%d" % records.decode_records(got.read())[0].offset
     log.close()
+
+
+def test_fetch_responses_sent_with_sendfile_survive_eviction(tmp_path: Path) -> None:
+    """Through a real broker: one Fetch response holds slices of old segments of two partitions
+    while the cache holds one handle, so the first slice's handle is evicted before the
+    response is sent with sendfile. Every byte arrives, for every offset."""
+    with EmbeddedBroker(log_dir=str(tmp_path / "data"), num_partitions=2, log_segment_bytes=400, log_index_interval_bytes=200) as b:
+        with RawClient(b.host, b.port) as c:
+            create_topic(c, "evict")
+            for i in range(30):
+                for p in (0, 1):
+                    assert produce(c, "evict", p, encode([(None, b"p%d-%02d" % (p, i) + b"." * 100)])).error_code == 0
+            lm = b.broker.logs
+            lg = lm.get("evict", 0)
+            assert lg is not None and len(lg.segments) > 5
+            lm.handles.capacity = 1
+            opened = lm.handles.opened
+            got: dict[int, list[bytes | None]] = {0: [], 1: []}
+            offsets = {0: 0, 1: 0}
+            while min(offsets.values()) < 30:
+                parts = [{"partition": p, "fetch_offset": offsets[p], "partition_max_bytes": 1 << 20, "log_start_offset": -1, "current_leader_epoch": -1} for p in (0, 1)]
+                req = FetchRequest[10].build(
+                    replica_id=-1, max_wait_ms=0, min_bytes=0, max_bytes=1 << 20, isolation_level=0,
+                    session_id=0, session_epoch=-1, topics=[("evict", parts)], forgotten_topics_data=[],
+                )
+                resp = c.request(req)
+                for pr in resp.topics[0].partitions:
+                    assert pr.error_code == 0
+                    recs = [r for r in records.decode_records(pr.records) if r.offset >= offsets[pr.partition]]
+                    got[pr.partition] += [r.value for r in recs]
+                    if recs:
+                        offsets[pr.partition] = recs[-1].offset + 1
+            assert lm.handles.opened > opened and lm.handles.evicted > 0
+            for p in (0, 1):
+                assert got[p] == [b"p%d-%02d" % (p, i) + b"." * 100 for i in range(30)]
