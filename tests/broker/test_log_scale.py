@@ -311,6 +311,7 @@ def test_fetch_responses_sent_with_sendfile_survive_eviction(tmp_path: Path) -> 
                 for p in (0, 1):
                     assert produce(c, "evict", p, encode([(None, b"p%d-%02d" % (p, i) + b"." * 100)])).error_code == 0
             lm = b.broker.logs
+            assert lm is not None
             lg = lm.get("evict", 0)
             assert lg is not None and len(lg.segments) > 5
             lm.handles.capacity = 1
