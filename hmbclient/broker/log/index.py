@@ -16,8 +16,10 @@ needed. A start-up therefore reads no index except the active segment's after a 
 Cases when the file is read:
 * torn trailing entry (file size not a multiple of 8, a crash mid-write): ignored, and cut from
   the file on the next write;
-* entries not increasing, or negative: StorageError naming the file (raised by the read that
-  needed the index: the index is never guessed at);
+* entries not increasing, negative, or pointing past the end of the log: the index is corrupt
+  (a disk error, a copy gone wrong). With a ``rebuild`` source (the Segment's: a header walk of
+  its log) it is rebuilt in memory, with a warning, and written on the next flush, as Kafka
+  rebuilds a corrupt index; without one it is a StorageError naming the file;
 * missing file: an empty index (it is created with its log, but an empty one carries nothing).
 
 Invariants: ``_offsets``/``_positions`` increasing; the first ``_persisted`` of them are exactly
@@ -27,11 +29,13 @@ cut under the writer's lock (a racing read may start its scan earlier, never wro
 
 from __future__ import annotations
 
+import logging
 import os
 import struct
 import threading
 from array import array
 from bisect import bisect_right
+from collections.abc import Callable
 
 from hmbclient.errors import StorageError
 
@@ -39,6 +43,8 @@ __all__ = ["OffsetIndex", "INDEX_ENTRY_BYTES"]
 
 INDEX_ENTRY_BYTES = 8
 _entry = struct.Struct(">ii")
+
+log = logging.getLogger("hmbclient.broker.log")
 
 
 class OffsetIndex:
@@ -49,16 +55,29 @@ class OffsetIndex:
         base_offset: the segment's base offset (entries store offsets relative to it).
         create: create the (empty) file now (a new segment), so the folder always holds an
             index next to each log.
+        log_size: the size of the segment's log (entries must point below it); None: unchecked.
+        rebuild: ``(offset, position)`` entries built from the log, used when the file is
+            corrupt; None: a corrupt file is a StorageError.
     Raises:
-        StorageError: ``create`` and the file cannot be created. Reading a malformed file
-            raises from the first method that needs the entries.
+        StorageError: ``create`` and the file cannot be created. Reading a corrupt file without
+            ``rebuild`` raises from the first method that needs the entries.
     """
 
-    __slots__ = ("path", "base_offset", "_offsets", "_positions", "_persisted", "_file_entries", "_loaded", "_load_lock")
+    __slots__ = ("path", "base_offset", "_offsets", "_positions", "_persisted", "_file_entries", "_loaded", "_load_lock", "_log_size", "_rebuild")
 
-    def __init__(self, path: str, base_offset: int, *, create: bool = False) -> None:
+    def __init__(
+        self,
+        path: str,
+        base_offset: int,
+        *,
+        create: bool = False,
+        log_size: Callable[[], int] | None = None,
+        rebuild: Callable[[], list[tuple[int, int]]] | None = None,
+    ) -> None:
         self.path = path
         self.base_offset = base_offset
+        self._log_size = log_size
+        self._rebuild = rebuild
         self._offsets = array("q")
         self._positions = array("q")
         self._persisted = 0  # entries known to be in the file
@@ -88,16 +107,32 @@ class OffsetIndex:
             offsets, positions = array("q"), array("q")
             base = self.base_offset
             last_r = last_p = -1
+            bad = None
             for r, p in _entry.iter_unpack(memoryview(data)[:whole]):
                 if r < last_r or p < last_p or r < 0 or p < 0:
-                    raise StorageError(f"index {self.path} is not increasing at relative offset {r}, position {p}")
+                    bad = f"not increasing at relative offset {r}, position {p}"
+                    break
                 offsets.append(base + r)
                 positions.append(p)
                 last_r, last_p = r, p
-            self._offsets, self._positions = offsets, positions
-            self._persisted = len(offsets)
-            # Case: a torn tail. Cut on the next write (a read needs nothing written).
-            self._file_entries = -1 if whole != len(data) else len(offsets)
+            if bad is None and positions and self._log_size is not None and positions[-1] >= self._log_size():
+                bad = f"entry at position {positions[-1]} is past the end of the log"
+            if bad is not None:
+                # Case: a corrupt index.
+                if self._rebuild is None:
+                    raise StorageError(f"index {self.path} is {bad}")
+                log.warning("index %s is %s: rebuilding it from the log", self.path, bad)
+                offsets, positions = array("q"), array("q")
+                for o, p in self._rebuild():
+                    offsets.append(o)
+                    positions.append(p)
+                self._offsets, self._positions = offsets, positions
+                self._persisted, self._file_entries = 0, -1  # the next flush rewrites the file
+            else:
+                self._offsets, self._positions = offsets, positions
+                self._persisted = len(offsets)
+                # Case: a torn tail. Cut on the next write (a read needs nothing written).
+                self._file_entries = -1 if whole != len(data) else len(offsets)
             self._loaded = True
 
     @property

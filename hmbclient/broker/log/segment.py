@@ -147,7 +147,9 @@ class Segment:
         self.log_path = os.path.join(directory, segment_file_name(base_offset, LOG_SUFFIX))
         self.index_path = os.path.join(directory, segment_file_name(base_offset, INDEX_SUFFIX))
         self.store = Store(self.log_path, cache, create=create)
-        self.index = OffsetIndex(self.index_path, base_offset, create=create)
+        self.index = OffsetIndex(
+            self.index_path, base_offset, create=create, log_size=lambda: self.store.size, rebuild=self._index_entries_from_log
+        )
         self.index_interval_bytes = index_interval_bytes
         self._bytes_since_index = 0
         self.next_offset = base_offset
@@ -296,6 +298,20 @@ class Segment:
             self.next_offset = max(last.last_offset + 1, self.base_offset)
         self._bytes_since_index = size - start
         return True
+
+    def _index_entries_from_log(self) -> list[tuple[int, int]]:
+        """Index entries for a corrupt index, from a header walk: one every
+        ``index_interval_bytes`` as appends add them. An entry is indexed under its last offset
+        (the header does not hold a compressed wrapper's first one): a lookup may then start
+        one index entry earlier than it could, never later."""
+        out: list[tuple[int, int]] = []
+        since = 0
+        for h in walk_headers(self.store, 0, self.store.size):
+            if since >= self.index_interval_bytes:
+                out.append((h.last_offset, h.position))
+                since = 0
+            since += h.size
+        return out
 
     def mark_known_empty(self) -> None:
         self._max_magic = -1
