@@ -77,3 +77,22 @@ def test_compressed_batches_decode(codec: int) -> None:
     assert [(r.offset, r.timestamp, r.value) for r in recs] == [
         (i, item[2], item[1]) for i, item in enumerate(items)
     ]
+
+
+def test_lz4_into_the_reused_buffer_is_copied_out() -> None:
+    """Consecutive lz4 batches decompress into one reused buffer: records of the first batch
+    keep their own bytes after the second overwrote it, whatever the frame's block options."""
+    first = [(None, b"a%04d" % i * 30, 1) for i in range(500)]
+    second = [(b"k", b"b%04d" % i * 30, 2) for i in range(500)]
+    a = decode_records(v2.encode(LZ4, first, 0, 0))
+    b = decode_records(v2.encode(LZ4, second, 500, 0))
+    assert [r.value for r in a] == [item[1] for item in first]
+    assert [r.value for r in b] == [item[1] for item in second]
+    assert all(type(r.value) is bytes for r in a + b)
+    view = codecs.decompress_reused(LZ4, lz4.frame.compress(DATA, block_linked=True, content_checksum=True))
+    assert bytes(view) == DATA
+    view = codecs.decompress_reused(LZ4, lz4.frame.compress(DATA, store_size=True, block_checksum=True))
+    assert bytes(view) == DATA
+    with pytest.raises(CorruptRecordError):
+        codecs.decompress_reused(LZ4, lz4.frame.compress(DATA)[:-9])
+    assert codecs.decompress_reused(LZ4, codecs.compress(LZ4, DATA, 0)) == DATA  # KAFKA-3160

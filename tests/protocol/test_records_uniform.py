@@ -220,9 +220,10 @@ def test_iter_records_over_windows() -> None:
         ),
         min_size=1,
         max_size=6,
-    )
+    ),
+    st.sampled_from([NONE, NONE, GZIP, SNAPPY, LZ4, ZSTD]),
 )
-def test_random_layout_mixes(groups: list[tuple[Any, ...]]) -> None:
+def test_random_layout_mixes(groups: list[tuple[Any, ...]], codec: int) -> None:
     items: list[Any] = []
     for count, key, size, ts_step, headers in groups:
         for i in range(count):
@@ -231,7 +232,7 @@ def test_random_layout_mixes(groups: list[tuple[Any, ...]]) -> None:
             if headers:
                 item += ([("h", b"%d" % i)],)
             items.append(item)
-    _same(v2.encode(NONE, items, 7, 0))
+    _same(v2.encode(codec, items, 7, 0) + v2.encode(codec, items[::-1], 7 + len(items), 0))
 
 
 # --- what the general loop refuses, the fast path refuses ---------------------------------

@@ -561,7 +561,9 @@ def batch_records(data: Any, pos: int, bend: int, header: tuple[Any, ...]) -> li
     codec = attrs & CODEC_MASK
     rdata: bytes | memoryview
     if codec:
-        rdata = codecs.decompress(codec, memoryview(data)[pos + RECORDS_OFFSET : bend])
+        # may be a view of a buffer reused by the next batch: read_runs copies every key and
+        # value out (and what the general loop reads into bytes first)
+        rdata = codecs.decompress_reused(codec, memoryview(data)[pos + RECORDS_OFFSET : bend])
         rpos = 0
         rend = len(rdata)
     else:
