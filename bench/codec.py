@@ -3,6 +3,7 @@
     .venv/bin/python bench/codec.py            # ~1 minute
     .venv/bin/python bench/codec.py --quick    # a few seconds
     .venv/bin/python bench/codec.py --gzip     # add gzip rows
+    .venv/bin/python bench/codec.py --decode-codecs   # only the per-codec decode table
 
 Encode = a producer building one batch of BATCH records (key None, fixed-size value, one
 timestamp) into wire bytes: ``encode_records`` vs ``kafka.record.MemoryRecordsBuilder`` (which
@@ -14,6 +15,9 @@ checked: ``decode_records`` (and ``iter_records``) vs ``kafka.record.MemoryRecor
 (built by kafka-python). Figures are the median of ROUNDS timed rounds, in records per second;
 compare the ratio column, absolute figures drift from run to run. Time is CPU time of this process,
 each side measured in alternating rounds.
+
+The per-codec decode table (none, gzip, snappy, lz4, zstd) adds aiokafka's record reader (a C
+extension) and gives hmbclient's ratio to the fastest peer on the same bytes.
 """
 
 from __future__ import annotations
@@ -93,12 +97,70 @@ def _hmb_iter(buf: bytes) -> int:
     return n
 
 
+def _aiokafka_read(buf: bytes) -> int:
+    from aiokafka.record.memory_records import MemoryRecords as AIOMemoryRecords
+
+    n = 0
+    records = AIOMemoryRecords(buf)
+    while records.has_next():
+        batch = records.next_batch()
+        if not batch.validate_crc():
+            raise RuntimeError("crc")
+        for record in batch:
+            record.offset, record.key, record.value  # noqa: B018
+            n += 1
+    return n
+
+
+def _multi_rates(fns: list[Callable[[], int]], seconds: float, rounds: int) -> list[float]:
+    """Median records/s of each function, in alternating rounds (CPU time, as _rates)."""
+    results: list[list[float]] = [[] for _ in fns]
+    for fn in fns:
+        fn()  # warm up
+    for _ in range(rounds):
+        for fn, rates in zip(fns, results, strict=True):
+            n = 0
+            t0 = time.process_time()
+            while True:
+                n += fn()
+                dt = time.process_time() - t0
+                if dt >= seconds:
+                    break
+            rates.append(n / dt)
+    return [statistics.median(r) for r in results]
+
+
+def decode_codecs_table(seconds: float, rounds: int) -> None:
+    """Decode of ~1 MiB of v2 batches per codec: hmbclient vs kafka-python vs aiokafka."""
+    from hmbclient.protocol.records import LZ4, SNAPPY, ZSTD
+
+    print(f"{'decode v2, 1000-record batches':<36}  {'hmbclient':>12}  {'kafka-python':>12}  {'aiokafka':>12}  {'hmb/fastest':>11}")
+    for codec, cname in ((NONE, "none"), (GZIP, "gzip"), (SNAPPY, "snappy"), (LZ4, "lz4"), (ZSTD, "zstd")):
+        for size in (100, 1000):
+            value = bytes(range(256)) * (size // 256) + bytes(size % 256)
+            one = _kafka_python_build(2, codec, value, BATCH)
+            fetched = one * max(1, FETCH_BYTES // (BATCH * (size + 30)))
+            expected = len(decode_records(fetched))
+            assert expected == _kafka_python_read(fetched) == _aiokafka_read(fetched)
+            ours, kp, aio = _multi_rates(
+                [partial(_hmb_read, fetched), partial(_kafka_python_read, fetched), partial(_aiokafka_read, fetched)],
+                seconds,
+                rounds,
+            )
+            label = f"{cname} {size} B"
+            print(f"{label:<36}  {ours:>10,.0f}/s  {kp:>10,.0f}/s  {aio:>10,.0f}/s  {ours / max(kp, aio):>10.2f}x", flush=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="short rounds")
     parser.add_argument("--gzip", action="store_true", help="also gzip batches")
+    parser.add_argument("--decode-codecs", action="store_true", help="only the per-codec decode table")
     args = parser.parse_args(argv)
     seconds, rounds = (0.15, 3) if args.quick else (0.6, 5)
+    if args.decode_codecs:
+        decode_codecs_table(seconds, rounds)
+        return 0
 
     codecs = [(NONE, "none")] + ([(GZIP, "gzip")] if args.gzip else [])
     rows: list[tuple[str, float, float]] = []
@@ -143,6 +205,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{'workload':<{w}}  {'hmbclient':>12}  {'kafka-python':>12}  {'ratio':>6}")
     for name, ours, theirs in rows:
         print(f"{name:<{w}}  {ours:>10,.0f}/s  {theirs:>10,.0f}/s  {ours / theirs:>5.2f}x")
+    print()
+    decode_codecs_table(seconds, rounds)
     return 0
 
 
