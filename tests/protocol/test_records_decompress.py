@@ -10,7 +10,7 @@ import pytest
 import zstandard
 
 from hmbclient.errors import CorruptRecordError
-from hmbclient.protocol.records import LZ4, SNAPPY, ZSTD, codecs, decode_records, v2
+from hmbclient.protocol.records import GZIP, LZ4, SNAPPY, ZSTD, codecs, decode_records, v2
 
 DATA = b"".join(b"record %06d " % i + bytes(range(i % 200)) for i in range(3000))
 
@@ -96,3 +96,21 @@ def test_lz4_into_the_reused_buffer_is_copied_out() -> None:
     with pytest.raises(CorruptRecordError):
         codecs.decompress_reused(LZ4, lz4.frame.compress(DATA)[:-9])
     assert codecs.decompress_reused(LZ4, codecs.compress(LZ4, DATA, 0)) == DATA  # KAFKA-3160
+
+
+def test_gzip_into_the_reused_buffer() -> None:
+    import gzip
+    import zlib
+
+    one = gzip.compress(DATA)
+    assert bytes(codecs.decompress_reused(GZIP, one)) == DATA
+    # several members: the last one's ISIZE is too small a bound, the general path reads all
+    assert bytes(codecs.decompress_reused(GZIP, one + gzip.compress(b"tail"))) == DATA + b"tail"
+    assert bytes(codecs.decompress_reused(GZIP, gzip.compress(b"") + one)) == DATA
+    assert bytes(codecs.decompress_reused(GZIP, zlib.compress(DATA))) == DATA  # zlib header
+    with pytest.raises(CorruptRecordError):
+        codecs.decompress_reused(GZIP, one[:-10])
+    damaged = bytearray(one)
+    damaged[-6] ^= 0xFF  # the CRC32 trailer
+    with pytest.raises(CorruptRecordError):
+        codecs.decompress_reused(GZIP, bytes(damaged))

@@ -356,10 +356,23 @@ def _lz4_into_scratch(mv: memoryview) -> memoryview | None:
     return out[: cramjam.lz4.decompress_into(mv, out)]
 
 
+def _gzip_into_scratch(mv: memoryview) -> memoryview | None:
+    """A gzip stream decompressed into the scratch buffer, sized from its last member's ISIZE
+    (exact for one member; for several, too small, so cramjam refuses and the general path
+    reads it), or None to take the general path."""
+    if len(mv) < 18 or mv[0] != 0x1F or mv[1] != 0x8B:
+        return None
+    bound = int.from_bytes(mv[-4:], "little")
+    if bound > _SCRATCH_KEEP:
+        return None
+    out = _scratch_view(bound)
+    return out[: cramjam.gzip.decompress_into(mv, out)]
+
+
 def decompress_reused(codec: int, data: Any) -> bytes | memoryview:
-    """:func:`decompress`, but lz4 may come back as a view of this thread's reused buffer,
-    valid only until the next call in the same thread (copy out what is kept). (Snappy and
-    zstd outputs are allocated at their exact size, which glibc reuses without new pages.)
+    """:func:`decompress`, but lz4 and gzip may come back as a view of this thread's reused
+    buffer, valid only until the next call in the same thread (copy out what is kept). (Snappy
+    and zstd outputs are allocated at their exact size, which glibc reuses without new pages.)
 
     Raises:
         CorruptRecordError: as :func:`decompress` (anything the reused path cannot read is
@@ -368,8 +381,12 @@ def decompress_reused(codec: int, data: Any) -> bytes | memoryview:
     try:
         if codec == LZ4:
             view = _lz4_into_scratch(memoryview(data))
-            if view is not None:
-                return view
+        elif codec == GZIP:
+            view = _gzip_into_scratch(memoryview(data))
+        else:
+            view = None
+        if view is not None:
+            return view
     except Exception:  # cramjam.DecompressionError, ...: decompress says what is wrong
         pass
     return decompress(codec, data, 2)
