@@ -125,6 +125,7 @@ class RecordAccumulator:
         max_request_bytes: int,
     ) -> None:
         self.batch_num_messages = batch_num_messages
+        self.last_index = batch_num_messages - 1  # a batch closes once it holds this index
         self.batch_max_bytes = batch_max_bytes
         self.linger_ms = float(linger_ms)
         self.max_messages = max_messages

@@ -409,52 +409,53 @@ class Producer:
         """
         acc = self._direct_acc
         if acc is not None and data.__class__ is ProducerData:
-            # The hot path: a ProducerData already in the form _convert returns (a list, a null
-            # or bytes key; no serializer). It skips _convert and nothing else.
+            # The hot paths: a ProducerData already in the form _convert returns (a list, a
+            # null or bytes key; no serializer) skips _convert and nothing else.
             topic, key, values = data
+            if key is None and values.__class__ is list and len(values) == 1:
+                value = values[0]
+                ts = acc.topics.get(topic)
+                if ts is not None and value.__class__ is bytes and len(value) <= self._message_max_bytes:
+                    # The commonest send, inlined: one bytes message with a null key to a
+                    # topic the accumulator knows, its only checks (type, size) passed.
+                    # The partition, the queue bound, the closed check and the batch
+                    # roll-over and close are _queue's, step for step.
+                    queue = ts.sole
+                    if queue is None:
+                        count = len(ts.parts)
+                        p = self._partitioner.partition(None, count)
+                        if not 0 <= p < count:
+                            raise ValueError(f"partitioner returned {p} for {count} partitions of {topic!r}")
+                        queue = ts.parts[p]
+                    nbytes = len(value) + _RECORD_OVERHEAD
+                    lock = acc.lock
+                    lock.acquire()
+                    try:
+                        if acc.queued >= acc.admit_below:
+                            acc.admit(1)
+                        batch = queue.open
+                        if batch is None or (batch.nbytes + nbytes > acc.batch_max_bytes and batch.values):
+                            if batch is not None:
+                                acc.close_batch(queue)  # keep every batch under the cap
+                            batch = acc.open_batch(queue)
+                        column = batch.values
+                        start = len(column)
+                        column.append(value)
+                        if batch.keys is not None:
+                            batch.add_keyed(start, None, 1, None)
+                        nbytes += batch.nbytes
+                        batch.nbytes = nbytes
+                        acc.queued += 1
+                        if start >= acc.last_index or nbytes >= acc.batch_max_bytes:
+                            acc.close_batch(queue)
+                    finally:
+                        lock.release()
+                    # OneSendFuture without __init__: about half the cost of SendFutures(...)
+                    futures = _new(OneSendFuture)
+                    futures._batch = batch
+                    futures._index = start
+                    return futures
             if values.__class__ is list and (key is None or key.__class__ is bytes):
-                if key is None and len(values) == 1:
-                    ts = acc.topics.get(topic)
-                    value = values[0]
-                    if ts is not None and value.__class__ is bytes and len(value) <= self._message_max_bytes:
-                        # The commonest send, inlined: one bytes message with a null key to a
-                        # topic the accumulator knows, its only checks (type, size) passed.
-                        # The partition, the queue bound, the closed check and the batch
-                        # roll-over and close are _queue's, step for step.
-                        queue = ts.sole
-                        if queue is None:
-                            count = len(ts.parts)
-                            p = self._partitioner.partition(None, count)
-                            if not 0 <= p < count:
-                                raise ValueError(f"partitioner returned {p} for {count} partitions of {topic!r}")
-                            queue = ts.parts[p]
-                        nbytes = len(value) + _RECORD_OVERHEAD
-                        lock = acc.lock
-                        lock.acquire()
-                        try:
-                            if acc.queued >= acc.admit_below:
-                                acc.admit(1)
-                            batch = queue.open
-                            if batch is None or (batch.nbytes + nbytes > acc.batch_max_bytes and batch.values):
-                                if batch is not None:
-                                    acc.close_batch(queue)  # keep every batch under the cap
-                                batch = acc.open_batch(queue)
-                            column = batch.values
-                            start = len(column)
-                            column.append(value)
-                            if batch.keys is not None:
-                                batch.add_keyed(start, None, 1, None)
-                            batch.nbytes += nbytes
-                            acc.queued += 1
-                            if start >= acc.batch_num_messages - 1 or batch.nbytes >= acc.batch_max_bytes:
-                                acc.close_batch(queue)
-                        finally:
-                            lock.release()
-                        # OneSendFuture without __init__: about half the cost of SendFutures(...)
-                        futures = _new(OneSendFuture)
-                        futures._batch = batch
-                        futures._index = start
-                        return futures
                 return self._queue(acc, topic, key, values)
         if self._closed:
             raise ProducerClosedError("send() after close()")

@@ -123,7 +123,7 @@ class Dispatcher:
                 b.attempts += 1
         versions = self.versions(node)
         magic = produce_magic(versions.version(ApiKey.PRODUCE))
-        topics: dict[str, list[tuple[int, bytes]]] = {}
+        topics: dict[str, list[tuple[int, bytes | bytearray]]] = {}
         for unit in units:
             codec = self.codec_for(unit.topic)
             if magic == 2:

@@ -320,7 +320,9 @@ def _same_length_records(values: list[Any], length: int, first_delta: int, ts_fi
     return pieces
 
 
-def encode_batches(codec: int, batches: Sequence[tuple[list[Any], Any, Any, int]], base_offset: int = 0) -> bytes:
+def encode_batches(
+    codec: int, batches: Sequence[tuple[list[Any], Any, Any, int]], base_offset: int = 0
+) -> bytes | bytearray:
     """One RecordBatch holding the messages of ``batches``, in order: the producer's encoder.
 
     Each batch is ``(values, keys, headers, timestamp_ms)``: the columns of a producer batch
@@ -328,13 +330,16 @@ def encode_batches(codec: int, batches: Sequence[tuple[list[Any], Any, Any, int]
     lists aligned with ``values``) and the timestamp of all its records. Offsets follow
     consecutively from ``base_offset``. Same bytes as :func:`encode` of the equivalent items.
 
+    Uncompressed, the batch is joined once, into a ``bytearray`` with room for the header,
+    which is then written in place (the CRC last): one copy of the records, not two.
+
     Raises:
         ValueError: a message that cannot be encoded (a key or value that is not bytes-like,
             a field outside its range).
     """
     base_ts = batches[0][3]
     max_ts = base_ts
-    chunks: list[Any] = []
+    parts: list[Any] = [_NO_HEADER_YET]
     delta = 0
     for values, keys, headers, ts in batches:
         n = len(values)
@@ -348,18 +353,48 @@ def encode_batches(codec: int, batches: Sequence[tuple[list[Any], Any, Any, int]
             ts_field = VARINT[ts_delta] if 0 <= ts_delta < VARINT_TABLE else encode_varint(ts_delta)
             pieces = _keyless_records(values, delta, ts_field)
         if pieces is not None:
-            chunks.append(b"".join(pieces))
+            parts += pieces
         else:
             items = list(zip(keys if keys is not None else [None] * n, values, [ts] * n, headers if headers is not None else [None] * n, strict=True))
             try:
                 run, _ = write_records(items, base_ts, ts, range(delta, delta + n))
             except (TypeError, IndexError) as e:
                 raise ValueError(f"cannot encode record: {e}") from None
-            chunks.extend(run)
+            parts += run
         delta += n
     if not delta:
         return b""
-    return _finish(codec, chunks, base_offset, delta, delta - 1, base_ts, max_ts)
+    if codec:
+        del parts[0]
+        return _finish(codec, parts, base_offset, delta, delta - 1, base_ts, max_ts)
+    buf = bytearray().join(parts)
+    try:
+        HEADER.pack_into(
+            buf,
+            0,
+            base_offset,
+            len(buf) - EPOCH_OFFSET,
+            NO_PARTITION_LEADER_EPOCH,
+            2,
+            0,
+            0,
+            delta - 1,
+            base_ts,
+            max_ts,
+            NO_PRODUCER_ID,
+            NO_PRODUCER_EPOCH,
+            NO_SEQUENCE,
+            delta,
+        )
+    except struct.error as e:
+        raise ValueError(f"cannot encode record batch header: {e}") from None
+    with memoryview(buf) as view:
+        U32.pack_into(buf, CRC_OFFSET, crc32c(view[ATTRIBUTES_OFFSET:]))
+    return buf
+
+
+# Where encode_batches writes the header once the records are joined behind it.
+_NO_HEADER_YET = bytes(HEADER.size)
 
 
 # --- decode ----------------------------------------------------------------------------------
