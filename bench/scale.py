@@ -423,11 +423,19 @@ def part3() -> None:
         done = 0
         try:
             for target in CHECKPOINTS:
+                assert broker.proc is not None
+                stop, peak = threading.Event(), [Counter[str]()]
+                sampler = threading.Thread(target=_peak_fds, args=(broker.proc.pid, stop, peak), daemon=True)
+                sampler.start()
                 try:
                     r = _run("rounds", broker.bootstrap, topic, PARTITIONS, target - done, timeout=600)
                     note = f"  ({r['failed']:,} messages not delivered while building)" if r["failed"] else ""
                 except RuntimeError as e:
                     note = f"  (building failed: {str(e).strip().splitlines()[-1][:200]})"
+                finally:
+                    stop.set()
+                    sampler.join()
+                print(f"{target:18d} {'':9s} {'building':>9s} {'':8s}  {_fd_text(peak[0])}  (peak while appending)", flush=True)
                 done = target
                 failed = False
                 for how in ("unclean", "clean"):
