@@ -6,9 +6,12 @@
                                                             # one measurement: a profiler target
 
 Workloads: produce N messages of S bytes (null keys, one partition, acks=1, linger 5 ms, each
-client's own batching) and time until every one is acknowledged; consume the same N messages
+client's own batching) and time until every one is acknowledged (produce-batch: hmbclient sends
+ProducerData of 1000 messages, Kafka 0.8's batch form; the peers, having no such call, the
+same per-message calls as produce; not run unless asked); consume the same N messages
 from offset 0 and time until the last one is in hand (each message's value is touched).
 Brokers: Tansu (modern protocol, memory storage) and the embedded broker (in a subprocess).
+``--codec gzip|snappy|lz4|zstd``: every client's producer compresses with that codec.
 
 Every measurement runs in a fresh Python process; clients are interleaved round by round (the
 order rotates) so drift hits everyone alike; the table shows medians and the ratios of
@@ -41,6 +44,11 @@ CLIENTS = ["hmbclient", "kafka-python", "aiokafka", "confluent"]
 # --------------------------------------------------------------------------- workers
 
 
+# The compression codec of every client's producer (--codec; the parent hands it to the
+# workers through the environment): none, gzip, snappy, lz4 or zstd.
+_CODEC = os.environ.get("BENCH_CODEC", "none")
+
+
 def _payload(size: int) -> bytes:
     return (b"0123456789abcdef" * (size // 16 + 1))[:size]
 
@@ -49,7 +57,7 @@ def produce_hmbclient(bootstrap: str, topic: str, n: int, size: int) -> float:
     from hmbclient import Producer, ProducerData
 
     value = _payload(size)
-    producer = Producer(metadata_broker_list=bootstrap, producer_type="async", queue_buffering_max_ms=5)
+    producer = Producer(metadata_broker_list=bootstrap, producer_type="async", queue_buffering_max_ms=5, compression_codec=_CODEC)
     producer.partitions_for(topic)  # metadata outside the timed part, as the peers' warm-up does
     t0 = time.perf_counter()
     send = producer.send
@@ -63,11 +71,31 @@ def produce_hmbclient(bootstrap: str, topic: str, n: int, size: int) -> float:
     return elapsed
 
 
+def produce_batch_hmbclient(bootstrap: str, topic: str, n: int, size: int) -> float:
+    """The Kafka 0.8 batch form: one ProducerData of 1000 messages per send (the peers have
+    no such call: their produce-batch rows are their per-message produce)."""
+    from hmbclient import Producer, ProducerData
+
+    value = _payload(size)
+    producer = Producer(metadata_broker_list=bootstrap, producer_type="async", queue_buffering_max_ms=5, compression_codec=_CODEC)
+    producer.partitions_for(topic)
+    t0 = time.perf_counter()
+    send = producer.send
+    last: Any = None
+    for start in range(0, n, 1000):
+        last = send(ProducerData(topic, None, [value] * min(1000, n - start)))
+    producer.flush()
+    elapsed = time.perf_counter() - t0
+    assert last is not None and last[-1].result().offset == n - 1, last[-1].result()
+    producer.close()
+    return elapsed
+
+
 def produce_kafka_python(bootstrap: str, topic: str, n: int, size: int) -> float:
     from kafka import KafkaProducer
 
     value = _payload(size)
-    producer = KafkaProducer(bootstrap_servers=bootstrap, linger_ms=5, acks=1)
+    producer = KafkaProducer(bootstrap_servers=bootstrap, linger_ms=5, acks=1, compression_type=_CODEC if _CODEC != "none" else None)
     producer.partitions_for(topic)
     t0 = time.perf_counter()
     send = producer.send
@@ -87,7 +115,7 @@ def produce_aiokafka(bootstrap: str, topic: str, n: int, size: int) -> float:
     value = _payload(size)
 
     async def run() -> float:
-        producer = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=5, acks=1)
+        producer = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=5, acks=1, compression_type=_CODEC if _CODEC != "none" else None)
         await producer.start()
         await producer.partitions_for(topic)
         t0 = time.perf_counter()
@@ -108,7 +136,9 @@ def produce_confluent(bootstrap: str, topic: str, n: int, size: int) -> float:
     from confluent_kafka import Producer as CProducer
 
     value = _payload(size)
-    producer = CProducer({"bootstrap.servers": bootstrap, "linger.ms": 5, "acks": 1, "queue.buffering.max.messages": 1_000_000})
+    producer = CProducer(
+        {"bootstrap.servers": bootstrap, "linger.ms": 5, "acks": 1, "queue.buffering.max.messages": 1_000_000, "compression.type": _CODEC}
+    )
     producer.list_topics(topic, timeout=10)
     t0 = time.perf_counter()
     produce = producer.produce
@@ -225,7 +255,9 @@ def worker(argv: list[str]) -> None:
     """One measurement (``--worker CLIENT WORKLOAD BOOTSTRAP TOPIC N SIZE``); prints its seconds."""
     client, workload, bootstrap, topic, count, size = argv
     n = int(count)
-    if workload == "produce":
+    if workload == "produce-batch" and client == "hmbclient":
+        elapsed = produce_batch_hmbclient(bootstrap, topic, n, int(size))
+    elif workload.startswith("produce"):
         elapsed = PRODUCERS[client](bootstrap, topic, n, int(size))
     else:
         host, port = bootstrap.rsplit(":", 1)
@@ -306,11 +338,13 @@ def main() -> None:
     parser.add_argument("--workloads", default="produce,consume")
     parser.add_argument("--n", type=int, default=200_000)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--codec", default="none", help="producers compress with this codec (none, gzip, snappy, lz4, zstd)")
     parser.add_argument("--json", help="also write the raw results here")
     args = parser.parse_args()
     if args.worker:
         worker(args.worker)
         return
+    os.environ["BENCH_CODEC"] = args.codec
     clients = args.clients.split(",")
     sizes = [int(size) for size in args.sizes.split(",")]
     workloads = args.workloads.split(",")
@@ -328,7 +362,7 @@ def main() -> None:
                     order = clients[rnd % len(clients) :] + clients[: rnd % len(clients)]
                     for workload in workloads:
                         for client in order:
-                            if workload == "produce":
+                            if workload.startswith("produce"):
                                 topic = f"bench-p{size}-{uuid.uuid4().hex[:8]}"
                                 create_topic(bootstrap, topic)
                             else:
@@ -339,6 +373,7 @@ def main() -> None:
                                 rate = args.n / elapsed
                                 print(f"[{bname} {workload} {size}B round {rnd + 1}] {client:13s} {rate:>11,.0f} msg/s  {rate * size / 1e6:7.1f} MB/s", flush=True)
     print()
+    print(f"compression codec: {args.codec}")
     print(f"{'broker':9s} {'workload':8s} {'size':>5s} " + " ".join(f"{client:>13s}" for client in clients) + "   hmb/aiokafka  hmb/kafka-python  hmb/confluent")
     for bname in brokers.bootstrap:
         for workload in workloads:
