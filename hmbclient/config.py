@@ -1511,13 +1511,10 @@ class BrokerConfig(ConfigBase):
         inter = self.security_inter_broker_protocol
         if inter is not None and inter not in protocols:
             self._fail(f"'security.inter.broker.protocol'={inter} is not one of the listeners ({', '.join(protocols)})")
-        if self.zookeeper_connect and self.inter_broker_protocol.startswith("SASL_") and (
-            not self.sasl_inter_broker_username or self.sasl_inter_broker_password is None
-        ):
-            self._fail(
-                f"brokers reach each other over {self.inter_broker_protocol}: set 'sasl.inter.broker.username' and "
-                "'sasl.inter.broker.password'"
-            )
+        # Without a user a SASL inter-broker listener still serves a broker alone; a channel to
+        # another broker then fails naming these settings (BrokerChannel).
+        if bool(self.sasl_inter_broker_username) != (self.sasl_inter_broker_password is not None):
+            self._fail("'sasl.inter.broker.username' and 'sasl.inter.broker.password' go together")
 
     @property
     def inter_broker_protocol(self) -> str:

@@ -114,7 +114,11 @@ class BrokerChannel:
 
     def _authenticate(self, sock: socket.socket, proto: ClientConnection, sec: ChannelSecurity) -> None:
         """SaslHandshake v1, then SaslAuthenticate v1 tokens until the mechanism is done."""
-        assert sec.username is not None and sec.password is not None
+        if sec.username is None or sec.password is None:
+            raise KafkaConnectionError(
+                f"broker at {self.host}:{self.port} is reached over {sec.protocol}: set 'sasl.inter.broker.username' and "
+                "'sasl.inter.broker.password' (and 'sasl.mechanism.inter.broker.protocol')"
+            )
         mech = client_mechanism(sec.mechanism, sec.username, sec.password)
         who = f"SASL {mech.name} authentication of user {sec.username!r} to broker at {self.host}:{self.port}"
         timeout = self.connect_timeout_s

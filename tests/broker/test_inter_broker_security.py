@@ -208,11 +208,15 @@ def test_wrong_inter_broker_password_or_untrusted_certificate_is_refused(secure_
 def test_inter_broker_settings_are_checked() -> None:
     with pytest.raises(ConfigError, match="'security.inter.broker.protocol'=SSL is not one of the listeners"):
         BrokerConfig(listeners=["PLAINTEXT://127.0.0.1:0"], security_inter_broker_protocol="ssl")
-    with pytest.raises(ConfigError, match="set 'sasl.inter.broker.username'"):
-        BrokerConfig(listeners=["SASL_PLAINTEXT://127.0.0.1:0"], zookeeper_connect="127.0.0.1:1")
+    with pytest.raises(ConfigError, match="'sasl.inter.broker.username' and 'sasl.inter.broker.password' go together"):
+        BrokerConfig(listeners=["SASL_PLAINTEXT://127.0.0.1:0"], sasl_inter_broker_username="broker")
+    # A broker alone needs no inter-broker user; a channel to another broker names what is missing.
+    lonely = ChannelSecurity("SASL_PLAINTEXT")
+    with pytest.raises(KafkaConnectionError, match="set 'sasl.inter.broker.username'"):
+        BrokerChannel("127.0.0.1", 9, "x", security=lonely)._authenticate(None, None, lonely)  # type: ignore[arg-type]
     cfg = BrokerConfig(listeners=["SASL_PLAINTEXT://127.0.0.1:0", "PLAINTEXT://127.0.0.1:0"], security_inter_broker_protocol="PLAINTEXT")
     assert cfg.inter_broker_protocol == "PLAINTEXT"
-    secret = BrokerConfig(sasl_inter_broker_password="hush-hush")
+    secret = BrokerConfig(sasl_inter_broker_username="broker", sasl_inter_broker_password="hush-hush")
     assert "hush-hush" not in repr(secret)
 
 
@@ -264,9 +268,9 @@ def test_broker_processes_replicate_over_sasl_ssl_with_the_password_off_the_comm
 
     secret = tmp_path / "pw"
     secret.write_text(BROKER_PASSWORD + "\n")
-    assert broker_config([f"sasl.inter.broker.password=@{secret}"]).sasl_inter_broker_password == BROKER_PASSWORD
+    assert broker_config(["sasl.inter.broker.username=broker", f"sasl.inter.broker.password=@{secret}"]).sasl_inter_broker_password == BROKER_PASSWORD
     with pytest.raises(ConfigError, match="sasl.inter.broker.password=@/nonexistent: cannot read it"):
-        broker_config(["sasl.inter.broker.password=@/nonexistent"])
+        broker_config(["sasl.inter.broker.username=broker", "sasl.inter.broker.password=@/nonexistent"])
 
     chroot = f"{zookeeper.connect}/ibp-{uuid.uuid4().hex[:8]}"
     with open_store("users", zookeeper=chroot) as users:
