@@ -585,6 +585,10 @@ def read_runs(
     return pos + shift
 
 
+# Records of a memoryview input are read in place when they average at least this many bytes.
+_IN_PLACE_MIN_RECORD = 2048
+
+
 def batch_records(data: Any, pos: int, bend: int, header: tuple[Any, ...]) -> list[Record]:
     """The records of the (CRC-checked) batch at ``data[pos:bend]`` whose header is given.
 
@@ -601,12 +605,18 @@ def batch_records(data: Any, pos: int, bend: int, header: tuple[Any, ...]) -> li
         rdata = codecs.decompress_reused(codec, memoryview(data)[pos + RECORDS_OFFSET : bend])
         rpos = 0
         rend = len(rdata)
-    else:
-        # bytes or a byte-format memoryview: read in place (read_runs copies what the general
+    elif type(data) is bytes or (bend - pos - RECORDS_OFFSET) >= count * _IN_PLACE_MIN_RECORD:
+        # bytes, or a view of large records: read in place (read_runs copies what the general
         # loop needs)
         rdata = data if type(data) is bytes or type(data) is memoryview else memoryview(data)
         rpos = pos + RECORDS_OFFSET
         rend = bend
+    else:
+        # A view of small records: its strided column copies (one element at a time) would
+        # cost more than one copy of the batch.
+        rdata = bytes(data[pos + RECORDS_OFFSET : bend])
+        rpos = 0
+        rend = len(rdata)
     if count < 0 or count * MIN_RECORD_SIZE > rend - rpos:
         raise CorruptRecordError(f"batch at offset {base}: record count {count}")
     out: list[Record] = []
