@@ -7,9 +7,9 @@ entry is dropped silently. Writers (the broker's append path) must never see one
 
 Sans-IO and copy-conscious: ``iter_records`` walks a ``bytes`` input in place and copies a
 ``bytearray``/``memoryview`` input one window (or one entry) at a time, never whole; the bulk
-``decode_records`` reads the v2 batches of a ``bytearray``/``memoryview`` input in place
-(runs of records that share one layout are checked and copied out column by column) and copies
-the rest once where the general per-record loops need ``bytes`` to slice. Only ProtocolError subclasses (CorruptRecordError) and, on the append
+``decode_records`` copies a ``bytearray``/``memoryview`` input one v2 batch at a time (batches
+of records of 2 KiB and more are read in place) and v0/v1 entries once, from the first of them
+on: slicing ``bytes`` is what makes the per-record loops fast. Only ProtocolError subclasses (CorruptRecordError) and, on the append
 path, MessageSizeTooLargeError leave this module for malformed input; scanning stops instead.
 """
 
@@ -148,9 +148,9 @@ def decode_records(buf: Buffer) -> list[Record]:
     """Every record in a record set, as a list (the bulk path of :func:`iter_records`).
 
     Args:
-        buf: a record set (bytes, bytearray or memoryview). v2 batches are read in place (each
-            key and value is copied out as ``bytes``); v0/v1 messages of a non-``bytes`` input
-            are read from one copy of the rest of it, from the first such message on.
+        buf: a record set (bytes, bytearray or memoryview). A non-``bytes`` input is copied
+            one v2 batch at a time (batches of large records are read in place; keys and values
+            are always ``bytes`` copies) and, from its first v0/v1 message on, once.
 
     Returns:
         The records in order, compressed wrappers and batches expanded with absolute offsets,
