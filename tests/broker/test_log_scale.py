@@ -82,6 +82,9 @@ def test_many_segments_hold_at_most_the_cache_of_read_handles(tmp_path: Path) ->
             assert _values(got) == expected[p]
             assert len(_open_files_under(data)) <= 4
     assert lm2.handles.evicted > 0 and len(lm2.handles) <= 4
+    # Indexes leave memory with their handles: at most the cached segments' are loaded.
+    sealed = [s for _, lg in lm2.all_logs() for s in lg.segments[:-1]]
+    assert 0 < sum(s.index.loaded for s in sealed) <= 4
     lm2.close()
 
 

@@ -7,8 +7,8 @@ scanning at ``p``. Entries are added per append (never per message), at most one
 ``index_interval_bytes`` of log, so the index stays small and lives in memory.
 
 Contract (lazy, as Kafka's ``LazyIndex``): constructing an index does no I/O. The file is read
-on first use (``lookup``, ``len``, ``append``, a truncation), then kept in memory; no
-descriptor stays open. Appends go to memory and reach the file on ``flush`` (the Segment
+on first use (``lookup``, ``len``, ``append``, a truncation), then kept in memory until
+``unload`` (the Segment's read handle was evicted from the cache); no descriptor stays open. Appends go to memory and reach the file on ``flush`` (the Segment
 flushes at roll, on the log's flush policy and at close); the index of the active segment is
 rebuilt from the log by recovery after an unclean shutdown anyway, so an unflushed tail is never
 needed. A start-up therefore reads no index except the active segment's after a clean shutdown.
@@ -83,7 +83,9 @@ class OffsetIndex:
         self._persisted = 0  # entries known to be in the file
         self._file_entries = 0  # whole entries the file holds (may exceed _persisted after a cut)
         self._loaded = create
-        self._load_lock = threading.Lock()
+        # Held by loads, unloads and the writer's changes (an eviction may unload from a
+        # reader's thread while the writer works); lookups take no lock.
+        self._load_lock = threading.RLock()
         if create:
             try:
                 fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
@@ -146,12 +148,13 @@ class OffsetIndex:
 
     def append(self, offset: int, position: int) -> None:
         """Add an entry (in memory until ``flush``); callers append in increasing order."""
-        if not self._loaded:
-            self._load()
-        if self._offsets and (offset < self._offsets[-1] or position <= self._positions[-1]):
-            return
-        self._offsets.append(offset)
-        self._positions.append(position)
+        with self._load_lock:
+            if not self._loaded:
+                self._load()
+            if self._offsets and (offset < self._offsets[-1] or position <= self._positions[-1]):
+                return
+            self._offsets.append(offset)
+            self._positions.append(position)
 
     def last_position(self) -> int:
         """Position of the last entry (0 when empty)."""
@@ -174,30 +177,45 @@ class OffsetIndex:
             # (the reader then finds what is left, or less than it asked for, as documented).
             return self.base_offset, 0
 
+    def unload(self) -> None:
+        """Forget the entries if the file holds them all (a sealed segment's index whose log
+        handle was evicted): the next use reads the file again. This is what bounds the memory
+        of indexes along with the read handles. A lookup racing with it sees the empty arrays
+        and scans from the start of the segment: slower, never wrong."""
+        with self._load_lock:
+            if self._loaded and self._persisted == len(self._offsets) == self._file_entries:
+                self._loaded = False
+                self._offsets, self._positions = array("q"), array("q")
+                self._persisted = self._file_entries = 0
+
     def truncate_to_position(self, valid_bytes: int) -> None:
         """Drop entries that point at or past ``valid_bytes`` of the log (recovery, truncation);
         the file follows on the next ``flush``."""
-        if not self._loaded:
-            self._load()
-        n = len(self._positions)
-        keep = n
-        while keep and self._positions[keep - 1] >= valid_bytes:
-            keep -= 1
-        if keep != n:
-            del self._offsets[keep:]
-            del self._positions[keep:]
-            self._persisted = min(self._persisted, keep)
+        with self._load_lock:
+            if not self._loaded:
+                self._load()
+            n = len(self._positions)
+            keep = n
+            while keep and self._positions[keep - 1] >= valid_bytes:
+                keep -= 1
+            if keep != n:
+                del self._offsets[keep:]
+                del self._positions[keep:]
+                self._persisted = min(self._persisted, keep)
 
     def reset(self) -> None:
         """Drop every entry (before a rebuild)."""
-        self._offsets, self._positions = array("q"), array("q")
-        self._persisted = 0
-        self._loaded = True
-        self._file_entries = -1  # whatever is in the file goes on the next flush
+        with self._load_lock:
+            self._offsets, self._positions = array("q"), array("q")
+            self._persisted = 0
+            self._loaded = True
+            self._file_entries = -1  # whatever is in the file goes on the next flush
 
     def flush(self) -> None:
         """Bring the file in line with memory (cut what was truncated, append what is new) and
-        fsync it; nothing to do when nothing changed or the index was never loaded."""
+        fsync it; nothing to do when nothing changed or the index was never loaded. Not under
+        the lock (an fsync must not hold up an evicting reader): ``unload`` leaves an index
+        with unflushed entries alone, so it never races with a flush that has work to do."""
         if not self._loaded:
             return
         n = len(self._offsets)

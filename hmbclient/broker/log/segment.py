@@ -20,7 +20,8 @@ before an ``end`` position (the Log's high watermark cut), which is always an en
 Lazy opening (see ``Store`` and ``OffsetIndex``): a segment found at start-up holds only its base
 offset, paths and, once asked, its size; its log is opened on the first read through the
 broker-wide ``HandleCache`` (bounded, least recently used evicted) and its index is read on the
-first lookup. The active segment holds its log's writer from its first write (or creation)
+first lookup; an eviction also drops the index from memory, so memory for indexes is bounded
+with the handles. The active segment holds its log's writer from its first write (or creation)
 until ``seal`` (a roll), which flushes the log and the index and drops the writer. A
 ``FileSlice`` holds the handle it was cut from, so an eviction never closes the descriptor of a
 send in flight.
@@ -150,6 +151,10 @@ class Segment:
         self.index = OffsetIndex(
             self.index_path, base_offset, create=create, log_size=lambda: self.store.size, rebuild=self._index_entries_from_log
         )
+        # The index leaves memory with the log's read handle. A store is cached only while it
+        # has no writer, and ``unload`` keeps an index with unflushed entries, so an index the
+        # writer still changes is never dropped.
+        self.store.on_evict = self.index.unload
         self.index_interval_bytes = index_interval_bytes
         self._bytes_since_index = 0
         self.next_offset = base_offset

@@ -41,6 +41,7 @@ import os
 import threading
 import weakref
 from collections import OrderedDict
+from collections.abc import Callable
 
 from hmbclient.errors import StorageError
 
@@ -144,9 +145,12 @@ class HandleCache:
             self._open[store] = h
             while len(self._open) > self.capacity:
                 # Case: eviction. Only the cache's reference goes; a slice still holding the
-                # handle keeps the descriptor until it is sent.
-                self._open.popitem(last=False)
+                # handle keeps the descriptor until it is sent. The store's owner may drop what
+                # it keeps in memory for reads too (the segment's index): no I/O, so under the lock.
+                old, _ = self._open.popitem(last=False)
                 self.evicted += 1
+                if old.on_evict is not None:
+                    old.on_evict()
         return h
 
     def forget(self, store: Store) -> None:
@@ -167,18 +171,20 @@ class Store:
         cache: where read handles come from.
         create: open the writer now, creating the file if missing (a new segment); otherwise the
             file exists (found at start-up) and nothing is opened until it is used.
+        on_evict: called when the cache evicts this store's read handle (cheap, no I/O).
     Raises:
         StorageError: ``create`` and the file cannot be opened.
     """
 
-    __slots__ = ("path", "_cache", "_writer", "_size", "retired", "__weakref__")
+    __slots__ = ("path", "_cache", "_writer", "_size", "retired", "on_evict", "__weakref__")
 
-    def __init__(self, path: str, cache: HandleCache, *, create: bool = False) -> None:
+    def __init__(self, path: str, cache: HandleCache, *, create: bool = False, on_evict: Callable[[], None] | None = None) -> None:
         self.path = path
         self._cache = cache
         self._writer: FileHandle | None = None
         self._size: int | None = None
         self.retired = False
+        self.on_evict = on_evict
         if create:
             self.open_writer()
 
