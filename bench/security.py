@@ -20,15 +20,12 @@ the bootstrap connection are outside it; connections a client opens later (to th
 leader) are inside it, as they are in real use.
 
 confluent-kafka's consumer needs a group.id, and librdkafka looks up the group coordinator on
-assign() and again about every second while it cannot reach it. The embedded broker answers
-FindCoordinator with the broker's PLAINTEXT address whatever listener asked (Metadata, by
-contrast, answers with the asking listener's), so over SSL and SASL_SSL librdkafka re-points
-broker 0 at the plaintext port, fails the TLS handshake there and its fetches stall for about a
-second until metadata points it back. That always hits the first fetch, so the confluent
-consume clock starts at the first message (the time to it is printed per run); whether a later
-re-lookup lands inside a sub-second measurement is luck, so each run also prints its longest
-wait for a batch, runs with a wait over STALL_S are counted as stalled, and the confluent
-consume rows are shown again over the runs without a stall (the cost of TLS itself).
+assign() and again about every second. The embedded broker answers FindCoordinator (as
+Metadata) with its address on the listener asked, so no lookup sends librdkafka to another
+port; should a fetch still stall, each run prints its longest wait for a batch, runs with a
+wait over STALL_S are counted as stalled, and the confluent consume rows are shown again over
+the runs without a stall. The confluent consume clock starts at the first message (the time to
+it is printed per run).
 
 Every measurement runs in a fresh Python process; rounds interleave listeners and clients (the
 order rotates each round) so drift hits everyone alike. The table shows medians in msg/s and,
@@ -39,8 +36,6 @@ below 1: slower). Not a test: nothing here asserts a speed.
 from __future__ import annotations
 
 import argparse
-import datetime
-import ipaddress
 import json
 import os
 import shutil
@@ -240,49 +235,6 @@ def run_worker(spec: dict[str, Any], timeout: float = 300) -> dict[str, Any] | N
 # --------------------------------------------------------------------------- certificates, broker
 
 
-def make_pki(d: str) -> dict[str, str]:
-    """A CA and a broker certificate it signs for 127.0.0.1 and localhost (key in the same file)."""
-    from cryptography import x509
-    from cryptography.hazmat.primitives import hashes, serialization
-    from cryptography.hazmat.primitives.asymmetric import ec
-    from cryptography.x509.oid import NameOID
-
-    now = datetime.datetime.now(datetime.UTC)
-
-    def cert(subject: str, key: Any, issuer: str, issuer_key: Any, ca: bool) -> Any:
-        b = (
-            x509.CertificateBuilder()
-            .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, subject)]))
-            .issuer_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, issuer)]))
-            .public_key(key.public_key())
-            .serial_number(x509.random_serial_number())
-            .not_valid_before(now - datetime.timedelta(minutes=5))
-            .not_valid_after(now + datetime.timedelta(days=1))
-            .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True)
-        )
-        if ca:
-            b = b.add_extension(x509.KeyUsage(digital_signature=True, key_cert_sign=True, crl_sign=True, content_commitment=False,
-                                              key_encipherment=False, data_encipherment=False, key_agreement=False,
-                                              encipher_only=False, decipher_only=False), critical=True)
-            b = b.add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
-        else:
-            b = b.add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(issuer_key.public_key()), critical=False)
-            b = b.add_extension(x509.SubjectAlternativeName(
-                [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), critical=False)
-        return b.sign(issuer_key, hashes.SHA256())
-
-    ca_key, server_key = ec.generate_private_key(ec.SECP256R1()), ec.generate_private_key(ec.SECP256R1())
-    ca = cert("hmb bench CA", ca_key, "hmb bench CA", ca_key, ca=True)
-    server = cert("localhost", server_key, "hmb bench CA", ca_key, ca=False)
-    paths = {"ca": os.path.join(d, "ca.pem"), "server": os.path.join(d, "server.pem")}
-    with open(paths["ca"], "wb") as f:
-        f.write(ca.public_bytes(serialization.Encoding.PEM))
-    with open(paths["server"], "wb") as f:
-        f.write(server.public_bytes(serialization.Encoding.PEM))
-        f.write(server_key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()))
-    return paths
-
-
 class SecureBroker:
     """``python -m hmbclient.broker`` with PLAINTEXT, SSL and SASL_SSL listeners on ephemeral
     ports of 127.0.0.1; ``bootstrap[protocol]`` once started. Stopped by pid (SIGTERM, then
@@ -290,9 +242,10 @@ class SecureBroker:
 
     def __init__(self, workdir: str) -> None:
         from hmbclient.broker.security.credentials import FileCredentialStore, make_credential
+        from hmbclient.testing.pki import make_pki
 
         self.workdir = workdir
-        self.pki = make_pki(workdir)
+        self.pki = make_pki(workdir)  # the tests' certificates
         self.creds = os.path.join(workdir, "credentials.json")
         FileCredentialStore(self.creds).put(USER, {MECHANISM: make_credential(MECHANISM, PASSWORD)})
         self.proc: subprocess.Popen[bytes] | None = None
@@ -307,7 +260,8 @@ class SecureBroker:
                "--log-dir", os.path.join(self.workdir, "data")]
         for protocol in LISTENERS:
             cmd += ["--listener", f"{protocol}://127.0.0.1:0"]
-        cmd += ["--set", f"ssl.certfile={self.pki['server']}", "--set", f"sasl.credentials.file={self.creds}"]
+        cmd += ["--set", f"ssl.certfile={self.pki.server_cert}", "--set", f"ssl.keyfile={self.pki.server_key}",
+                "--set", f"sasl.credentials.file={self.creds}"]
         # Output to a file, not a pipe nobody drains: a chatty broker must never block on stdout.
         with open(log_path, "wb") as out:
             self.proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT,
@@ -386,7 +340,7 @@ def main() -> None:
                 topic = consume_topics[size] = f"sec-c{size}-{uuid.uuid4().hex[:6]}"
                 create_topic(plain, topic)
                 spec = {"client": "confluent", "workload": "produce", "bootstrap": plain, "topic": topic, "n": counts[size],
-                        "size": size, "security": security_for("PLAINTEXT", broker.pki["ca"])}
+                        "size": size, "security": security_for("PLAINTEXT", broker.pki.ca)}
                 if run_worker(spec) is None and run_worker({**spec, "client": "hmbclient"}) is None:
                     raise RuntimeError(f"could not fill {topic}")
         for rnd in range(args.rounds):
@@ -403,7 +357,7 @@ def main() -> None:
                             else:
                                 topic = consume_topics[size]
                             spec = {"client": client, "workload": workload, "bootstrap": broker.bootstrap[listener], "topic": topic,
-                                    "n": n, "size": size, "security": security_for(listener, broker.pki["ca"])}
+                                    "n": n, "size": size, "security": security_for(listener, broker.pki.ca)}
                             result = run_worker(spec)
                             if result is None:
                                 continue

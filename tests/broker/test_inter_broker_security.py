@@ -23,7 +23,6 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from security_pki import Pki, make_pki
 
 from hmbclient import FetchRequest, Producer, ProducerData, SimpleConsumer
 from hmbclient.broker import EmbeddedCluster
@@ -34,6 +33,7 @@ from hmbclient.broker.security.tool import add_user, open_store
 from hmbclient.config import BrokerConfig
 from hmbclient.errors import ConfigError, KafkaConnectionError
 from hmbclient.protocol.api import FindCoordinatorRequest, MetadataRequest
+from hmbclient.testing.pki import Pki, make_pki
 from rebalance import paths
 
 from .conftest import RawClient

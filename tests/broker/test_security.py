@@ -1,7 +1,7 @@
 """Broker-side security against real peers: listeners, TLS, SASL (PLAIN, SCRAM-SHA-256/512)
 with salted credentials, and ACL authorization.
 
-Certificates are made per module with ``cryptography`` (tests/security_pki.py). Real
+Certificates are made per module with ``cryptography`` (hmbclient.testing.pki). Real
 clients: kafka-python and confluent-kafka (librdkafka) produce and consume over SASL_SSL with
 SCRAM-SHA-512 and SCRAM-SHA-256, over SASL_PLAINTEXT with PLAIN, and over SSL with client
 certificates. Refusals (wrong password, unknown user, SASL out of order, an oversized token,
@@ -22,7 +22,6 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from security_pki import Pki, make_pki
 
 from hmbclient.broker import EmbeddedBroker
 from hmbclient.broker.security.authorizer import Acl, Authorizer, FileAclStore
@@ -36,6 +35,7 @@ from hmbclient.broker.security.sasl import SaslAuthenticationFailed, new_sasl_se
 from hmbclient.errors import ErrorCode
 from hmbclient.protocol.api import ApiKey, FindCoordinatorRequest, MetadataRequest
 from hmbclient.protocol.api.base import REQUESTS
+from hmbclient.testing.pki import Pki, make_pki
 
 from .conftest import RawClient, encode
 

@@ -119,10 +119,9 @@ def test_bad_input_fails_the_job_and_names_the_cause(spark: Any, broker: Any) ->
 def test_write_and_read_over_sasl_ssl(spark: Any, tmp_path: Any) -> None:
     """The security options reach the sink's producers, the source's planner on the driver and
     its readers in the executors: a broker with only a SASL_SSL listener, SCRAM-SHA-512."""
-    from security_pki import make_pki
-
     from hmbclient.broker import EmbeddedBroker
     from hmbclient.broker.security.credentials import FileCredentialStore, make_credential
+    from hmbclient.testing.pki import make_pki
 
     pki = make_pki(str(tmp_path))
     creds = str(tmp_path / "credentials.json")

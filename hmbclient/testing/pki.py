@@ -1,5 +1,7 @@
-"""Test certificates made with ``cryptography``: a CA, a server certificate for 127.0.0.1 /
-localhost, a client certificate the CA signed, and a client certificate of a stranger CA."""
+"""Certificates for tests and benchmarks, made with ``cryptography`` (a test dependency,
+imported when used): a CA, a server certificate for 127.0.0.1 / localhost, a client
+certificate the CA signed, and a client certificate of a stranger CA. Valid from five minutes
+ago for one day; EC P-256 keys, unencrypted PEM files in the directory given."""
 
 from __future__ import annotations
 
@@ -7,15 +9,19 @@ import datetime
 import ipaddress
 import os
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import NameOID
+if TYPE_CHECKING:
+    from cryptography import x509
+    from cryptography.hazmat.primitives.asymmetric import ec
+
+__all__ = ["Pki", "make_pki"]
 
 
 @dataclass
 class Pki:
+    """Paths of the PEM files (``server_cert`` names 127.0.0.1 and localhost)."""
+
     ca: str
     server_cert: str
     server_key: str
@@ -26,10 +32,16 @@ class Pki:
 
 
 def _name(cn: str) -> x509.Name:
+    from cryptography import x509
+    from cryptography.x509.oid import NameOID
+
     return x509.Name([x509.NameAttribute(NameOID.ORGANIZATION_NAME, "hmb tests"), x509.NameAttribute(NameOID.COMMON_NAME, cn)])
 
 
 def _cert(subject: str, key: ec.EllipticCurvePrivateKey, issuer: str, issuer_key: ec.EllipticCurvePrivateKey, *, ca: bool = False, server: bool = False) -> x509.Certificate:
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes
+
     now = datetime.datetime.now(datetime.UTC)
     b = (
         x509.CertificateBuilder()
@@ -53,6 +65,8 @@ def _cert(subject: str, key: ec.EllipticCurvePrivateKey, issuer: str, issuer_key
 
 
 def _write(path: str, cert: x509.Certificate | None = None, key: ec.EllipticCurvePrivateKey | None = None) -> str:
+    from cryptography.hazmat.primitives import serialization
+
     with open(path, "wb") as f:
         if cert is not None:
             f.write(cert.public_bytes(serialization.Encoding.PEM))
@@ -62,6 +76,9 @@ def _write(path: str, cert: x509.Certificate | None = None, key: ec.EllipticCurv
 
 
 def make_pki(d: str) -> Pki:
+    """Write the certificates and keys into directory ``d``; returns their paths."""
+    from cryptography.hazmat.primitives.asymmetric import ec
+
     ca_key, rogue_ca_key = ec.generate_private_key(ec.SECP256R1()), ec.generate_private_key(ec.SECP256R1())
     ca = _cert("hmb test CA", ca_key, "hmb test CA", ca_key, ca=True)
     server_key, client_key, rogue_key = (ec.generate_private_key(ec.SECP256R1()) for _ in range(3))
