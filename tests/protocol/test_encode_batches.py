@@ -54,19 +54,26 @@ def _keyless(values: list[Any], ts: int = TS) -> Batch:
 
 
 def test_one_length_uses_the_prefix_table_and_matches() -> None:
-    v2._PREFIXES.clear()
+    v2._LEADS.clear()
+    v2._MIDDLES.clear()
     _check([_keyless([b"v" * 100] * 300)])
-    assert (100, b"\x00") in v2._PREFIXES
+    assert (100, 1) in v2._LEADS and 100 in v2._MIDDLES
     # the table grows for a later, longer batch, and a shorter one reads its head
     _check([_keyless([b"w" * 100] * 5000)])
     _check([_keyless([b"w" * 100] * 3)])
-    assert len(v2._PREFIXES[(100, b"\x00")]) >= 5000
+    assert len(v2._LEADS[(100, 1)]) >= 5000
 
 
 def test_merged_batches_carry_their_own_timestamps() -> None:
     # later, earlier (a wall clock stepped back: negative delta) and far later batches
     _check([_keyless([b"a" * 10] * 70), _keyless([b"b" * 10] * 70, TS + 7), _keyless([b"c" * 10] * 3, TS - 2)])
     _check([_keyless([b"a" * 10] * 2), _keyless([b"b" * 20] * 2, TS + 10**9)])
+    # a request merging batches of many creation times: the tables are per value length and
+    # timestamp field length, not per timestamp
+    v2._LEADS.clear()
+    v2._MIDDLES.clear()
+    _check([_keyless([b"t" * 30] * 200, TS + ms) for ms in range(40)])
+    assert sorted(v2._LEADS) == [(30, 1)] and sorted(v2._MIDDLES) == [30]
 
 
 def test_mixed_lengths_and_the_fallbacks() -> None:

@@ -286,35 +286,43 @@ def _keyless_records(values: list[Any], first_delta: int, ts_field: bytes) -> li
     return pieces
 
 
-# (value length, timestamp field) -> the record prefixes of keyless records with values of that
-# length, by offset delta: a headers count of 0 (the previous record's last byte), then the
-# length, attributes, timestamp, offset and key fields and the value's length. Lists are only
-# ever replaced by longer ones, never changed, so concurrent encoders may share them.
-_PREFIXES: dict[tuple[int, bytes], list[bytes]] = {}
-_PREFIX_KEYS_MAX = 64
+# The pieces of keyless records whose values share one length, by offset delta, cached (the
+# lists are only ever replaced by longer ones, never changed, so concurrent encoders may share
+# them). A record is [lead][timestamp delta][middle][value]: the lead is the headers count of
+# the record before (0) + the record's length + attributes, and depends on the value length
+# and the timestamp field's length; the middle is the offset delta + a null key's length + the
+# value's length, and depends on the value length. The timestamp field itself, which changes
+# from batch to batch of a request, is a separate piece.
+_LEADS: dict[tuple[int, int], list[bytes]] = {}
+_MIDDLES: dict[int, list[bytes]] = {}
+_CACHED_LENGTHS_MAX = 64
 
 
 def _same_length_records(values: list[Any], length: int, first_delta: int, ts_field: bytes) -> list[Any]:
     """``_keyless_records`` when every value has the same ``length``: then a record's bytes
-    before its value depend only on its offset delta, and come from a cached table."""
-    end = first_delta + len(values)
-    key = (length, ts_field)
-    prefixes = _PREFIXES.get(key)
-    if prefixes is None or len(prefixes) < end:
-        have = prefixes or []
+    around its timestamp field depend only on its offset delta, and come from cached tables."""
+    n = len(values)
+    end = first_delta + n
+    middles = _MIDDLES.get(length)
+    if middles is None or len(middles) < end:
+        have = middles or []
         length_field = VARINT[length]
-        fixed = 2 + len(ts_field) + len(length_field) + length
-        middle = _ATTRIBUTES + ts_field
-        more = [
-            _NO_HEADERS + VARINT[fixed + len(head)] + middle + head + length_field
-            for head in _KEYLESS[len(have) : end]
+        if len(_MIDDLES) >= _CACHED_LENGTHS_MAX:
+            _MIDDLES.clear()
+            _LEADS.clear()
+        middles = _MIDDLES[length] = have + [head + length_field for head in _KEYLESS[len(have) : end]]
+    key = (length, len(ts_field))
+    leads = _LEADS.get(key)
+    if leads is None or len(leads) < end:
+        have = leads or []
+        fixed = 2 + len(ts_field) + length  # attributes, headers count, timestamp, value
+        leads = _LEADS[key] = have + [
+            _NO_HEADERS + VARINT[fixed + len(middle)] + _ATTRIBUTES for middle in middles[len(have) : end]
         ]
-        if len(_PREFIXES) >= _PREFIX_KEYS_MAX:
-            _PREFIXES.clear()
-        prefixes = _PREFIXES[key] = have + more
-    pieces: list[Any] = [None] * (2 * len(values) + 1)
-    pieces[0:-1:2] = prefixes[first_delta:end]
-    pieces[1::2] = values
+    pieces: list[Any] = [ts_field] * (4 * n + 1)
+    pieces[0:-1:4] = leads[first_delta:end]
+    pieces[2::4] = middles[first_delta:end]
+    pieces[3::4] = values
     pieces[0] = pieces[0][1:]  # the first record follows no other
     pieces[-1] = _NO_HEADERS
     return pieces
