@@ -9,7 +9,11 @@
 already a list of raw bytes with a null or bytes key), and then every message takes one path,
 ``_queue``, holding the one definition of each check: the dialect's key rule, value types and
 sizes, the topic; one partition per ProducerData (``partitioner``; a one-partition topic skips
-it); then the partition's open batch in an accumulator. From there:
+it); then the partition's open batch in an accumulator. One exception, for speed: an async
+send of a ProducerData holding one ``bytes`` message with a null key, to a topic already
+known, is inlined in ``send`` (it needs only the type and size checks; the partition, queue
+bound, closed check and batch roll-over are ``_queue``'s, step for step, and
+tests/client/test_producer_fast_path.py holds the two to the same behaviour). From there:
 
 * sync: the batches are those of a private accumulator (up to the batch cap each); batch k of
   every partition goes in wave k, one Produce request per leader per wave, and each wave waits;
