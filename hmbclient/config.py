@@ -1335,6 +1335,9 @@ class BrokerConfig(ConfigBase):
     log_segment_bytes: int = setting(
         1 << 30, min=14, doc="log.segment.bytes: roll a segment at this size"
     )
+    log_max_open_read_handles: int = setting(
+        256, min=1, doc="log.max.open.read.handles: closed segments kept open for reading (least recently read closed first)"
+    )
     log_index_interval_bytes: int = setting(
         4096, min=0, doc="log.index.interval.bytes: bytes between sparse index entries"
     )

@@ -72,7 +72,12 @@ def log_config_from(config: BrokerConfig, *, compact: bool = False) -> LogConfig
 def make_log_manager(config: BrokerConfig, log_dir: str) -> LogManager:
     default = log_config_from(config)
     offsets = log_config_from(config, compact=True)
-    return LogManager(log_dir, default, lambda topic: offsets if topic == OFFSETS_TOPIC else None)
+    return LogManager(
+        log_dir,
+        default,
+        lambda topic: offsets if topic == OFFSETS_TOPIC else None,
+        max_open_read_handles=config.log_max_open_read_handles,
+    )
 
 
 class Scheduler:

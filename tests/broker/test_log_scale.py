@@ -307,7 +307,8 @@ def test_fetch_responses_sent_with_sendfile_survive_eviction(tmp_path: Path) -> 
     """Through a real broker: one Fetch response holds slices of old segments of two partitions
     while the cache holds one handle, so the first slice's handle is evicted before the
     response is sent with sendfile. Every byte arrives, for every offset."""
-    with EmbeddedBroker(log_dir=str(tmp_path / "data"), num_partitions=2, log_segment_bytes=400, log_index_interval_bytes=200) as b:
+    with EmbeddedBroker(log_dir=str(tmp_path / "data"), num_partitions=2, log_segment_bytes=400, log_index_interval_bytes=200,
+                        log_max_open_read_handles=1) as b:
         with RawClient(b.host, b.port) as c:
             create_topic(c, "evict")
             for i in range(30):
@@ -317,7 +318,7 @@ def test_fetch_responses_sent_with_sendfile_survive_eviction(tmp_path: Path) -> 
             assert lm is not None
             lg = lm.get("evict", 0)
             assert lg is not None and len(lg.segments) > 5
-            lm.handles.capacity = 1
+            assert lm.handles.capacity == 1  # log.max.open.read.handles
             opened = lm.handles.opened
             got: dict[int, list[bytes | None]] = {0: [], 1: []}
             offsets = {0: 0, 1: 0}
