@@ -125,3 +125,34 @@ def test_a_topic_that_grows_leaves_the_one_partition_shortcut() -> None:
     ts.grow(3)
     assert ts.sole is None and [q.partition for q in ts.parts] == [0, 1, 2]
     assert TopicState("u", 2).sole is None
+
+
+@pytest.mark.parametrize("api_version", ["0.8", "0.10"])
+def test_merged_batches_in_the_legacy_formats(tmp_path: Any, api_version: str) -> None:
+    """Before RecordBatch v2 a request's record set is built from items (``Unit.items``):
+    batches merged into one request keep their order, keys and (MessageSet v1) their own
+    creation times."""
+    from hmbclient.broker import EmbeddedBroker
+
+    broker = EmbeddedBroker(port=0, log_dir=str(tmp_path / "log")).start()
+    try:
+        topic = unique("legacy")
+        sent: list[tuple[bytes | None, bytes]] = []
+        with Producer(
+            metadata_broker_list=broker.bootstrap, producer_type="async", api_version=api_version,
+            batch_num_messages=50, queue_buffering_max_ms=60_000,
+        ) as p:
+            p.partitions_for(topic)
+            for i in range(230):  # batches of 50 close on their own; flush takes them at once
+                key = b"k%d" % i if i % 9 == 0 else None
+                p.send(ProducerData(topic, key, [b"v%d" % i]))
+                sent.append((key, b"v%d" % i))
+            p.flush()
+        host, port = broker.bootstrap.rsplit(":", 1)
+        records = read_partition(host, int(port), topic, 0, api_version=api_version)
+        assert [(r.key, r.value) for r in records] == sent
+        if api_version == "0.10":
+            stamps = [r.timestamp for r in records]
+            assert all(t > 0 for t in stamps) and stamps == sorted(stamps)
+    finally:
+        broker.close()
