@@ -91,6 +91,9 @@ def test_keys_and_headers() -> None:
     headers = [None, (("h", b"1"),), None, (("n", None), ("m", b""))]
     _check([_keyless([b"a", b"b"]), ([b"c", b"d", b"e", None], keys, headers, TS + 1), _keyless([b"f"] * 3, TS + 2)])
     _check([([b"c"] * 4, keys, [None] * 4, TS)])
+    # every message keyed, no headers: the keyed column path
+    _check([([b"v%d" % i for i in range(300)], [b"key-%d" % (i % 13) for i in range(300)], [None] * 300, TS)])
+    _check([_keyless([b"a"]), ([b"b", None], [b"k", b""], None, TS + 1), ([b"x" * 8000], [b"k" * 200], None, TS + 2)])
 
 
 @pytest.mark.parametrize("codec", [GZIP, SNAPPY, LZ4, ZSTD])
@@ -102,24 +105,29 @@ def test_no_messages_and_bad_values() -> None:
     assert v2.encode_batches(NONE, [_keyless([])]) == b""
     with pytest.raises(ValueError, match="cannot encode"):
         v2.encode_batches(NONE, [_keyless([b"ok", 5])])
-    with pytest.raises(ValueError, match="cannot encode"):
-        v2.encode_batches(NONE, [([b"ok"], ["str key"], [None], TS)])
+    for codec in (NONE, GZIP):
+        with pytest.raises(ValueError, match="cannot encode"):
+            v2.encode_batches(codec, [([b"ok"], ["str key"], [None], TS)])
+        with pytest.raises(ValueError, match="cannot encode"):
+            v2.encode_batches(codec, [_keyless([b"ok", "str value"])])
 
 
 values = st.none() | st.binary(max_size=40) | st.sampled_from([b"same-length", b"same-lengtx"])
 batch = st.tuples(
     st.lists(values, min_size=1, max_size=40),
-    st.booleans(),
+    st.sampled_from(["keyless", "some keys and headers", "all keyed"]),
     st.integers(min_value=-5, max_value=5000),
 )
 
 
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(batch, min_size=1, max_size=4), st.sampled_from([NONE, GZIP]))
-def test_any_batches_match_encode_records(shapes: list[tuple[list[Any], bool, int]], codec: int) -> None:
+def test_any_batches_match_encode_records(shapes: list[tuple[list[Any], str, int]], codec: int) -> None:
     batches: list[Batch] = []
     for vals, keyed, dt in shapes:
-        if keyed:
+        if keyed == "all keyed":
+            batches.append((vals, [b"k%d" % (i % 5) for i in range(len(vals))], [None] * len(vals), TS + dt))
+        elif keyed == "some keys and headers":
             keys = [None if i % 3 else b"k%d" % i for i in range(len(vals))]
             headers = [(("h", b"v"),) if i % 4 == 1 else None for i in range(len(vals))]
             batches.append((vals, keys, headers, TS + dt))

@@ -286,6 +286,44 @@ def _keyless_records(values: list[Any], first_delta: int, ts_field: bytes) -> li
     return pieces
 
 
+def _keyed_records(values: list[Any], keys: list[Any], first_delta: int, ts_field: bytes) -> list[Any] | None:
+    """``_keyless_records`` for records that all have a key (and no headers): the pieces to
+    join, or None (a null key or value, a long field, offset deltas past the VARINT table)
+    for the general path. The same C-level column maps, two more pieces per record."""
+    n = len(values)
+    end = first_delta + n
+    if end > VARINT_TABLE:
+        return None
+    try:
+        value_lengths = list(map(len, values))
+        key_lengths = list(map(len, keys))
+    except TypeError:
+        return None
+    field_lengths = list(map(_add, value_lengths, key_lengths))
+    if max(field_lengths) > _TABLE_VALUE_MAX:
+        return None
+    varint_of = VARINT.__getitem__
+    offsets = VARINT[first_delta:end]
+    key_fields = list(map(varint_of, key_lengths))
+    value_fields = list(map(varint_of, value_lengths))
+    fixed = [2 + len(ts_field)] * n  # attributes, headers count, timestamp
+    sizes = map(
+        _add,
+        map(_add, map(len, offsets), map(len, key_fields)),
+        map(_add, map(len, value_fields), map(_add, field_lengths, fixed)),
+    )
+    pieces: list[Any] = [None] * (8 * n)
+    pieces[0::8] = list(map(varint_of, sizes))
+    pieces[1::8] = [_ATTRIBUTES + ts_field] * n
+    pieces[2::8] = offsets
+    pieces[3::8] = key_fields
+    pieces[4::8] = keys
+    pieces[5::8] = value_fields
+    pieces[6::8] = values
+    pieces[7::8] = [_NO_HEADERS] * n
+    return pieces
+
+
 # The pieces of keyless records whose values share one length, by offset delta, cached (the
 # lists are only ever replaced by longer ones, never changed, so concurrent encoders may share
 # them). A record is [lead][timestamp delta][middle][value]: the lead is the headers count of
@@ -355,11 +393,14 @@ def encode_batches(
             continue
         if ts > max_ts:
             max_ts = ts
-        pieces = None
+        ts_delta = ts - base_ts
+        ts_field = VARINT[ts_delta] if 0 <= ts_delta < VARINT_TABLE else encode_varint(ts_delta)
         if keys is None:
-            ts_delta = ts - base_ts
-            ts_field = VARINT[ts_delta] if 0 <= ts_delta < VARINT_TABLE else encode_varint(ts_delta)
             pieces = _keyless_records(values, delta, ts_field)
+        elif (headers is None or headers.count(None) == n) and None not in keys:
+            pieces = _keyed_records(values, keys, delta, ts_field)
+        else:
+            pieces = None
         if pieces is not None:
             parts += pieces
         else:
@@ -372,10 +413,13 @@ def encode_batches(
         delta += n
     if not delta:
         return b""
-    if codec:
-        del parts[0]
-        return _finish(codec, parts, base_offset, delta, delta - 1, base_ts, max_ts)
-    buf = bytearray().join(parts)
+    try:
+        if codec:
+            del parts[0]
+            return _finish(codec, parts, base_offset, delta, delta - 1, base_ts, max_ts)
+        buf = bytearray().join(parts)
+    except TypeError as e:  # a str (it has a len()) among the keys or values
+        raise ValueError(f"cannot encode record: {e}") from None
     try:
         HEADER.pack_into(
             buf,
