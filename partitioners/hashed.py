@@ -87,6 +87,7 @@ class DefaultPartitioner:
                 ``random.Random``; pass a seeded one for reproducible tests).
         """
         self._rng = rng if rng is not None else random.Random()
+        self._random = self._rng.random
 
     def partition(self, key: Key, num_partitions: int) -> int:
         """Return ``mmh3(key) % num_partitions``, or a random partition when key is None.
@@ -102,10 +103,18 @@ class DefaultPartitioner:
             ValueError: ``num_partitions`` < 1.
             TypeError: The key is not bytes-like, str or None.
         """
+        # The producer asks once per message: the common cases (a null or bytes key, an int
+        # count) skip the helper calls. ``int(random() * n)`` is uniform on range(n) and
+        # costs a fifth of ``randrange(n)``.
+        if num_partitions.__class__ is int and num_partitions > 0:
+            if key is None:
+                return int(self._random() * num_partitions)
+            if key.__class__ is bytes:
+                return mmh3.hash(key, signed=False) % num_partitions
         check_num_partitions(num_partitions)
         data = key_bytes(key)
         if data is None:
-            return self._rng.randrange(num_partitions)
+            return int(self._random() * num_partitions)
         return mmh3.hash(data, signed=False) % num_partitions
 
     def __repr__(self) -> str:
@@ -126,6 +135,7 @@ class Murmur2Partitioner:
             rng: Source of randomness for keyless messages (default: a private Random).
         """
         self._rng = rng if rng is not None else random.Random()
+        self._random = self._rng.random
 
     def partition(self, key: Key, num_partitions: int) -> int:
         """Return ``toPositive(murmur2(key)) % num_partitions`` (random for None).
@@ -141,10 +151,12 @@ class Murmur2Partitioner:
             ValueError: ``num_partitions`` < 1.
             TypeError: The key is not bytes-like, str or None.
         """
+        if key is None and num_partitions.__class__ is int and num_partitions > 0:
+            return int(self._random() * num_partitions)  # as DefaultPartitioner
         check_num_partitions(num_partitions)
         data = key_bytes(key)
         if data is None:
-            return self._rng.randrange(num_partitions)
+            return int(self._random() * num_partitions)
         return to_positive(murmur2(data)) % num_partitions
 
     def __repr__(self) -> str:

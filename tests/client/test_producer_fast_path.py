@@ -14,6 +14,7 @@ from hmbclient import Producer, ProducerData
 from hmbclient.errors import MessageSizeTooLargeError, ProducerClosedError, QueueFullError
 from hmbclient.producer.accumulator import TopicState
 from hmbclient.producer.data import OneSendFuture, ProducerBatch, RecordMetadata
+from partitioners import DefaultPartitioner, Murmur2Partitioner
 
 from .conftest import BrokerHandle, create_topic, read_all, read_partition, unique
 
@@ -156,3 +157,20 @@ def test_merged_batches_in_the_legacy_formats(tmp_path: Any, api_version: str) -
             assert all(t > 0 for t in stamps) and stamps == sorted(stamps)
     finally:
         broker.close()
+
+
+@pytest.mark.parametrize("cls", [DefaultPartitioner, Murmur2Partitioner])
+def test_hashed_partitioners_fast_cases_keep_the_contract(cls: type) -> None:
+    """The producer's common cases (a null or bytes key, an int count) take a shortcut in the
+    hashed partitioners: the same answers and refusals as the general path."""
+    import random
+
+    p = cls(random.Random(7))
+    for bad in (0, -1, True, 2.0):
+        with pytest.raises(ValueError):
+            p.partition(None, bad)
+    assert p.partition(None, 1) == 0
+    assert p.partition(b"user-1", 5) == p.partition("user-1", 5) == p.partition(bytearray(b"user-1"), 5)
+    assert [p.partition(None, 6) for _ in range(300)] != [0] * 300
+    seeded = [cls(random.Random(11)).partition(None, 1000) for _ in range(3)]
+    assert seeded == [seeded[0]] * 3  # a seeded rng gives a reproducible choice
