@@ -10,10 +10,10 @@ already a list of raw bytes with a null or bytes key), and then every message ta
 ``_queue``, holding the one definition of each check: the dialect's key rule, value types and
 sizes, the topic; one partition per ProducerData (``partitioner``; a one-partition topic skips
 it); then the partition's open batch in an accumulator. One exception, for speed: an async
-send of a ProducerData holding one ``bytes`` message with a null key, to a topic already
-known, is inlined in ``send`` (it needs only the type and size checks; the partition, queue
-bound, closed check and batch roll-over are ``_queue``'s, step for step, and
-tests/client/test_producer_fast_path.py holds the two to the same behaviour). From there:
+send of a ProducerData holding one ``bytes`` message with a null key (inlined in ``send``) or
+a ``bytes`` key (``_queue_keyed``), to a topic already known, needs only the type and size
+checks; the partition, queue bound, closed check and batch roll-over are ``_queue``'s, step
+for step, and tests/client/test_producer_fast_path.py holds them to the same behaviour. From there:
 
 * sync: the batches are those of a private accumulator (up to the batch cap each); batch k of
   every partition goes in wave k, one Produce request per leader per wave, and each wave waits;
@@ -390,6 +390,50 @@ class Producer:
             lock.release()
         return SendFutures([(batch, start, n)], n)
 
+    def _queue_keyed(self, acc: RecordAccumulator, ts: TopicState, key: bytes, value: bytes) -> SendFutures:
+        """``send``'s inlined path for one ``bytes`` message with a ``bytes`` key (to a broker
+        that takes keys, a topic ``acc`` knows, the size checked): the partitioner's choice
+        (not asked for a one-partition topic), then ``_queue``'s steps for one message."""
+        queue = ts.sole
+        if queue is None:
+            count = len(ts.parts)
+            p = self._partitioner.partition(key, count)
+            if not 0 <= p < count:
+                raise ValueError(f"partitioner returned {p} for {count} partitions of {ts.name!r}")
+            queue = ts.parts[p]
+        nbytes = len(value) + len(key) + _RECORD_OVERHEAD
+        lock = acc.lock
+        lock.acquire()
+        try:
+            if acc.queued >= acc.admit_below:
+                acc.admit(1)
+            batch = queue.open
+            if batch is None or (batch.nbytes + nbytes > acc.batch_max_bytes and batch.values):
+                if batch is not None:
+                    acc.close_batch(queue)  # keep every batch under the cap
+                batch = acc.open_batch(queue)
+            column = batch.values
+            start = len(column)
+            column.append(value)
+            keys = batch.keys
+            headers = batch.headers
+            if keys is not None and headers is not None:
+                keys.append(key)
+                headers.append(None)
+            else:
+                batch.add_keyed(start, key, 1, None)
+            nbytes += batch.nbytes
+            batch.nbytes = nbytes
+            acc.queued += 1
+            if start >= acc.last_index or nbytes >= acc.batch_max_bytes:
+                acc.close_batch(queue)
+        finally:
+            lock.release()
+        futures = _new(OneSendFuture)
+        futures._batch = batch
+        futures._index = start
+        return futures
+
     def _queue_in_chunks(
         self, acc: RecordAccumulator, topic: str, key: bytes | None, values: list[Any], queue: PartitionQueue
     ) -> SendFutures:
@@ -459,6 +503,11 @@ class Producer:
                     futures._batch = batch
                     futures._index = start
                     return futures
+            elif key.__class__ is bytes and values.__class__ is list and len(values) == 1 and self._allows_keys:
+                value = values[0]
+                ts = acc.topics.get(topic)
+                if ts is not None and value.__class__ is bytes and len(value) + len(key) <= self._message_max_bytes:
+                    return self._queue_keyed(acc, ts, key, value)
             if values.__class__ is list and (key is None or key.__class__ is bytes):
                 return self._queue(acc, topic, key, values)
         if self._closed:

@@ -174,3 +174,30 @@ def test_hashed_partitioners_fast_cases_keep_the_contract(cls: type) -> None:
     assert [p.partition(None, 6) for _ in range(300)] != [0] * 300
     seeded = [cls(random.Random(11)).partition(None, 1000) for _ in range(3)]
     assert seeded == [seeded[0]] * 3  # a seeded rng gives a reproducible choice
+
+
+def test_single_keyed_messages_take_the_partitioner_and_the_checks(broker: BrokerHandle) -> None:
+    topic = unique("keyed")
+    create_topic(broker.bootstrap, topic, 4)
+    part = Murmur2Partitioner()
+    with Producer(metadata_broker_list=broker.bootstrap, producer_type="async", partitioner=part, message_max_bytes=500) as p:
+        p.partitions_for(topic)
+        p.send(ProducerData(topic, b"warm", [b"w"]))  # the topic is known from here on
+        sent: dict[int, list[tuple[bytes | None, bytes]]] = {0: [], 1: [], 2: [], 3: []}
+        sent[part.partition(b"warm", 4)].append((b"warm", b"w"))
+        futs = []
+        for i in range(120):
+            key = b"user-%d" % (i % 17) if i % 5 else None  # keyless ones in between
+            fut = p.send(ProducerData(topic, key, [b"v%d" % i]))[0]
+            futs.append(fut)
+            if key is not None:
+                assert fut.batch.partition == part.partition(key, 4)
+            sent[fut.batch.partition].append((key, b"v%d" % i))
+        with pytest.raises(MessageSizeTooLargeError, match="500"):
+            p.send(ProducerData(topic, b"k" * 100, [b"x" * 401]))  # key + value over the limit
+        p.send(ProducerData(topic, b"k" * 100, [b"x" * 400]))[0].result(20)  # exactly at it
+        sent[part.partition(b"k" * 100, 4)].append((b"k" * 100, b"x" * 400))
+        p.flush()
+        assert all(f.done() and f.exception() is None for f in futs)
+    got = read_all(broker.host, broker.port, topic, 4)
+    assert {n: [(r.key, r.value) for r in recs] for n, recs in got.items()} == sent
