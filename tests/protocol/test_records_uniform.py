@@ -315,3 +315,33 @@ def test_large_records_read_in_place_from_a_view() -> None:
     items += [(None, _value(i, 3000), TS) for i in range(40)]
     recs = _same(v2.encode(NONE, items, 0, 0))
     assert isinstance(recs, list) and [r[3] for r in recs] == [item[1] for item in items]
+
+
+def _batch_of_raw_records(records: list[bytes], count: int | None = None) -> bytes:
+    """A v2 batch (valid CRC) around hand-written record bytes."""
+    body = b"".join(records)
+    n = len(records) if count is None else count
+    header = bytearray(v2.HEADER.pack(0, v2.MIN_SIZE + len(body), -1, 2, 0, 0, n - 1, TS, TS, -1, -1, -1, n))
+    batch = header + body
+    _fix_crc(batch)
+    return bytes(batch)
+
+
+def _raw_record(delta: int, key_field: bytes, value_field: bytes) -> bytes:
+    rest = b"\x00" + b"\x00" + encode_varint(delta) + key_field + value_field + b"\x00"
+    return encode_varint(len(rest)) + rest
+
+
+@pytest.mark.parametrize(
+    "key_field,value_field",
+    [
+        (b"\x81\x00", b"\x06abc"),  # a two-byte -1 key length: refused by the general loop
+        (b"\x01", b"\x81\x00"),  # the same for the value
+        (b"\x03", b"\x06abc"),  # -2
+        (b"\x80\x00", b"\x06abc"),  # a two-byte 0: accepted by both
+        (b"\x01", b"\x86\x00abc"),  # a two-byte 3
+    ],
+)
+def test_non_canonical_length_varints(key_field: bytes, value_field: bytes) -> None:
+    batch = _batch_of_raw_records([_raw_record(d, key_field, value_field) for d in range(40)])
+    _same(batch)

@@ -75,7 +75,7 @@ _NO_HEADERS = ()
 
 def _length(data: bytes | memoryview, pos: int) -> tuple[int, int]:
     """A key/value length varint of at most three bytes at ``pos``: (length, -1 for null;
-    width). Width 0: longer or negative other than -1 (not this path's)."""
+    width). Width 0: longer, or negative other than the one-byte -1 (not this path's)."""
     b = data[pos]
     if b < 0x80:
         raw = b
@@ -92,7 +92,8 @@ def _length(data: bytes | memoryview, pos: int) -> tuple[int, int]:
             raw = (b & 0x7F) | ((b2 & 0x7F) << 7) | (b3 << 14)
             width = 3
     if raw & 1:
-        return (-1, width) if raw == 1 else (0, 0)
+        # only the one-byte -1 is null; the general loop refuses any other negative length
+        return (-1, 1) if width == 1 and raw == 1 else (0, 0)
     return raw >> 1, width
 
 
