@@ -169,8 +169,10 @@ def decode_records(buf: Buffer) -> list[Record]:
             view = view.cast("B")
         n = len(view)
         stop, err = _decode_into(view, 0, n, out)  # type: ignore[arg-type]
-        if err is None and stop < n:
-            rest = bytes(view[stop:])  # a v0/v1 entry (or a partial trailing one)
+        # Stopped before the end: a v0/v1 entry, which needs bytes (copy the rest once), or a
+        # partial trailing entry (a fetch answer cut at its size; dropped, not copied).
+        if err is None and stop + 12 <= n and stop + 12 + I32.unpack_from(view, stop + 8)[0] <= n:
+            rest = bytes(view[stop:])
             _, err = _decode_into(rest, 0, len(rest), out)
     if err is not None:
         raise err
