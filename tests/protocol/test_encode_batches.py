@@ -64,6 +64,16 @@ def test_one_length_uses_the_prefix_table_and_matches() -> None:
     assert len(v2._LEADS[(100, 1)]) >= 5000
 
 
+def test_the_tables_stay_within_their_budget() -> None:
+    v2._LEADS.clear()
+    v2._MIDDLES.clear()
+    for length in range(40):  # 40 lengths x 3000 records: far past the budget if all were kept
+        _check([_keyless([b"L" * length] * 3000)])
+        held = sum(map(len, v2._LEADS.values())) + sum(map(len, v2._MIDDLES.values()))
+        assert held <= v2._CACHED_ENTRIES_MAX
+    assert 39 in v2._MIDDLES  # the newest length is there
+
+
 def test_merged_batches_carry_their_own_timestamps() -> None:
     # later, earlier (a wall clock stepped back: negative delta) and far later batches
     _check([_keyless([b"a" * 10] * 70), _keyless([b"b" * 10] * 70, TS + 7), _keyless([b"c" * 10] * 3, TS - 2)])

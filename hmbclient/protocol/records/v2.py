@@ -333,7 +333,17 @@ def _keyed_records(values: list[Any], keys: list[Any], first_delta: int, ts_fiel
 # from batch to batch of a request, is a separate piece.
 _LEADS: dict[tuple[int, int], list[bytes]] = {}
 _MIDDLES: dict[int, list[bytes]] = {}
-_CACHED_LENGTHS_MAX = 64
+# Entries (small bytes objects, ~40-50 bytes each with the list slot) the two tables may hold
+# together: ~3 MB. One value length at full table size takes 3 x 8192; when a new run would
+# pass the budget (many lengths), both tables start afresh.
+_CACHED_ENTRIES_MAX = 1 << 16
+
+
+def _cache_room(more: int) -> None:
+    """Empty both tables if adding ``more`` entries would pass the budget."""
+    if sum(map(len, _MIDDLES.values())) + sum(map(len, _LEADS.values())) + more > _CACHED_ENTRIES_MAX:
+        _MIDDLES.clear()
+        _LEADS.clear()
 
 
 def _same_length_records(values: list[Any], length: int, first_delta: int, ts_field: bytes) -> list[Any]:
@@ -343,16 +353,15 @@ def _same_length_records(values: list[Any], length: int, first_delta: int, ts_fi
     end = first_delta + n
     middles = _MIDDLES.get(length)
     if middles is None or len(middles) < end:
-        have = middles or []
+        _cache_room(2 * end)
+        have = _MIDDLES.get(length) or []
         length_field = VARINT[length]
-        if len(_MIDDLES) >= _CACHED_LENGTHS_MAX:
-            _MIDDLES.clear()
-            _LEADS.clear()
         middles = _MIDDLES[length] = have + [head + length_field for head in _KEYLESS[len(have) : end]]
     key = (length, len(ts_field))
     leads = _LEADS.get(key)
     if leads is None or len(leads) < end:
-        have = leads or []
+        _cache_room(end)
+        have = _LEADS.get(key) or []
         fixed = 2 + len(ts_field) + length  # attributes, headers count, timestamp, value
         leads = _LEADS[key] = have + [
             _NO_HEADERS + VARINT[fixed + len(middle)] + _ATTRIBUTES for middle in middles[len(have) : end]
