@@ -25,8 +25,8 @@ frames that carry their content size. Without them cramjam does everything.
 from __future__ import annotations
 
 import struct
-import threading
 import zlib
+from threading import local as _thread_local  # per-thread scratch only: no threads, no locks
 from typing import Any
 
 import cramjam
@@ -44,7 +44,7 @@ except ImportError:  # pragma: no cover
     _zstd = None  # type: ignore[assignment]
 # A zstandard decompressor must not be used by two threads at once (it releases the GIL while
 # it works): one per thread, made on first use.
-_zstd_local = threading.local()
+_zstd_local = _thread_local()
 
 
 def _zstd_decompressor() -> Any:
@@ -310,7 +310,7 @@ def _zstd_decompress(data: Any) -> bytes:
 # consumer's v2 decode reads the records out of the decompressed bytes and copies each key and
 # value, so it can decompress into one buffer per thread, reused from batch to batch.
 
-_scratch = threading.local()
+_scratch = _thread_local()
 _SCRATCH_KEEP = 16 << 20  # larger outputs get a buffer of their own, not kept
 _LZ4_BLOCK_MAX = {4: 64 << 10, 5: 256 << 10, 6: 1 << 20, 7: 4 << 20}
 
