@@ -84,6 +84,10 @@ class MetadataCache:
         self.controller_epoch = 0
         # topic -> partition -> meta; partitions are dense 0..n-1 once the topic is complete
         self._topics: dict[str, dict[int, PartitionMeta]] = {}
+        # topic -> is_ready, computed on first ask and forgotten on every change: a Produce asks
+        # once per topic per request, and the walk over 1,000 partitions costs more than the
+        # append of a small batch to each of ten.
+        self._ready: dict[str, bool] = {}
         self._listeners: list[Listener] = []
 
     # -- listeners --------------------------------------------------------------------------
@@ -119,6 +123,7 @@ class MetadataCache:
             for topic, partition, meta in states:
                 self._topics.setdefault(topic, {})[partition] = meta
                 touched.add(topic)
+            self._ready = {}
         if brokers_changed:
             self._emit("brokers", None)
         for topic in sorted(touched):
@@ -127,6 +132,7 @@ class MetadataCache:
     def remove_topic(self, topic: str) -> None:
         with self._lock:
             self._topics.pop(topic, None)
+            self._ready = {}
         self._emit("topic", topic)
 
     # -- brokers ----------------------------------------------------------------------------
@@ -181,8 +187,14 @@ class MetadataCache:
 
     def is_ready(self, topic: str) -> bool:
         """The topic is known and every partition has a live leader."""
+        ready = self._ready.get(topic)
+        if ready is not None:
+            return ready
         with self._lock:
             parts = self._topics.get(topic)
+            # Unknown topics are not cached: they may be asked for under every possible name.
             if not parts:
                 return False
-            return all(m.leader != NO_LEADER and m.leader in self._brokers for m in parts.values())
+            ready = all(m.leader != NO_LEADER and m.leader in self._brokers for m in parts.values())
+            self._ready[topic] = ready
+            return ready
