@@ -25,6 +25,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from functools import cache
+from operator import itemgetter
 from typing import Any, Protocol
 
 from hmbclient.broker.metadata import NO_LEADER, BrokerEndpoint, MetadataCache, PartitionMeta
@@ -78,6 +79,23 @@ def _shape(cls: type, *path: str) -> Any:
 def _make(shape: Any, **fields: Any) -> Any:
     names = shape._fields
     return shape(**{k: v for k, v in fields.items() if k in names})
+
+
+@cache
+def _row(shape: Any, *names: str) -> Callable[..., Any]:
+    """A positional ``_make`` for the per-partition rows of Produce and Fetch answers:
+    ``_row(shape, "a", "b")(1, 2)`` is ``_make(shape, a=1, b=2)`` (names the version lacks are
+    dropped, fields not named take their defaults) without a dict per row."""
+    fields = shape._fields
+    missing = [f for f in fields if f not in names]
+    pad = tuple(shape._field_defaults[f] for f in missing)
+    width = len(names)
+    picks = [names.index(f) if f in names else width + missing.index(f) for f in fields]
+    new = tuple.__new__
+    if len(picks) == 1:
+        return lambda *values: new(shape, ((values + pad)[picks[0]],))
+    get = itemgetter(*picks)
+    return lambda *values: new(shape, get(values + pad))
 
 
 def api_versions_table(handled: set[int]) -> list[tuple[int, int, int]]:
@@ -357,17 +375,20 @@ class KafkaApis:
                 else:
                     channel.send(None)
                 return
-            part_shape = _shape(resp_cls, "topics", "partitions")
+            row = _row(_shape(resp_cls, "topics", "partitions"), "partition", "error_code", "base_offset", "log_append_time", "log_start_offset")
             topics = []
             for topic, parts in order:
                 plist = []
                 for p in parts:
-                    code = early.get((topic, p))
+                    code = early.get((topic, p)) if early else None
                     if code is not None:
-                        r = AppendResult(code, -1, -1)
+                        plist.append(row(p, code, -1, -1, -1))
+                        continue
+                    r = results.get((topic, p))
+                    if r is None:
+                        plist.append(row(p, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, -1, -1, -1))
                     else:
-                        r = results.get((topic, p), AppendResult(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, -1, -1))
-                    plist.append(_make(part_shape, partition=p, error_code=r.error_code, base_offset=r.base_offset, log_append_time=-1, log_start_offset=r.log_start_offset))
+                        plist.append(row(p, r.error_code, r.base_offset, -1, r.log_start_offset))
                 topics.append((topic, plist))
             channel.send(resp_cls.build(topics=topics, throttle_time_ms=0))
 
@@ -419,7 +440,7 @@ class KafkaApis:
                     infos.append(FetchInfo(topic, p.partition, p.fetch_offset, p.partition_max_bytes))
             layout.append((topic, plist))
 
-        part_shape = _shape(resp_cls, "topics", "partitions")
+        row = _row(_shape(resp_cls, "topics", "partitions"), "partition", "error_code", "high_watermark", "last_stable_offset", "log_start_offset", "aborted_transactions", "records")
 
         def respond(results: list[FetchResult]) -> None:
             it = iter(results)
@@ -428,21 +449,10 @@ class KafkaApis:
                 parts = []
                 for p, code in plist:
                     if code is not None:
-                        parts.append(_make(part_shape, partition=p, error_code=code, high_watermark=-1, last_stable_offset=-1, log_start_offset=-1, aborted_transactions=None, records=b""))
+                        parts.append(row(p, code, -1, -1, -1, None, b""))
                         continue
                     r = next(it)
-                    parts.append(
-                        _make(
-                            part_shape,
-                            partition=p,
-                            error_code=r.error_code,
-                            high_watermark=r.high_watermark,
-                            last_stable_offset=r.high_watermark,
-                            log_start_offset=r.log_start_offset,
-                            aborted_transactions=None,
-                            records=r.records,
-                        )
-                    )
+                    parts.append(row(p, r.error_code, r.high_watermark, r.high_watermark, r.log_start_offset, None, r.records))
                 topics.append((topic, parts))
             channel.send(resp_cls.build(throttle_time_ms=0, error_code=ErrorCode.NONE, session_id=0, topics=topics))
 
