@@ -159,6 +159,11 @@ class Purgatory(Generic[Op]):
 
     def check_and_complete(self, key: Hashable) -> int:
         """Re-check the ops watching ``key``; returns how many this call completed."""
+        # Every append asks, and mostly nobody watches: look before taking the lock. Racing a
+        # watcher being added is safe: ``try_complete_else_watch`` checks again after watching,
+        # and the caller changed the state it checks before calling here.
+        if not self._watchers.get(key):
+            return 0
         with self._lock:
             ops = self._watchers.get(key)
             if not ops:
