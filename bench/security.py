@@ -168,8 +168,9 @@ def consume_confluent(bootstrap: str, topic: str, n: int, sec: dict[str, Any]) -
     from confluent_kafka import Consumer as CConsumer
     from confluent_kafka import TopicPartition
 
+    # fetch.queue.backoff.ms: see bench/clients.py (librdkafka's 1 s pause once its queue is full)
     consumer = CConsumer({"bootstrap.servers": bootstrap, "group.id": "bench-" + uuid.uuid4().hex,
-                          "enable.auto.commit": False, **confluent_security(sec)})
+                          "enable.auto.commit": False, "fetch.queue.backoff.ms": 20, **confluent_security(sec)})
     consumer.list_topics(topic, timeout=10)
     t_assign = time.perf_counter()
     consumer.assign([TopicPartition(topic, 0, 0)])
