@@ -148,7 +148,7 @@ def test_sasl_ssl_only_cluster_replicates_and_fails_over(secure_cluster: tuple[E
 
 def test_confluent_kafka_on_the_sasl_ssl_cluster(secure_cluster: tuple[EmbeddedCluster, str], pki: Pki) -> None:
     """librdkafka follows the brokers Metadata names: all of them at their SASL_SSL ports."""
-    confluent_kafka = pytest.importorskip("confluent_kafka")
+    import confluent_kafka  # a test dependency: missing, the test fails loudly
     cluster, _ = secure_cluster
     topic = f"ibs-{uuid.uuid4().hex[:6]}"
     cluster.create_topic(topic, 3, 2)
