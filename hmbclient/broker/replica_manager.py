@@ -448,6 +448,11 @@ class ReplicaManager:
                     if waits is not None:
                         waits.append(FetchWait(-1, 0))
                     continue
+                except StorageError as e:
+                    out.append(self._storage_failure(info.topic, info.partition, e, hw, start))
+                    if waits is not None:
+                        waits.append(FetchWait(-1, 0))
+                    continue
                 if found is not None:
                     data = self._down_convert(found, max_magic) if magic > max_magic else found
                     n = len(data)
@@ -461,6 +466,14 @@ class ReplicaManager:
             if waits is not None:
                 waits.append(FetchWait(end, n))
         return out
+
+    @staticmethod
+    def _storage_failure(topic: str, partition: int, e: StorageError, hw: int, start: int) -> FetchResult:
+        """A read that failed under a fetch (the log deleted by a StopReplica racing it, or an
+        I/O error): KAFKA_STORAGE_ERROR for that partition (retriable; the client refreshes
+        its metadata), the request's other partitions still served."""
+        log.warning("fetch of %s-%d: %s", topic, partition, e)
+        return FetchResult(ErrorCode.KAFKA_STORAGE_ERROR, hw, start, _EMPTY, 0)
 
     @staticmethod
     def _down_convert(found: FileSlice, to_magic: int) -> bytes:
@@ -529,6 +542,9 @@ class ReplicaManager:
                 found, _ = partition_log.read(info.offset, max(min(info.max_bytes, remaining), 0), min_one_entry=min_one_entry, max_offset=partition_log.log_end_offset)
             except OffsetOutOfRangeError:
                 out.append(FetchResult(ErrorCode.OFFSET_OUT_OF_RANGE, hw, start, _EMPTY, 0))
+                continue
+            except StorageError as e:
+                out.append(self._storage_failure(info.topic, info.partition, e, hw, start))
                 continue
             n = 0 if found is None else len(found)
             if n:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import socket
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -367,3 +368,35 @@ def test_a_corrupt_index_is_rebuilt_when_first_read(tmp_path: Path, damage: str)
     # Written back at close, as the appends had built it (one-record batches: an entry's last
     # offset is its first, so the header walk indexes them exactly as the appends did).
     assert path.read_bytes() == raw
+
+
+def test_fetch_of_a_deleted_log_answers_storage_error_and_serves_the_rest(tmp_path: Path) -> None:
+    """A StopReplica deleting a log while fetches still name it: that partition's answer is
+    KAFKA_STORAGE_ERROR (retriable), the other partition of the same request is served, and the
+    connection stays open (an exception here used to close it)."""
+    with EmbeddedBroker(log_dir=str(tmp_path / "data"), num_partitions=2, log_max_open_read_handles=1, log_segment_bytes=400,
+                        log_index_interval_bytes=200) as b, RawClient(b.host, b.port) as c:
+        create_topic(c, "gone")
+        for i in range(6):  # several segments each: offset 0 lies in a closed one
+            for p in (0, 1):
+                assert produce(c, "gone", p, encode([(None, b"m%d-%d" % (p, i) + b"." * 100)])).error_code == 0
+        rm = b.broker.replica_manager
+        assert rm is not None
+        part = rm.partition("gone", 0)
+        assert part is not None
+
+        def request(partitions: tuple[int, ...]) -> Any:
+            parts = [{"partition": p, "fetch_offset": 0, "partition_max_bytes": 1 << 20, "log_start_offset": -1, "current_leader_epoch": -1}
+                     for p in partitions]
+            return FetchRequest[10].build(replica_id=-1, max_wait_ms=0, min_bytes=0, max_bytes=1 << 20, isolation_level=0,
+                                          session_id=0, session_epoch=-1, topics=[("gone", parts)], forgotten_topics_data=[])
+
+        c.request(request((0,)))
+        c.request(request((1,)))  # the one cached read handle is partition 1's now
+        part.log.delete()
+        req = request((0, 1))
+        answer = {r.partition: r for r in c.request(req).topics[0].partitions}
+        assert answer[0].error_code == 56  # KAFKA_STORAGE_ERROR
+        assert answer[1].error_code == 0
+        assert [r.value for r in records.decode_records(answer[1].records)][0] == b"m1-0" + b"." * 100
+        assert c.request(req).topics[0].partitions  # the connection still serves
