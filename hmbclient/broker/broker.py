@@ -26,6 +26,7 @@ from typing import Any
 
 from hmbclient.broker.apis import KafkaApis
 from hmbclient.broker.channel import BrokerChannel
+from hmbclient.broker.config import BrokerConfig
 from hmbclient.broker.controller.controller import Controller
 from hmbclient.broker.controller.decisions import LeaderIsr
 from hmbclient.broker.controller.store import CoordinationStore, MemoryStore, ZkStore
@@ -42,7 +43,7 @@ from hmbclient.broker.security.setup import authorizer_from, inter_broker_securi
 from hmbclient.broker.server import SocketServer
 from hmbclient.broker.topics import TopicManager
 from hmbclient.clock import monotonic_ms, wall_ms
-from hmbclient.config import NEVER, BrokerConfig
+from hmbclient.config import NEVER
 from hmbclient.errors import ErrorCode, HmbError
 from hmbclient.protocol.api.cluster import ControlledShutdownRequest
 

@@ -70,8 +70,8 @@ from hmbclient.protocol.types import Array, Bytes, Int32, Int64, NullableString,
 from rebalance.paths import is_valid_topic_name
 
 if TYPE_CHECKING:
+    from hmbclient.broker.config import BrokerConfig
     from hmbclient.broker.controller.store import CoordinationStore
-    from hmbclient.config import BrokerConfig
 
 __all__ = [
     "OffsetManager",

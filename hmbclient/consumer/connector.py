@@ -50,7 +50,7 @@ from typing import Any, NamedTuple, Protocol
 from kazoo.exceptions import KazooException
 from kazoo.handlers.threading import KazooTimeoutError
 
-from hmbclient.config import ConsumerConfig
+from hmbclient.consumer.config import ConsumerConfig
 from hmbclient.errors import ConfigError, CoordinationError, HmbError
 from hmbclient.net.client import NetClient
 from hmbclient.net.metadata import Metadata

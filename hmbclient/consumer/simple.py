@@ -47,7 +47,7 @@ from collections.abc import Sequence
 from concurrent.futures import Future
 from typing import Any, NamedTuple
 
-from hmbclient.config import SimpleConsumerConfig
+from hmbclient.consumer.config import SimpleConsumerConfig
 from hmbclient.consumer.message_set import (
     ByteBufferMessageSet,
     first_entry_incomplete,

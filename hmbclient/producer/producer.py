@@ -43,7 +43,6 @@ from collections.abc import Sequence
 from typing import Any
 
 from hmbclient.clock import monotonic_ms, wall_ms
-from hmbclient.config import ProducerConfig
 from hmbclient.errors import (
     HmbError,
     LeaderNotAvailableError,
@@ -59,6 +58,7 @@ from hmbclient.net.retry import retry_policy
 from hmbclient.net.security import Security
 from hmbclient.producer.accumulator import PartitionQueue, RecordAccumulator, TopicState, Unit
 from hmbclient.producer.callbacks import overridden_hooks
+from hmbclient.producer.config import ProducerConfig
 from hmbclient.producer.data import (
     OneSendFuture,
     ProducerBatch,
