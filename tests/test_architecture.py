@@ -50,7 +50,10 @@ ALLOWED: dict[str, tuple[str, ...]] = {
     "hmbclient.children": (),
     "partitioners": (),
     "encoders": (),
-    "rebalance": (),
+    # the Kafka 0.8 znode layout and the topic-name rule: shared by the broker, the consumers
+    # and rebalance (whose rebalance.paths re-exports it, public API)
+    "hmbclient.zkpaths": (),
+    "rebalance": ("hmbclient.zkpaths",),
     # the shared foundation: the settings machinery, and each component's config declared on it
     # beside the component. hmbclient.config re-exports those (lazily) for users; they import
     # only the machinery (and the clients' shared security settings), never their component.
@@ -65,13 +68,14 @@ ALLOWED: dict[str, tuple[str, ...]] = {
     "hmbclient.producer": (*_CORE, "hmbclient.producer.config", "hmbclient.net.config", "hmbclient.protocol",
                            "hmbclient.net", "partitioners", "encoders"),
     "hmbclient.consumer": (*_CORE, "hmbclient.consumer.config", "hmbclient.net.config", "hmbclient.protocol",
-                           "hmbclient.net", "rebalance", "encoders"),
+                           "hmbclient.net", "hmbclient.zkpaths", "rebalance", "encoders"),
     "hmbclient": (*_CORE, "hmbclient.net", "hmbclient.producer", "hmbclient.consumer", "hmbclient.admin",
                   "rebalance", "partitioners", "encoders"),
     "hmbclient.admin": (*_CORE, "hmbclient", "hmbclient.protocol", "hmbclient.net", "hmbclient.consumer",
-                        "rebalance"),
+                        "hmbclient.zkpaths", "rebalance"),
     # the server and the local servers built on it
-    "hmbclient.broker": (*_CORE, "hmbclient.broker.config", "hmbclient.protocol", "rebalance", "hmbclient.children"),
+    "hmbclient.broker": (*_CORE, "hmbclient.broker.config", "hmbclient.protocol", "hmbclient.zkpaths",
+                         "hmbclient.children"),
     "hmbclient.testing": (*_CORE, "hmbclient.protocol", "hmbclient.broker", "hmbclient.children", "spark_integration"),
     # on top of the client's public surface
     "spark_integration": ("hmbclient", *_CORE, "hmbclient.net", "hmbclient.producer", "hmbclient.consumer",
@@ -210,6 +214,8 @@ def test_the_checker_catches_wrong_directions() -> None:
         ("partitioners.hashed", "from hmbclient.errors import ConfigError"),
         ("encoders.builtin", "import hmbclient"),
         ("rebalance.paths", "from hmbclient.errors import CoordinationError"),
+        ("hmbclient.zkpaths", "from hmbclient.errors import CoordinationError"),
+        ("hmbclient.broker.controller.store", "from rebalance.registry import BrokerInfo"),
         ("spark_integration.rdd", "from hmbclient.net.connection import BrokerConnection"),
         ("spark_integration.rdd", "from hmbclient.testing._process import preexec_for_current_thread"),
         ("spark_integration.rdd", "from hmbclient.broker import EmbeddedBroker"),

@@ -55,8 +55,8 @@ from hmbclient.errors import ConfigError, CoordinationError, HmbError
 from hmbclient.net.client import NetClient
 from hmbclient.net.metadata import Metadata
 from hmbclient.net.security import Security
+from hmbclient.zkpaths import make_consumer_id
 from rebalance.filters import Blacklist, TopicFilter, Whitelist
-from rebalance.paths import make_consumer_id
 from rebalance.rebalancer import Subscription, ZkRebalancer
 from rebalance.registry import BrokerInfo, TopicPartition, thread_index
 
