@@ -376,7 +376,7 @@ class ConsumerConnector:
             if self._fetchers is not None:
                 self._fetchers.close()
             for stream in self._all_streams:
-                stream._close()
+                stream.close()
             if self._client is not None:
                 self._client.close()
             if self._group_client is not None:
@@ -642,12 +642,12 @@ class ConsumerConnector:
     def on_pause(self) -> None:
         self._paused = True
         for stream in self._all_streams:
-            stream._pause(True)
+            stream.set_paused(True)
 
     def on_resume(self) -> None:
         self._paused = False
         for stream in self._all_streams:
-            stream._pause(False)
+            stream.set_paused(False)
 
     def on_revoke(self, partitions: Mapping[TopicPartition, str], commit: bool) -> None:
         # 1. Stop hand-out: after _revoke returns, not one more message of tp leaves its stream.
@@ -656,7 +656,7 @@ class ConsumerConnector:
             pti = self._ptis.pop(tp, None)
             if pti is None:
                 continue
-            position = pti.stream._revoke(pti)
+            position = pti.stream.revoke(pti)
             stopped.append(tp)
             if position is not None and position != pti.committed:
                 self._pending[tp] = position
