@@ -19,7 +19,8 @@ from __future__ import annotations
 import ssl
 from typing import Any
 
-from hmbclient.errors import ConfigError, ErrorCode, for_code
+from hmbclient.errors import ConfigError
+from hmbclient.protocol.sasl import UnsupportedSaslMechanismError
 from hmbclient.protocol.sasl_mechanisms import (
     SASL_MECHANISMS,
     PlainMechanism,
@@ -44,8 +45,6 @@ __all__ = [
 
 SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 
-#: Kafka error 33 (UNSUPPORTED_SASL_MECHANISM): the broker does not enable our mechanism.
-UnsupportedSaslMechanismError = for_code(ErrorCode.UNSUPPORTED_SASL_MECHANISM)
 
 def build_ssl_context(
     *,

@@ -11,13 +11,19 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from hmbclient.broker.security.credentials import FileCredentialStore, make_credential
 from hmbclient.broker.security.sasl import new_sasl_server
 from hmbclient.errors import ErrorCode, ProtocolError
 from hmbclient.protocol.api import ApiKey
 from hmbclient.protocol.api.base import Request
-from hmbclient.protocol.api.sasl import SaslAuthenticateResponse, SaslHandshakeRequest
+from hmbclient.protocol.api.sasl import (
+    SaslAuthenticateRequest,
+    SaslAuthenticateResponse,
+    SaslHandshakeRequest,
+)
 from hmbclient.protocol.frame import ClientConnection, ServerConnection
 from hmbclient.protocol.sasl import (
     SaslAuthenticationFailed,
@@ -94,10 +100,10 @@ def test_client_and_server_agree(store: FileCredentialStore, mechanism: str, han
 
 def test_negotiate_picks_versions_from_the_ranges() -> None:
     mech = client_mechanism("PLAIN", "alice", PASSWORD)
-    both = {ApiKey.SASL_HANDSHAKE: (0, 1), ApiKey.SASL_AUTHENTICATE: (0, 2)}
+    both: dict[int, tuple[int, int]] = {ApiKey.SASL_HANDSHAKE: (0, 1), ApiKey.SASL_AUTHENTICATE: (0, 2)}
     assert (SaslClientExchange.negotiate(mech, both).handshake_version,
             SaslClientExchange.negotiate(mech, both).authenticate_version) == (1, 1)
-    old = {ApiKey.SASL_HANDSHAKE: (0, 0)}
+    old: dict[int, tuple[int, int]] = {ApiKey.SASL_HANDSHAKE: (0, 0)}
     assert SaslClientExchange.negotiate(mech, old).handshake_version == 0
     assert SaslClientExchange.negotiate(mech, None).handshake_version == 0
 
@@ -184,7 +190,7 @@ def test_a_mechanism_bug_never_passes_for_success(store: FileCredentialStore) ->
     class Broken:
         mechanism = "PLAIN"
         complete = True
-        user = "alice"
+        user: str | None = "alice"
 
         def evaluate(self, token: bytes) -> bytes:
             raise KeyError("bug")
@@ -195,7 +201,9 @@ def test_a_mechanism_bug_never_passes_for_success(store: FileCredentialStore) ->
     server = SaslServerExchange(["PLAIN"], make)
     client = SaslClientExchange(client_mechanism("PLAIN", "alice", PASSWORD))
     step, answer = _wire(client.start(), server, 0)
-    step, answer = _wire(client.receive(answer), server, 0)
+    token_request = client.receive(answer)
+    assert isinstance(token_request, Request)
+    step, answer = _wire(token_request, server, 0)
     assert answer.error_code == ErrorCode.SASL_AUTHENTICATION_FAILED and "internal error" in answer.error_message
     assert isinstance(step.internal_error, KeyError) and step.close and step.authenticated is None
     assert server.user is None
@@ -237,3 +245,31 @@ def _handshake_ok() -> Any:
     from hmbclient.protocol.api.sasl import SaslHandshakeResponse
 
     return SaslHandshakeResponse[1](error_code=ErrorCode.NONE, mechanisms=list(MECHANISMS))
+
+
+@settings(max_examples=200, deadline=None)
+@given(data=st.binary(max_size=64), mechanism=st.sampled_from(MECHANISMS))
+def test_fuzz_raw_bytes_into_the_client_raise_only_its_errors(data: bytes, mechanism: str) -> None:
+    """Whatever a broker sends in raw mode, the client exchange answers bytes or raises a
+    ProtocolError / the mechanism's SaslAuthenticationFailedError; nothing else escapes."""
+    client = SaslClientExchange(client_mechanism(mechanism, "alice", PASSWORD), handshake_version=0, max_token_bytes=32)
+    client.start()
+    client.receive(_handshake_ok())
+    try:
+        out = client.receive_data(data)
+    except (ProtocolError, SaslAuthenticationFailedError):
+        assert client.state == "failed"
+    else:
+        assert isinstance(out, bytes)
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(token=st.binary(max_size=96), mechanism=st.sampled_from(MECHANISMS))
+def test_fuzz_tokens_into_the_server_never_authenticate_or_raise(store: FileCredentialStore, token: bytes, mechanism: str) -> None:
+    """A random client token is refused with a step (an answer and a close), never an exception,
+    and never authenticates anybody."""
+    server = _server(store)
+    server.receive_request(ApiKey.SASL_HANDSHAKE, 1, SaslHandshakeRequest[1](mechanism=mechanism), 0)
+    step = server.receive_request(ApiKey.SASL_AUTHENTICATE, 1, SaslAuthenticateRequest[1](auth_bytes=token), 0)
+    assert step.authenticated is None and server.user is None
+    assert step.internal_error is None, repr(step.internal_error)
