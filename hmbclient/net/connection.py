@@ -337,7 +337,8 @@ class BrokerConnection:
             return
         if state is ConnState.AUTHENTICATING and now_ms >= self._auth_deadline:
             self._connect_failed(
-                KafkaConnectionError(f"{self.address}: SASL {self._sasl_label()} got no answer in time"), now_ms
+                KafkaConnectionError(f"{self.address}: SASL {self._sasl.label if self._sasl else ''} got no answer in time"),
+                now_ms,
             )
             return
         if state is ConnState.READY and self._reauth_at is not None and now_ms >= self._reauth_at:
@@ -579,11 +580,6 @@ class BrokerConnection:
 
     # -- SASL (the exchange itself is protocol.sasl.SaslClientExchange; here: I/O and timers) --
 
-    def _sasl_label(self) -> str:
-        sec = self.security
-        assert sec is not None
-        return f"{sec.sasl_mechanism} authentication of user {sec.sasl_username!r}"
-
     def _start_sasl(self, versions: BrokerVersions, now_ms: float) -> None:
         assert self.security is not None
         self._sasl_versions = versions
@@ -632,12 +628,13 @@ class BrokerConnection:
         self._sasl_next(out, now_ms)
 
     def _sasl_done(self, lifetime_ms: int, now_ms: float) -> None:
+        assert self._sasl is not None
+        log.debug("%s: %s succeeded", self.address, self._sasl.label)
         self._sasl = None
         if lifetime_ms and lifetime_ms > 0:
             # Kafka's client re-authenticates at 85-95% of the lifetime (spread, so many
             # connections do not all re-authenticate at once).
             self._reauth_at = now_ms + lifetime_ms * (0.85 + 0.10 * random.random())
-        log.debug("%s: %s succeeded", self.address, self._sasl_label())
         versions = self._sasl_versions
         assert versions is not None
         if self._reauthenticating:
