@@ -8,7 +8,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 APT_PKGS := zookeeper kcat
 
-.PHONY: setup system venv test chaos demo lint typecheck bench clean
+.PHONY: setup system venv test chaos demo lint typecheck bench clean docs
 
 setup: system venv
 
@@ -25,7 +25,7 @@ $(PY):
 
 $(STAMP): pyproject.toml | $(PY)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[spark,test,dev]'
+	$(PY) -m pip install -q -e '.[spark,test,dev,docs]'
 	touch $(STAMP)
 
 venv: $(STAMP)
@@ -43,8 +43,13 @@ lint: venv
 	$(VENV)/bin/ruff check hmbclient partitioners encoders rebalance spark_integration tests bench examples
 	$(VENV)/bin/mypy hmbclient partitioners encoders rebalance spark_integration
 
+# The docs site (mkdocs.yml, docs/) into site/, warnings as errors; tests/test_docs_site.py
+# builds it in make test too.
+docs: venv
+	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict
+
 bench: setup
 	$(PY) bench/codec.py
 
 clean:
-	rm -rf $(VENV) build *.egg-info
+	rm -rf $(VENV) build dist site *.egg-info

@@ -127,8 +127,9 @@ def create_topic(brokers: str, name: str, num_partitions: int, replication_facto
     Args:
         brokers: bootstrap "host:port[,host:port]".
         name: the topic.
-        num_partitions / replication_factor: as the broker is asked to create them; the broker
-            judges them (-1 asks for its default, on brokers that know CreateTopics v4).
+        num_partitions: as the broker is asked to create them; the broker judges it (-1 asks
+            for its default, on brokers that know CreateTopics v4).
+        replication_factor: likewise.
         timeout_ms: how long the broker may take to create the topic (sent in the request);
             the client waits a few seconds longer for the answer.
 

@@ -235,7 +235,8 @@ class KafkaApis:
 
     def handle_sasl_out_of_place(self, header: RequestHeader, req: Any, channel: RequestChannel) -> None:
         """SaslHandshake/SaslAuthenticate that reached the APIs: on a listener without SASL, or
-        after authentication (re-authentication is not offered): ILLEGAL_SASL_STATE."""
+        after authentication outside a KIP-368 re-authentication (a SaslHandshake the network
+        layer takes): ILLEGAL_SASL_STATE."""
         channel.send(type(req).RESPONSE_TYPE.build(error_code=ErrorCode.ILLEGAL_SASL_STATE, mechanisms=[], error_message="no SASL on this connection now", auth_bytes=b"", session_lifetime_ms=0))
 
     # -- ApiVersions -------------------------------------------------------------------------------

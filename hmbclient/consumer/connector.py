@@ -211,7 +211,8 @@ class ConsumerConnector:
 
         Args:
             topic_count_map: ``{topic: number of streams}``.
-            key_decoder / value_decoder: ``encoders`` Decoders (default: bytes as stored).
+            key_decoder: an ``encoders`` Decoder for keys (default: bytes as stored).
+            value_decoder: an ``encoders`` Decoder for values (default: bytes as stored).
 
         Returns:
             ``{topic: [KafkaStream, ...]}``.
@@ -252,7 +253,8 @@ class ConsumerConnector:
         Args:
             topic_filter: ``Whitelist(regex)`` or ``Blacklist(regex)``.
             num_streams: streams shared by all matching topics.
-            key_decoder / value_decoder: ``encoders`` Decoders.
+            key_decoder: an ``encoders`` Decoder for keys.
+            value_decoder: an ``encoders`` Decoder for values.
 
         Returns:
             The streams; each may carry messages of several topics.
@@ -289,8 +291,8 @@ class ConsumerConnector:
         """Commit the position of every owned partition (what has been handed out).
 
         Raises:
-            HmbError / kazoo errors: the store refused the commit (nothing is lost: the next
-            commit writes the same or a later position).
+            HmbError: the store refused the commit (or ZooKeeper did, with a kazoo error);
+                nothing is lost: the next commit writes the same or a later position.
         """
         for member in list(self._members):
             member.commit_offsets()

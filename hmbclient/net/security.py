@@ -108,7 +108,9 @@ class Security:
     Args:
         protocol: PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL.
         ssl_context: a ready context (else one is built from the ``ssl_*`` arguments).
-        sasl_mechanism / sasl_username / sasl_password: the SASL credentials.
+        sasl_mechanism: the SASL mechanism.
+        sasl_username: the SASL user.
+        sasl_password: that user's password.
 
     Raises:
         ConfigError: an unknown protocol or mechanism, or SASL without user and password.
