@@ -26,6 +26,7 @@ from hmbclient import (
     SimpleConsumer,
     admin,
 )
+from hmbclient.errors import KafkaConnectionError
 from hmbclient.testing import kafka_java
 
 from .helpers import java_read_all, unique, values
@@ -82,6 +83,22 @@ def test_fetch_batches_the_java_producer_compressed(kafka4):
                    input="\n".join(lines) + "\n")
         fetched = _fetch_all(kafka4, topic)
         assert [m.message.value.decode() for m in fetched] == lines, codec
+
+
+@pytest.mark.parametrize("api_version", ["0.8", "0.10"])
+def test_pinned_pre_2_1_dialects_fail_with_a_clear_error(kafka4, api_version):
+    """Kafka 4 closes the connection on the removed versions (KIP-896): the error must say so
+    (it used to blame a TLS listener only), and nothing is silently lost or half-written."""
+    topic = unique("pinned")
+    producer = Producer(metadata_broker_list=kafka4.bootstrap, api_version=api_version,
+                        message_send_max_retries=1, retry_backoff_ms=50)
+    try:
+        with pytest.raises(KafkaConnectionError, match=r"api_version='0\.(8|10)'.*Kafka 4 removed"):
+            producer.send(ProducerData(topic, None, [b"never"]))
+    finally:
+        producer.close()
+    # Metadata v0 is still served (it auto-created the topic); nothing was written to it.
+    assert admin.latest_offsets(kafka4.bootstrap, topic) == {0: 0}
 
 
 def test_simple_consumer_offsets_and_multifetch(kafka4):
