@@ -76,6 +76,7 @@ __all__ = [
     "kafka_classpath",
     "kafka_java",
     "kafka_java_process",
+    "spark_kafka_connector_jars",
 ]
 
 # Small, fast-starting JVMs: the machine has 2 cores and is shared.
@@ -187,6 +188,23 @@ def jar_version(version: str = "4") -> str:
     jars = Path(kafka_classpath(version)[-1]).parent
     name = sorted(p.name for p in jars.glob("kafka_2.1*-*.jar"))[0]
     return name[: -len(".jar")].split("-", 1)[1]
+
+
+def spark_kafka_connector_jars() -> list[str]:
+    """Spark's own Kafka connector (``format("kafka")``) for ``spark.jars``: the connector,
+    its token provider, kafka-clients and commons-pool2 from ``peers/spark-kafka`` (Spark,
+    Scala and Hadoop themselves come with pyspark).
+
+    Raises:
+        ApacheKafkaNotFoundError: ``make peers`` has not run.
+    """
+    jars = _peers_root() / "spark-kafka" / "jars"
+    wanted = ("spark-sql-kafka-0-10_", "spark-token-provider-kafka-0-10_", "kafka-clients-", "commons-pool2-")
+    found = [next(iter(sorted(jars.glob(f"{w}*.jar"))), None) for w in wanted] if jars.is_dir() else [None]
+    if not all(found):
+        raise ApacheKafkaNotFoundError(
+            f"Spark's Kafka connector is not in {jars}: run `make peers` (peers/spark-kafka/pom.xml)")
+    return [str(j) for j in found]
 
 
 # --------------------------------------------------------------------- Java tools
