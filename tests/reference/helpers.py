@@ -21,8 +21,9 @@ def _b64(s: str) -> bytes | None:
 
 def java_read_all(bootstrap: str, topics: list[str] | str, count: int, *, timeout_ms: int = 60_000,
                   properties: str | None = None) -> list[tuple[str, int, int, bytes | None, bytes | None]]:
-    """Every record of ``topics`` from the beginning, read by Kafka's Java consumer:
-    (topic, partition, offset, key, value). Fails unless ``count`` records came within the timeout."""
+    """Every record of ``topics`` from the beginning to the end offsets they had when the
+    reader started, read by Kafka's Java consumer: (topic, partition, offset, key, value).
+    Fails unless the end and at least ``count`` records were reached within the timeout."""
     names = [topics] if isinstance(topics, str) else topics
     args = [bootstrap, ",".join(names), str(count), str(timeout_ms)]
     if properties:

@@ -1,12 +1,14 @@
 // Reads topics from the beginning with Kafka's own Java consumer (KafkaConsumer, no group) and
 // prints one line per record: topic TAB partition TAB offset TAB base64(key) TAB base64(value)
-// ("-" for null). Stops after `count` records or `timeoutMs` without reaching them (exit 2).
+// ("-" for null). Reads up to the end offsets the partitions had when it started, and at least
+// `count` records; fails (exit 2) when that is not done within `timeoutMs`.
 // Usage: ReadAll BOOTSTRAP TOPIC[,TOPIC...] COUNT TIMEOUT_MS [CLIENT_PROPERTIES_FILE]
 import java.io.FileInputStream;
 import java.time.Duration;
 import java.util.ArrayList;
 import java.util.Base64;
 import java.util.List;
+import java.util.Map;
 import java.util.Properties;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
 import org.apache.kafka.clients.consumer.KafkaConsumer;
@@ -17,6 +19,15 @@ import org.apache.kafka.common.serialization.ByteArrayDeserializer;
 public class ReadAll {
     static String b64(byte[] b) {
         return b == null ? "-" : Base64.getEncoder().encodeToString(b);
+    }
+
+    static boolean atEnd(KafkaConsumer<byte[], byte[]> consumer, Map<TopicPartition, Long> ends) {
+        for (Map.Entry<TopicPartition, Long> e : ends.entrySet()) {
+            if (consumer.position(e.getKey()) < e.getValue()) {
+                return false;
+            }
+        }
+        return true;
     }
 
     public static void main(String[] args) throws Exception {
@@ -33,6 +44,7 @@ public class ReadAll {
         long count = Long.parseLong(args[2]);
         long deadline = System.currentTimeMillis() + Long.parseLong(args[3]);
         long seen = 0;
+        boolean reachedEnd = false;
         try (KafkaConsumer<byte[], byte[]> consumer = new KafkaConsumer<>(props)) {
             List<TopicPartition> parts = new ArrayList<>();
             for (String topic : args[1].split(",")) {
@@ -43,16 +55,18 @@ public class ReadAll {
             }
             consumer.assign(parts);
             consumer.seekToBeginning(parts);
-            while (seen < count && System.currentTimeMillis() < deadline) {
+            Map<TopicPartition, Long> ends = consumer.endOffsets(parts);
+            while ((seen < count || !atEnd(consumer, ends)) && System.currentTimeMillis() < deadline) {
                 for (ConsumerRecord<byte[], byte[]> r : consumer.poll(Duration.ofMillis(200))) {
                     System.out.println(r.topic() + "\t" + r.partition() + "\t" + r.offset() + "\t" + b64(r.key()) + "\t" + b64(r.value()));
                     seen++;
                 }
             }
+            reachedEnd = atEnd(consumer, ends);
         }
         System.out.flush();
-        if (seen < count) {
-            System.err.println("ReadAll: read " + seen + " of " + count + " records before the timeout");
+        if (seen < count || !reachedEnd) {
+            System.err.println("ReadAll: read " + seen + " of " + count + " records before the timeout (end reached: " + reachedEnd + ")");
             System.exit(2);
         }
     }
