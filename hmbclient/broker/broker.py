@@ -26,6 +26,7 @@ from typing import Any
 
 from hmbclient.broker.apis import KafkaApis
 from hmbclient.broker.channel import BrokerChannel
+from hmbclient.broker.configs import ConfigDescriber
 from hmbclient.broker.controller.controller import Controller
 from hmbclient.broker.controller.decisions import LeaderIsr
 from hmbclient.broker.controller.store import CoordinationStore, MemoryStore, ZkStore
@@ -260,6 +261,7 @@ class Broker:
                 controller_guard=self._check_controller,
                 controlled_shutdown=self._serve_controlled_shutdown,
                 group_coordinator=groups,
+                configs=ConfigDescriber(cfg, metadata.has_topic),
             )
             self.apis.authorizer = authorizer_from(cfg, store)
             self.apis.inter_broker_listener = cfg.inter_broker_protocol

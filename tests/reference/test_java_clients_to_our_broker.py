@@ -145,6 +145,30 @@ def test_java_admin_producer_and_consumer_group(broker, tmp_path):
             c.stop()
 
 
+def test_java_admin_describes_configs(broker):
+    """Kafka's AdminClient.describeConfigs and kafka-topics --describe (which asks it first) on our
+    broker. Before DescribeConfigs was served both failed: "The node does not support
+    DESCRIBE_CONFIGS"."""
+    bs = _bootstrap(broker, "PLAINTEXT")
+    topic = unique("jconf")
+    admin.create_topic(bs, topic, 2, 1)
+    configs = dict(line.split("=", 1) for line in kafka_java("AdminCheck", bs, "describe-configs", topic).stdout.splitlines())
+    cfg = broker.config
+    assert configs["retention.ms"] == str(cfg.log_retention_ms)
+    assert configs["segment.bytes"] == str(cfg.log_segment_bytes)
+    assert configs["max.message.bytes"] == str(cfg.message_max_bytes)
+    assert configs["min.insync.replicas"] == str(cfg.min_insync_replicas)
+    out = kafka_java("org.apache.kafka.tools.TopicCommand", "--bootstrap-server", bs, "--describe", "--topic", topic).stdout
+    assert f"Topic: {topic}" in out and "PartitionCount: 2" in out
+    assert out.count("Leader: ") == 2
+    # The broker's own settings, secrets hidden; an unknown topic is an error, not an empty list.
+    brokers = kafka_java("org.apache.kafka.tools.ConfigCommand", "--bootstrap-server", bs, "--describe", "--all",
+                         "--entity-type", "brokers", "--entity-name", str(cfg.broker_id)).stdout
+    assert f"num.partitions={cfg.num_partitions}" in brokers
+    missing = kafka_java("AdminCheck", bs, "describe-configs", unique("nosuch"), check=False)
+    assert missing.returncode != 0 and "UnknownTopicOrPartition" in missing.stderr
+
+
 @pytest.mark.parametrize("mechanism", ["SCRAM-SHA-512", "PLAIN"])
 def test_java_clients_over_sasl_ssl(broker, tmp_path, mechanism):
     bs = _bootstrap(broker, "SASL_SSL")
