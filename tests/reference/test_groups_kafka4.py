@@ -4,6 +4,9 @@ Kafka's own VerifiableConsumer (the classic protocol, RangeAssignor): members jo
 the other, one leaves, and every message is delivered to some member (duplicates allowed only
 around a rebalance, so they are not counted). Both members hold partitions at the same time,
 which only happens if Kafka accepted our member's JoinGroup/SyncGroup in the Java member's group.
+
+Also the seeds' design on a modern broker: two ConsumerConnectors balanced through a separate
+ZooKeeper (``zookeeper.connect`` + ``metadata.broker.list``) fetching from Kafka 4.
 """
 
 from __future__ import annotations
@@ -123,6 +126,49 @@ def test_mixed_group_ours_and_javas_classic_consumer(kafka4, tmp_path):
         wait_until(lambda: set(ours.values) >= set(third), 60, "ours alone read the third batch",
                    lambda: (len(ours.values), ours.partitions))
         assert ours.partitions == {0, 1, 2, 3}
+    finally:
+        for m in members:
+            m.stop()
+
+
+class OurZkMember(OurMember):
+    """hmbclient's ConsumerConnector balanced through a separate ZooKeeper (the 0.8 design)
+    while it fetches from Kafka 4 (which has no ZooKeeper of its own)."""
+
+    def __init__(self, zookeeper: str, bootstrap: str, topic: str, group: str) -> None:
+        self.values = []
+        self.partitions = set()
+        self.connector = Consumer.create({
+            "zookeeper.connect": zookeeper, "metadata.broker.list": bootstrap, "group.id": group,
+            "auto.offset.reset": "smallest", "consumer.timeout.ms": 200, "auto.commit.interval.ms": 200})
+        self._stop = threading.Event()
+        self.stream = self.connector.create_message_streams({topic: 1})[topic][0]
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+
+def test_zookeeper_group_over_kafka4(kafka4, zookeeper):
+    zk = f"{zookeeper.connect}/{unique('zk-group')}"
+    topic, group = unique("zkgrp"), unique("group")
+    admin.create_topic(kafka4.bootstrap, topic, 4, 1)
+    members = [OurZkMember(zk, kafka4.bootstrap, topic, group)]
+    try:
+        first = [f"a-{i}" for i in range(200)]
+        _produce(kafka4.bootstrap, topic, first)
+        wait_until(lambda: set(members[0].values) >= set(first), 60, "one member read batch a")
+        members.append(OurZkMember(zk, kafka4.bootstrap, topic, group))
+        # Small batches until the second member owns partitions too (bounded: 20 batches).
+        sent = list(first)
+        for round_ in range(20):
+            batch = [f"b{round_}-{i}" for i in range(40)]
+            _produce(kafka4.bootstrap, topic, batch)
+            sent += batch
+            wait_until(lambda b=batch: set(members[0].values) | set(members[1].values) >= set(b), 60,
+                       "the two members read the batch")
+            if members[1].partitions:
+                break
+        assert members[1].partitions and members[0].partitions
+        assert set(members[0].values) | set(members[1].values) == set(sent)
     finally:
         for m in members:
             m.stop()
