@@ -40,3 +40,20 @@ def test_a_node_that_cannot_start_fails_with_its_log():
     with pytest.raises(ApacheKafkaError, match=r"(?s)failed for node 0.*NOSUCH defined in inter.broker.listener.name"), \
             ApacheKafka(extra_config={"inter.broker.listener.name": "NOSUCH"}, startup_timeout_s=60):
         pass
+
+
+def test_the_pytest_fixture_serves(apache_kafka):
+    """The plugin's ``apache_kafka`` fixture, as a user's suite gets it."""
+    from hmbclient import FetchRequest, Producer, ProducerData, SimpleConsumer
+
+    producer = Producer(metadata_broker_list=apache_kafka.bootstrap, request_required_acks=-1)
+    try:
+        producer.send(ProducerData("fixture-topic", None, [b"hello"]))
+    finally:
+        producer.close()
+    host, port = apache_kafka.bootstrap.split(":")
+    consumer = SimpleConsumer(host, int(port))
+    try:
+        assert [m.message.value for m in consumer.fetch(FetchRequest("fixture-topic", 0, 0, 65536))] == [b"hello"]
+    finally:
+        consumer.close()
