@@ -145,6 +145,19 @@ def test_java_admin_producer_and_consumer_group(broker, tmp_path):
             c.stop()
 
 
+def test_java_idempotent_producer_is_served(broker, tmp_path):
+    """Kafka 4's producer is idempotent by default: InitProducerId, then batches with a producer
+    id and sequence numbers. Our broker serves that path (no faults here, so no retries: this is
+    not a de-duplication test -- that belongs to the idem-broker work)."""
+    bs = _bootstrap(broker, "PLAINTEXT")
+    topic = unique("jidem")
+    config = _props_file(tmp_path / "idem.properties", {"enable.idempotence": "true", "retries": "5"})
+    acked = verifiable_produce(bs, topic, 500, config)
+    assert len(acked) == 500
+    records = java_read_all(bs, topic, 500)
+    assert [r[4].decode() for r in records] == [e["value"] for e in acked]
+
+
 def test_java_admin_describes_configs(broker):
     """Kafka's AdminClient.describeConfigs and kafka-topics --describe (which asks it first) on our
     broker. Before DescribeConfigs was served both failed: "The node does not support
