@@ -27,6 +27,7 @@ from typing import Any
 from hmbclient.broker.apis import KafkaApis
 from hmbclient.broker.channel import BrokerChannel
 from hmbclient.broker.config import BrokerConfig
+from hmbclient.broker.configs import ConfigDescriber
 from hmbclient.broker.controller.controller import Controller
 from hmbclient.broker.controller.decisions import LeaderIsr
 from hmbclient.broker.controller.store import CoordinationStore, MemoryStore, ZkStore
@@ -261,6 +262,7 @@ class Broker:
                 controller_guard=self._check_controller,
                 controlled_shutdown=self._serve_controlled_shutdown,
                 group_coordinator=groups,
+                configs=ConfigDescriber(cfg, metadata.has_topic),
             )
             self.apis.authorizer = authorizer_from(cfg, store)
             self.apis.inter_broker_listener = cfg.inter_broker_protocol

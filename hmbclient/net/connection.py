@@ -409,10 +409,19 @@ class BrokerConnection:
         # plaintext request never completes: say so when nothing at all came back.
         if self._tls or self._heard or self.state not in (ConnState.PROBING, ConnState.READY):
             return ""
-        return (
+        hint = (
             "; nothing at all came back on this connection: if this is a TLS listener, set "
             "security.protocol to SSL or SASL_SSL"
         )
+        if not self.dialect.probe and self.dialect.name in ("0.8", "0.10"):
+            # Kafka 4 closes the connection on request versions it removed (KIP-896: all
+            # before Kafka 2.1), which is all a pinned 0.8/0.10 dialect speaks.
+            hint += (
+                f"; or the broker no longer serves the request versions of api_version="
+                f"{self.dialect.name!r} (Kafka 4 removed those older than 2.1): use "
+                "api_version='auto' or '2.1'"
+            )
+        return hint
 
     def buffered(self) -> bool:
         """True when the TLS layer holds decrypted bytes not yet read (the selector cannot
