@@ -338,3 +338,38 @@ def test_retention_and_expiry_forget_producers(tmp_path: Path) -> None:
 def test_producer_batches_reads_only_idempotent_v2(tmp_path: Path) -> None:
     buf = bytearray(idem_batch([b"a"], 3, 1, 4) + idem_batch([b"b"], -1, -1, -1))
     assert [(h.producer_id, h.producer_epoch, h.base_sequence) for h in producer_batches(buf)] == [(3, 1, 4)]
+
+
+# -- ACL: InitProducerId needs IdempotentWrite on the cluster or Write on some topic ---------------
+def test_init_producer_id_needs_idempotent_write_or_write_on_a_topic(tmp_path: Path) -> None:
+    from hmbclient.broker.security.authorizer import Acl, FileAclStore
+    from hmbclient.broker.security.credentials import FileCredentialStore, make_credential
+    from hmbclient.protocol.api import ApiKey
+    from hmbclient.protocol.api.base import REQUESTS
+
+    creds = FileCredentialStore(str(tmp_path / "credentials.json"))
+    for user in ("writer", "idem", "reader"):
+        creds.put(user, {"SCRAM-SHA-256": make_credential("SCRAM-SHA-256", f"{user}-pw")})
+    acls = FileAclStore(str(tmp_path / "acls.json"))
+    acls.add([
+        Acl.make("Topic", "w-", "User:writer", "Write", pattern_type="PREFIXED"),
+        Acl.make("Cluster", "kafka-cluster", "User:idem", "IdempotentWrite"),
+        Acl.make("Topic", "w-", "User:reader", "Read", pattern_type="PREFIXED"),
+    ])
+    with EmbeddedBroker(
+        log_dir=str(tmp_path / "logs"),
+        listeners=["SASL_PLAINTEXT://127.0.0.1:0"],
+        sasl_credentials_file=creds.path,
+        authorizer_class_name="kafka.security.authorizer.AclAuthorizer",
+        authorizer_acls_file=acls.path,
+    ) as b:
+        codes = {}
+        for user in ("writer", "idem", "reader"):
+            with RawClient("127.0.0.1", b.port) as c:
+                hs = c.request(REQUESTS[(ApiKey.SASL_HANDSHAKE, 1)].build(mechanism="PLAIN"))
+                assert hs.error_code == 0
+                auth = c.request(REQUESTS[(ApiKey.SASL_AUTHENTICATE, 1)].build(auth_bytes=f"\0{user}\0{user}-pw".encode()))
+                assert auth.error_code == 0, auth
+                r = c.request(InitProducerIdRequest[1](transactional_id=None, transaction_timeout_ms=60_000))
+                codes[user] = (r.error_code, r.producer_id >= 0)
+    assert codes == {"writer": (0, True), "idem": (0, True), "reader": (E.CLUSTER_AUTHORIZATION_FAILED, False)}
