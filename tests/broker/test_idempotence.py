@@ -30,6 +30,7 @@ from hmbclient.broker.log.producer_state import (
     ProducerStateEntry,
     Verdict,
     check_batch,
+    last_sequence,
     producer_batches,
 )
 from hmbclient.broker.process import BrokerProcess
@@ -83,7 +84,7 @@ def ready(c: RawClient, topic: str) -> None:
 
 # -- the pure decision ----------------------------------------------------------------------------
 def _hdr(pid: int = 7, epoch: int = 0, seq: int = 0, n: int = 1) -> BatchHeader:
-    return BatchHeader(pid, epoch, seq, n - 1, 1000, 0)
+    return BatchHeader(pid, epoch, seq, last_sequence(seq, n - 1), 0, n - 1, 1000)
 
 
 def test_check_batch_cases() -> None:
@@ -185,7 +186,7 @@ def _retry_after(restart: Any, c_factory: Any, topic: str, *, batches: int = 12)
     c.close()
     restart()
     c = c_factory()
-    wait_until(lambda: fetch(c, topic, 0, 0).error_code == 0, what="partition back after the restart")
+    wait_until(lambda: fetch(c, topic, 0, 0).error_code == 0, timeout_s=30, what="partition back after the restart")
     for b, off in sent[-5:]:
         r = produce(c, topic, b)
         assert (r.error_code, r.base_offset) == (0, off), r
@@ -205,7 +206,7 @@ def test_dedupe_survives_a_clean_restart(tmp_path: Path, segment_bytes: int) -> 
             assert any(n.endswith(".snapshot") for n in os.listdir(tmp_path / "idem-clean-0"))
             b.start()
 
-        _retry_after(restart, lambda: RawClient(b.host, b.port), "idem-clean")
+        _retry_after(restart, lambda: RawClient(b.host, b.port, timeout_s=30), "idem-clean")
 
 
 @pytest.mark.parametrize("segment_bytes", [1 << 30, 300])
@@ -215,7 +216,7 @@ def test_dedupe_survives_kill_9(tmp_path: Path, segment_bytes: int) -> None:
             bp.kill()
             bp.start()
 
-        _retry_after(restart, lambda: RawClient(bp.host, bp.port), "idem-kill")
+        _retry_after(restart, lambda: RawClient(bp.host, bp.port, timeout_s=30), "idem-kill")
 
 
 def test_producer_ids_standalone_are_recorded_in_the_log_dir(tmp_path: Path) -> None:
