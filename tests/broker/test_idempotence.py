@@ -374,3 +374,48 @@ def test_init_producer_id_needs_idempotent_write_or_write_on_a_topic(tmp_path: P
                 r = c.request(InitProducerIdRequest[1](transactional_id=None, transaction_timeout_ms=60_000))
                 codes[user] = (r.error_code, r.producer_id >= 0)
     assert codes == {"writer": (0, True), "idem": (0, True), "reader": (E.CLUSTER_AUTHORIZATION_FAILED, False)}
+
+
+def test_a_corrupt_snapshot_is_deleted_and_the_state_rebuilt_from_the_log(tmp_path: Path) -> None:
+    lg = _log(tmp_path)
+    sent = [idem_batch([b"c%d" % s], 4, 0, s) for s in range(6)]
+    for b in sent:
+        lg.append(b, leader_epoch=0)
+    assert lg.close()
+    snaps = [n for n in os.listdir(lg.directory) if n.endswith(".snapshot")]
+    assert snaps == [f"{6:020d}.snapshot"]
+    path = os.path.join(lg.directory, snaps[0])
+    data = bytearray(Path(path).read_bytes())
+    data[-1] ^= 0xFF  # a flipped bit: the CRC no longer matches
+    Path(path).write_bytes(bytes(data))
+    again = _log(tmp_path)  # an unclean start-up: rebuilt from the log
+    assert not os.path.exists(path)
+    assert again.producer_state.producers[4].last_seq == 5
+    assert again.append(sent[5], leader_epoch=0).duplicate
+    again.close()
+
+
+def test_a_snapshot_past_the_log_end_is_dropped(tmp_path: Path) -> None:
+    lg = _log(tmp_path)
+    for s in range(4):
+        lg.append(idem_batch([b"e%d" % s], 4, 0, s), leader_epoch=0)
+    assert lg.close()
+    # as if the log lost its tail after the snapshot was written (the snapshot says 4 batches)
+    seg = os.path.join(lg.directory, f"{0:020d}.log")
+    size = os.path.getsize(seg)
+    with open(seg, "r+b") as f:
+        f.truncate(size - len(idem_batch([b"e3"], 4, 0, 3)))
+    again = _log(tmp_path)
+    assert again.log_end_offset == 3
+    assert not [n for n in os.listdir(again.directory) if n.endswith(".snapshot")]
+    assert again.producer_state.producers[4].last_seq == 2  # from the log, not the stale snapshot
+    assert not again.append(idem_batch([b"e3"], 4, 0, 3), leader_epoch=0).duplicate
+    again.close()
+
+
+def test_a_malformed_producer_id_block_file_refuses_init_producer_id(tmp_path: Path) -> None:
+    (tmp_path / "producer-id-block").write_bytes(b"not json")
+    with EmbeddedBroker(log_dir=str(tmp_path)) as b, RawClient(b.host, b.port) as c:
+        r = c.request(InitProducerIdRequest[1](transactional_id=None, transaction_timeout_ms=60_000))
+        assert (r.error_code, r.producer_id) == (E.COORDINATOR_NOT_AVAILABLE, -1)
+    assert (tmp_path / "producer-id-block").read_bytes() == b"not json"  # nothing guessed over it
