@@ -279,6 +279,11 @@ class ProducerStateManager:
             BrokerError: INVALID_PRODUCER_EPOCH, UNKNOWN_PRODUCER_ID or
                 OUT_OF_ORDER_SEQUENCE_NUMBER (nothing may be written).
         """
+        if len(batches) == 1:  # what producers send: one batch per partition per request
+            b = batches[0]
+            current = self.producers.get(b.producer_id)
+            if check_batch(current, b) is _APPEND:
+                return _Plan(None, {b.producer_id: apply_batch(current, b)})
         updates: dict[int, ProducerStateEntry] = {}
         for b in batches:
             current = updates.get(b.producer_id) or self.producers.get(b.producer_id)
