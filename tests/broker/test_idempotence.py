@@ -286,8 +286,9 @@ def _log(tmp_path: Path, **cfg: Any) -> Log:
     return Log(str(tmp_path / "t-0"), LogConfig(**cfg))
 
 
-def test_truncation_forgets_the_batches_cut_away(tmp_path: Path) -> None:
-    lg = _log(tmp_path, segment_bytes=300)
+@pytest.mark.parametrize("segment_bytes", [300, 1 << 30])  # snapshots at rolls / none yet
+def test_truncation_forgets_the_batches_cut_away(tmp_path: Path, segment_bytes: int) -> None:
+    lg = _log(tmp_path, segment_bytes=segment_bytes)
     batches = [idem_batch([b"t%d" % s], 5, 0, s) for s in range(10)]
     for b in batches:
         assert not lg.append(b, leader_epoch=0).duplicate

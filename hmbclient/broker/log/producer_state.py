@@ -33,10 +33,11 @@ Durability (invariant: the state describes exactly the batches below ``end_offse
   log writes one when it rolls a segment (``offset`` = the new segment's base) and at a clean
   close (the log end). Written to ``.tmp``, fsynced, renamed.
 - Start-up loads the newest snapshot at or below the log end and rebuilds from there by reading
-  batch headers to the log end (after an unclean shutdown: the active segment). With no
-  snapshot at all (a log older than this code) the rebuild starts at the second-to-last
-  segment, which bounds start-up work as Kafka does for logs without snapshots. A snapshot that
-  fails its CRC is deleted with a warning and the next older one is tried.
+  batch headers to the log end (after an unclean shutdown: the active segment). With no sound
+  snapshot the rebuild reads the active segment: a roll snapshots any state that has (or ever
+  had) producers, so no idempotent batch written by this code lies before it (a log older
+  than producer state is not searched, as Kafka does for logs without snapshots). A snapshot
+  that fails its CRC is deleted with a warning and the next older one is tried.
 - Truncation (KIP-101 follower truncation) deletes the snapshots past the new end and reloads
   the same way; retention drops producers whose last batch is below the new log start and the
   snapshots below it; ``remove_expired`` drops producers silent for
