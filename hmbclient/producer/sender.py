@@ -7,7 +7,8 @@ straight from the batches' value/key columns by ``v2.encode_batches``), sends
 one Produce request per broker and maps each partition's answer back to its batches
 (base offsets derived per batch: the unit's base offset plus the messages before it).
 
-:class:`SenderThread` loops: close lingering batches whose time is up, drain sendable units,
+:class:`SendEngine` is the one engine of both paths (the async :class:`SenderThread` runs it;
+a sync ``send`` runs it in the caller's thread until its batches are complete). It loops: close lingering batches whose time is up, drain sendable units,
 refresh metadata when asked (or when it is older than the refresh interval), send, and process
 completions that the I/O thread queued. Retriable failures (error.retriable, lost connections,
 timeouts) invalidate the topic's metadata and put the unit's batches back at the *front* of
@@ -47,7 +48,7 @@ from hmbclient.protocol.api.base import ApiKey
 from hmbclient.protocol.records import encode_records
 from hmbclient.protocol.records.v2 import encode_batches
 
-__all__ = ["Dispatcher", "SenderThread"]
+__all__ = ["Dispatcher", "SendEngine", "SenderThread"]
 
 # What a broker answers when a merged record set is over its limits (message.max.bytes, or
 # the segment size).
@@ -191,8 +192,16 @@ class Dispatcher:
             call_hook(self.hooks, "on_error", b, err)
 
 
-class SenderThread(threading.Thread):
-    """The async producer's background sender. See the module docstring."""
+class SendEngine:
+    """The one send engine, sync and async: drain ready units from the accumulator, send them
+    (one Produce request per leader), apply the answers and decide each failure's fate (retry
+    at the front of its partition's queue after a backoff, or fail). See the module docstring.
+
+    Driven by :meth:`run`, in one thread at a time: the async producer's
+    :class:`SenderThread`, or a sync ``send`` in its caller's thread (the producer holds a lock
+    so that one caller drives while others wait their turn; each drives until its own batches
+    are complete, completing anyone's on the way).
+    """
 
     def __init__(
         self,
@@ -205,7 +214,6 @@ class SenderThread(threading.Thread):
         retry_backoff_ms: float,
         refresh_topics: Callable[[], None],
     ) -> None:
-        super().__init__(name="hmbclient-producer-sender", daemon=True)
         self.acc = acc
         self.dispatcher = dispatcher
         self.metadata = metadata
@@ -216,7 +224,6 @@ class SenderThread(threading.Thread):
         self.completions: deque[tuple[list[Unit], Any, BaseException | None]] = deque()
         self.in_flight = 0
         self._next_metadata_attempt = 0.0
-        self.stopped = threading.Event()
 
     # called on the I/O thread
     def _on_done(self, units: list[Unit], fut: Future[Any]) -> None:
@@ -227,27 +234,23 @@ class SenderThread(threading.Thread):
             if acc.sender_waiting:
                 acc.work.notify()
 
-    def run(self) -> None:
-        try:
-            self._loop()
-        except BaseException:  # pragma: no cover - a bug: fail loudly, release callers
-            log.exception("producer sender thread crashed")
-            self._abort(KafkaConnectionError("producer sender thread crashed; see the log"))
-        finally:
-            self.stopped.set()
+    def finished(self) -> bool:
+        """The async sender's end (lock held): closing, and nothing queued or in flight."""
+        return self.acc.closing and not self.acc.queued and not self.in_flight and not self.completions
 
-    def _loop(self) -> None:
+    def run(self, done: Callable[[], bool]) -> None:
+        """Drive the engine until ``done()`` (asked with the accumulator's lock held)."""
         acc = self.acc
         hooks = self.dispatcher.hooks
         after_batching = hooks.get("after_batching")
         while True:
             with acc.lock:
                 while True:
+                    if done():
+                        return
                     now = monotonic_ms()
                     closed = acc.close_expired(now) if acc.lingering else []
                     units, wake = acc.drain(now)
-                    if acc.closing and not acc.queued and not self.in_flight and not self.completions:
-                        return
                     if units or closed or self.completions or (acc.queued and self._metadata_due(now)):
                         break
                     acc.sender_wake_at = wake
@@ -354,17 +357,26 @@ class SenderThread(threading.Thread):
         with acc.lock:
             acc.release(unit)
 
-    def _abort(self, err: BaseException) -> None:
-        acc = self.acc
-        with acc.lock:
-            for topic in acc.topics.values():
-                for queue in topic.parts:
-                    batches = list(queue.ready)
-                    if queue.open is not None:
-                        batches.append(queue.open)
-                    queue.ready.clear()
-                    queue.open = None
-                    for b in batches:
-                        b.fail(err)
-                        acc.queued -= len(b.values)
-            acc.space.notify_all()
+    def abort(self, err: BaseException) -> None:
+        """Fail everything still queued with ``err`` (the driver is gone)."""
+        self.acc.fail_all(err)
+
+
+class SenderThread(threading.Thread):
+    """The async producer's background sender: runs the :class:`SendEngine` until the
+    accumulator is closing and empty."""
+
+    def __init__(self, engine: SendEngine) -> None:
+        super().__init__(name="hmbclient-producer-sender", daemon=True)
+        self.engine = engine
+        self.stopped = threading.Event()
+
+    def run(self) -> None:
+        engine = self.engine
+        try:
+            engine.run(engine.finished)
+        except BaseException:  # pragma: no cover - a bug: fail loudly, release callers
+            log.exception("producer sender thread crashed")
+            engine.abort(KafkaConnectionError("producer sender thread crashed; see the log"))
+        finally:
+            self.stopped.set()
