@@ -378,19 +378,53 @@ class RecordAccumulator:
                     if queue.retry_at < wake:
                         wake = queue.retry_at
                     continue
-                taken = [ready.popleft()]
-                size = taken[0].nbytes
-                # A batch split off after MESSAGE_TOO_LARGE travels alone.
-                while ready and not taken[0].solo and not ready[0].solo and size + ready[0].nbytes <= cap:
-                    b = ready.popleft()
-                    size += b.nbytes
-                    taken.append(b)
+                head = ready.popleft()
+                wire = head.wire
+                if wire is not None:
+                    # Sent before with a sequence: exactly the same batches go again (the
+                    # broker recognises a retry by its producer id, epoch and sequences).
+                    taken = [head]
+                    for _ in range(len(wire) - 1):
+                        taken.append(ready.popleft())
+                else:
+                    taken = [head]
+                    size = head.nbytes
+                    # A batch split off after MESSAGE_TOO_LARGE travels alone.
+                    while ready and not head.solo and not ready[0].solo and size + ready[0].nbytes <= cap:
+                        b = ready.popleft()
+                        size += b.nbytes
+                        taken.append(b)
                 if ready:
                     remaining += 1
                 queue.muted = True
                 units.append(Unit(queue.topic, queue.partition, taken, queue))
         self.ready_count = remaining
         return units, wake
+
+    def linger_wake(self) -> float:
+        """When the first lingering batch must close (monotonic ms; inf: none) (lock held)."""
+        return self.lingering[0][0] if self.lingering else _INF
+
+    def remove_ready(self, pred: Any) -> list[ProducerBatch]:
+        """Take out of the queues every ready batch for which ``pred(batch)`` is true (lock
+        held; nothing may be in flight). They no longer count as queued."""
+        removed: list[ProducerBatch] = []
+        for topic in self.topics.values():
+            for queue in topic.parts:
+                if not queue.ready:
+                    continue
+                keep: deque[ProducerBatch] = deque()
+                for b in queue.ready:
+                    (removed if pred(b) else keep).append(b)
+                queue.ready = keep
+        if removed:
+            self.queued -= sum(len(b.values) for b in removed)
+            self.space.notify_all()
+        return removed
+
+    def ready_batches(self) -> list[ProducerBatch]:
+        """Every ready batch, partition by partition in queue order (lock held)."""
+        return [b for topic in self.topics.values() for queue in topic.parts for b in queue.ready]
 
     def requeue_front(self, unit: Unit, retry_at: float) -> None:
         """Put a unit's batches back at the head of its partition queue (lock held)."""

@@ -65,6 +65,7 @@ from hmbclient.producer.data import (
     RecordMetadata,
     SendFutures,
 )
+from hmbclient.producer.idempotence import IdempotenceState
 from hmbclient.producer.sender import Dispatcher, SendEngine, SenderThread, call_hook
 from hmbclient.protocol.records import NONE, codec_from_name
 from partitioners import DefaultPartitioner
@@ -124,6 +125,7 @@ class Producer:
             config = config.replace(**settings)
         self.config = config
         self._closed = False
+        self._listeners: list[Any] = []
         self._client = _open_client(config)
         refresh = config.topic_metadata_refresh_interval_ms
         self._metadata = Metadata(
@@ -194,6 +196,8 @@ class Producer:
                 max_retries=cfg.message_send_max_retries,
                 retry_backoff_ms=cfg.retry_backoff_ms,
                 refresh_topics=self._grow_topics,
+                idempotence=IdempotenceState(explicit=cfg.enable_idempotence is True) if cfg.idempotence else None,
+                emit=self._emit,
             )
             if self._async:
                 self._sender = SenderThread(self._engine)
@@ -224,8 +228,31 @@ class Producer:
         return self._metadata
 
     def add_listener(self, listener: Any) -> None:
-        """Receive broker status events (BrokerEvent: broker_connected / _disconnected / _unavailable)."""
+        """Receive status events: BrokerEvent (broker_connected / _disconnected /
+        _unavailable, on the I/O thread) and, from an idempotent producer, ProducerEvent
+        (producer_id_assigned / producer_id_renewed / batches_unresolved / idempotence_off,
+        on the thread that sends). Listeners must not block."""
         self._client.add_listener(listener)
+        self._listeners.append(listener)
+
+    def _emit(self, event: Any) -> None:
+        for listener in list(self._listeners):
+            listener(event)
+
+    @property
+    def idempotent(self) -> bool:
+        """Whether sends carry producer id, epoch and sequences (enable.idempotence)."""
+        engine = getattr(self, "_engine", None)
+        return engine is not None and engine.idem is not None
+
+    @property
+    def producer_identity(self) -> tuple[int, int] | None:
+        """(producer id, epoch) of an idempotent producer once the broker gave one, else None."""
+        engine = getattr(self, "_engine", None)
+        idem = engine.idem if engine is not None else None
+        if idem is None or idem.producer_id < 0:
+            return None
+        return idem.producer_id, idem.epoch
 
     def partitions_for(self, topic: str) -> tuple[int, ...]:
         """The partition ids of ``topic`` (fetching metadata if needed)."""
