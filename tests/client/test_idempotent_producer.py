@@ -26,9 +26,16 @@ from waiting import wait_until
 from hmbclient import Producer, ProducerData
 from hmbclient.broker import EmbeddedBroker
 from hmbclient.config import ProducerConfig
-from hmbclient.errors import ConfigError
-from hmbclient.producer.idempotence import PRODUCER_ID_ASSIGNED, PRODUCER_ID_RENEWED, ProducerEvent
+from hmbclient.errors import ConfigError, UnresolvedSequenceError
+from hmbclient.producer.idempotence import (
+    BATCHES_UNRESOLVED,
+    PRODUCER_ID_ASSIGNED,
+    PRODUCER_ID_RENEWED,
+    ProducerEvent,
+)
+from hmbclient.protocol.api.base import ApiKey
 from hmbclient.testing import FaultProxy, drop_every
+from hmbclient.testing.faultproxy import Answer
 
 from .conftest import BrokerHandle, create_topic, read_all, read_partition, unique
 
@@ -210,3 +217,53 @@ def test_unknown_producer_id_bumps_and_carries_on(forgetful: EmbeddedBroker, pty
     assert "UnknownProducerId" in kinds[1][1]
     values = [r.value for r in read_partition(forgetful.host, forgetful.port, topic, 0)]
     assert values == [b"a%d" % i for i in range(10)] + [b"b%d" % i for i in range(10)] + [b"c"]
+
+
+@pytest.mark.parametrize("ptype", ["sync", "async"])
+def test_a_batch_it_cannot_vouch_for_fails_with_a_clear_error(forgetful: EmbeddedBroker, ptype: str) -> None:
+    """A batch whose answer was lost is still waiting for its retry when the producer must take
+    a new identity (the broker forgot it): sent again under the new identity, a copy the broker
+    holds could not be recognised, so that batch — and only it — fails with
+    UnresolvedSequenceError, the event says so, and the producer carries on."""
+    topic = unique(f"idunres-{ptype}")
+    create_topic(forgetful.bootstrap, topic, 1)
+    events: list[Any] = []
+    with FaultProxy((forgetful.host, forgetful.port)) as proxy, Producer(
+        metadata_broker_list=proxy.bootstrap, producer_type=ptype, request_required_acks=-1, retry_backoff_ms=20
+    ) as p:
+        p.add_listener(events.append)
+        first = p.send(ProducerData(topic, None, [b"a%d" % i for i in range(10)]))
+        p.flush()
+        assert first[-1].result(20).offset == 9
+        log = forgetful.broker.logs.get(topic, 0)  # type: ignore[union-attr]
+        assert log is not None
+        wait_until(lambda: not log.producer_state.producers, 20, "the broker forgot the producer")
+        # The next Produce answer (UNKNOWN_PRODUCER_ID for the batch below) is lost.
+        armed = [True]
+
+        def lose_next_produce_answer(a: Answer) -> bool:
+            if a.api_key == ApiKey.PRODUCE and armed[0]:
+                armed[0] = False
+                return True
+            return False
+
+        proxy.set_rule(lose_next_produce_answer)
+        lost: Any
+        if ptype == "sync":
+            with pytest.raises(UnresolvedSequenceError) as caught:
+                p.send(ProducerData(topic, None, [b"b%d" % i for i in range(10)]))
+            lost = caught.value
+        else:
+            fs = p.send(ProducerData(topic, None, [b"b%d" % i for i in range(10)]))
+            with pytest.raises(UnresolvedSequenceError):
+                fs[0].result(20)
+            lost = fs[0].exception()
+        assert "stored once or not at all" in str(lost)
+        after = p.send(ProducerData(topic, None, [b"c"]))
+        assert after[0].result(20).offset == 10
+    kinds = [e.kind for e in events if isinstance(e, ProducerEvent)]
+    assert kinds == [PRODUCER_ID_ASSIGNED, PRODUCER_ID_RENEWED, BATCHES_UNRESOLVED], kinds
+    unresolved = [e for e in events if isinstance(e, ProducerEvent) and e.kind == BATCHES_UNRESOLVED]
+    assert unresolved[0].messages == 10
+    values = [r.value for r in read_partition(forgetful.host, forgetful.port, topic, 0)]
+    assert values == [b"a%d" % i for i in range(10)] + [b"c"]
