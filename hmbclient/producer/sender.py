@@ -492,6 +492,12 @@ class SendEngine:
                 # KIP-360: v3 with the current id/epoch bumps the epoch (see admin.py).
                 request: Any = InitProducerIdV3Request(transaction_timeout_ms=_IDEMPOTENT_TIMEOUT_MS, **fields)
                 resp = client.call(node, lambda v: request, timeout_ms=self.dispatcher.request_timeout_ms)
+                if resp.error_code and fields["producer_id"] >= 0 and not for_code(resp.error_code).retriable:
+                    # A broker that will not bump (Tansu answers UNKNOWN_SERVER_ERROR): a new id
+                    # serves an idempotent producer as well.
+                    log.info("InitProducerId epoch bump refused (error %d); asking for a new producer id", resp.error_code)
+                    request = InitProducerIdV3Request(transaction_timeout_ms=_IDEMPOTENT_TIMEOUT_MS)
+                    resp = client.call(node, lambda v: request, timeout_ms=self.dispatcher.request_timeout_ms)
             else:  # v0-1: no id/epoch to give; the broker issues a new producer id
                 resp = client.call(
                     node,

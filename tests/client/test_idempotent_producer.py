@@ -267,3 +267,33 @@ def test_a_batch_it_cannot_vouch_for_fails_with_a_clear_error(forgetful: Embedde
     assert unresolved[0].messages == 10
     values = [r.value for r in read_partition(forgetful.host, forgetful.port, topic, 0)]
     assert values == [b"a%d" % i for i in range(10)] + [b"c"]
+
+
+@pytest.mark.parametrize("ptype", ["sync", "async"])
+def test_a_bump_takes_a_new_identity_and_restarts_the_sequences(broker: BrokerHandle, ptype: str) -> None:
+    """The bump itself, asked for directly. Tansu has InitProducerId v3, so the producer first
+    asks for the next epoch of its id (KIP-360); Tansu refuses a bump (UNKNOWN_SERVER_ERROR) and
+    the producer then asks for a new id. The embedded broker speaks v0-1: a new id at once.
+    Either way the sequences restart at 0 and every value is stored once, in order. (The
+    same-id bump itself waits for a broker that grants it: Apache Kafka 2.5+.)"""
+    topic = unique(f"idbump2-{ptype}")
+    create_topic(broker.bootstrap, topic, 1)
+    events: list[Any] = []
+    with Producer(metadata_broker_list=broker.bootstrap, producer_type=ptype, request_required_acks=-1) as p:
+        p.add_listener(events.append)
+        p.send(ProducerData(topic, None, [b"a%d" % i for i in range(5)]))
+        p.flush()
+        before = p.producer_identity
+        idem = p._engine.idem
+        assert before is not None and idem is not None and idem.next_sequence(topic, 0) == 5
+        idem.ask_bump("asked by the test")
+        fs = p.send(ProducerData(topic, None, [b"b%d" % i for i in range(5)]))
+        p.flush()
+        assert [f.result(20).offset for f in fs] == list(range(5, 10))
+        after = p.producer_identity
+        assert idem.next_sequence(topic, 0) == 5  # restarted at 0 under the new identity
+    assert after is not None and after != before
+    renewed = [e for e in events if isinstance(e, ProducerEvent) and e.kind == PRODUCER_ID_RENEWED]
+    assert [(e.producer_id, e.epoch, e.reason) for e in renewed] == [(after[0], after[1], "asked by the test")]
+    values = [r.value for r in read_partition(broker.host, broker.port, topic, 0)]
+    assert values == [b"a%d" % i for i in range(5)] + [b"b%d" % i for i in range(5)]
