@@ -133,6 +133,11 @@ class ProducerConfig(SecurityConfig):
     max_in_flight_requests_per_connection: int = setting(
         5, min=1, doc="max.in.flight.requests.per.connection: pipelined requests per broker"
     )
+    enable_idempotence: bool | None = setting(
+        None,
+        doc="enable.idempotence: sequence numbers so the broker keeps a retried batch once "
+        "(unset: on when acks=-1, retries > 0 and at most 5 in flight, as Kafka 3+)",
+    )
     serializer: Any = setting(
         None,
         prop="serializer.class",
@@ -179,4 +184,35 @@ class ProducerConfig(SecurityConfig):
                 f"'batch.num.messages' ({self.batch_num_messages}) can't be larger than "
                 f"'queue.buffering.max.messages' ({self.queue_buffering_max_messages})"
             )
+        if self.enable_idempotence:
+            # Kafka's rules (ProducerConfig): explicitly on, the settings must allow it.
+            if self.request_required_acks != -1:
+                self._fail(
+                    f"'enable.idempotence'=true needs 'request.required.acks'=-1 (all), not "
+                    f"{self.request_required_acks}: a batch acknowledged by the leader alone can be lost"
+                )
+            if self.message_send_max_retries == 0:
+                self._fail("'enable.idempotence'=true needs 'message.send.max.retries' > 0 (retries are what it makes safe)")
+            if self.max_in_flight_requests_per_connection > 5:
+                self._fail(
+                    "'enable.idempotence'=true needs 'max.in.flight.requests.per.connection' <= 5, not "
+                    f"{self.max_in_flight_requests_per_connection} (the broker remembers the last 5 batches)"
+                )
+            if self.api_version in ("hmb", "0.8", "0.10"):
+                self._fail(f"'enable.idempotence'=true needs Kafka 0.11+ (RecordBatch v2); api.version is {self.api_version!r}")
+
+    @property
+    def idempotence(self) -> bool:
+        """Whether the producer is idempotent: ``enable_idempotence`` if set; unset, on when
+        acks=-1, retries > 0, at most 5 requests in flight and a pinned version that allows it
+        (Kafka 3+'s default)."""
+        if self.enable_idempotence is not None:
+            return self.enable_idempotence
+        return (
+            self.request_required_acks == -1
+            and self.message_send_max_retries > 0
+            and self.max_in_flight_requests_per_connection <= 5
+            and self.api_version not in ("hmb", "0.8", "0.10")
+            and self.event_handler is None
+        )
 

@@ -10,7 +10,8 @@ One run (:class:`FaultRun`):
   partitions.
 * Producers with acks=-1 (all in-sync replicas) write sequential integers, each from its
   own range, and record exactly which values their client reported acknowledged (and where:
-  partition and offset): hmbclient's Producer async and sync, kafka-python's KafkaProducer
+  partition and offset): hmbclient's Producer async and sync (with ``enable.idempotence``, so
+  judged as idempotent too), kafka-python's KafkaProducer
   (idempotence off, retries on) and librdkafka through confluent-kafka's Producer
   (idempotence off, ``on_delivery``); and the idempotent ones (:data:`IDEMPOTENT_KINDS`):
   kafka-python and librdkafka with ``enable.idempotence``. kcat is not used: its delivery report names the
@@ -100,7 +101,7 @@ FAULT_KINDS = (
 )
 PRODUCER_KINDS = ("hmb-async", "hmb-sync", "kafka-python", "librdkafka", "kafka-python-idem", "librdkafka-idem")
 #: Producers with idempotence on: a duplicate or a reordering of theirs fails the run.
-IDEMPOTENT_KINDS = ("kafka-python-idem", "librdkafka-idem")
+IDEMPOTENT_KINDS = ("hmb-async", "hmb-sync", "kafka-python-idem", "librdkafka-idem")
 
 #: Values each producer must get acknowledged (of values sent after the recovery) before the
 #: next fault: the cluster is serving again, for every client.
@@ -267,10 +268,11 @@ class ProducerWorker:
 
 class HmbAsyncWorker(ProducerWorker):
     kind = "hmb-async"
+    idempotent = True
 
     def _open(self) -> None:
         self.producer = Producer(
-            metadata_broker_list=self.bootstrap, producer_type="async", request_required_acks=-1,
+            metadata_broker_list=self.bootstrap, producer_type="async", request_required_acks=-1, enable_idempotence=True,
             message_send_max_retries=40, retry_backoff_ms=250, request_timeout_ms=10_000,
             client_id="faults-hmb-async",
         )
@@ -297,11 +299,12 @@ class HmbSyncWorker(ProducerWorker):
     known to be when it raises (the error does not say which of them got through)."""
 
     kind = "hmb-sync"
+    idempotent = True
     chunk = 5
 
     def _open(self) -> None:
         self.producer = Producer(
-            metadata_broker_list=self.bootstrap, producer_type="sync", request_required_acks=-1,
+            metadata_broker_list=self.bootstrap, producer_type="sync", request_required_acks=-1, enable_idempotence=True,
             message_send_max_retries=40, retry_backoff_ms=250, request_timeout_ms=10_000,
             client_id="faults-hmb-sync",
         )

@@ -111,6 +111,10 @@ class Response(_Message):
 
 REQUESTS: dict[tuple[int, int], type[Request]] = {}
 RESPONSES: dict[tuple[int, int], type[Response]] = {}
+# Layouts defined with ``register=False``: one partial shape of a version the codec does not
+# speak in general, sent only when a caller asks for it by class (see admin.py's
+# InitProducerIdV3Request); never advertised or picked by version choice.
+PARTIAL_REQUESTS: dict[tuple[int, int], type[Request]] = {}
 
 
 def define(
@@ -118,8 +122,11 @@ def define(
     version: int,
     request_fields: list[FieldSpec],
     response_fields: list[FieldSpec],
+    *,
+    register: bool = True,
 ) -> tuple[type[Request], type[Response]]:
-    """Create and register the request and response classes of one (API, version)."""
+    """Create and register the request and response classes of one (API, version)
+    (``register=False``: not registered, so not advertised or picked by version choice)."""
     api_name = "".join(p.capitalize() for p in ApiKey(api_key).name.split("_"))
     classes: list[type] = []
     for kind, base, fields in (("Request", Request, request_fields), ("Response", Response, response_fields)):
@@ -134,8 +141,11 @@ def define(
         classes.append(cls)
     req, resp = classes
     req.RESPONSE_TYPE = resp  # type: ignore[attr-defined]
-    REQUESTS[(int(api_key), version)] = req
-    RESPONSES[(int(api_key), version)] = resp
+    if register:
+        REQUESTS[(int(api_key), version)] = req
+        RESPONSES[(int(api_key), version)] = resp
+    else:
+        PARTIAL_REQUESTS[(int(api_key), version)] = req
     return req, resp
 
 
