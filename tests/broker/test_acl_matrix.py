@@ -204,6 +204,10 @@ def produce(ctx: Ctx, c: RawClient) -> Any:
     return c.request(_produce_req(ctx.topic)).topics[0].partitions[0].error_code
 
 
+def produce_auto_create(ctx: Ctx, c: RawClient) -> Any:
+    return c.request(_produce_req(ctx.new_topic)).topics[0].partitions[0].error_code
+
+
 def produce_transactional(ctx: Ctx, c: RawClient) -> Any:
     return c.request(_produce_req(ctx.topic, ctx.txn)).topics[0].partitions[0].error_code
 
@@ -365,6 +369,8 @@ class Case:
 
 CASES = [
     Case("produce", ApiKey.PRODUCE, produce, (("topic", "Write"),), ("topic", "Write"), E.TOPIC_AUTHORIZATION_FAILED, E.NONE, changes=True),
+    Case("produce-auto-create", ApiKey.PRODUCE, produce_auto_create, (("new_topic", "Write"), ("new_topic", "Create")), ("new_topic", "Create"),
+         E.UNKNOWN_TOPIC_OR_PARTITION, E.NONE, changes=True),
     Case("produce-transactional", ApiKey.PRODUCE, produce_transactional, (("topic", "Write"), ("txn", "Write")), ("txn", "Write"),
          E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, E.NONE, changes=True),
     Case("fetch", ApiKey.FETCH, fetch, (("topic", "Read"),), ("topic", "Read"), (E.TOPIC_AUTHORIZATION_FAILED, False), (E.NONE, True), _with_data),
