@@ -38,6 +38,9 @@ ANYTHING = "*"
 
 _CORE = ("hmbclient.errors", "hmbclient.clock", "hmbclient.config")
 
+#: The component configs, each beside its component (re-exported by hmbclient.config).
+_CONFIGS = ("hmbclient.net.config", "hmbclient.producer.config", "hmbclient.consumer.config", "hmbclient.broker.config")
+
 #: component -> the components it may import (besides itself). A component is a package or
 #: module prefix; "hmbclient" alone is the facade (hmbclient/__init__.py), not everything below.
 ALLOWED: dict[str, tuple[str, ...]] = {
@@ -47,20 +50,32 @@ ALLOWED: dict[str, tuple[str, ...]] = {
     "hmbclient.children": (),
     "partitioners": (),
     "encoders": (),
-    "rebalance": (),
-    # the shared foundation
-    "hmbclient.config": ("hmbclient.errors",),
+    # the Kafka 0.8 znode layout and the topic-name rule: shared by the broker, the consumers
+    # and rebalance (whose rebalance.paths re-exports it, public API)
+    "hmbclient.zkpaths": (),
+    "rebalance": ("hmbclient.zkpaths",),
+    # the shared foundation: the settings machinery, and each component's config declared on it
+    # beside the component. hmbclient.config re-exports those (lazily) for users; they import
+    # only the machinery (and the clients' shared security settings), never their component.
+    "hmbclient.config": ("hmbclient.errors", *_CONFIGS),
+    "hmbclient.net.config": ("hmbclient.errors", "hmbclient.config"),
+    "hmbclient.producer.config": ("hmbclient.errors", "hmbclient.config", "hmbclient.net.config"),
+    "hmbclient.consumer.config": ("hmbclient.errors", "hmbclient.config", "hmbclient.net.config"),
+    "hmbclient.broker.config": ("hmbclient.errors", "hmbclient.config"),
     "hmbclient.protocol": ("hmbclient.errors", "hmbclient.clock"),
     # the client
-    "hmbclient.net": (*_CORE, "hmbclient.protocol"),
-    "hmbclient.producer": (*_CORE, "hmbclient.protocol", "hmbclient.net", "partitioners", "encoders"),
-    "hmbclient.consumer": (*_CORE, "hmbclient.protocol", "hmbclient.net", "rebalance", "encoders"),
+    "hmbclient.net": (*_CORE, "hmbclient.net.config", "hmbclient.protocol"),
+    "hmbclient.producer": (*_CORE, "hmbclient.producer.config", "hmbclient.net.config", "hmbclient.protocol",
+                           "hmbclient.net", "partitioners", "encoders"),
+    "hmbclient.consumer": (*_CORE, "hmbclient.consumer.config", "hmbclient.net.config", "hmbclient.protocol",
+                           "hmbclient.net", "hmbclient.zkpaths", "rebalance", "encoders"),
     "hmbclient": (*_CORE, "hmbclient.net", "hmbclient.producer", "hmbclient.consumer", "hmbclient.admin",
                   "rebalance", "partitioners", "encoders"),
     "hmbclient.admin": (*_CORE, "hmbclient", "hmbclient.protocol", "hmbclient.net", "hmbclient.consumer",
-                        "rebalance"),
+                        "hmbclient.zkpaths", "rebalance"),
     # the server and the local servers built on it
-    "hmbclient.broker": (*_CORE, "hmbclient.protocol", "rebalance", "hmbclient.children"),
+    "hmbclient.broker": (*_CORE, "hmbclient.broker.config", "hmbclient.protocol", "hmbclient.zkpaths",
+                         "hmbclient.children"),
     "hmbclient.testing": (*_CORE, "hmbclient.protocol", "hmbclient.broker", "hmbclient.children", "spark_integration"),
     # on top of the client's public surface
     "spark_integration": ("hmbclient", *_CORE, "hmbclient.net", "hmbclient.producer", "hmbclient.consumer",
@@ -199,6 +214,8 @@ def test_the_checker_catches_wrong_directions() -> None:
         ("partitioners.hashed", "from hmbclient.errors import ConfigError"),
         ("encoders.builtin", "import hmbclient"),
         ("rebalance.paths", "from hmbclient.errors import CoordinationError"),
+        ("hmbclient.zkpaths", "from hmbclient.errors import CoordinationError"),
+        ("hmbclient.broker.controller.store", "from rebalance.registry import BrokerInfo"),
         ("spark_integration.rdd", "from hmbclient.net.connection import BrokerConnection"),
         ("spark_integration.rdd", "from hmbclient.testing._process import preexec_for_current_thread"),
         ("spark_integration.rdd", "from hmbclient.broker import EmbeddedBroker"),

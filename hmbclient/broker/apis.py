@@ -132,6 +132,7 @@ class KafkaApis:
         controlled_shutdown: serves ControlledShutdown (None: not served).
         group_coordinator: serves the group membership APIs (JoinGroup, SyncGroup, Heartbeat,
             LeaveGroup, ListGroups, DescribeGroups, DeleteGroups; None: not served).
+        configs: serves DescribeConfigs (a ``broker.configs.ConfigDescriber``; None: not served).
     """
 
     def __init__(
@@ -145,6 +146,7 @@ class KafkaApis:
         controller_guard: ControllerGuard | None = None,
         controlled_shutdown: ShutdownHandler | None = None,
         group_coordinator: Any = None,
+        configs: Any = None,
     ) -> None:
         self.authorizer: Any = None
         #: the listener brokers reach each other on (set by the Broker): UpdateMetadata's
@@ -181,6 +183,8 @@ class KafkaApis:
             self._handlers[ApiKey.LIST_GROUPS] = group_coordinator.handle_list_groups
             self._handlers[ApiKey.DESCRIBE_GROUPS] = group_coordinator.handle_describe_groups
             self._handlers[ApiKey.DELETE_GROUPS] = group_coordinator.handle_delete_groups
+        if configs is not None:
+            self._handlers[ApiKey.DESCRIBE_CONFIGS] = lambda h, r, ch: configs.handle_describe_configs(h, r, ch, self._allowed)
         if controller_guard is not None:
             self._handlers[ApiKey.LEADER_AND_ISR] = self.handle_leader_and_isr
             self._handlers[ApiKey.UPDATE_METADATA] = self.handle_update_metadata
@@ -235,7 +239,8 @@ class KafkaApis:
 
     def handle_sasl_out_of_place(self, header: RequestHeader, req: Any, channel: RequestChannel) -> None:
         """SaslHandshake/SaslAuthenticate that reached the APIs: on a listener without SASL, or
-        after authentication (re-authentication is not offered): ILLEGAL_SASL_STATE."""
+        after authentication outside a KIP-368 re-authentication (a SaslHandshake the network
+        layer takes): ILLEGAL_SASL_STATE."""
         channel.send(type(req).RESPONSE_TYPE.build(error_code=ErrorCode.ILLEGAL_SASL_STATE, mechanisms=[], error_message="no SASL on this connection now", auth_bytes=b"", session_lifetime_ms=0))
 
     # -- ApiVersions -------------------------------------------------------------------------------

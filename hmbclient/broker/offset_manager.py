@@ -67,11 +67,11 @@ from hmbclient.clock import wall_ms
 from hmbclient.errors import CoordinationError, ErrorCode, HmbError, ProtocolError
 from hmbclient.protocol import records
 from hmbclient.protocol.types import Array, Bytes, Int32, Int64, NullableString, String, Struct
-from rebalance.paths import is_valid_topic_name
+from hmbclient.zkpaths import is_valid_topic_name
 
 if TYPE_CHECKING:
+    from hmbclient.broker.config import BrokerConfig
     from hmbclient.broker.controller.store import CoordinationStore
-    from hmbclient.config import BrokerConfig
 
 __all__ = [
     "OffsetManager",

@@ -28,10 +28,10 @@ from collections import deque
 from typing import Any
 
 from hmbclient.broker.channel import BrokerChannel
+from hmbclient.broker.config import BrokerConfig
 from hmbclient.broker.runner import READY_PREFIX
 from hmbclient.broker.security.setup import inter_broker_security
 from hmbclient.children import preexec_for_current_thread
-from hmbclient.config import BrokerConfig
 from hmbclient.errors import HmbError
 
 __all__ = ["BrokerProcess"]

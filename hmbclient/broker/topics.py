@@ -27,7 +27,7 @@ from hmbclient.errors import BrokerError, ErrorCode, InvalidTopicError
 
 # The rule itself is shared with the client side (group subscriptions, Spark), which may not
 # import the broker: it lives with the other names of the Kafka layout.
-from rebalance.paths import MAX_TOPIC_NAME_LENGTH, TOPIC_NAME_RULE, is_valid_topic_name
+from hmbclient.zkpaths import MAX_TOPIC_NAME_LENGTH, TOPIC_NAME_RULE, is_valid_topic_name
 
 #: The most partitions one topic may be created with (Kafka's KRaft controller likewise bounds
 #: the records of one operation at 10,000).

@@ -43,7 +43,6 @@ from collections.abc import Sequence
 from typing import Any
 
 from hmbclient.clock import monotonic_ms, wall_ms
-from hmbclient.config import ProducerConfig
 from hmbclient.errors import (
     HmbError,
     LeaderNotAvailableError,
@@ -59,6 +58,7 @@ from hmbclient.net.retry import retry_policy
 from hmbclient.net.security import Security
 from hmbclient.producer.accumulator import PartitionQueue, RecordAccumulator, TopicState, Unit
 from hmbclient.producer.callbacks import overridden_hooks
+from hmbclient.producer.config import ProducerConfig
 from hmbclient.producer.data import (
     OneSendFuture,
     ProducerBatch,
@@ -453,7 +453,7 @@ class Producer:
             In sync mode they are already complete.
 
         Raises:
-            See the module docstring; in sync mode also the send's final error.
+            HmbError: see the module docstring; in sync mode also the send's final error.
         """
         acc = self._direct_acc
         if acc is not None and data.__class__ is ProducerData:
@@ -544,7 +544,7 @@ class Producer:
         Raises:
             TypeError: a sync producer (use ``send``), or a bad key/value type.
             ValueError: ``partition`` out of range for the topic.
-            See ``send`` for the rest.
+            HmbError: see ``send`` for the rest.
         """
         acc = self._acc
         if acc is None:
