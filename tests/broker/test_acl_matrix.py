@@ -314,6 +314,16 @@ def delete_groups(ctx: Ctx, c: RawClient) -> Any:
     return c.request(_req(ApiKey.DELETE_GROUPS, 1, groups_names=[ctx.group])).results[0].error_code
 
 
+def describe_configs_topic(ctx: Ctx, c: RawClient) -> Any:
+    r = c.request(_req(ApiKey.DESCRIBE_CONFIGS, 1, resources=[(2, ctx.topic, None)], include_synonyms=False)).results[0]
+    return r.error_code, bool(r.configs)
+
+
+def describe_configs_broker(ctx: Ctx, c: RawClient) -> Any:
+    r = c.request(_req(ApiKey.DESCRIBE_CONFIGS, 1, resources=[(4, str(ctx.b.broker_id), None)], include_synonyms=False)).results[0]
+    return r.error_code, bool(r.configs)
+
+
 # Inter-broker requests carry controller epoch 1000 (no controller has it): past authorization
 # they are answered STALE_CONTROLLER_EPOCH and change nothing.
 def leader_and_isr(ctx: Ctx, c: RawClient) -> Any:
@@ -420,6 +430,10 @@ CASES = [
          (E.GROUP_AUTHORIZATION_FAILED, 0), (E.NONE, 1), _joined),
     Case("delete-groups", ApiKey.DELETE_GROUPS, delete_groups, (("group", "Delete"),), ("group", "Delete"), E.GROUP_AUTHORIZATION_FAILED, E.NONE,
          _empty_group_with_offsets, changes=True),
+    Case("describe-configs-topic", ApiKey.DESCRIBE_CONFIGS, describe_configs_topic, (("topic", "DescribeConfigs"),), ("topic", "DescribeConfigs"),
+         (E.TOPIC_AUTHORIZATION_FAILED, False), (E.NONE, True)),
+    Case("describe-configs-broker", ApiKey.DESCRIBE_CONFIGS, describe_configs_broker, (("cluster", "DescribeConfigs"),), ("cluster", "DescribeConfigs"),
+         (E.CLUSTER_AUTHORIZATION_FAILED, False), (E.NONE, True)),
     Case("leader-and-isr", ApiKey.LEADER_AND_ISR, leader_and_isr, (("cluster", "ClusterAction"),), ("cluster", "ClusterAction"),
          E.CLUSTER_AUTHORIZATION_FAILED, E.STALE_CONTROLLER_EPOCH, _with_data),
     Case("update-metadata", ApiKey.UPDATE_METADATA, update_metadata, (("cluster", "ClusterAction"),), ("cluster", "ClusterAction"),
