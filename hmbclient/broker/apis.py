@@ -257,11 +257,7 @@ class KafkaApis:
             codes: dict[str, int] = dict.fromkeys(names, ErrorCode.NONE)
         else:
             names = list(dict.fromkeys(req.topics))
-            codes = {
-                n: self.topics.ensure(n, allow_auto_create=allow_auto and self._may_create(channel, n))
-                if self._allowed(channel, "Describe", "Topic", n) else ErrorCode.TOPIC_AUTHORIZATION_FAILED
-                for n in names
-            }
+            codes = {n: self._metadata_topic_code(channel, n, allow_auto) for n in names}
         session = getattr(channel, "session", None)
         here, here_listener = getattr(session, "advertised", None), getattr(session, "listener", None)
 
@@ -273,6 +269,17 @@ class KafkaApis:
             self.topics.when_ready(waiting, TOPIC_WAIT_MS, answer)
         else:
             answer()
+
+    def _metadata_topic_code(self, channel: RequestChannel, name: str, allow_auto: bool) -> int:
+        """A named topic's code: Describe needed; a topic the request would auto-create but the
+        session may not Create is TOPIC_AUTHORIZATION_FAILED (as Kafka), and not created."""
+        if not self._allowed(channel, "Describe", "Topic", name):
+            return ErrorCode.TOPIC_AUTHORIZATION_FAILED
+        may_create = allow_auto and self._may_create(channel, name)
+        code = self.topics.ensure(name, allow_auto_create=may_create)
+        if code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION and allow_auto and self.topics.auto_create and not may_create:
+            return ErrorCode.TOPIC_AUTHORIZATION_FAILED
+        return code
 
     def _metadata_response(
         self, resp_cls: Any, names: list[str], codes: dict[str, int], here: tuple[str, int] | None = None, here_listener: str | None = None
@@ -343,10 +350,17 @@ class KafkaApis:
         early: dict[tuple[str, int], int] = {}
         entries: list[tuple[str, int, Any]] = []
         waiting: list[str] = []
+        # A transactional producer needs Write on its TransactionalId (Kafka refuses the whole request).
+        txn = getattr(req, "transactional_id", None)
+        txn_denied = txn is not None and not self._allowed(channel, "Write", "TransactionalId", txn)
         for t in req.topics:
             topic = t.topic
             parts = [p.partition for p in t.partitions]
             order.append((topic, parts))
+            if txn_denied:
+                for p in parts:
+                    early[(topic, p)] = ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+                continue
             if acks not in (0, 1, -1):
                 for p in parts:
                     early[(topic, p)] = ErrorCode.INVALID_REQUIRED_ACKS

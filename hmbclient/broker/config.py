@@ -229,7 +229,7 @@ class BrokerConfig(ConfigBase):
         3, min=0, doc="controlled.shutdown.max.retries: attempts before stopping anyway"
     )
     controlled_shutdown_retry_backoff_ms: int = setting(
-        500, min=0, doc="controlled.shutdown.retry.backoff.ms: pause between attempts"
+        5_000, min=0, doc="controlled.shutdown.retry.backoff.ms: pause between attempts (Kafka's default)"
     )
     controller_socket_timeout_ms: int = setting(
         30_000, min=1, doc="controller.socket.timeout.ms: the controller's wait for a broker's answer"
