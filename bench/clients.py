@@ -30,7 +30,9 @@ directory). Defaults: N = 1,000,000 for both brokers and both sizes (Tansu held 
 1000 B, about 1 GB of memory, and ingested it in 8 s when measured), 5 rounds.
 ``--codec gzip|snappy|lz4|zstd``: every client's producer compresses with that codec.
 
-Every measurement runs in a fresh Python process. The table shows median msg/s per client and,
+Every measurement runs in a fresh Python process; a consume run's line shows its longest wait
+for one batch, marked "stalled" past STALL_S (the run still counts: the spread shows it). The
+table shows median msg/s per client and,
 per peer, hmbclient's ratio: the median of the per-round ratios (round r of hmbclient against
 round r of the peer) with the lowest and highest beside it. The machine's load (/proc/loadavg)
 is printed at the start, at every round and at the end: on a shared machine ratios to
@@ -84,6 +86,9 @@ from _common import (  # noqa: E402
 
 CLIENTS = ["hmbclient", "kafka-python", "aiokafka", "confluent"]
 FLUSH_TIMEOUT_S = 600.0  # generous: a slow ingest must fail by its queue count, not by a short wait
+# A consumer waiting this long for one batch of data that is all on the broker has stalled (a
+# broker answering empty fetches, a client backing off): marked in its run's line, still counted.
+STALL_S = 1.0
 
 
 # --------------------------------------------------------------------------- workers
@@ -208,7 +213,7 @@ def produce_confluent(bootstrap: str, topic: str, n: int, size: int) -> float:
     return elapsed
 
 
-def consume_hmbclient(host: str, port: int, topic: str, n: int) -> float:
+def consume_hmbclient(host: str, port: int, topic: str, n: int) -> tuple[float, float]:
     from hmbclient import FetchRequest, SimpleConsumer
 
     consumer = SimpleConsumer(host, port, so_timeout_ms=30_000, buffer_size=-1)
@@ -222,18 +227,22 @@ def consume_hmbclient(host: str, port: int, topic: str, n: int) -> float:
         got += 1
         offset = message.offset + 1
     fetch = consumer.fetch
+    before = t0
+    longest = 0.0
     while got < n:
         for message in fetch(FetchRequest(topic, 0, offset, FETCH_BYTES)):
             total += len(message.value)  # type: ignore[arg-type]
             got += 1
             offset = message.offset + 1
+        now = time.perf_counter()
+        longest, before = max(longest, now - before), now
     elapsed = time.perf_counter() - t0
     consumer.close()
     assert got == n and offset == n + 1, (got, offset)
-    return elapsed
+    return elapsed, longest
 
 
-def consume_kafka_python(bootstrap: str, topic: str, n: int) -> float:
+def consume_kafka_python(bootstrap: str, topic: str, n: int) -> tuple[float, float]:
     from kafka import KafkaConsumer
 
     consumer = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, group_id=None)
@@ -242,22 +251,26 @@ def consume_kafka_python(bootstrap: str, topic: str, n: int) -> float:
     got = 0
     total = 0
     last = 0
+    before = t0
+    longest = 0.0
     while got < n:
         for records in consumer.poll(timeout_ms=1000, max_records=100_000).values():
             for record in records:
                 total += len(record.value)
                 got += 1
             last = records[-1].offset
+        now = time.perf_counter()
+        longest, before = max(longest, now - before), now
     elapsed = time.perf_counter() - t0
     consumer.close()
     assert got == n and last == n, (got, last)
-    return elapsed
+    return elapsed, longest
 
 
-def consume_aiokafka(bootstrap: str, topic: str, n: int) -> float:
+def consume_aiokafka(bootstrap: str, topic: str, n: int) -> tuple[float, float]:
     from aiokafka import AIOKafkaConsumer
 
-    async def run() -> float:
+    async def run() -> tuple[float, float]:
         consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, group_id=None)
         await consumer.start()
         await warm_aiokafka_consumer(consumer, topic)
@@ -265,21 +278,25 @@ def consume_aiokafka(bootstrap: str, topic: str, n: int) -> float:
         got = 0
         total = 0
         last = 0
+        before = t0
+        longest = 0.0
         while got < n:
             for records in (await consumer.getmany(timeout_ms=1000, max_records=100_000)).values():
                 for record in records:
                     total += len(record.value)
                     got += 1
                 last = records[-1].offset
+            now = time.perf_counter()
+            longest, before = max(longest, now - before), now
         elapsed = time.perf_counter() - t0
         await consumer.stop()
         assert got == n and last == n, (got, last)
-        return elapsed
+        return elapsed, longest
 
     return asyncio.run(run())
 
 
-def consume_confluent(bootstrap: str, topic: str, n: int) -> float:
+def consume_confluent(bootstrap: str, topic: str, n: int) -> tuple[float, float]:
     from confluent_kafka import Consumer as CConsumer
 
     # librdkafka stops fetching for fetch.queue.backoff.ms (1 s by default) once it holds
@@ -292,6 +309,8 @@ def consume_confluent(bootstrap: str, topic: str, n: int) -> float:
     got = 0
     total = 0
     last = 0
+    before = t0
+    longest = 0.0
     while got < n:
         # Never ask for more than is left: librdkafka waits out the whole timeout for a batch
         # it cannot fill, which would add up to a second to the last call.
@@ -301,10 +320,12 @@ def consume_confluent(bootstrap: str, topic: str, n: int) -> float:
             total += len(message.value())  # type: ignore[arg-type]
             got += 1
             last = message.offset()
+        now = time.perf_counter()
+        longest, before = max(longest, now - before), now
     elapsed = time.perf_counter() - t0
     consumer.close()
     assert got == n and last == n, (got, last)
-    return elapsed
+    return elapsed, longest
 
 
 PRODUCERS = {
@@ -319,6 +340,7 @@ def worker(argv: list[str]) -> None:
     """One measurement (``--worker CLIENT WORKLOAD BOOTSTRAP TOPIC N SIZE``); prints its seconds."""
     client, workload, bootstrap, topic, count, size = argv
     n = int(count)
+    longest = None
     if workload == "produce-batch" and client == "hmbclient":
         elapsed = produce_batch_hmbclient(bootstrap, topic, n, int(size))
     elif workload.startswith("produce"):
@@ -326,14 +348,14 @@ def worker(argv: list[str]) -> None:
     else:
         host, port = bootstrap.rsplit(":", 1)
         if client == "hmbclient":
-            elapsed = consume_hmbclient(host, int(port), topic, n)
+            elapsed, longest = consume_hmbclient(host, int(port), topic, n)
         elif client == "kafka-python":
-            elapsed = consume_kafka_python(bootstrap, topic, n)
+            elapsed, longest = consume_kafka_python(bootstrap, topic, n)
         elif client == "aiokafka":
-            elapsed = consume_aiokafka(bootstrap, topic, n)
+            elapsed, longest = consume_aiokafka(bootstrap, topic, n)
         else:
-            elapsed = consume_confluent(bootstrap, topic, n)
-    print(json.dumps({"seconds": elapsed}))
+            elapsed, longest = consume_confluent(bootstrap, topic, n)
+    print(json.dumps({"seconds": elapsed, "longest_wait_s": longest}))
 
 
 # --------------------------------------------------------------------------- orchestration
@@ -351,9 +373,10 @@ def create_topic(bootstrap: str, topic: str) -> None:
         Metadata(c).partitions_for(topic, 10_000)
 
 
-def run_worker(client: str, workload: str, bootstrap: str, topic: str, n: int, size: int, timeout: float = 1800) -> float:
-    """One measurement in a fresh process; BenchError if it fails or times out (a missing row
-    would leave a ratio resting on fewer rounds than it says)."""
+def run_worker(client: str, workload: str, bootstrap: str, topic: str, n: int, size: int, timeout: float = 1800) -> dict[str, Any]:
+    """One measurement in a fresh process: ``{"seconds", "longest_wait_s"}`` (the longest wait
+    for one fetch/poll of a consumer, None for producers); BenchError if it fails or times out
+    (a missing row would leave a ratio resting on fewer rounds than it says)."""
     cmd = [sys.executable, __file__, "--worker", client, workload, bootstrap, topic, str(n), str(size)]
     try:
         out = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
@@ -361,7 +384,8 @@ def run_worker(client: str, workload: str, bootstrap: str, topic: str, n: int, s
         raise BenchError(f"{client} {workload} {size} B: timed out after {timeout:.0f} s") from e
     if out.returncode != 0:
         raise BenchError(f"{client} {workload} {size} B failed:\n{out.stderr[-3000:]}")
-    return float(json.loads(out.stdout.strip().splitlines()[-1])["seconds"])
+    result: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
+    return result
 
 
 @contextlib.contextmanager
@@ -427,7 +451,8 @@ def run_round(bname: str, size: int, rnd: int, args: argparse.Namespace, clients
                     assert consume_topic is not None
                     topic = consume_topic
                     require_end_offset(bootstrap, topic, n + 1, what="before timing the consume")
-                elapsed = run_worker(client, workload, bootstrap, topic, n, size)
+                result = run_worker(client, workload, bootstrap, topic, n, size)
+                elapsed = result["seconds"]
                 if workload.startswith("produce"):
                     waited = require_end_offset(bootstrap, topic, n + 1, what=f"after {client}'s {workload}")
                     if waited > 0.5:
@@ -435,7 +460,9 @@ def run_round(bname: str, size: int, rnd: int, args: argparse.Namespace, clients
                     delete_topic(bootstrap, topic)
                 results.setdefault((bname, workload, size, client), {})[rnd] = elapsed
                 rate = n / elapsed
-                print(f"[{bname} {workload} {size}B round {rnd + 1}] {client:13s} {rate:>11,.0f} msg/s  {rate * size / 1e6:7.1f} MB/s",
+                wait = result.get("longest_wait_s")
+                note = "" if wait is None else f"  longest wait for a batch {wait * 1000:,.0f} ms" + (" (stalled)" if wait > STALL_S else "")
+                print(f"[{bname} {workload} {size}B round {rnd + 1}] {client:13s} {rate:>11,.0f} msg/s  {rate * size / 1e6:7.1f} MB/s{note}",
                       flush=True)
     if "produce-batch" in workloads and "produce" in workloads:
         for client in clients:
