@@ -1,46 +1,97 @@
 """Client throughput, side by side: hmbclient vs kafka-python, aiokafka and confluent-kafka.
 
-    .venv/bin/python bench/clients.py                       # everything (a few minutes)
-    .venv/bin/python bench/clients.py --brokers tansu --sizes 100 --rounds 3
-    .venv/bin/python bench/clients.py --worker hmbclient produce HOST:PORT TOPIC 200000 100
+    .venv/bin/python bench/clients.py                       # everything (an hour or more)
+    .venv/bin/python bench/clients.py --brokers tansu --sizes 100 --clients hmbclient,confluent
+    .venv/bin/python bench/clients.py --n 100000 --rounds 2 # a quick look (set-up noise shows)
+    .venv/bin/python bench/clients.py --worker hmbclient produce HOST:PORT TOPIC 1000000 100
                                                             # one measurement: a profiler target
 
+Readiness rule (bench/_common.py), the same for every client: each client is connected to the
+partition leader before its clock starts. A producer first has one warm-up message (offset 0)
+acknowledged -- metadata, ApiVersions and the leader connection are behind it -- and the clock
+times the next N messages (offsets 1..N) until every one is acknowledged. A consumer assigned
+at offset 0 first hands out the message at offset 0, which is not counted; the clock then times
+offsets 1..N. Whatever else that first fetch answer carried is in hand for every client alike.
+
 Workloads: produce N messages of S bytes (null keys, one partition, acks=1, linger 5 ms, each
-client's own batching) and time until every one is acknowledged (produce-batch: hmbclient sends
-ProducerData of 1000 messages, Kafka 0.8's batch form; the peers, having no such call, the
-same per-message calls as produce; not run unless asked; hmbclient-only variants, the peers
-running their produce: produce-sync, the sync producer with ProducerData of 1000; produce-plain
-and produce-idem, acks=-1 without and with enable.idempotence; produce-sync-plain/-idem); consume the same N messages
-from offset 0 and time until the last one is in hand (each message's value is touched).
-Brokers: Tansu (modern protocol, memory storage) and the embedded broker (in a subprocess).
+client's own batching; produce-batch: hmbclient sends ProducerData of 1000 messages, Kafka 0.8's
+batch form, against the peers' per-message produce of the same round, which have no such call;
+not run unless asked; hmbclient-only variants, the peers running their produce: produce-sync,
+the sync producer with ProducerData of 1000; produce-plain and produce-idem, acks=-1 without and
+with enable.idempotence; produce-sync-plain/-idem); consume N messages from a topic filled with
+N + 1 (each value touched).
+Checks that stop the run (BenchError) rather than print a skewed figure: every producer's flush
+left nothing queued and its last acknowledged offset is N; every topic a run wrote or a consumer
+reads ends at offset N + 1, checked before the consume is timed.
+
+Brokers: Tansu (modern protocol, memory storage) and the embedded broker (in a subprocess). Each
+round starts each broker afresh (a new process and log directory), fills the consume topic, and
+runs every client in a rotating order, consume then produce; produce topics are deleted after
+their check where the broker can (Tansu: its memory then holds the consume topic and one produce
+topic at a time; the embedded broker has no DeleteTopics and writes N x S per run to its fresh
+directory). Defaults: N = 1,000,000 for both brokers and both sizes (Tansu held 1,000,000 x
+1000 B, about 1 GB of memory, and ingested it in 8 s when measured), 5 rounds.
 ``--codec gzip|snappy|lz4|zstd``: every client's producer compresses with that codec.
 
-Every measurement runs in a fresh Python process; clients are interleaved round by round (the
-order rotates) so drift hits everyone alike; the table shows medians and the ratios of
-hmbclient to each peer. Not a test: nothing here asserts a speed.
+Every measurement runs in a fresh Python process; a consume run's line shows its longest wait
+for one batch, marked "stalled" past STALL_S (the run still counts: the spread shows it). The
+table shows median msg/s per client and,
+per peer, hmbclient's ratio: the median of the per-round ratios (round r of hmbclient against
+round r of the peer) with the lowest and highest beside it. The machine's load (/proc/loadavg)
+is printed at the start, at every round and at the end: on a shared machine ratios to
+confluent-kafka move with it, librdkafka's threads running beside ours. Not a test: nothing
+here asserts a speed.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Iterator
 from typing import Any
 
 # Run as a script, this directory comes first on sys.path, where a script named like a package
 # (bench/ once held rebalance.py) would shadow the package hmbclient imports. The repository
-# root stays reachable through the installed project (or PYTHONPATH).
+# root stays reachable through the installed project (or PYTHONPATH); this directory goes last,
+# for bench/_common.py.
 _HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path[:] = [entry for entry in sys.path if os.path.abspath(entry or os.curdir) != _HERE]
+sys.path[:] = [entry for entry in sys.path if os.path.abspath(entry or os.curdir) != _HERE] + [_HERE]
+
+from _common import (  # noqa: E402
+    FETCH_BYTES,
+    BenchError,
+    confluent_flush,
+    delete_topic,
+    format_ratio,
+    loadavg,
+    payload,
+    ratio_summary,
+    require_end_offset,
+    warm_aiokafka_consumer,
+    warm_aiokafka_producer,
+    warm_confluent_consumer,
+    warm_confluent_producer,
+    warm_hmbclient_consumer,
+    warm_hmbclient_producer,
+    warm_kafka_python_consumer,
+    warm_kafka_python_producer,
+)
 
 CLIENTS = ["hmbclient", "kafka-python", "aiokafka", "confluent"]
+FLUSH_TIMEOUT_S = 600.0  # generous: a slow ingest must fail by its queue count, not by a short wait
+# A consumer waiting this long for one batch of data that is all on the broker has stalled (a
+# broker answering empty fetches, a client backing off): marked in its run's line, still counted.
+STALL_S = 1.0
 
 
 # --------------------------------------------------------------------------- workers
@@ -51,24 +102,20 @@ CLIENTS = ["hmbclient", "kafka-python", "aiokafka", "confluent"]
 _CODEC = os.environ.get("BENCH_CODEC", "none")
 
 
-def _payload(size: int) -> bytes:
-    return (b"0123456789abcdef" * (size // 16 + 1))[:size]
-
-
 def produce_hmbclient(bootstrap: str, topic: str, n: int, size: int) -> float:
     from hmbclient import Producer, ProducerData
 
-    value = _payload(size)
+    value = payload(size)
     producer = Producer(metadata_broker_list=bootstrap, producer_type="async", queue_buffering_max_ms=5, compression_codec=_CODEC)
-    producer.partitions_for(topic)  # metadata outside the timed part, as the peers' warm-up does
+    warm_hmbclient_producer(producer, topic, value)
     t0 = time.perf_counter()
     send = producer.send
     last: Any = None
     for _ in range(n):
         last = send(ProducerData(topic, None, [value]))
-    producer.flush()
+    producer.flush(FLUSH_TIMEOUT_S)
     elapsed = time.perf_counter() - t0
-    assert last is not None and last[0].result().offset == n - 1, last[0].result()
+    assert last is not None and last[0].result(60).offset == n, last[0].result(60)
     producer.close()
     return elapsed
 
@@ -78,17 +125,17 @@ def produce_batch_hmbclient(bootstrap: str, topic: str, n: int, size: int) -> fl
     no such call: their produce-batch rows are their per-message produce)."""
     from hmbclient import Producer, ProducerData
 
-    value = _payload(size)
+    value = payload(size)
     producer = Producer(metadata_broker_list=bootstrap, producer_type="async", queue_buffering_max_ms=5, compression_codec=_CODEC)
-    producer.partitions_for(topic)
+    warm_hmbclient_producer(producer, topic, value)
     t0 = time.perf_counter()
     send = producer.send
     last: Any = None
     for start in range(0, n, 1000):
         last = send(ProducerData(topic, None, [value] * min(1000, n - start)))
-    producer.flush()
+    producer.flush(FLUSH_TIMEOUT_S)
     elapsed = time.perf_counter() - t0
-    assert last is not None and last[-1].result().offset == n - 1, last[-1].result()
+    assert last is not None and last[-1].result(60).offset == n, last[-1].result(60)
     producer.close()
     return elapsed
 
@@ -111,22 +158,19 @@ def produce_hmbclient_as(workload: str, bootstrap: str, topic: str, n: int, size
     from hmbclient import Producer, ProducerData
 
     producer_type, per_send, settings = HMB_PRODUCE_WORKLOADS[workload]
-    value = _payload(size)
+    value = payload(size)
     producer = Producer(metadata_broker_list=bootstrap, producer_type=producer_type, queue_buffering_max_ms=5, compression_codec=_CODEC, **settings)
-    producer.partitions_for(topic)
-    # Warm up outside the timed part, plain and idempotent alike: one message to another topic
-    # opens the connection to the leader and (idempotent) gets the producer id, one round trip
-    # each that a run of ~0.1 s would otherwise count against the steady state.
-    producer.send(ProducerData(f"{topic}-warm", None, [value]))
-    producer.flush()
+    # The readiness rule, plain and idempotent alike: the warm-up message (offset 0) also gets
+    # the idempotent producer its id before the clock starts.
+    warm_hmbclient_producer(producer, topic, value)
     t0 = time.perf_counter()
     send = producer.send
     last: Any = None
     for start in range(0, n, per_send):
         last = send(ProducerData(topic, None, [value] * min(per_send, n - start)))
-    producer.flush()
+    producer.flush(FLUSH_TIMEOUT_S)
     elapsed = time.perf_counter() - t0
-    assert last is not None and last[-1].result().offset == n - 1, last[-1].result()
+    assert last is not None and last[-1].result(60).offset == n, last[-1].result(60)
     producer.close()
     return elapsed
 
@@ -134,17 +178,17 @@ def produce_hmbclient_as(workload: str, bootstrap: str, topic: str, n: int, size
 def produce_kafka_python(bootstrap: str, topic: str, n: int, size: int) -> float:
     from kafka import KafkaProducer
 
-    value = _payload(size)
+    value = payload(size)
     producer = KafkaProducer(bootstrap_servers=bootstrap, linger_ms=5, acks=1, compression_type=_CODEC if _CODEC != "none" else None)
-    producer.partitions_for(topic)
+    warm_kafka_python_producer(producer, topic, value)
     t0 = time.perf_counter()
     send = producer.send
     future = None
     for _ in range(n):
         future = send(topic, value)
-    producer.flush()
+    producer.flush(FLUSH_TIMEOUT_S)
     elapsed = time.perf_counter() - t0
-    assert future is not None and future.get().offset == n - 1
+    assert future is not None and future.get(60).offset == n
     producer.close()
     return elapsed
 
@@ -152,20 +196,20 @@ def produce_kafka_python(bootstrap: str, topic: str, n: int, size: int) -> float
 def produce_aiokafka(bootstrap: str, topic: str, n: int, size: int) -> float:
     from aiokafka import AIOKafkaProducer
 
-    value = _payload(size)
+    value = payload(size)
 
     async def run() -> float:
         producer = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=5, acks=1, compression_type=_CODEC if _CODEC != "none" else None)
         await producer.start()
-        await producer.partitions_for(topic)
+        await warm_aiokafka_producer(producer, topic, value)
         t0 = time.perf_counter()
         send = producer.send
         future = None
         for _ in range(n):
             future = await send(topic, value)
-        await producer.flush()
+        await asyncio.wait_for(producer.flush(), FLUSH_TIMEOUT_S)
         elapsed = time.perf_counter() - t0
-        assert future is not None and (await future).offset == n - 1
+        assert future is not None and (await future).offset == n
         await producer.stop()
         return elapsed
 
@@ -175,14 +219,19 @@ def produce_aiokafka(bootstrap: str, topic: str, n: int, size: int) -> float:
 def produce_confluent(bootstrap: str, topic: str, n: int, size: int) -> float:
     from confluent_kafka import Producer as CProducer
 
-    value = _payload(size)
+    value = payload(size)
+    last: list[Any] = []
+
+    def delivered(err: Any, msg: Any) -> None:  # the last message's report only
+        last.append((err, msg.offset()))
+
     producer = CProducer(
         {"bootstrap.servers": bootstrap, "linger.ms": 5, "acks": 1, "queue.buffering.max.messages": 1_000_000, "compression.type": _CODEC}
     )
-    producer.list_topics(topic, timeout=10)
+    warm_confluent_producer(producer, topic, value)
     t0 = time.perf_counter()
     produce = producer.produce
-    for i in range(n):
+    for i in range(n - 1):
         try:
             produce(topic, value)
         except BufferError:
@@ -190,90 +239,116 @@ def produce_confluent(bootstrap: str, topic: str, n: int, size: int) -> float:
             produce(topic, value)
         if i % 10000 == 0:
             producer.poll(0)
-    left = producer.flush(60)
+    while True:
+        try:
+            produce(topic, value, on_delivery=delivered)
+            break
+        except BufferError:
+            producer.poll(0.01)
+    confluent_flush(producer, FLUSH_TIMEOUT_S)
     elapsed = time.perf_counter() - t0
-    assert left == 0
+    assert last and last[0][0] is None and last[0][1] == n, last
     return elapsed
 
 
-def consume_hmbclient(host: str, port: int, topic: str, n: int) -> float:
+def consume_hmbclient(host: str, port: int, topic: str, n: int) -> tuple[float, float]:
     from hmbclient import FetchRequest, SimpleConsumer
 
     consumer = SimpleConsumer(host, port, so_timeout_ms=30_000, buffer_size=-1)
-    consumer.get_offsets_before(topic, 0, -2, 1)  # connect outside the timed part
+    rest = warm_hmbclient_consumer(consumer, topic, 0, FETCH_BYTES)
     t0 = time.perf_counter()
-    offset = 0
+    offset = 1
     got = 0
     total = 0
+    for message in rest:
+        total += len(message.value)  # type: ignore[arg-type]
+        got += 1
+        offset = message.offset + 1
     fetch = consumer.fetch
+    before = t0
+    longest = 0.0
     while got < n:
-        for message in fetch(FetchRequest(topic, 0, offset, 1_048_576)):
+        for message in fetch(FetchRequest(topic, 0, offset, FETCH_BYTES)):
             total += len(message.value)  # type: ignore[arg-type]
             got += 1
             offset = message.offset + 1
+        now = time.perf_counter()
+        longest, before = max(longest, now - before), now
     elapsed = time.perf_counter() - t0
     consumer.close()
-    assert got == n, got
-    return elapsed
+    assert got == n and offset == n + 1, (got, offset)
+    return elapsed, longest
 
 
-def consume_kafka_python(bootstrap: str, topic: str, n: int) -> float:
-    from kafka import KafkaConsumer, TopicPartition
+def consume_kafka_python(bootstrap: str, topic: str, n: int) -> tuple[float, float]:
+    from kafka import KafkaConsumer
 
     consumer = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, group_id=None)
-    partition = TopicPartition(topic, 0)
-    consumer.assign([partition])
-    consumer.seek(partition, 0)
+    warm_kafka_python_consumer(consumer, topic)
     t0 = time.perf_counter()
     got = 0
     total = 0
+    last = 0
+    before = t0
+    longest = 0.0
     while got < n:
         for records in consumer.poll(timeout_ms=1000, max_records=100_000).values():
             for record in records:
                 total += len(record.value)
                 got += 1
+            last = records[-1].offset
+        now = time.perf_counter()
+        longest, before = max(longest, now - before), now
     elapsed = time.perf_counter() - t0
     consumer.close()
-    return elapsed
+    assert got == n and last == n, (got, last)
+    return elapsed, longest
 
 
-def consume_aiokafka(bootstrap: str, topic: str, n: int) -> float:
-    from aiokafka import AIOKafkaConsumer, TopicPartition
+def consume_aiokafka(bootstrap: str, topic: str, n: int) -> tuple[float, float]:
+    from aiokafka import AIOKafkaConsumer
 
-    async def run() -> float:
+    async def run() -> tuple[float, float]:
         consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, group_id=None)
         await consumer.start()
-        partition = TopicPartition(topic, 0)
-        consumer.assign([partition])
-        consumer.seek(partition, 0)
+        await warm_aiokafka_consumer(consumer, topic)
         t0 = time.perf_counter()
         got = 0
         total = 0
+        last = 0
+        before = t0
+        longest = 0.0
         while got < n:
             for records in (await consumer.getmany(timeout_ms=1000, max_records=100_000)).values():
                 for record in records:
                     total += len(record.value)
                     got += 1
+                last = records[-1].offset
+            now = time.perf_counter()
+            longest, before = max(longest, now - before), now
         elapsed = time.perf_counter() - t0
         await consumer.stop()
-        return elapsed
+        assert got == n and last == n, (got, last)
+        return elapsed, longest
 
     return asyncio.run(run())
 
 
-def consume_confluent(bootstrap: str, topic: str, n: int) -> float:
+def consume_confluent(bootstrap: str, topic: str, n: int) -> tuple[float, float]:
     from confluent_kafka import Consumer as CConsumer
-    from confluent_kafka import TopicPartition
 
     # librdkafka stops fetching for fetch.queue.backoff.ms (1 s by default) once it holds
     # queued.min.messages (100,000) unconsumed: a fast broker fills that queue faster than the
     # loop drains it, and the second would be counted against confluent. 20 ms keeps it fed.
     consumer = CConsumer({"bootstrap.servers": bootstrap, "group.id": "bench-" + uuid.uuid4().hex, "enable.auto.commit": False,
                           "fetch.queue.backoff.ms": 20})
-    consumer.assign([TopicPartition(topic, 0, 0)])
+    warm_confluent_consumer(consumer, topic)
     t0 = time.perf_counter()
     got = 0
     total = 0
+    last = 0
+    before = t0
+    longest = 0.0
     while got < n:
         # Never ask for more than is left: librdkafka waits out the whole timeout for a batch
         # it cannot fill, which would add up to a second to the last call.
@@ -282,9 +357,13 @@ def consume_confluent(bootstrap: str, topic: str, n: int) -> float:
                 continue
             total += len(message.value())  # type: ignore[arg-type]
             got += 1
+            last = message.offset()
+        now = time.perf_counter()
+        longest, before = max(longest, now - before), now
     elapsed = time.perf_counter() - t0
     consumer.close()
-    return elapsed
+    assert got == n and last == n, (got, last)
+    return elapsed, longest
 
 
 PRODUCERS = {
@@ -299,6 +378,7 @@ def worker(argv: list[str]) -> None:
     """One measurement (``--worker CLIENT WORKLOAD BOOTSTRAP TOPIC N SIZE``); prints its seconds."""
     client, workload, bootstrap, topic, count, size = argv
     n = int(count)
+    longest = None
     if workload == "produce-batch" and client == "hmbclient":
         elapsed = produce_batch_hmbclient(bootstrap, topic, n, int(size))
     elif workload in HMB_PRODUCE_WORKLOADS and client == "hmbclient":
@@ -308,14 +388,14 @@ def worker(argv: list[str]) -> None:
     else:
         host, port = bootstrap.rsplit(":", 1)
         if client == "hmbclient":
-            elapsed = consume_hmbclient(host, int(port), topic, n)
+            elapsed, longest = consume_hmbclient(host, int(port), topic, n)
         elif client == "kafka-python":
-            elapsed = consume_kafka_python(bootstrap, topic, n)
+            elapsed, longest = consume_kafka_python(bootstrap, topic, n)
         elif client == "aiokafka":
-            elapsed = consume_aiokafka(bootstrap, topic, n)
+            elapsed, longest = consume_aiokafka(bootstrap, topic, n)
         else:
-            elapsed = consume_confluent(bootstrap, topic, n)
-    print(json.dumps({"seconds": elapsed}))
+            elapsed, longest = consume_confluent(bootstrap, topic, n)
+    print(json.dumps({"seconds": elapsed, "longest_wait_s": longest}))
 
 
 # --------------------------------------------------------------------------- orchestration
@@ -333,46 +413,126 @@ def create_topic(bootstrap: str, topic: str) -> None:
         Metadata(c).partitions_for(topic, 10_000)
 
 
-def run_worker(client: str, workload: str, bootstrap: str, topic: str, n: int, size: int, timeout: float = 600) -> float | None:
+def run_worker(client: str, workload: str, bootstrap: str, topic: str, n: int, size: int, timeout: float = 1800) -> dict[str, Any]:
+    """One measurement in a fresh process: ``{"seconds", "longest_wait_s"}`` (the longest wait
+    for one fetch/poll of a consumer, None for producers); BenchError if it fails or times out
+    (a missing row would leave a ratio resting on fewer rounds than it says)."""
     cmd = [sys.executable, __file__, "--worker", client, workload, bootstrap, topic, str(n), str(size)]
     try:
         out = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
-    except subprocess.TimeoutExpired:
-        print(f"  {client} {workload}: timed out", file=sys.stderr)
-        return None
+    except subprocess.TimeoutExpired as e:
+        raise BenchError(f"{client} {workload} {size} B: timed out after {timeout:.0f} s") from e
     if out.returncode != 0:
-        print(f"  {client} {workload} failed:\n{out.stderr[-2000:]}", file=sys.stderr)
-        return None
-    return float(json.loads(out.stdout.strip().splitlines()[-1])["seconds"])
+        raise BenchError(f"{client} {workload} {size} B failed:\n{out.stderr[-3000:]}")
+    result: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
+    return result
 
 
-class Brokers:
-    def __init__(self, names: list[str]) -> None:
-        self.names = names
-        self._stack: list[Any] = []
-        self.bootstrap: dict[str, str] = {}
+@contextlib.contextmanager
+def fresh_broker(name: str) -> Iterator[str]:
+    """A new broker process (and, for ours, a new log directory removed afterwards); yields its
+    bootstrap address."""
+    if name == "tansu":
+        from hmbclient.testing.tansu import LocalTansu
 
-    def __enter__(self) -> Brokers:
-        if "tansu" in self.names:
-            from hmbclient.testing.tansu import LocalTansu
+        with LocalTansu() as tansu:
+            yield tansu.bootstrap
+        return
+    if name != "embedded":
+        raise SystemExit(f"unknown broker {name!r} (tansu, embedded)")
+    from hmbclient.broker.process import BrokerProcess
 
-            tansu = LocalTansu().start()
-            self._stack.append(tansu)
-            self.bootstrap["tansu"] = tansu.bootstrap
-        if "embedded" in self.names:
-            from hmbclient.broker.process import BrokerProcess
+    log_dir = tempfile.mkdtemp(prefix="bench-broker-")
+    broker = BrokerProcess(log_dir=log_dir)
+    try:
+        broker.start()
+        yield broker.bootstrap
+    finally:
+        broker.terminate()
+        shutil.rmtree(log_dir, ignore_errors=True)
 
-            log_dir = tempfile.mkdtemp(prefix="bench-broker-")
-            broker = BrokerProcess(log_dir=log_dir)
-            broker.start()
-            self._stack.append(broker)
-            self.bootstrap["embedded"] = broker.bootstrap
-        return self
 
-    def __exit__(self, *exc: object) -> None:
-        for server in reversed(self._stack):
-            stop: Any = getattr(server, "terminate", None) or server.stop
-            stop()
+def fill(bootstrap: str, n: int, size: int) -> str:
+    """A fresh topic holding exactly N + 1 messages (the warm-up message and N), written by
+    confluent-kafka's produce worker (hmbclient's on a second fresh topic should that fail)."""
+    for client in ("confluent", "hmbclient"):
+        topic = f"bench-c{size}-{uuid.uuid4().hex[:6]}"
+        create_topic(bootstrap, topic)
+        try:
+            run_worker(client, "produce", bootstrap, topic, n, size)
+        except BenchError as e:
+            print(f"  filling {topic} with {client} failed: {str(e).splitlines()[0]}", file=sys.stderr, flush=True)
+            delete_topic(bootstrap, topic)
+            continue
+        waited = require_end_offset(bootstrap, topic, n + 1, what=f"filled by {client}")
+        print(f"  filled {topic}: {n + 1:,} messages (end offset reached {waited:.1f} s after the last ack)", flush=True)
+        return topic
+    raise BenchError(f"could not fill a topic with {n + 1:,} messages of {size} B")
+
+
+Results = dict[tuple[str, str, int, str], dict[int, float]]  # (broker, workload, size, client) -> round -> seconds
+
+
+def run_round(bname: str, size: int, rnd: int, args: argparse.Namespace, clients: list[str], workloads: list[str],
+              results: Results) -> None:
+    n = args.n
+    order = clients[rnd % len(clients):] + clients[: rnd % len(clients)]
+    with fresh_broker(bname) as bootstrap:
+        print(f"[{bname} {size}B round {rnd + 1}] broker {bootstrap}, load {loadavg()}", flush=True)
+        consume_topic = fill(bootstrap, n, size) if "consume" in workloads else None
+        for workload in sorted(workloads, key=lambda w: w != "consume"):  # consume first: the filled topic alone
+            for client in order:
+                if workload == "produce-batch" and client != "hmbclient" and "produce" in workloads:
+                    continue  # the peers' produce-batch row is their produce of this round
+                if workload.startswith("produce"):
+                    topic = f"bench-p{size}-{uuid.uuid4().hex[:8]}"
+                    create_topic(bootstrap, topic)
+                else:
+                    assert consume_topic is not None
+                    topic = consume_topic
+                    require_end_offset(bootstrap, topic, n + 1, what="before timing the consume")
+                result = run_worker(client, workload, bootstrap, topic, n, size)
+                elapsed = result["seconds"]
+                if workload.startswith("produce"):
+                    waited = require_end_offset(bootstrap, topic, n + 1, what=f"after {client}'s {workload}")
+                    if waited > 0.5:
+                        print(f"  ({topic}: end offset reached {waited:.1f} s after {client}'s last ack)", flush=True)
+                    delete_topic(bootstrap, topic)
+                results.setdefault((bname, workload, size, client), {})[rnd] = elapsed
+                rate = n / elapsed
+                wait = result.get("longest_wait_s")
+                note = "" if wait is None else f"  longest wait for a batch {wait * 1000:,.0f} ms" + (" (stalled)" if wait > STALL_S else "")
+                print(f"[{bname} {workload} {size}B round {rnd + 1}] {client:13s} {rate:>11,.0f} msg/s  {rate * size / 1e6:7.1f} MB/s{note}",
+                      flush=True)
+    if "produce-batch" in workloads and "produce" in workloads:
+        for client in clients:
+            if client != "hmbclient" and rnd in results.get((bname, "produce", size, client), {}):
+                results.setdefault((bname, "produce-batch", size, client), {})[rnd] = results[(bname, "produce", size, client)][rnd]
+
+
+def table(results: Results, args: argparse.Namespace, brokers: list[str], sizes: list[int], workloads: list[str],
+          clients: list[str]) -> None:
+    peers = [c for c in clients if c != "hmbclient"]
+    print(f"\n{args.n:,} messages per run, compression codec: {args.codec}; medians of the rounds in msg/s;"
+          " hmbclient / peer: median of the per-round ratios (lowest-highest)")
+    print(f"{'broker':9s} {'workload':13s} {'size':>5s} {'n':>3s} " + " ".join(f"{client:>13s}" for client in clients)
+          + "".join(f"  {'hmb/' + peer:>22s}" for peer in peers))
+    for bname in brokers:
+        for workload in workloads:
+            for size in sizes:
+                per_round = {client: results.get((bname, workload, size, client), {}) for client in clients}
+                if not any(per_round.values()):
+                    continue
+                rates = {client: {r: args.n / s for r, s in rounds.items()} for client, rounds in per_round.items()}
+                medians = {client: statistics.median(rs.values()) for client, rs in rates.items() if rs}
+                rounds = max(len(rs) for rs in rates.values())
+                row = f"{bname:9s} {workload:13s} {size:>5d} {rounds:>3d} " + " ".join(f"{medians.get(client, 0):>13,.0f}" for client in clients)
+                for peer in peers:
+                    ours, theirs = rates.get("hmbclient", {}), rates.get(peer, {})
+                    common = sorted(set(ours) & set(theirs))
+                    summary = ratio_summary([ours[r] for r in common], [theirs[r] for r in common])
+                    row += f"  {format_ratio(summary):>22s}"
+                print(row)
 
 
 def main() -> None:
@@ -381,9 +541,9 @@ def main() -> None:
     parser.add_argument("--brokers", default="tansu,embedded")
     parser.add_argument("--sizes", default="100,1000")
     parser.add_argument("--clients", default=",".join(CLIENTS))
-    parser.add_argument("--workloads", default="produce,consume")
-    parser.add_argument("--n", type=int, default=200_000)
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--workloads", default="produce,consume", help="of produce, consume, produce-batch")
+    parser.add_argument("--n", type=int, default=1_000_000, help="messages timed per run (default 1,000,000)")
+    parser.add_argument("--rounds", type=int, default=5, help="rounds (default 5)")
     parser.add_argument("--codec", default="none", help="producers compress with this codec (none, gzip, snappy, lz4, zstd)")
     parser.add_argument("--json", help="also write the raw results here")
     args = parser.parse_args()
@@ -394,53 +554,27 @@ def main() -> None:
     clients = args.clients.split(",")
     sizes = [int(size) for size in args.sizes.split(",")]
     workloads = args.workloads.split(",")
-    results: dict[tuple[str, str, int, str], list[float]] = {}
-    with Brokers(args.brokers.split(",")) as brokers:
-        for bname, bootstrap in brokers.bootstrap.items():
+    brokers = args.brokers.split(",")
+    results: Results = {}
+    load_start = loadavg()
+    print(f"load at start: {load_start} ({os.cpu_count()} cores)", flush=True)
+    failure: BenchError | None = None
+    try:
+        for bname in brokers:
             for size in sizes:
-                consume_topic = None
-                if "consume" in workloads:
-                    consume_topic = f"bench-c{size}-{uuid.uuid4().hex[:6]}"
-                    create_topic(bootstrap, consume_topic)
-                    if run_worker("confluent", "produce", bootstrap, consume_topic, args.n, size) is None:
-                        run_worker("hmbclient", "produce", bootstrap, consume_topic, args.n, size)
                 for rnd in range(args.rounds):
-                    order = clients[rnd % len(clients) :] + clients[: rnd % len(clients)]
-                    for workload in workloads:
-                        for client in order:
-                            if workload.startswith("produce"):
-                                topic = f"bench-p{size}-{uuid.uuid4().hex[:8]}"
-                                create_topic(bootstrap, topic)
-                            else:
-                                topic = consume_topic  # type: ignore[assignment]
-                            elapsed = run_worker(client, workload, bootstrap, topic, args.n, size)
-                            if elapsed is not None:
-                                results.setdefault((bname, workload, size, client), []).append(elapsed)
-                                rate = args.n / elapsed
-                                print(f"[{bname} {workload} {size}B round {rnd + 1}] {client:13s} {rate:>11,.0f} msg/s  {rate * size / 1e6:7.1f} MB/s", flush=True)
-    print()
-    print(f"compression codec: {args.codec}")
-    print(f"{'broker':9s} {'workload':8s} {'size':>5s} " + " ".join(f"{client:>13s}" for client in clients) + "   hmb/aiokafka  hmb/kafka-python  hmb/confluent")
-    for bname in brokers.bootstrap:
-        for workload in workloads:
-            for size in sizes:
-                medians = {
-                    client: statistics.median(results[(bname, workload, size, client)])
-                    for client in clients
-                    if (bname, workload, size, client) in results
-                }
-                rates = {client: args.n / elapsed for client, elapsed in medians.items()}
-                row = f"{bname:9s} {workload:8s} {size:>5d} " + " ".join(f"{rates.get(client, 0):>13,.0f}" for client in clients)
-
-                def ratio(peer: str, rates: dict[str, float] = rates) -> str:
-                    if "hmbclient" in rates and peer in rates:
-                        return f"{rates['hmbclient'] / rates[peer]:.2f}x"
-                    return "-"
-
-                print(row + f"   {ratio('aiokafka'):>12s}  {ratio('kafka-python'):>16s}  {ratio('confluent'):>13s}")
+                    run_round(bname, size, rnd, args, clients, workloads, results)
+    except BenchError as e:
+        failure = e
+    load_end = loadavg()
+    table(results, args, brokers, sizes, workloads, clients)
+    print(f"load at start: {load_start}; at end: {load_end} ({os.cpu_count()} cores)")
     if args.json:
         with open(args.json, "w") as out:
-            json.dump({"|".join(map(str, key)): seconds for key, seconds in results.items()}, out, indent=1)
+            json.dump({"load_start": load_start, "load_end": load_end, "n": args.n, "codec": args.codec,
+                       "seconds": {"|".join(map(str, key)): rounds for key, rounds in results.items()}}, out, indent=1)
+    if failure is not None:
+        raise SystemExit(f"\nRUN STOPPED: {failure}")
 
 
 if __name__ == "__main__":

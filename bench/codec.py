@@ -19,6 +19,11 @@ each side measured in alternating rounds.
 
 The per-codec decode table (none, gzip, snappy, lz4, zstd) adds aiokafka's record reader (a C
 extension) and gives hmbclient's ratio to the fastest peer on the same bytes.
+
+No client connects to a broker here, so the readiness rule of bench/_common.py (every client
+connected to the partition leader before its clock starts) has nothing to apply to; its
+counterpart is that every function compared runs once untimed before its rounds. End to end
+with compression, clients and brokers together: ``bench/clients.py --codec NAME``.
 """
 
 from __future__ import annotations

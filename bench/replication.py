@@ -9,17 +9,25 @@ through BrokerProcess, ``default.replication.factor=3``, ``min.insync.replicas=2
 directory on the local disk and its own process, so none shares a GIL with a client.
 
 **Throughput.** Each measurement is a fresh client process producing N messages of SIZE bytes
-to a fresh one-partition topic, timed from the first send to the end of ``flush`` (metadata is
-fetched before the clock starts). Configurations:
+(default 1,000,000 x 200 B) to a fresh one-partition topic, timed from the first send to the end
+of ``flush``. Readiness rule (bench/_common.py), the same for both clients: each producer is
+connected to the partition leader before its clock starts -- one warm-up message (offset 0) is
+acknowledged first, the clock times offsets 1..N -- and the run stops unless the flush left
+nothing queued, the last offset acknowledged is N and the partition's high watermark reaches
+N + 1. Configurations:
 
 * ``RF3 acks=-1``: replication factor 3 on the cluster; answered once the ISR has the messages;
 * ``RF1 acks=1`` on the same cluster, and on the standalone broker: no replication.
 
 Clients: hmbclient's Producer (async, ``queue.buffering.max.ms=5``) and confluent-kafka
 (librdkafka, ``linger.ms=5``). Rounds interleave every (client, configuration) pair; the table
-prints median msg/s and the ratio RF3 acks=-1 / RF1 acks=1 (goal >= 0.5).
+prints median msg/s and the ratio RF3 acks=-1 / RF1 acks=1 (goal >= 0.5): the median of the
+per-round ratios with the lowest and highest beside it. The machine's load (/proc/loadavg) is
+printed at the start, every round and the end.
 
-**Failover.** A three-partition RF 3 topic; each round SIGKILLs the leader of one partition --
+**Failover.** A three-partition RF 3 topic; every probe below has had one message acknowledged
+(metadata and leader connection, the same rule) before each round SIGKILLs the leader of one
+partition --
 alternately a broker that is not the controller and the controller itself -- and measures, from
 the kill:
 
@@ -58,31 +66,40 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
+sys.path.append(os.path.dirname(os.path.abspath(__file__)))  # last, so nothing here shadows a package
+
+from _common import (  # noqa: E402
+    confluent_flush,
+    format_ratio,
+    loadavg,
+    payload,
+    ratio_summary,
+    require_end_offset,
+    warm_confluent_producer,
+    warm_hmbclient_producer,
+)
+
 PARTITION_STATE = "/brokers/topics/{topic}/partitions/{partition}/state"
 
 
 # --------------------------------------------------------------------------- client processes
 
 
-def _payload(size: int) -> bytes:
-    return (b"0123456789abcdef" * (size // 16 + 1))[:size]
-
-
 def produce_hmbclient(bootstrap: str, topic: str, n: int, size: int, acks: int) -> float:
     from hmbclient import Producer, ProducerData
 
-    value = _payload(size)
+    value = payload(size)
     producer = Producer(metadata_broker_list=bootstrap, producer_type="async", queue_buffering_max_ms=5,
                         request_required_acks=acks)
-    producer.partitions_for(topic)  # metadata before the clock starts
+    warm_hmbclient_producer(producer, topic, value)  # leader connected before the clock starts
     t0 = time.perf_counter()
     send = producer.send
     last: Any = None
     for _ in range(n):
         last = send(ProducerData(topic, None, [value]))
-    producer.flush()
+    producer.flush(600)
     elapsed = time.perf_counter() - t0
-    assert last is not None and last[0].result().offset == n - 1, last[0].result()
+    assert last is not None and last[0].result(60).offset == n, last[0].result(60)
     producer.close()
     return elapsed
 
@@ -90,16 +107,19 @@ def produce_hmbclient(bootstrap: str, topic: str, n: int, size: int, acks: int) 
 def produce_confluent(bootstrap: str, topic: str, n: int, size: int, acks: int) -> float:
     from confluent_kafka import Producer as CProducer
 
-    value = _payload(size)
+    value = payload(size)
     failed: list[Any] = []
+    last: list[int] = []
 
-    def delivered(err: Any, _message: Any) -> None:
+    def delivered(err: Any, message: Any) -> None:
         if err is not None:
             failed.append(err)
+        else:
+            last[:] = [message.offset()]
 
     producer = CProducer({"bootstrap.servers": bootstrap, "linger.ms": 5, "acks": acks,
                           "queue.buffering.max.messages": 1_000_000, "on_delivery": delivered})
-    producer.list_topics(topic, timeout=10)
+    warm_confluent_producer(producer, topic, value, partition=0)  # leader connected before the clock starts
     t0 = time.perf_counter()
     produce = producer.produce
     for i in range(n):
@@ -110,9 +130,9 @@ def produce_confluent(bootstrap: str, topic: str, n: int, size: int, acks: int) 
             produce(topic, value, partition=0)
         if i % 10_000 == 0:
             producer.poll(0)
-    left = producer.flush(120)
+    confluent_flush(producer, 600)
     elapsed = time.perf_counter() - t0
-    assert left == 0 and not failed, (left, failed[:3])
+    assert not failed and last == [n], (failed[:3], last)
     return elapsed
 
 
@@ -211,21 +231,22 @@ def throughput(brokers: Brokers, rounds: int, n: int, size: int) -> dict[tuple[s
                 create_topic(bootstrap, topic, 1, rf)
                 seconds = run_worker({"client": client, "bootstrap": bootstrap, "topic": topic, "n": n,
                                       "size": size, "acks": acks})
+                require_end_offset(bootstrap, topic, n + 1, what=f"after {client}'s produce")
                 rates.setdefault((client, label), []).append(n / seconds)
-                print(f"  round {r + 1}: {client:9s} {label:24s} {n / seconds:10,.0f} msg/s", flush=True)
+                print(f"  round {r + 1}: {client:9s} {label:24s} {n / seconds:10,.0f} msg/s   load {loadavg()}", flush=True)
     return rates
 
 
 def print_throughput(rates: dict[tuple[str, str], list[float]], n: int, size: int) -> None:
     print(f"\nProducer throughput, {n:,} x {size} B to one partition, median msg/s "
-          f"(ratio: RF3 acks=-1 / that configuration; goal >= 0.5)")
-    print(f"{'client':10s} {'configuration':24s} {'msg/s':>10s} {'ratio':>7s}")
+          f"(ratio: RF3 acks=-1 / that configuration, median of the per-round ratios (lowest-highest); goal >= 0.5)")
+    print(f"{'client':10s} {'configuration':24s} {'msg/s':>10s} {'ratio':>22s}")
     for client in PRODUCERS:
-        replicated = statistics.median(rates[(client, CONFIGS[0][0])])
+        replicated = rates[(client, CONFIGS[0][0])]
         for label, *_ in CONFIGS:
             median = statistics.median(rates[(client, label)])
-            ratio = "" if label == CONFIGS[0][0] else f"{replicated / median:6.2f}x"
-            print(f"{client:10s} {label:24s} {median:10,.0f} {ratio:>7s}")
+            ratio = "" if label == CONFIGS[0][0] else format_ratio(ratio_summary(replicated, rates[(client, label)]))
+            print(f"{client:10s} {label:24s} {median:10,.0f} {ratio:>22s}")
 
 
 # --------------------------------------------------------------------------- failover
@@ -478,7 +499,7 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="one throughput round, two failover rounds, fewer messages")
     parser.add_argument("--rounds", type=int, default=5, help="throughput rounds (default 5)")
     parser.add_argument("--failovers", type=int, default=6, help="failover rounds (default 6, half of them the controller)")
-    parser.add_argument("--messages", type=int, default=200_000, help="messages per throughput run (default 200,000)")
+    parser.add_argument("--messages", type=int, default=1_000_000, help="messages per throughput run (default 1,000,000)")
     parser.add_argument("--size", type=int, default=200, help="message size in bytes (default 200)")
     parser.add_argument("--session-timeout-ms", type=int, default=2_000,
                         help="the brokers' zookeeper.session.timeout.ms (default 2000)")
@@ -490,6 +511,8 @@ def main() -> None:
     if args.quick:
         args.rounds, args.failovers, args.messages = 1, 2, 50_000
     logging.basicConfig(level=logging.CRITICAL)
+    load_start = loadavg()
+    print(f"load at start: {load_start} ({os.cpu_count()} cores)", flush=True)
 
     from hmbclient.testing.zookeeper import LocalZooKeeper
 
@@ -508,6 +531,7 @@ def main() -> None:
         print_throughput(rates, args.messages, args.size)
     if args.failovers > 0:
         print_failover(results, args.session_timeout_ms)
+    print(f"load at start: {load_start}; at end: {loadavg()}")
 
 
 if __name__ == "__main__":

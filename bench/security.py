@@ -1,6 +1,7 @@
 """Throughput over TLS and SASL_SSL against plaintext, for hmbclient and confluent-kafka.
 
-    .venv/bin/python bench/security.py                      # everything, 5 rounds (1-2 minutes)
+    .venv/bin/python bench/security.py                      # everything, 5 rounds (10-20 minutes)
+    .venv/bin/python bench/security.py --scale 0.1 --rounds 2   # a quick look
     .venv/bin/python bench/security.py --rounds 1 --clients hmbclient --workloads produce
     .venv/bin/python bench/security.py --worker '{"client": ...}'   # one measurement
 
@@ -9,28 +10,38 @@ One embedded broker (``python -m hmbclient.broker`` in a child process) with thr
 the broker's certificate (for 127.0.0.1 and localhost) and the SCRAM credentials are made at
 run time in a temporary directory that is removed at the end; the broker is stopped by its pid.
 
-Workloads, per client and listener: produce N messages of S bytes (100,000 x 100 B and
-20,000 x 1,000 B; null keys, one partition, acks=1, linger 5 ms) with hmbclient's async
-Producer or confluent-kafka's Producer and time until every one is acknowledged; consume them
-back from offset 0 (hmbclient's SimpleConsumer, confluent-kafka's Consumer) and time until the
-last one is in hand. Every consumer of one size reads the same topic, filled once over
-PLAINTEXT, so only the transport differs between listeners. The timed part starts after each
-client has fetched metadata over its listener, so the first TLS handshake and SASL exchange of
-the bootstrap connection are outside it; connections a client opens later (to the partition
-leader) are inside it, as they are in real use.
+Workloads, per client and listener: produce N messages of S bytes (1,000,000 x 100 B and
+1,000,000 x 1,000 B by default; null keys, one partition, acks=1, linger 5 ms) with hmbclient's
+async Producer or confluent-kafka's Producer and time until every one is acknowledged; consume N
+messages (hmbclient's SimpleConsumer, confluent-kafka's Consumer) and time until the last one is
+in hand. Every consumer of one size reads the same topic, filled once per round over PLAINTEXT,
+so only the transport differs between listeners.
+
+Readiness rule (bench/_common.py), the same for both clients and every listener: each client is
+connected to the partition leader over its listener -- TLS handshake and SASL exchange included
+-- before its clock starts. A producer first has one warm-up message (offset 0) acknowledged and
+times offsets 1..N; a consumer first hands out the message at offset 0 (not counted) and times
+offsets 1..N, so a consume topic holds N + 1 messages. Checked, or the run stops: the consume
+topic ends at N + 1 before a consume is timed; every producer's flush left nothing queued, its
+last offset is N and its topic ends at N + 1. The time from creating a consumer to its first
+message (connections, handshakes, librdkafka's coordinator lookup) is printed per run, outside
+the figure.
 
 confluent-kafka's consumer needs a group.id, and librdkafka looks up the group coordinator on
 assign() and again about every second. The embedded broker answers FindCoordinator (as
 Metadata) with its address on the listener asked, so no lookup sends librdkafka to another
 port; should a fetch still stall, each run prints its longest wait for a batch, runs with a
 wait over STALL_S are counted as stalled, and the confluent consume rows are shown again over
-the runs without a stall. The confluent consume clock starts at the first message (the time to
-it is printed per run).
+the runs without a stall.
 
+Each round starts a fresh broker (new process, new data directory, removed after the round:
+the embedded broker has no DeleteTopics, and a round writes about 7 x N x S bytes per size).
 Every measurement runs in a fresh Python process; rounds interleave listeners and clients (the
 order rotates each round) so drift hits everyone alike. The table shows medians in msg/s and,
 per client, the ratios SSL/PLAINTEXT and SASL_SSL/PLAINTEXT (1.00x: security costs nothing;
-below 1: slower). Not a test: nothing here asserts a speed.
+below 1: slower): the median of the per-round ratios with the lowest and highest beside it. The
+machine's load (/proc/loadavg) is printed at the start, every round and the end. Not a test:
+nothing here asserts a speed.
 """
 
 from __future__ import annotations
@@ -52,17 +63,33 @@ from typing import Any
 # would shadow the package hmbclient imports; the repository root stays reachable through the
 # installed project (or PYTHONPATH).
 _HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path[:] = [entry for entry in sys.path if os.path.abspath(entry or os.curdir) != _HERE]
+sys.path[:] = [entry for entry in sys.path if os.path.abspath(entry or os.curdir) != _HERE] + [_HERE]  # last: bench/_common.py
+
+from _common import (  # noqa: E402
+    FETCH_BYTES,
+    BenchError,
+    confluent_flush,
+    format_ratio,
+    loadavg,
+    payload,
+    ratio_summary,
+    require_end_offset,
+    warm_confluent_consumer,
+    warm_confluent_producer,
+    warm_hmbclient_consumer,
+    warm_hmbclient_producer,
+)
 
 CLIENTS = ["hmbclient", "confluent"]
 LISTENERS = ["PLAINTEXT", "SSL", "SASL_SSL"]
-SIZES = {100: 100_000, 1000: 20_000}  # message size in bytes -> messages per measurement
+SIZES = {100: 1_000_000, 1000: 1_000_000}  # message size in bytes -> messages per measurement
 USER = "bench"
 PASSWORD = "bench-secret-pw"  # a throwaway credential of a broker that lives for one run
 MECHANISM = "SCRAM-SHA-512"
 # A wait this long for one batch of a consumer whose data is all on the broker is a stall, not
 # throughput (at the slowest rates seen here a 10,000-message batch takes about 100 ms).
 STALL_S = 0.3
+FLUSH_TIMEOUT_S = 600.0
 
 
 # --------------------------------------------------------------------------- security settings
@@ -88,25 +115,22 @@ def confluent_security(sec: dict[str, Any]) -> dict[str, str]:
 # --------------------------------------------------------------------------- workers
 
 
-def _payload(size: int) -> bytes:
-    return (b"0123456789abcdef" * (size // 16 + 1))[:size]
-
-
 def produce_hmbclient(bootstrap: str, topic: str, n: int, size: int, sec: dict[str, Any]) -> float:
     from hmbclient import Producer, ProducerData
 
-    value = _payload(size)
+    value = payload(size)
     producer = Producer(metadata_broker_list=bootstrap, producer_type="async", queue_buffering_max_ms=5, **sec)
-    producer.partitions_for(topic)  # metadata (and the bootstrap handshake) outside the timed part
+    warm_hmbclient_producer(producer, topic, value)  # leader connected, handshakes done
     t0 = time.perf_counter()
     send = producer.send
     last: Any = None
     for _ in range(n):
         last = send(ProducerData(topic, None, [value]))
-    producer.flush()
+    producer.flush(FLUSH_TIMEOUT_S)
     elapsed = time.perf_counter() - t0
     assert last is not None, "nothing sent"
-    last[0].result(30)  # raises if the last send failed
+    offset = last[0].result(60).offset  # raises if the last send failed
+    assert offset == n, offset
     producer.close()
     return elapsed
 
@@ -114,17 +138,20 @@ def produce_hmbclient(bootstrap: str, topic: str, n: int, size: int, sec: dict[s
 def produce_confluent(bootstrap: str, topic: str, n: int, size: int, sec: dict[str, Any]) -> float:
     from confluent_kafka import Producer as CProducer
 
-    value = _payload(size)
+    value = payload(size)
     failed: list[Any] = []
+    last: list[int] = []
     producer = CProducer({"bootstrap.servers": bootstrap, "linger.ms": 5, "acks": 1,
                           "queue.buffering.max.messages": 1_000_000, **confluent_security(sec)})
-    producer.list_topics(topic, timeout=10)
+    warm_confluent_producer(producer, topic, value)  # leader connected, handshakes done
     t0 = time.perf_counter()
     produce = producer.produce
 
-    def on_delivery(err: Any, _msg: Any) -> None:
+    def on_delivery(err: Any, msg: Any) -> None:
         if err is not None:
             failed.append(err)
+        else:
+            last[:] = [msg.offset()]
 
     for i in range(n):
         try:
@@ -134,58 +161,59 @@ def produce_confluent(bootstrap: str, topic: str, n: int, size: int, sec: dict[s
             produce(topic, value, on_delivery=on_delivery)
         if i % 10000 == 0:
             producer.poll(0)
-    left = producer.flush(60)
+    confluent_flush(producer, FLUSH_TIMEOUT_S)
     elapsed = time.perf_counter() - t0
-    assert left == 0 and not failed, (left, failed[:3])
+    assert not failed and last == [n], (failed[:3], last)
     return elapsed
 
 
-def consume_hmbclient(bootstrap: str, topic: str, n: int, sec: dict[str, Any]) -> float:
+def consume_hmbclient(bootstrap: str, topic: str, n: int, sec: dict[str, Any]) -> tuple[float, float, float]:
+    """Returns (seconds for offsets 1..n, seconds from creating the consumer to the message at
+    offset 0, the longest wait for one fetch after it)."""
     from hmbclient import FetchRequest, SimpleConsumer
 
     host, port = bootstrap.rsplit(":", 1)
+    t_create = time.perf_counter()
     consumer = SimpleConsumer(host, int(port), so_timeout_ms=30_000, buffer_size=-1, **sec)
-    consumer.get_offsets_before(topic, 0, -2, 1)  # connect (and handshake) outside the timed part
-    t0 = time.perf_counter()
-    offset = 0
+    rest = warm_hmbclient_consumer(consumer, topic, 0, FETCH_BYTES)
+    t0 = before = time.perf_counter()
+    offset = 1
     got = 0
     total = 0
+    longest = 0.0
+    for message in rest:
+        total += len(message.value)  # type: ignore[arg-type]
+        got += 1
+        offset = message.offset + 1
     fetch = consumer.fetch
     while got < n:
-        for message in fetch(FetchRequest(topic, 0, offset, 1_048_576)):
+        for message in fetch(FetchRequest(topic, 0, offset, FETCH_BYTES)):
             total += len(message.value)  # type: ignore[arg-type]
             got += 1
             offset = message.offset + 1
+        now = time.perf_counter()
+        longest, before = max(longest, now - before), now
     elapsed = time.perf_counter() - t0
     consumer.close()
-    assert got == n, got
-    return elapsed
+    assert got == n and offset == n + 1, (got, offset)
+    return elapsed, t0 - t_create, longest
 
 
 def consume_confluent(bootstrap: str, topic: str, n: int, sec: dict[str, Any]) -> tuple[float, float, float]:
-    """Returns (seconds for n messages at the rate after the first one, seconds to the first
-    message after assign(), the longest wait for one batch after it)."""
+    """Returns (seconds for offsets 1..n, seconds from creating the consumer to the message at
+    offset 0, the longest wait for one batch after it)."""
     from confluent_kafka import Consumer as CConsumer
-    from confluent_kafka import TopicPartition
 
     # fetch.queue.backoff.ms: see bench/clients.py (librdkafka's 1 s pause once its queue is full)
+    t_create = time.perf_counter()
     consumer = CConsumer({"bootstrap.servers": bootstrap, "group.id": "bench-" + uuid.uuid4().hex,
                           "enable.auto.commit": False, "fetch.queue.backoff.ms": 20, **confluent_security(sec)})
-    consumer.list_topics(topic, timeout=10)
-    t_assign = time.perf_counter()
-    consumer.assign([TopicPartition(topic, 0, 0)])
-    deadline = time.monotonic() + 120
+    warm_confluent_consumer(consumer, topic)
+    t0 = before = time.perf_counter()
+    deadline = time.monotonic() + 300
     got = 0
     total = 0
-    # The clock starts at the first message: the coordinator lookup on assign() stalls the
-    # first fetch on a TLS listener every time (module docstring); it is reported apart.
-    while got == 0:
-        assert time.monotonic() < deadline, "no message"
-        for message in consumer.consume(num_messages=1, timeout=1.0):
-            if not message.error():
-                total += len(message.value())  # type: ignore[arg-type]
-                got += 1
-    t0 = before = time.perf_counter()
+    last = 0
     longest = 0.0
     while got < n:
         assert time.monotonic() < deadline, f"only {got} of {n} messages"
@@ -195,11 +223,13 @@ def consume_confluent(bootstrap: str, topic: str, n: int, sec: dict[str, Any]) -
                 continue
             total += len(message.value())  # type: ignore[arg-type]
             got += 1
+            last = message.offset()
         now = time.perf_counter()
         longest, before = max(longest, now - before), now
     elapsed = time.perf_counter() - t0
     consumer.close()
-    return elapsed * n / max(1, n - 1), t0 - t_assign, longest
+    assert got == n and last == n, (got, last)
+    return elapsed, t0 - t_create, longest
 
 
 def worker(spec: dict[str, Any]) -> None:
@@ -210,25 +240,23 @@ def worker(spec: dict[str, Any]) -> None:
     if workload == "produce":
         fn = produce_hmbclient if client == "hmbclient" else produce_confluent
         elapsed = fn(bootstrap, topic, n, size, sec)
-    elif client == "hmbclient":
-        elapsed = consume_hmbclient(bootstrap, topic, n, sec)
     else:
-        elapsed, first, longest = consume_confluent(bootstrap, topic, n, sec)
+        consume = consume_hmbclient if client == "hmbclient" else consume_confluent
+        elapsed, first, longest = consume(bootstrap, topic, n, sec)
     print(json.dumps({"seconds": elapsed, "first_s": first, "longest_wait_s": longest}))
 
 
-def run_worker(spec: dict[str, Any], timeout: float = 300) -> dict[str, Any] | None:
-    """Run one measurement in a fresh process: its ``{"seconds", "first_s", "longest_wait_s"}``, or None."""
+def run_worker(spec: dict[str, Any], timeout: float = 1800) -> dict[str, Any]:
+    """Run one measurement in a fresh process: its ``{"seconds", "first_s", "longest_wait_s"}``;
+    BenchError if it fails (a missing run would leave a ratio on fewer rounds than it says)."""
     cmd = [sys.executable, os.path.abspath(__file__), "--worker", json.dumps(spec)]
     label = f"{spec['client']} {spec['workload']} {spec['size']}B over {spec['security']['security_protocol']}"
     try:
         out = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
-    except subprocess.TimeoutExpired:
-        print(f"  {label}: timed out", file=sys.stderr)
-        return None
+    except subprocess.TimeoutExpired as e:
+        raise BenchError(f"{label}: timed out after {timeout:.0f} s") from e
     if out.returncode != 0:
-        print(f"  {label} failed:\n{out.stderr[-2000:]}", file=sys.stderr)
-        return None
+        raise BenchError(f"{label} failed:\n{out.stderr[-3000:]}")
     result: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
     return result
 
@@ -252,13 +280,15 @@ class SecureBroker:
         self.proc: subprocess.Popen[bytes] | None = None
         self.bootstrap: dict[str, str] = {}
 
-    def start(self, timeout_s: float = 30.0) -> SecureBroker:
+    def start(self, data_dir: str, timeout_s: float = 30.0) -> SecureBroker:
+        """Start on ``data_dir`` (the caller removes it after stop())."""
         from hmbclient.broker.runner import READY_PREFIX
         from hmbclient.children import preexec_for_current_thread
 
         log_path = os.path.join(self.workdir, "broker.out")
+        self.bootstrap = {}
         cmd = [sys.executable, "-m", "hmbclient.broker", "--host", "127.0.0.1", "--port", "0",
-               "--log-dir", os.path.join(self.workdir, "data")]
+               "--log-dir", data_dir]
         for protocol in LISTENERS:
             cmd += ["--listener", f"{protocol}://127.0.0.1:0"]
         cmd += ["--set", f"ssl.certfile={self.pki.server_cert}", "--set", f"ssl.keyfile={self.pki.server_key}",
@@ -325,86 +355,116 @@ def main() -> None:
     clients, listeners = args.clients.split(","), args.listeners.split(",")
     sizes, workloads = [int(s) for s in args.sizes.split(",")], args.workloads.split(",")
     counts = {size: max(1, int(SIZES[size] * args.scale)) for size in sizes}
-    results: dict[tuple[str, int, str, str], list[float]] = {}
-    smooth: dict[tuple[str, int, str, str], list[float]] = {}  # confluent consume runs without a stall
+    results: Results = {}
+    smooth: Results = {}  # confluent consume runs without a stall
     stalled: dict[tuple[str, int, str, str], int] = {}
     workdir = tempfile.mkdtemp(prefix="bench-security-")
     broker = SecureBroker(workdir)
     started = time.monotonic()
+    load_start = loadavg()
+    print(f"load at start: {load_start} ({os.cpu_count()} cores)", flush=True)
+    failure: BenchError | None = None
     try:
-        broker.start()
-        plain = broker.bootstrap["PLAINTEXT"]
-        print(f"broker pid {broker.proc.pid if broker.proc else '?'}: " + ", ".join(f"{p} {a}" for p, a in broker.bootstrap.items()), flush=True)
-        consume_topics: dict[int, str] = {}
-        if "consume" in workloads:
-            for size in sizes:
-                topic = consume_topics[size] = f"sec-c{size}-{uuid.uuid4().hex[:6]}"
-                create_topic(plain, topic)
-                spec = {"client": "confluent", "workload": "produce", "bootstrap": plain, "topic": topic, "n": counts[size],
-                        "size": size, "security": security_for("PLAINTEXT", broker.pki.ca)}
-                if run_worker(spec) is None and run_worker({**spec, "client": "hmbclient"}) is None:
-                    raise RuntimeError(f"could not fill {topic}")
         for rnd in range(args.rounds):
-            c_order = clients[rnd % len(clients):] + clients[: rnd % len(clients)]
-            l_order = listeners[rnd % len(listeners):] + listeners[: rnd % len(listeners)]
-            for size in sizes:
-                n = counts[size]
-                for workload in workloads:
-                    for listener in l_order:
-                        for client in c_order:
-                            if workload == "produce":
-                                topic = f"sec-p{size}-{uuid.uuid4().hex[:8]}"
-                                create_topic(plain, topic)
-                            else:
-                                topic = consume_topics[size]
-                            spec = {"client": client, "workload": workload, "bootstrap": broker.bootstrap[listener], "topic": topic,
-                                    "n": n, "size": size, "security": security_for(listener, broker.pki.ca)}
-                            result = run_worker(spec)
-                            if result is None:
-                                continue
-                            key = (workload, size, client, listener)
-                            results.setdefault(key, []).append(result["seconds"])
-                            wait = result["longest_wait_s"]
-                            note = ""
-                            if wait is not None:
-                                note = f"  first message {result['first_s'] * 1000:,.0f} ms, longest batch wait {wait * 1000:,.0f} ms"
-                                if wait > STALL_S:
-                                    note += " (stalled)"
-                                    stalled[key] = stalled.get(key, 0) + 1
-                                else:
-                                    smooth.setdefault(key, []).append(result["seconds"])
-                            rate = n / result["seconds"]
-                            print(f"[round {rnd + 1} {workload} {size}B {listener:9s}] {client:9s} {rate:>10,.0f} msg/s"
-                                  f" {rate * size / 1e6:6.1f} MB/s{note}", flush=True)
+            data_dir = tempfile.mkdtemp(prefix="data-", dir=workdir)
+            broker.start(data_dir)
+            try:
+                run_round(broker, rnd, args, clients, listeners, sizes, workloads, counts, results, smooth, stalled)
+            finally:
+                broker.stop()
+                shutil.rmtree(data_dir, ignore_errors=True)
+    except BenchError as e:
+        failure = e
     finally:
         broker.stop()
         shutil.rmtree(workdir, ignore_errors=True)
-    print(f"\n{args.rounds} rounds in {time.monotonic() - started:.0f} s; medians in msg/s "
-          f"(SASL_SSL: {MECHANISM}; TLS: ECDSA P-256 certificate, the ssl modules' default ciphers)")
+    load_end = loadavg()
+    print(f"\n{args.rounds} rounds in {time.monotonic() - started:.0f} s; medians in msg/s; ratios: median of the per-round"
+          f" ratios (lowest-highest) (SASL_SSL: {MECHANISM}; TLS: ECDSA P-256 certificate, the ssl modules' default ciphers)")
     table(results, clients, workloads, sizes, listeners, counts)
     if stalled:
         print(f"\nconfluent consume runs with a batch wait over {STALL_S * 1000:.0f} ms (the FindCoordinator stall in the"
               " module docstring): " + ", ".join(f"{k[3]} {k[1]}B {v}/{len(results[k])}" for k, v in sorted(stalled.items())))
         print("the same rows over the runs without one:")
         table(smooth, ["confluent"], ["consume"], sizes, listeners, counts)
+    print(f"load at start: {load_start}; at end: {load_end} ({os.cpu_count()} cores)")
+    if failure is not None:
+        raise SystemExit(f"\nRUN STOPPED: {failure}")
 
 
-def table(results: dict[tuple[str, int, str, str], list[float]], clients: list[str], workloads: list[str], sizes: list[int],
-          listeners: list[str], counts: dict[int, int]) -> None:
-    """Median msg/s per listener and each secure listener's ratio to PLAINTEXT."""
+Results = dict[tuple[str, int, str, str], dict[int, float]]  # (workload, size, client, listener) -> round -> seconds
+
+
+def run_round(broker: SecureBroker, rnd: int, args: argparse.Namespace, clients: list[str], listeners: list[str], sizes: list[int],
+              workloads: list[str], counts: dict[int, int], results: Results, smooth: Results,
+              stalled: dict[tuple[str, int, str, str], int]) -> None:
+    plain = broker.bootstrap["PLAINTEXT"]
+    print(f"[round {rnd + 1}] broker pid {broker.proc.pid if broker.proc else '?'}: "
+          + ", ".join(f"{p} {a}" for p, a in broker.bootstrap.items()) + f"; load {loadavg()}", flush=True)
+    plain_sec = security_for("PLAINTEXT", broker.pki.ca)
+    consume_topics: dict[int, str] = {}
+    if "consume" in workloads:
+        for size in sizes:
+            topic = consume_topics[size] = f"sec-c{size}-{uuid.uuid4().hex[:6]}"
+            create_topic(plain, topic)
+            run_worker({"client": "confluent", "workload": "produce", "bootstrap": plain, "topic": topic, "n": counts[size],
+                        "size": size, "security": plain_sec})
+            require_end_offset(plain, topic, counts[size] + 1, what="consume topic filled")
+    c_order = clients[rnd % len(clients):] + clients[: rnd % len(clients)]
+    l_order = listeners[rnd % len(listeners):] + listeners[: rnd % len(listeners)]
+    for size in sizes:
+        n = counts[size]
+        for workload in workloads:
+            for listener in l_order:
+                for client in c_order:
+                    if workload == "produce":
+                        topic = f"sec-p{size}-{uuid.uuid4().hex[:8]}"
+                        create_topic(plain, topic)
+                    else:
+                        topic = consume_topics[size]
+                        require_end_offset(plain, topic, n + 1, what="before timing the consume")
+                    spec = {"client": client, "workload": workload, "bootstrap": broker.bootstrap[listener], "topic": topic,
+                            "n": n, "size": size, "security": security_for(listener, broker.pki.ca)}
+                    result = run_worker(spec)
+                    if workload == "produce":
+                        require_end_offset(plain, topic, n + 1, what=f"after {client}'s produce over {listener}")
+                    key = (workload, size, client, listener)
+                    results.setdefault(key, {})[rnd] = result["seconds"]
+                    wait = result["longest_wait_s"]
+                    note = ""
+                    if wait is not None:
+                        note = f"  first message {result['first_s'] * 1000:,.0f} ms, longest batch wait {wait * 1000:,.0f} ms"
+                        if client == "confluent" and wait > STALL_S:
+                            note += " (stalled)"
+                            stalled[key] = stalled.get(key, 0) + 1
+                        else:
+                            smooth.setdefault(key, {})[rnd] = result["seconds"]
+                    rate = n / result["seconds"]
+                    print(f"[round {rnd + 1} {workload} {size}B {listener:9s}] {client:9s} {rate:>10,.0f} msg/s"
+                          f" {rate * size / 1e6:6.1f} MB/s{note}", flush=True)
+
+
+def table(results: Results, clients: list[str], workloads: list[str], sizes: list[int], listeners: list[str],
+          counts: dict[int, int]) -> None:
+    """Median msg/s per listener and each secure listener's ratio to PLAINTEXT (per-round ratios:
+    median, lowest-highest)."""
     print(f"{'client':9s} {'workload':8s} {'size':>5s} " + " ".join(f"{lst:>10s}" for lst in listeners)
-          + "  " + "  ".join(f"{lst + '/PT':>12s}" for lst in listeners if lst != "PLAINTEXT"))
+          + "  " + "  ".join(f"{lst + '/PT':>22s}" for lst in listeners if lst != "PLAINTEXT"))
     for client in clients:
         for workload in workloads:
             for size in sizes:
-                rates = {lst: counts[size] / statistics.median(results[(workload, size, client, lst)])
+                rates = {lst: {r: counts[size] / s for r, s in results[(workload, size, client, lst)].items()}
                          for lst in listeners if results.get((workload, size, client, lst))}
-                row = f"{client:9s} {workload:8s} {size:>5d} " + " ".join(f"{rates.get(lst, 0):>10,.0f}" for lst in listeners)
+                if not rates:
+                    continue
+                row = f"{client:9s} {workload:8s} {size:>5d} " + " ".join(
+                    f"{statistics.median(rates[lst].values()) if lst in rates else 0:>10,.0f}" for lst in listeners)
                 for lst in listeners:
                     if lst == "PLAINTEXT":
                         continue
-                    ratio = f"{rates[lst] / rates['PLAINTEXT']:.2f}x" if lst in rates and "PLAINTEXT" in rates else "-"
-                    row += f"  {ratio:>12s}"
+                    ours, base = rates.get(lst, {}), rates.get("PLAINTEXT", {})
+                    common = sorted(set(ours) & set(base))
+                    row += f"  {format_ratio(ratio_summary([ours[r] for r in common], [base[r] for r in common])):>22s}"
                 print(row)
 
 

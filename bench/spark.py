@@ -34,9 +34,19 @@ local[2] ones: PySpark runs one SparkContext per process, so one after the other
 Spark's per-job overhead (planning, scheduling, shipping the task, Python workers' results) is
 included; JVM start-up, JIT warm-up and the first Python worker forks are not (``--warmup``
 untimed rounds of every workload run first).
+
+Readiness rule (bench/_common.py) for the baselines in this process: the loop's SimpleConsumer
+is connected to the partitions' leader before its clock starts (one fetch at offset 0 of the
+first range, untimed; the message is read again, counted, inside the timed part), and the
+producer has had one warm-up row acknowledged (not counted: the written rows are the topic's
+growth during the timed part). The Spark rows cannot follow it: each job's tasks open their
+own connections inside the job, which is part of the per-job overhead they measure -- the rule
+applied to the baselines only weighs against Spark. Before any timing, the filled topic must end
+at ``messages`` on every partition (the high watermark of a Fetch answer), or the bench stops.
 Runs are interleaved round by round (the machine is shared); prints messages/s (medians) and
-the median of the per-round ratios spark / loop (read) and sink / producer (write). Target for
-the read path: ratio >= 1.5 on a 2-core machine.
+the median of the per-round ratios spark / loop (read) and sink / producer (write), with the
+lowest and highest; the machine's load (/proc/loadavg) before and after. Target for the read
+path: ratio >= 1.5 on a 2-core machine.
 """
 
 from __future__ import annotations
@@ -53,7 +63,9 @@ from typing import Any
 # A bench script named like a package would shadow it (bench/ once held rebalance.py): never
 # import from here.
 _HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != _HERE]
+sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != _HERE] + [_HERE]  # last: bench/_common.py
+
+from _common import loadavg, ratio_summary, require_end_offset, warm_hmbclient_consumer  # noqa: E402
 
 FETCH_BYTES = 1024 * 1024
 
@@ -85,12 +97,14 @@ def fill(bootstrap: str, topic: str, partitions: int, messages: int, size: int) 
                 n = min(left, len(chunk))
                 futures.extend(producer.send(ProducerData(topic, str(p).encode(), chunk[:n])))
                 left -= n
-        producer.flush()
+        producer.flush(600)
         # Every message acknowledged, or the bench is meaningless.
         for f in futures:
             f.result(timeout=60)
     finally:
         producer.close()
+    for p in range(partitions):
+        require_end_offset(bootstrap, topic, messages, partition=p, what="filled for the read workloads")
 
 
 def create_topic(bootstrap: str, topic: str, partitions: int) -> None:
@@ -113,12 +127,33 @@ def latest_total(bootstrap: str, topic: str) -> int:
     return sum(get_latest_offsets({"metadata.broker.list": bootstrap}, [topic]).values())
 
 
-def producer_write(bootstrap: str, topic: str, partitions: int, total: int, size: int) -> int:
-    """The write baseline: one async Producer in this process; returns rows acknowledged."""
-    from hmbclient import Producer
+class ProducerWrite:
+    """The write baseline: one async Producer in this process. ``prepare`` (untimed) creates it
+    and has one row acknowledged (the readiness rule); calling it writes ``total`` rows and
+    returns them."""
 
-    producer = Producer(metadata_broker_list=bootstrap, producer_type="async",
-                        batch_num_messages=WRITE_BATCH, request_required_acks=WRITE_ACKS)
+    def __init__(self, bootstrap: str, topic: str, partitions: int, total: int, size: int) -> None:
+        self.args = (bootstrap, topic, partitions, total, size)
+        self.producer: Any = None
+
+    def prepare(self) -> None:
+        from hmbclient import Producer
+
+        bootstrap, topic, _, _, size = self.args
+        self.producer = Producer(metadata_broker_list=bootstrap, producer_type="async",
+                                 batch_num_messages=WRITE_BATCH, request_required_acks=WRITE_ACKS)
+        self.producer.send_record(topic, b"x" * size, b"0").result(timeout=60)
+
+    def __call__(self) -> int:
+        _, topic, partitions, total, size = self.args
+        producer, self.producer = self.producer, None
+        if producer is None:
+            raise RuntimeError("ProducerWrite called without prepare()")
+        return producer_write(producer, topic, partitions, total, size)
+
+
+def producer_write(producer: Any, topic: str, partitions: int, total: int, size: int) -> int:
+    """Writes ``total`` rows with ``producer`` (closed at the end); returns rows acknowledged."""
     value = b"x" * size
     keys = [str(p).encode() for p in range(partitions)]
     futures = []
@@ -157,21 +192,49 @@ def pipeline(spark: Any, bootstrap: str, source: str, topic: str) -> None:
 
 
 def written(bootstrap: str, topic: str, fn: Callable[[], Any]) -> Callable[[], int]:
-    """``fn`` as a workload returning the rows it added to ``topic`` (its latest offsets)."""
+    """``fn`` as a workload returning the rows it added to ``topic`` (its latest offsets, taken
+    after ``fn.prepare()`` when it has one)."""
     def run() -> int:
         before = latest_total(bootstrap, topic)
         fn()
         return latest_total(bootstrap, topic) - before
+
+    prepare = getattr(fn, "prepare", None)
+    if prepare is not None:
+        run.prepare = prepare  # type: ignore[attr-defined]
     return run
 
 
-def loop_read(host: str, port: int, ranges: list[Any], content: bool) -> int:
-    """The baseline: one SimpleConsumer reading every range in turn, in this process."""
-    from hmbclient import FetchRequest, SimpleConsumer
+class LoopRead:
+    """The read baseline: one SimpleConsumer reading every range in turn, in this process.
+    ``prepare`` (untimed) connects it to the leader with one fetch at the first range's start."""
+
+    def __init__(self, host: str, port: int, ranges: list[Any], content: bool) -> None:
+        self.host, self.port, self.ranges, self.content = host, port, ranges, content
+        self.consumer: Any = None
+
+    def prepare(self) -> None:
+        from hmbclient import SimpleConsumer
+
+        self.consumer = SimpleConsumer(self.host, self.port, client_id="bench-loop")
+        first = self.ranges[0]
+        if first.from_offset != 0:
+            raise RuntimeError("the warm-up fetch reads offset 0 of the first range")
+        warm_hmbclient_consumer(self.consumer, first.topic, first.partition, FETCH_BYTES)
+
+    def __call__(self) -> int:
+        consumer, self.consumer = self.consumer, None
+        if consumer is None:
+            raise RuntimeError("LoopRead called without prepare()")
+        return loop_read(consumer, self.ranges, self.content)
+
+
+def loop_read(consumer: Any, ranges: list[Any], content: bool) -> int:
+    """Reads every range in turn with ``consumer`` (closed at the end)."""
+    from hmbclient import FetchRequest
 
     total = 0
     empties = 0
-    consumer = SimpleConsumer(host, port, client_id="bench-loop")
     try:
         for r in ranges:
             offset = r.from_offset
@@ -254,10 +317,12 @@ def measure(title: str, workloads: dict[str, Callable[[], int]], expect: dict[st
     # benchmark practice; the timed rounds still include every per-job cost).
     for _ in range(args.warmup):
         for fn in workloads.values():
+            _prepare(fn)
             fn()
-    load_before = os.getloadavg()[0]
+    load_before = loadavg()
     for _ in range(args.repeat):
         for name, fn in workloads.items():
+            _prepare(fn)  # the readiness rule: baselines connected before the clock
             cpu0 = tree_cpu(me, broker_pid)
             secs, got = timed(fn, 1)
             cpus[name].append(tree_cpu(me, broker_pid) - cpu0)
@@ -265,7 +330,7 @@ def measure(title: str, workloads: dict[str, Callable[[], int]], expect: dict[st
                 raise SystemExit(f"{title} {name}: got {got}, expected {expect[name]}")
             extra[name] += got - expect[name]
             times[name].append(secs)
-    load_after = os.getloadavg()[0]
+    load_after = loadavg()
 
     # CPU-s: this process and its children (Spark's JVM and Python workers), broker
     # excluded; unlike wall time it barely depends on what else the machine runs. (On the
@@ -280,9 +345,11 @@ def measure(title: str, workloads: dict[str, Callable[[], int]], expect: dict[st
         print(f"{name:<16}{med:>9.2f}{rows / med:>14,.0f}{cpu:>8.2f}   {runs}{dup}")
     for label, num, den in ratios:
         if num in times and den in times:
-            per_round = [d / n for n, d in zip(times[num], times[den], strict=True)]
-            print(f"ratio {label:<28} {statistics.median(per_round):5.2f}x  "
-                  f"(per round: {' '.join(f'{r:.2f}' for r in per_round)})")
+            summary = ratio_summary([1 / t for t in times[num]], [1 / t for t in times[den]])
+            assert summary is not None
+            med, lo, hi = summary
+            print(f"ratio {label:<28} {med:5.2f}x  lowest {lo:.2f}x highest {hi:.2f}x  "
+                  f"(per round: {' '.join(f'{d / n:.2f}' for n, d in zip(times[num], times[den], strict=True))})")
     for kind in ("count", "content"):
         if f"loop {kind}" in cpus and f"spark {kind}" in cpus:
             loop_cpu = statistics.median(cpus[f"loop {kind}"])
@@ -290,7 +357,13 @@ def measure(title: str, workloads: dict[str, Callable[[], int]], expect: dict[st
             print(f"CPU bound on {os.cpu_count()} idle cores, {kind:<8}: spark/loop <= "
                   f"{(os.cpu_count() or 1) * loop_cpu / max(spark_cpu, 1e-9):4.2f}x "
                   f"(loop {loop_cpu:.2f} CPU-s, spark {spark_cpu:.2f} CPU-s; read target >= 1.5x)")
-    print(f"load average (1 min) {load_before:.1f} -> {load_after:.1f} on {os.cpu_count()} cores")
+    print(f"load (/proc/loadavg) {load_before} -> {load_after} on {os.cpu_count()} cores")
+
+
+def _prepare(fn: Callable[[], int]) -> None:
+    prepare = getattr(fn, "prepare", None)
+    if prepare is not None:
+        prepare()
 
 
 def spark_workloads(spark: Any, args: argparse.Namespace, bootstrap: str, host: str, port: int,
@@ -308,9 +381,9 @@ def spark_workloads(spark: Any, args: argparse.Namespace, bootstrap: str, host: 
     expect: dict[str, int] = {}
     if not args.no_read:
         workloads.update({
-            "loop count": lambda: loop_read(host, port, ranges, False),
+            "loop count": LoopRead(host, port, ranges, False),
             "spark count": lambda: create_rdd(sc, params, ranges).count(),
-            "loop content": lambda: loop_read(host, port, ranges, True),
+            "loop content": LoopRead(host, port, ranges, True),
             "spark content": lambda: create_rdd(sc, params, ranges)
             .map(lambda kv: len(kv[1])).sum(),
         })
@@ -322,7 +395,7 @@ def spark_workloads(spark: Any, args: argparse.Namespace, bootstrap: str, host: 
         for out in outs.values():
             create_topic(bootstrap, out, args.partitions)
         workloads.update({
-            "producer write": written(bootstrap, outs["producer write"], lambda: producer_write(
+            "producer write": written(bootstrap, outs["producer write"], ProducerWrite(
                 bootstrap, outs["producer write"], args.partitions, total, args.size)),
             "sink write": written(bootstrap, outs["sink write"], lambda: sink_write(
                 spark, bootstrap, outs["sink write"], args.partitions, total, args.size)),
