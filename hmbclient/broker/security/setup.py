@@ -33,13 +33,13 @@ import ssl
 from typing import Any
 
 from hmbclient.broker.channel import ChannelSecurity
+from hmbclient.broker.listener import Listener
 from hmbclient.broker.security.authorizer import Authorizer, FileAclStore, ZkAclStore
 from hmbclient.broker.security.credentials import (
     CredentialStore,
     FileCredentialStore,
     ZkCredentialStore,
 )
-from hmbclient.broker.server import Listener
 from hmbclient.config import BrokerConfig, parse_listener
 from hmbclient.errors import ConfigError
 
