@@ -40,6 +40,7 @@ from __future__ import annotations
 import struct
 from collections import namedtuple
 from collections.abc import Callable, Sequence
+from functools import cache
 from operator import itemgetter
 from typing import Any
 
@@ -759,8 +760,8 @@ class Struct(Type):
                 self._nested_fields.append((fname, False, t))
             elif isinstance(t, Array) and isinstance(t.item, Struct):
                 self._nested_fields.append((fname, True, t.item))
-        self._nested_cache: dict[tuple[str, ...], Struct] = {}
-        self._rows: dict[tuple[str, ...], Callable[..., Any]] = {}
+        # Per instance, cached at C speed (a lookup per response on the broker's hot paths).
+        self.nested = cache(self._find_nested)  # type: ignore[method-assign]
         self.values = namedtuple(name, self.names, defaults=self.defaults)  # type: ignore[misc]
 
     # -- building values (the one builder: see the module docstring) --------------------------
@@ -790,16 +791,16 @@ class Struct(Type):
                         break
         return self._values(**fields)
 
-    def nested(self, *path: str) -> Struct:
+    def nested(self, *path: str) -> Struct:  # replaced per instance by a cached _find_nested
         """The struct reached through ``path`` (a struct field, or an array of structs' items):
         ``ProduceResponse[7].SCHEMA.nested("topics", "partitions")`` is a partition entry.
 
         Raises:
             KeyError: a name on the path is not a field, or not a struct / array of structs.
         """
-        st = self._nested_cache.get(path)
-        if st is not None:
-            return st
+        return self._find_nested(*path)
+
+    def _find_nested(self, *path: str) -> Struct:
         cur: Type = self
         for name in path:
             assert isinstance(cur, Struct)
@@ -810,17 +811,16 @@ class Struct(Type):
                 raise KeyError(f"{cur.name}.{name} is not a struct")
             cur = t
         assert isinstance(cur, Struct)
-        self._nested_cache[path] = cur
         return cur
 
-    def row(self, *names: str) -> Callable[..., Any]:
+    def row(self, *names: str) -> Callable[..., Any]:  # replaced per instance by a cached _make_row
         """A positional builder for hot loops: ``row("a", "b")(1, 2)`` is ``build(a=1, b=2)``
         (names this struct lacks are dropped, fields not named take their defaults) without a
         dict per value; one cached itemgetter per (struct, names). Values are taken as they
         are (no dict fitting)."""
-        made = self._rows.get(names)
-        if made is not None:
-            return made
+        return self._make_row(*names)
+
+    def _make_row(self, *names: str) -> Callable[..., Any]:
         shape = self._values
         fields = self.names
         missing = [f for f in fields if f not in names]
@@ -838,7 +838,6 @@ class Struct(Type):
 
             def made(*values: Any) -> Any:
                 return new(shape, get(values + pad))
-        self._rows[names] = made
         return made
 
     @property
@@ -849,7 +848,7 @@ class Struct(Type):
     @values.setter
     def values(self, cls: type) -> None:
         self._values = cls
-        self._rows = {}
+        self.row = cache(self._make_row)  # type: ignore[method-assign]  # rows bind the class
         self._compile()
 
     # -- compiled fast paths ----------------------------------------------------------------
