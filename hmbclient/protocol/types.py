@@ -754,14 +754,14 @@ class Struct(Type):
         self._name_set = frozenset(self.names)
         # Fields whose value may be given as a dict (a struct) or a list of dicts (an array of
         # structs): ``build`` fits those too.
-        self._nested_fields: list[tuple[str, bool, Struct]] = []  # (name, an array?, the struct)
-        for fname, t in self.fields:
-            if isinstance(t, Struct):
-                self._nested_fields.append((fname, False, t))
-            elif isinstance(t, Array) and isinstance(t.item, Struct):
-                self._nested_fields.append((fname, True, t.item))
-        # Per instance, cached at C speed (a lookup per response on the broker's hot paths).
-        self.nested = cache(self._find_nested)  # type: ignore[method-assign]
+        # (name, an array?, the struct); the shared () when there are none (most structs: every
+        # object here is one more for the garbage collector to walk, for the life of the process)
+        nested = [
+            (fname, isinstance(t, Array), t.item if isinstance(t, Array) else t)
+            for fname, t in self.fields
+            if isinstance(t, Struct) or (isinstance(t, Array) and isinstance(t.item, Struct))
+        ]
+        self._nested_fields: tuple[tuple[str, bool, Any], ...] = tuple(nested) if nested else ()
         self.values = namedtuple(name, self.names, defaults=self.defaults)  # type: ignore[misc]
 
     # -- building values (the one builder: see the module docstring) --------------------------
@@ -791,16 +791,14 @@ class Struct(Type):
                         break
         return self._values(**fields)
 
-    def nested(self, *path: str) -> Struct:  # replaced per instance by a cached _find_nested
+    @cache  # noqa: B019 - structs live as long as the process; C-speed lookups on hot paths
+    def nested(self, *path: str) -> Struct:
         """The struct reached through ``path`` (a struct field, or an array of structs' items):
         ``ProduceResponse[7].SCHEMA.nested("topics", "partitions")`` is a partition entry.
 
         Raises:
             KeyError: a name on the path is not a field, or not a struct / array of structs.
         """
-        return self._find_nested(*path)
-
-    def _find_nested(self, *path: str) -> Struct:
         cur: Type = self
         for name in path:
             assert isinstance(cur, Struct)
@@ -813,14 +811,12 @@ class Struct(Type):
         assert isinstance(cur, Struct)
         return cur
 
-    def row(self, *names: str) -> Callable[..., Any]:  # replaced per instance by a cached _make_row
+    @cache  # noqa: B019 - as nested; emptied when a struct's values class changes
+    def row(self, *names: str) -> Callable[..., Any]:
         """A positional builder for hot loops: ``row("a", "b")(1, 2)`` is ``build(a=1, b=2)``
         (names this struct lacks are dropped, fields not named take their defaults) without a
         dict per value; one cached itemgetter per (struct, names). Values are taken as they
         are (no dict fitting)."""
-        return self._make_row(*names)
-
-    def _make_row(self, *names: str) -> Callable[..., Any]:
         shape = self._values
         fields = self.names
         missing = [f for f in fields if f not in names]
@@ -848,7 +844,7 @@ class Struct(Type):
     @values.setter
     def values(self, cls: type) -> None:
         self._values = cls
-        self.row = cache(self._make_row)  # type: ignore[method-assign]  # rows bind the class
+        Struct.row.cache_clear()  # rows bind the class (values are set while schemas are defined)
         self._compile()
 
     # -- compiled fast paths ----------------------------------------------------------------
