@@ -3,14 +3,24 @@
 # (tests/faults, marked chaos: about ten to fifteen minutes).
 # Both install what they need first; every step is idempotent.
 SHELL := /bin/bash
+.SECONDEXPANSION:
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
-APT_PKGS := zookeeper kcat
+APT_PKGS := zookeeper kcat maven openjdk-17-jdk-headless
+# Apache Kafka, Kafka's Java clients and Spark's Kafka connector (tests/reference): the jars of
+# each peers/NAME/pom.xml from Maven Central, and our Java programs of tests/java/NAME/.
+PEERS := $(patsubst peers/%/pom.xml,.cache/maven-peers/%/.stamp,$(wildcard peers/*/pom.xml))
 
-.PHONY: setup system venv test chaos demo lint typecheck bench clean
+.PHONY: setup system venv peers test chaos demo lint typecheck bench clean docs
 
-setup: system venv
+setup: system venv peers
+
+peers: $(PEERS)
+
+.cache/maven-peers/%/.stamp: peers/%/pom.xml peers/fetch.sh $$(wildcard tests/java/$$*/*.java) | system
+	peers/fetch.sh $*
+	touch $@
 
 system:
 	@missing=""; for p in $(APT_PKGS); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
@@ -25,7 +35,7 @@ $(PY):
 
 $(STAMP): pyproject.toml | $(PY)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[spark,test,dev]'
+	$(PY) -m pip install -q -e '.[spark,test,dev,docs]'
 	touch $(STAMP)
 
 venv: $(STAMP)
@@ -43,8 +53,13 @@ lint: venv
 	$(VENV)/bin/ruff check hmbclient partitioners encoders rebalance spark_integration tests bench examples
 	$(VENV)/bin/mypy hmbclient partitioners encoders rebalance spark_integration
 
+# The docs site (mkdocs.yml, docs/) into site/, warnings as errors; tests/test_docs_site.py
+# builds it in make test too.
+docs: venv
+	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict
+
 bench: setup
 	$(PY) bench/codec.py
 
 clean:
-	rm -rf $(VENV) build *.egg-info
+	rm -rf $(VENV) build dist site *.egg-info .cache/maven-peers

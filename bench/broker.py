@@ -1,18 +1,28 @@
-"""Broker throughput: the embedded broker vs Tansu, same client (confluent-kafka), one run.
+"""Broker throughput: the embedded broker vs Apache Kafka and Tansu, same client
+(confluent-kafka), one run.
 
     .venv/bin/python bench/broker.py            # 200,000 x 1000 B, 3 rounds, ~1-2 minutes
     .venv/bin/python bench/broker.py --quick    # 50,000 messages, 1 round
 
 Each broker runs in its own process (ours: ``python -m hmbclient.broker`` through BrokerProcess,
-with its log on the local disk; Tansu: ``tansu broker --storage-engine memory://tansu/``), and
+with its log on the local disk; Apache Kafka 4.x: one KRaft node from the ``make peers`` jars
+(hmbclient.testing.ApacheKafka) with a 1 GiB heap and the full JIT; Tansu: ``tansu broker
+--storage-engine memory://tansu/``), and
 each client run is a fresh process, so neither side shares a GIL with the client. A round, per
 broker: create a 1-partition topic, produce N messages of SIZE bytes (confluent-kafka defaults,
 no compression, acks=all as librdkafka defaults) and time until ``flush`` returns; then consume
 them all from offset 0 with an assigned consumer and time until the last one arrives. Rounds
-alternate brokers; figures are medians in MB/s (payload bytes / 1e6 / s), and the ratio column
-is ours / Tansu (goals: produce >= 1.0, fetch >= 2.0), with the lowest and highest per-round
-ratio beside it (round r of ours against round r of Tansu, run back to back). Absolute figures
-drift between runs; the load average is printed at the start and the end.
+rotate brokers; figures are medians in MB/s (payload bytes / 1e6 / s), and the ratio columns
+are ours / Kafka (goals: produce >= 1.0, fetch >= 1.0) and ours / Tansu (goals: produce >= 1.0,
+fetch >= 2.0), with the lowest and highest per-round ratio beside each (round r against round
+r). JVM warm-up: before the timed rounds Kafka gets one untimed round of the same size, so its
+JIT has compiled the produce and fetch paths. Each round also produces the same messages to
+our broker and Tansu with ``enable.idempotence=true`` and, plain, with ``max.in.flight=5`` (the
+limit idempotence imposes on librdkafka), each to a fresh topic: the idempotent / plain ratios
+are printed below the table, ours and Tansu's. Against plain at the same in-flight limit the
+ratio is as close as this client gets to the broker's own cost of de-duplication (goal >=
+0.95); Tansu's ratio shows what librdkafka's idempotent mode costs whatever the broker.
+Absolute figures drift between runs; the load average is printed at the start and the end.
 """
 
 from __future__ import annotations
@@ -41,9 +51,12 @@ def _client(mode: str, bootstrap: str, topic: str, n: int, size: int) -> dict[st
         fut = admin.create_topics([NewTopic(topic, num_partitions=1, replication_factor=1)])[topic]
         fut.result(30)
         return {}
-    if mode == "produce":
+    if mode in ("produce", "produce-idem", "produce-inflight5"):
         payload = os.urandom(size)
-        p = Producer({"bootstrap.servers": bootstrap})
+        conf: dict[str, Any] = {"bootstrap.servers": bootstrap, "enable.idempotence": mode == "produce-idem"}
+        if mode == "produce-inflight5":
+            conf["max.in.flight"] = 5
+        p = Producer(conf)
         p.list_topics(topic, timeout=10)  # metadata first: time the data path only
         t0 = time.perf_counter()
         for i in range(n):
@@ -112,12 +125,17 @@ def main() -> None:
         args.n, args.rounds = 50_000, 1
 
     from hmbclient.broker import BrokerProcess
+    from hmbclient.testing.apache_kafka import DEFAULT_JVM_OPTIONS, ApacheKafka, jar_version
     from hmbclient.testing.tansu import LocalTansu
 
     mb = args.n * args.size / 1e6
     print(f"load average at start: {' '.join(f'{x:.2f}' for x in os.getloadavg())} ({os.cpu_count()} cores)", flush=True)
-    results: dict[str, dict[str, list[float]]] = {"hmb": {"produce": [], "fetch": []}, "tansu": {"produce": [], "fetch": []}}
-    with tempfile.TemporaryDirectory(prefix="bench-broker-") as d, LocalTansu() as tansu:
+    names = ("hmb", "kafka", "tansu")
+    works = ("produce", "fetch", "produce-idem", "produce-inflight5")
+    results: dict[str, dict[str, list[float]]] = {n: {w: [] for w in works} for n in names}
+    jvm = [o for o in DEFAULT_JVM_OPTIONS if not o.startswith(("-Xm", "-XX:TieredStopAtLevel"))] + ["-Xms1g", "-Xmx1g"]
+    with tempfile.TemporaryDirectory(prefix="bench-broker-") as d, LocalTansu() as tansu, \
+            ApacheKafka(jvm_options=jvm) as kafka:
         settings: dict[str, Any] = {}
         for item in args.set:
             k, _, v = item.partition("=")
@@ -125,9 +143,13 @@ def main() -> None:
         ours = BrokerProcess(d, **settings)
         ours.start()
         try:
-            targets = {"hmb": ours.bootstrap, "tansu": tansu.bootstrap}
+            targets = {"hmb": ours.bootstrap, "kafka": kafka.bootstrap, "tansu": tansu.bootstrap}
+            warm = f"bench-warmup-{uuid.uuid4().hex[:8]}"  # Kafka's JIT warm-up round, untimed
+            _run_client("create", kafka.bootstrap, warm, 0, args.size)
+            _run_client("produce", kafka.bootstrap, warm, args.n, args.size)
+            _run_client("consume", kafka.bootstrap, warm, args.n, args.size)
             for r in range(args.rounds):
-                for name in (("hmb", "tansu") if r % 2 == 0 else ("tansu", "hmb")):
+                for name in names[r % 3:] + names[:r % 3]:
                     bootstrap = targets[name]
                     topic = f"bench-{uuid.uuid4().hex[:8]}"
                     _run_client("create", bootstrap, topic, 0, args.size)
@@ -137,17 +159,34 @@ def main() -> None:
                     results[name]["produce"].append(mb / prod["seconds"])
                     results[name]["fetch"].append(mb / cons["seconds"])
                     print(f"round {r + 1} {name:5s}: produce {mb / prod['seconds']:7.1f} MB/s   fetch {mb / cons['seconds']:7.1f} MB/s", flush=True)
+                    if name == "kafka":
+                        continue
+                    for extra in ("produce-idem", "produce-inflight5"):
+                        topic = f"bench-{extra}-{uuid.uuid4().hex[:8]}"
+                        _run_client("create", bootstrap, topic, 0, args.size)
+                        time.sleep(0.2)
+                        got = _run_client(extra, bootstrap, topic, args.n, args.size)
+                        results[name][extra].append(mb / got["seconds"])
+                        print(f"round {r + 1} {name:5s}: {extra} {mb / got['seconds']:7.1f} MB/s", flush=True)
         finally:
             ours.terminate()
     print()
-    print(f"{args.n:,} messages x {args.size} B, confluent-kafka client, medians of {args.rounds} round(s)")
-    print(f"{'workload':10s} {'hmb MB/s':>10s} {'tansu MB/s':>11s} {'ratio':>7s} {'per round':>12s}  goal")
-    for work, target in (("produce", 1.0), ("fetch", 2.0)):
-        ours_mb = statistics.median(results["hmb"][work])
-        theirs = statistics.median(results["tansu"][work])
-        rounds = [a / b for a, b in zip(results["hmb"][work], results["tansu"][work], strict=True)]
-        spread = f"{min(rounds):.2f}-{max(rounds):.2f}"
-        print(f"{work:10s} {ours_mb:10.1f} {theirs:11.1f} {ours_mb / theirs:7.2f} {spread:>12s}  >= {target}")
+    print(f"{args.n:,} messages x {args.size} B, confluent-kafka client, medians of {args.rounds} round(s); "
+          f"Apache Kafka {jar_version()}")
+    for anchor, goals in (("kafka", {"produce": 1.0, "fetch": 1.0}), ("tansu", {"produce": 1.0, "fetch": 2.0})):
+        print(f"{'workload':10s} {'hmb MB/s':>10s} {anchor + ' MB/s':>11s} {'ratio':>7s} {'per round':>12s}  goal")
+        for work, target in goals.items():
+            ours_mb = statistics.median(results["hmb"][work])
+            theirs = statistics.median(results[anchor][work])
+            rounds = [a / b for a, b in zip(results["hmb"][work], results[anchor][work], strict=True)]
+            spread = f"{min(rounds):.2f}-{max(rounds):.2f}"
+            print(f"{work:10s} {ours_mb:10.1f} {theirs:11.1f} {ours_mb / theirs:7.2f} {spread:>12s}  >= {target}")
+    for name in ("hmb", "tansu"):
+        got = results[name]
+        for base, what in (("produce-inflight5", "plain with max.in.flight=5"), ("produce", "plain, client defaults")):
+            per = [a / b for a, b in zip(got["produce-idem"], got[base], strict=True)]
+            print(f"{name:5s} idempotent / {what}: {statistics.median(got['produce-idem']) / statistics.median(got[base]):.2f} "
+                  f"(per round {min(per):.2f}-{max(per):.2f}){'  goal >= 0.95' if name == 'hmb' and base != 'produce' else ''}")
     print(f"load average at end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
 
 

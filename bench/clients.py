@@ -8,7 +8,9 @@
 Workloads: produce N messages of S bytes (null keys, one partition, acks=1, linger 5 ms, each
 client's own batching) and time until every one is acknowledged (produce-batch: hmbclient sends
 ProducerData of 1000 messages, Kafka 0.8's batch form; the peers, having no such call, the
-same per-message calls as produce; not run unless asked); consume the same N messages
+same per-message calls as produce; not run unless asked; hmbclient-only variants, the peers
+running their produce: produce-sync, the sync producer with ProducerData of 1000; produce-plain
+and produce-idem, acks=-1 without and with enable.idempotence; produce-sync-plain/-idem); consume the same N messages
 from offset 0 and time until the last one is in hand (each message's value is touched).
 Brokers: Tansu (modern protocol, memory storage) and the embedded broker (in a subprocess).
 ``--codec gzip|snappy|lz4|zstd``: every client's producer compresses with that codec.
@@ -84,6 +86,44 @@ def produce_batch_hmbclient(bootstrap: str, topic: str, n: int, size: int) -> fl
     last: Any = None
     for start in range(0, n, 1000):
         last = send(ProducerData(topic, None, [value] * min(1000, n - start)))
+    producer.flush()
+    elapsed = time.perf_counter() - t0
+    assert last is not None and last[-1].result().offset == n - 1, last[-1].result()
+    producer.close()
+    return elapsed
+
+
+# hmbclient-only produce workloads (the peers run their plain produce under these names):
+# workload -> (producer_type, messages per ProducerData, extra settings). "-sync": the sync
+# producer; "-plain" / "-idem": acks=-1 without / with enable.idempotence, to compare the two
+# on the same run (issue 21's goal: idem >= 0.95x plain).
+HMB_PRODUCE_WORKLOADS: dict[str, tuple[str, int, dict[str, Any]]] = {
+    "produce-sync": ("sync", 1000, {}),
+    "produce-plain": ("async", 1, {"request_required_acks": -1, "enable_idempotence": False}),
+    "produce-idem": ("async", 1, {"request_required_acks": -1, "enable_idempotence": True}),
+    "produce-sync-plain": ("sync", 1000, {"request_required_acks": -1, "enable_idempotence": False}),
+    "produce-sync-idem": ("sync", 1000, {"request_required_acks": -1, "enable_idempotence": True}),
+}
+
+
+def produce_hmbclient_as(workload: str, bootstrap: str, topic: str, n: int, size: int) -> float:
+    """One of HMB_PRODUCE_WORKLOADS: ``n`` messages in ProducerData of the workload's size."""
+    from hmbclient import Producer, ProducerData
+
+    producer_type, per_send, settings = HMB_PRODUCE_WORKLOADS[workload]
+    value = _payload(size)
+    producer = Producer(metadata_broker_list=bootstrap, producer_type=producer_type, queue_buffering_max_ms=5, compression_codec=_CODEC, **settings)
+    producer.partitions_for(topic)
+    # Warm up outside the timed part, plain and idempotent alike: one message to another topic
+    # opens the connection to the leader and (idempotent) gets the producer id, one round trip
+    # each that a run of ~0.1 s would otherwise count against the steady state.
+    producer.send(ProducerData(f"{topic}-warm", None, [value]))
+    producer.flush()
+    t0 = time.perf_counter()
+    send = producer.send
+    last: Any = None
+    for start in range(0, n, per_send):
+        last = send(ProducerData(topic, None, [value] * min(per_send, n - start)))
     producer.flush()
     elapsed = time.perf_counter() - t0
     assert last is not None and last[-1].result().offset == n - 1, last[-1].result()
@@ -261,6 +301,8 @@ def worker(argv: list[str]) -> None:
     n = int(count)
     if workload == "produce-batch" and client == "hmbclient":
         elapsed = produce_batch_hmbclient(bootstrap, topic, n, int(size))
+    elif workload in HMB_PRODUCE_WORKLOADS and client == "hmbclient":
+        elapsed = produce_hmbclient_as(workload, bootstrap, topic, n, int(size))
     elif workload.startswith("produce"):
         elapsed = PRODUCERS[client](bootstrap, topic, n, int(size))
     else:

@@ -3,7 +3,7 @@ describe partition leaders and replicas), and ZooKeeper consumer groups (members
 committed offsets, lag).
 
 Everything here goes through the public client pieces (``NetClient`` + ``Metadata``,
-``SimpleConsumer``) and kazoo with the Kafka 0.8 znode layout from :mod:`rebalance.paths`,
+``SimpleConsumer``) and kazoo with the Kafka 0.8 znode layout from :mod:`hmbclient.zkpaths`,
 so what it reports is what a Java 0.8 tool would read from the same cluster. Every request's
 version is chosen by the connection's version seam (:mod:`hmbclient.net.versions`), so
 ``api_version`` pins or probes it exactly as for the producer and consumer; a dialect without
@@ -24,6 +24,7 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError
 from kazoo.handlers.threading import KazooTimeoutError
 
+from hmbclient import zkpaths as paths
 from hmbclient.errors import (
     CoordinationError,
     KafkaConnectionError,
@@ -32,7 +33,6 @@ from hmbclient.errors import (
     for_code,
 )
 from hmbclient.protocol.api.base import ApiKey
-from rebalance import paths
 
 __all__ = [
     "PartitionInfo",
@@ -127,8 +127,9 @@ def create_topic(brokers: str, name: str, num_partitions: int, replication_facto
     Args:
         brokers: bootstrap "host:port[,host:port]".
         name: the topic.
-        num_partitions / replication_factor: as the broker is asked to create them; the broker
-            judges them (-1 asks for its default, on brokers that know CreateTopics v4).
+        num_partitions: as the broker is asked to create them; the broker judges it (-1 asks
+            for its default, on brokers that know CreateTopics v4).
+        replication_factor: likewise.
         timeout_ms: how long the broker may take to create the topic (sent in the request);
             the client waits a few seconds longer for the answer.
 

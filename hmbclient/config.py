@@ -1,4 +1,19 @@
-"""Frozen, typed configuration for every hmbclient component, keyed by Kafka 0.8 names.
+"""The settings machinery of every hmbclient config, keyed by Kafka 0.8 names.
+
+This module is the one place that knows how a setting is declared (:func:`setting`), spelled,
+converted, validated and refused. Each component declares its own config class *beside the
+component*, on this machinery:
+
+=================================  ==========================================================
+``hmbclient.net.config``           :class:`SecurityConfig` (TLS and SASL of every client)
+``hmbclient.producer.config``      :class:`ProducerConfig`
+``hmbclient.consumer.config``      :class:`SimpleConsumerConfig`, :class:`ConsumerConfig`
+``hmbclient.broker.config``        :class:`BrokerConfig` (and ``parse_listener``)
+=================================  ==========================================================
+
+All of them are re-exported here, so ``from hmbclient.config import ProducerConfig`` is the
+public spelling; the re-export is lazy (PEP 562 ``__getattr__``) because the component modules
+import this one.
 
 Contract
 --------
@@ -46,7 +61,7 @@ import typing
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, TypeVar
 
 from hmbclient.errors import ConfigError
 
@@ -56,19 +71,57 @@ __all__ = [
     "BrokerList",
     "NEVER",
     "ConfigBase",
-    "SecurityConfig",
+    "SaslMechanismName",
     "SettingInfo",
     "config_class",
     "setting",
+    "convert_upper",
+    "convert_zookeeper_connect",
     "parse_broker_list",
     "parse_zookeeper_connect",
     "parse_properties",
     "load_properties",
+    # each component's config, defined beside the component and re-exported here (lazily)
+    "SecurityConfig",
     "ProducerConfig",
     "SimpleConsumerConfig",
     "ConsumerConfig",
     "BrokerConfig",
+    "LISTENER_PROTOCOLS",
+    "parse_listener",
 ]
+
+if TYPE_CHECKING:
+    from hmbclient.broker.config import LISTENER_PROTOCOLS, BrokerConfig, parse_listener
+    from hmbclient.consumer.config import ConsumerConfig, SimpleConsumerConfig
+    from hmbclient.net.config import SecurityConfig
+    from hmbclient.producer.config import ProducerConfig
+
+#: Each component's config lives beside the component; these names are re-exported from here so
+#: that ``from hmbclient.config import ProducerConfig`` keeps working. Imported on first use:
+#: the component modules import this machinery, so an eager import here would be a cycle.
+_LAZY = {
+    "SecurityConfig": "hmbclient.net.config",
+    "ProducerConfig": "hmbclient.producer.config",
+    "SimpleConsumerConfig": "hmbclient.consumer.config",
+    "ConsumerConfig": "hmbclient.consumer.config",
+    "BrokerConfig": "hmbclient.broker.config",
+    "LISTENER_PROTOCOLS": "hmbclient.broker.config",
+    "parse_listener": "hmbclient.broker.config",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
 
 #: ``(host, port)`` pairs, in the order given.
 BrokerList = tuple[tuple[str, int], ...]
@@ -76,6 +129,9 @@ BrokerList = tuple[tuple[str, int], ...]
 #: Protocol dialects a client can pin (see ``hmbclient.net.versions``).
 ApiVersion = Literal["auto", "0.8", "0.10", "2.1", "hmb"]
 API_VERSIONS: tuple[str, ...] = typing.get_args(ApiVersion)
+
+#: The SASL mechanisms hmbclient speaks, client and broker side.
+SaslMechanismName = Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"]
 
 #: "Never" for interval settings (Java's Long.MAX_VALUE, as Kafka uses).
 NEVER = 2**63 - 1
@@ -687,104 +743,19 @@ def parse_zookeeper_connect(value: str) -> tuple[BrokerList, str | None]:
     return hosts, chroot
 
 
-def _zookeeper_connect(value: Any) -> Any:
+
+def convert_zookeeper_connect(value: Any) -> Any:
+    """Setting converter for ``zookeeper.connect``: checked by :func:`parse_zookeeper_connect`, kept as text."""
     if isinstance(value, str):
         parse_zookeeper_connect(value)
         return value.strip()
     return value
 
 
-LISTENER_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 
-
-def parse_listener(text: str) -> tuple[str, str, int]:
-    """``PROTOCOL://host:port`` -> ``(protocol, host, port)``; an empty host is 0.0.0.0.
-
-    Raises:
-        ValueError: an unknown protocol or a bad address.
-    """
-    proto, sep, addr = text.strip().partition("://")
-    proto = proto.strip().upper()
-    if not sep or proto not in LISTENER_PROTOCOLS:
-        raise ValueError(f"listener {text!r} must be PROTOCOL://host:port with PROTOCOL one of {', '.join(LISTENER_PROTOCOLS)}")
-    host, colon, port = addr.rpartition(":")
-    if not colon or not port.isdigit() or not 0 <= int(port) <= 65535:
-        raise ValueError(f"listener {text!r} needs a port 0..65535")
-    return proto, host.strip("[]") or "0.0.0.0", int(port)
-
-
-def _listener_list(value: Any) -> Any:
-    if isinstance(value, str):
-        value = [v for v in value.split(",") if v.strip()]
-    if isinstance(value, (list, tuple)):
-        for v in value:
-            parse_listener(str(v))
-        return tuple(str(v).strip() for v in value)
-    return value
-
-
-def _mechanism_list(value: Any) -> Any:
-    if isinstance(value, str):
-        value = [v for v in value.split(",") if v.strip()]
-    if isinstance(value, (list, tuple)):
-        out = tuple(str(v).strip().upper() for v in value)
-        for m in out:
-            if m not in ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"):
-                raise ValueError(f"unsupported SASL mechanism {m!r} (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512)")
-        return out
-    return value
-
-
-def _principal_list(value: Any) -> Any:
-    if isinstance(value, str):
-        value = [v for v in value.split(";") if v.strip()]
-    if isinstance(value, (list, tuple)):
-        out = tuple(str(v).strip() for v in value)
-        for p in out:
-            if ":" not in p:
-                raise ValueError(f"principal {p!r} must be TYPE:NAME, e.g. User:admin")
-        return out
-    return value
-
-
-def _path_list(value: Any) -> Any:
-    if isinstance(value, os.PathLike):
-        return (os.fspath(value),)
-    if isinstance(value, (list, tuple)):
-        return tuple(os.fspath(v) if isinstance(v, os.PathLike) else v for v in value)
-    return value
-
-
-def _acks(value: Any) -> Any:
-    return -1 if isinstance(value, str) and value.strip().lower() == "all" else value
-
-
-_CODEC_BY_NUMBER = {0: "none", 1: "gzip", 2: "snappy", 3: "lz4", 4: "zstd"}
-
-
-def _codec(value: Any) -> Any:
-    # Kafka 0.8 accepted the numeric codec ids (0 none, 1 gzip, 2 snappy) as well as names.
-    if isinstance(value, int) and not isinstance(value, bool):
-        return _CODEC_BY_NUMBER.get(value, value)
-    if isinstance(value, str) and value.strip().isdigit():
-        return _CODEC_BY_NUMBER.get(int(value), value)
-    return value
-
-
-def _offset_reset(value: Any) -> Any:
-    # Accept the post-0.9 spellings too.
-    if isinstance(value, str):
-        return {"earliest": "smallest", "latest": "largest"}.get(value.strip().lower(), value)
-    return value
-
-
-def _group_id(value: Any) -> Any:
-    if isinstance(value, str):
-        if not value or value != value.strip():
-            raise ValueError("must be non-empty with no surrounding spaces")
-        if "/" in value or value in (".", ".."):
-            raise ValueError("must be usable as a ZooKeeper path element (no '/')")
-    return value
+def convert_upper(value: Any) -> Any:
+    """Setting converter: text trimmed and upper-cased (protocol and mechanism names)."""
+    return value.strip().upper() if isinstance(value, str) else value
 
 
 # --------------------------------------------------------------------- .properties files
@@ -871,657 +842,3 @@ def load_properties(path: str | os.PathLike[str]) -> dict[str, str]:
         raise ConfigError(f"cannot read properties file {os.fspath(path)!r}: {exc}") from None
     return parse_properties(text)
 
-
-# --------------------------------------------------------------------- the configs
-
-CompressionCodec = Literal["none", "gzip", "snappy", "lz4", "zstd"]
-SecurityProtocol = Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"]
-SaslMechanismName = Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"]
-
-
-def _upper(value: Any) -> Any:
-    return value.strip().upper() if isinstance(value, str) else value
-
-
-@config_class
-class SecurityConfig(ConfigBase):
-    """How a client connects: TLS and SASL (Kafka property names; kafka-python and librdkafka
-    spellings are aliases). One definition, inherited by every client config; the net layer
-    reads it through ``hmbclient.net.security.Security.from_config``.
-
-    ``security.protocol``: PLAINTEXT (default), SSL (TLS), SASL_PLAINTEXT (SASL without TLS:
-    PLAIN then sends the password in clear text) or SASL_SSL. TLS verifies the broker's
-    certificate against ``ssl.cafile`` (else the system trust store) and, unless
-    ``ssl.check.hostname`` is false, that it names the broker's host. SASL needs
-    ``sasl.username`` and ``sasl.password``; ``sasl.mechanism`` is PLAIN, SCRAM-SHA-256 or
-    SCRAM-SHA-512. The passwords never appear in the config's repr.
-    """
-
-    security_protocol: SecurityProtocol = setting(
-        "PLAINTEXT",
-        convert=_upper,
-        doc="security.protocol: PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL",
-    )
-    ssl_cafile: str | None = setting(
-        None,
-        aliases=("ssl.ca.location",),
-        doc="ssl.cafile: PEM file of the CA(s) that sign the brokers' certificates (None: system trust store)",
-    )
-    ssl_certfile: str | None = setting(
-        None,
-        aliases=("ssl.certificate.location",),
-        doc="ssl.certfile: PEM client certificate, for brokers that require one (mutual TLS)",
-    )
-    ssl_keyfile: str | None = setting(
-        None,
-        aliases=("ssl.key.location",),
-        doc="ssl.keyfile: PEM private key of ssl.certfile (None: in ssl.certfile)",
-    )
-    ssl_password: str | None = setting(
-        None, aliases=("ssl.key.password",), secret=True, doc="ssl.password: unlocks an encrypted ssl.keyfile"
-    )
-    ssl_check_hostname: bool = setting(
-        True, doc="ssl.check.hostname: the broker's certificate must name the host dialled"
-    )
-    ssl_crlfile: str | None = setting(
-        None, aliases=("ssl.crl.location",), doc="ssl.crlfile: PEM certificate revocation list to check"
-    )
-    sasl_mechanism: SaslMechanismName = setting(
-        "PLAIN",
-        aliases=("sasl.mechanisms",),
-        convert=_upper,
-        doc="sasl.mechanism: PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512",
-    )
-    sasl_username: str | None = setting(
-        None, aliases=("sasl.plain.username",), doc="sasl.username: the SASL user"
-    )
-    sasl_password: str | None = setting(
-        None, aliases=("sasl.plain.password",), secret=True, doc="sasl.password: the SASL user's password"
-    )
-
-    def _validate(self) -> None:
-        super()._validate()
-        if self.security_protocol in ("SASL_PLAINTEXT", "SASL_SSL") and (
-            not self.sasl_username or self.sasl_password is None
-        ):
-            self._fail(f"security.protocol={self.security_protocol} needs 'sasl.username' and 'sasl.password'")
-        if self.ssl_keyfile and not self.ssl_certfile:
-            self._fail("'ssl.keyfile' is given without 'ssl.certfile'")
-
-
-@config_class
-class ProducerConfig(SecurityConfig):
-    """Producer settings (Kafka 0.8 ``kafka.producer.ProducerConfig`` names).
-
-    Defaults that differ from Kafka 0.8, and why:
-
-    * ``queue_buffering_max_ms`` = 5 (0.8: 5000). An async batch waits at most this long for
-      company; 5 ms keeps latency low while still batching under load (the modern
-      ``linger.ms`` trade-off). Set 5000 for 0.8 behaviour.
-    * ``request_required_acks`` = 1 (0.8: 0). With 0 the broker sends no response, so the
-      producer could never report a failed write; 1 makes futures and sync ``send``
-      meaningful.
-    * ``client_id`` = "hmbclient" (0.8: "").
-    * ``batch.size`` is an alias of ``batch_num_messages`` (a message count, as it was in
-      Kafka 0.7's async producer); the byte cap is ``batch_max_bytes``. Note that the modern Java client's
-      ``batch.size`` is in bytes.
-    """
-
-    metadata_broker_list: BrokerList = setting(
-        aliases=("bootstrap.servers", "broker.list"),
-        convert=parse_broker_list,
-        doc="metadata.broker.list: bootstrap brokers 'host:port,...' (at least one)",
-    )
-    producer_type: Literal["sync", "async"] = setting(
-        "sync", doc="producer.type: sync sends in the caller; async batches in a sender thread"
-    )
-    request_required_acks: Literal[0, 1, -1] = setting(
-        1,
-        aliases=("acks",),
-        convert=_acks,
-        doc="request.required.acks: 0 none, 1 leader, -1/all ISR",
-    )
-    request_timeout_ms: int = setting(
-        10_000,
-        min=1,
-        doc="request.timeout.ms: broker-side ack wait and client-side request timeout",
-    )
-    compression_codec: CompressionCodec = setting(
-        "none",
-        aliases=("compression.type",),
-        convert=_codec,
-        doc="compression.codec: batch compression",
-    )
-    compressed_topics: tuple[str, ...] = setting(
-        (), doc="compressed.topics: compress only these topics (empty: all, if a codec is set)"
-    )
-    message_send_max_retries: int = setting(
-        3, min=0, aliases=("retries",), doc="message.send.max.retries: retries of a failed send"
-    )
-    retry_backoff_ms: int = setting(
-        100, min=0, doc="retry.backoff.ms: wait before refreshing metadata and retrying"
-    )
-    topic_metadata_refresh_interval_ms: int = setting(
-        600_000,
-        min=-1,
-        doc="topic.metadata.refresh.interval.ms: periodic refresh (<0: only on errors)",
-    )
-    queue_buffering_max_ms: int = setting(
-        5,
-        min=0,
-        aliases=("queue.time", "linger.ms"),
-        doc="queue.buffering.max.ms: max wait to fill an async batch",
-    )
-    queue_buffering_max_messages: int = setting(
-        10_000, min=1, doc="queue.buffering.max.messages: async queue bound (messages)"
-    )
-    queue_enqueue_timeout_ms: int = setting(
-        -1,
-        min=-1,
-        doc="queue.enqueue.timeout.ms: full queue: -1 block, 0 fail at once, >0 wait then fail",
-    )
-    batch_num_messages: int = setting(
-        200,
-        min=1,
-        aliases=("batch.size",),
-        doc="batch.num.messages: max messages per partition batch",
-    )
-    batch_max_bytes: int = setting(
-        1_048_576, min=1, doc="batch.max.bytes: max bytes per partition batch (hmbclient)"
-    )
-    send_buffer_bytes: int = setting(
-        100 * 1024, min=-1, doc="send.buffer.bytes: socket SO_SNDBUF (-1: OS default)"
-    )
-    client_id: str = setting("hmbclient", doc="client.id: sent with every request")
-    api_version: ApiVersion = setting(
-        "auto", doc="api.version: auto (ApiVersions probe), 0.8 / 0.10 / 2.1 pinned, or hmb dialect"
-    )
-    message_max_bytes: int = setting(
-        1_000_000,
-        min=0,
-        aliases=("max.request.size",),
-        doc="message.max.bytes: largest single message accepted by send",
-    )
-    max_in_flight_requests_per_connection: int = setting(
-        5, min=1, doc="max.in.flight.requests.per.connection: pipelined requests per broker"
-    )
-    serializer: Any = setting(
-        None,
-        prop="serializer.class",
-        aliases=("value.serializer",),
-        importable=True,
-        doc="serializer.class: value Encoder (None: bytes pass through)",
-    )
-    key_serializer: Any = setting(
-        None,
-        prop="key.serializer.class",
-        aliases=("key.serializer",),
-        importable=True,
-        doc="key.serializer.class: key Encoder (None: same as serializer)",
-    )
-    partitioner: Any = setting(
-        None,
-        prop="partitioner.class",
-        importable=True,
-        doc="partitioner.class: Partitioner (None: partitioners.DefaultPartitioner)",
-    )
-    callback_handler: Any = setting(
-        None,
-        prop="callback.handler",
-        importable=True,
-        doc="callback.handler: hooks at each stage of the async pipeline",
-    )
-    event_handler: Any = setting(
-        None,
-        prop="event.handler",
-        importable=True,
-        doc="event.handler: replaces the default send pipeline (0.8 EventHandler)",
-    )
-
-    def _validate(self) -> None:
-        super()._validate()
-        if not self.metadata_broker_list:
-            self._fail("'metadata.broker.list' (metadata_broker_list) needs at least one host:port")
-        if (
-            self.producer_type == "async"
-            and self.batch_num_messages > self.queue_buffering_max_messages
-        ):
-            # Same rule as 0.8's ProducerConfig.validateBatchSize.
-            self._fail(
-                f"'batch.num.messages' ({self.batch_num_messages}) can't be larger than "
-                f"'queue.buffering.max.messages' ({self.queue_buffering_max_messages})"
-            )
-
-
-@config_class
-class SimpleConsumerConfig(SecurityConfig):
-    """SimpleConsumer settings: one broker, stateless requests (0.8 ``SimpleConsumer`` args).
-
-    ``fetch_min_bytes``/``fetch_wait_max_ms`` default to 0 as in 0.8's ``FetchRequestBuilder``:
-    a SimpleConsumer fetch answers at once with whatever is there.
-    """
-
-    host: str = setting(prop="host", doc="broker host")
-    port: int = setting(prop="port", min=1, max=65535, doc="broker port")
-    so_timeout_ms: int = setting(
-        30_000,
-        prop="socket.timeout.ms",
-        aliases=("so.timeout.ms",),
-        min=1,
-        doc="socket.timeout.ms: how long to wait for a response",
-    )
-    buffer_size: int = setting(
-        65_536,
-        prop="socket.receive.buffer.bytes",
-        aliases=("buffer.size",),
-        min=-1,
-        doc="socket.receive.buffer.bytes: socket SO_RCVBUF (-1: OS default)",
-    )
-    client_id: str = setting("hmbclient", doc="client.id: sent with every request")
-    api_version: ApiVersion = setting("auto", doc="api.version: auto, 0.8, 0.10, 2.1 or hmb")
-    fetch_message_max_bytes: int = setting(
-        1_048_576, min=1, doc="fetch.message.max.bytes: default max_size of a FetchRequest"
-    )
-    fetch_min_bytes: int = setting(0, min=0, doc="fetch.min.bytes: broker waits for this much data")
-    fetch_wait_max_ms: int = setting(0, min=0, doc="fetch.wait.max.ms: ...but at most this long")
-
-    def _validate(self) -> None:
-        super()._validate()
-        if not self.host.strip():
-            self._fail("'host' must not be empty")
-
-
-@config_class
-class ConsumerConfig(SecurityConfig):
-    """High-level consumer settings (Kafka 0.8 ``kafka.consumer.ConsumerConfig`` names).
-
-    Defaults that differ from Kafka 0.8, and why:
-
-    * ``rebalance_backoff_ms`` = 200 (0.8: 2000, tied to ``zookeeper.sync.time.ms``). A
-      rebalance attempt fails when a partition's previous owner has not yet released its
-      ephemeral owner znode; released owners disappear within milliseconds on a local or
-      LAN ZooKeeper, so waiting 2 s per retry only stretches stop-the-world pauses. With
-      ``rebalance_max_retries`` = 4 a group still tolerates ~1 s of owner lag; raise it
-      for slow or remote ensembles.
-    * ``client_id`` defaults to ``group_id`` (as in 0.8), filled in on construction.
-
-    Two ways to balance a group (``group_protocol``): ``zookeeper`` (Kafka 0.8: membership,
-    ownership and, by default, offsets in ZooKeeper; needs ``zookeeper_connect``) or
-    ``broker`` (the brokers' group coordinator: FindCoordinator, JoinGroup, SyncGroup,
-    Heartbeat, LeaveGroup; needs ``metadata_broker_list`` / ``bootstrap.servers``; offsets
-    always go to the coordinator, so ``offsets_storage`` and ``dual_commit_enabled`` do not
-    apply). Unset, it is ``zookeeper`` when ``zookeeper_connect`` is given, else ``broker``.
-    ``session_timeout_ms``, ``heartbeat_interval_ms`` and ``max_poll_interval_ms`` (sent as
-    JoinGroup's rebalance timeout) apply to ``broker`` only, with Kafka's names; the defaults
-    are the Java consumer's before Kafka 3.0 (session 10 s, heartbeat 3 s, 5 minutes).
-    """
-
-    zookeeper_connect: str | None = setting(
-        None,
-        convert=_zookeeper_connect,
-        doc="zookeeper.connect: 'host:port,...[/chroot]' of the ensemble (group.protocol=zookeeper)",
-    )
-    group_id: str = setting(convert=_group_id, doc="group.id: the consumer group (required)")
-    consumer_id: str | None = setting(
-        None, doc="consumer.id: id in /consumers/<g>/ids (None: <group>_<host>-<ms>-<uuid8>)"
-    )
-    socket_timeout_ms: int = setting(
-        30_000, min=1, doc="socket.timeout.ms: fetch/metadata response wait"
-    )
-    socket_receive_buffer_bytes: int = setting(
-        65_536, min=-1, doc="socket.receive.buffer.bytes: socket SO_RCVBUF (-1: OS default)"
-    )
-    fetch_message_max_bytes: int = setting(
-        1_048_576, min=1, doc="fetch.message.max.bytes: bytes per partition per fetch"
-    )
-    num_consumer_fetchers: int = setting(1, min=1, doc="num.consumer.fetchers: fetcher threads")
-    auto_commit_enable: bool = setting(True, doc="auto.commit.enable: commit offsets periodically")
-    auto_commit_interval_ms: int = setting(
-        60_000, min=1, doc="auto.commit.interval.ms: commit period"
-    )
-    queued_max_message_chunks: int = setting(
-        2, min=1, doc="queued.max.message.chunks: fetched chunks buffered per stream"
-    )
-    rebalance_max_retries: int = setting(
-        4, min=0, doc="rebalance.max.retries: attempts per rebalance"
-    )
-    fetch_min_bytes: int = setting(1, min=0, doc="fetch.min.bytes: broker waits for this much data")
-    fetch_wait_max_ms: int = setting(100, min=0, doc="fetch.wait.max.ms: ...but at most this long")
-    rebalance_backoff_ms: int = setting(
-        200, min=0, doc="rebalance.backoff.ms: wait between rebalance attempts"
-    )
-    refresh_leader_backoff_ms: int = setting(
-        200, min=0, doc="refresh.leader.backoff.ms: wait before retrying a leaderless partition"
-    )
-    auto_offset_reset: Literal["smallest", "largest"] = setting(
-        "largest",
-        convert=_offset_reset,
-        doc="auto.offset.reset: start point without a committed offset",
-    )
-    consumer_timeout_ms: int = setting(
-        -1,
-        min=-1,
-        doc="consumer.timeout.ms: stream raises ConsumerTimeoutError after this idle time (-1: never)",
-    )
-    exclude_internal_topics: bool = setting(
-        True, doc="exclude.internal.topics: filters never match __consumer_offsets"
-    )
-    partition_assignment_strategy: Literal["range", "roundrobin"] = setting(
-        "range", doc="partition.assignment.strategy: range or roundrobin"
-    )
-    client_id: str | None = setting(None, doc="client.id: sent with requests (None: group.id)")
-    zookeeper_session_timeout_ms: int = setting(
-        6_000, min=1, doc="zookeeper.session.timeout.ms: session expiry (ephemerals vanish)"
-    )
-    zookeeper_connection_timeout_ms: int = setting(
-        6_000, min=1, doc="zookeeper.connection.timeout.ms: max wait to connect"
-    )
-    zookeeper_sync_time_ms: int = setting(
-        2_000, min=0, doc="zookeeper.sync.time.ms: how far a follower may lag"
-    )
-    offsets_storage: Literal["zookeeper", "kafka"] = setting(
-        "zookeeper", doc="offsets.storage: where offsets are committed"
-    )
-    offsets_channel_backoff_ms: int = setting(
-        1_000, min=0, doc="offsets.channel.backoff.ms: wait before reconnecting to the coordinator"
-    )
-    offsets_channel_socket_timeout_ms: int = setting(
-        10_000, min=1, doc="offsets.channel.socket.timeout.ms: coordinator response wait"
-    )
-    offsets_commit_max_retries: int = setting(
-        5, min=0, doc="offsets.commit.max.retries: retries of a failed commit"
-    )
-    dual_commit_enabled: bool = setting(
-        True, doc="dual.commit.enabled: with offsets.storage=kafka also commit to ZooKeeper"
-    )
-    metadata_broker_list: BrokerList = setting(
-        (),
-        aliases=("bootstrap.servers",),
-        convert=parse_broker_list,
-        doc="metadata.broker.list: bootstrap brokers (group.protocol=broker), or brokers for "
-        "the Metadata API when they are not in ZooKeeper",
-    )
-    api_version: ApiVersion = setting("auto", doc="api.version: auto, 0.8, 0.10, 2.1 or hmb")
-    group_protocol: Literal["zookeeper", "broker"] | None = setting(
-        None,
-        doc="group.protocol: zookeeper or broker (the brokers' group coordinator); "
-        "None: zookeeper when zookeeper.connect is set, else broker",
-    )
-    session_timeout_ms: int = setting(
-        10_000,
-        min=1,
-        doc="session.timeout.ms: (broker) the coordinator drops a member silent for this long",
-    )
-    heartbeat_interval_ms: int = setting(
-        3_000, min=1, doc="heartbeat.interval.ms: (broker) time between two heartbeats"
-    )
-    max_poll_interval_ms: int = setting(
-        300_000,
-        min=1,
-        aliases=("rebalance.timeout.ms",),
-        doc="max.poll.interval.ms: (broker) JoinGroup's rebalance timeout, how long the "
-        "coordinator waits for members to rejoin",
-    )
-
-    def _validate(self) -> None:
-        super()._validate()
-        if self.client_id is None:
-            self._set("client_id", self.group_id)
-        if self.group_protocol is None:
-            self._set("group_protocol", "zookeeper" if self.zookeeper_connect else "broker")
-        if self.group_protocol == "zookeeper" and not self.zookeeper_connect:
-            self._fail(
-                "'zookeeper.connect' (zookeeper_connect) is required with group.protocol="
-                "zookeeper; for groups balanced by the brokers give 'bootstrap.servers' "
-                "(metadata_broker_list) and group.protocol=broker"
-            )
-        if self.group_protocol == "broker":
-            if not self.metadata_broker_list:
-                self._fail(
-                    "group.protocol=broker needs 'bootstrap.servers' (metadata_broker_list); "
-                    "for ZooKeeper groups give 'zookeeper.connect' (zookeeper_connect)"
-                )
-            if self.heartbeat_interval_ms >= self.session_timeout_ms:
-                # Kafka's rule: at least one heartbeat must reach the coordinator per session.
-                self._fail(
-                    f"'heartbeat.interval.ms' ({self.heartbeat_interval_ms}) must be lower than "
-                    f"'session.timeout.ms' ({self.session_timeout_ms})"
-                )
-        if self.fetch_wait_max_ms > self.socket_timeout_ms:
-            # Same rule as 0.8's ConsumerConfig: a long-poll must not outlive the socket.
-            self._fail(
-                f"'socket.timeout.ms' ({self.socket_timeout_ms}) should be at least "
-                f"'fetch.wait.max.ms' ({self.fetch_wait_max_ms}) to prevent needless socket timeouts"
-            )
-
-
-@config_class
-class BrokerConfig(ConfigBase):
-    """Embedded broker settings (Kafka 0.8 ``kafka.server.KafkaConfig`` names).
-
-    Defaults that differ from Kafka 0.8, and why:
-
-    * ``host`` = 127.0.0.1 and ``port`` = 0 (an ephemeral port): an embedded broker is for
-      tests and local work and should not listen on the network or collide.
-    * ``log_dirs`` empty: the broker makes a temporary directory (removed on stop).
-    * ``num_network_threads`` = 1, ``num_io_threads`` = 2 (0.8: 3 and 8): a Python broker is
-      GIL-bound, so more threads add switching, not throughput.
-    * ``offsets_topic_num_partitions`` = 3 (0.8.2: 50): 50 partition directories per broker
-      slow start-up; 3 still spreads groups over partitions (and coordinators over a cluster).
-    * ``log_flush_interval_messages``/``_ms`` = never (as 0.8.1+): rely on the OS page cache.
-    """
-
-    broker_id: int = setting(0, min=0, doc="broker.id: unique id within the cluster")
-    host: str = setting(
-        "127.0.0.1", prop="host.name", aliases=("host",), doc="host.name: interface to bind"
-    )
-    port: int = setting(0, min=0, max=65535, doc="port: listen port (0: ephemeral)")
-    advertised_host_name: str | None = setting(
-        None, doc="advertised.host.name: host given to clients (None: host.name)"
-    )
-    advertised_port: int | None = setting(
-        None, min=1, max=65535, doc="advertised.port: port given to clients (None: the bound port)"
-    )
-    log_dirs: tuple[str, ...] = setting(
-        (),
-        aliases=("log.dir",),
-        convert=_path_list,
-        doc="log.dirs: data directories (empty: a temp dir)",
-    )
-    num_partitions: int = setting(1, min=1, doc="num.partitions: partitions of auto-created topics")
-    default_replication_factor: int = setting(
-        1, min=1, doc="default.replication.factor: replicas of auto-created topics"
-    )
-    log_segment_bytes: int = setting(
-        1 << 30, min=14, doc="log.segment.bytes: roll a segment at this size"
-    )
-    log_max_open_read_handles: int = setting(
-        256, min=1, doc="log.max.open.read.handles: closed segments kept open for reading (least recently read closed first)"
-    )
-    log_index_interval_bytes: int = setting(
-        4096, min=0, doc="log.index.interval.bytes: bytes between sparse index entries"
-    )
-    log_index_size_max_bytes: int = setting(
-        10 * 1024 * 1024, min=8, doc="log.index.size.max.bytes: max size of one offset index"
-    )
-    log_flush_interval_messages: int = setting(
-        NEVER, min=1, doc="log.flush.interval.messages: fsync after this many messages"
-    )
-    log_flush_interval_ms: int = setting(
-        NEVER, min=0, doc="log.flush.interval.ms: fsync at least this often"
-    )
-    log_retention_ms: int = setting(
-        7 * 24 * 3600 * 1000,
-        min=-1,
-        doc="log.retention.ms: delete segments older than this (-1: never)",
-    )
-    log_retention_bytes: int = setting(
-        -1, min=-1, doc="log.retention.bytes: per-partition size cap (-1: none)"
-    )
-    log_retention_check_interval_ms: int = setting(
-        300_000, min=1, doc="log.retention.check.interval.ms: how often retention runs"
-    )
-    message_max_bytes: int = setting(
-        1_000_012, min=0, doc="message.max.bytes: largest message (set) the broker accepts"
-    )
-    socket_request_max_bytes: int = setting(
-        100 * 1024 * 1024, min=1, doc="socket.request.max.bytes: largest request frame"
-    )
-    socket_send_buffer_bytes: int = setting(
-        100 * 1024, min=-1, doc="socket.send.buffer.bytes: SO_SNDBUF (-1: OS default)"
-    )
-    socket_receive_buffer_bytes: int = setting(
-        100 * 1024, min=-1, doc="socket.receive.buffer.bytes: SO_RCVBUF (-1: OS default)"
-    )
-    num_network_threads: int = setting(1, min=1, doc="num.network.threads: selector threads")
-    num_io_threads: int = setting(2, min=1, doc="num.io.threads: request handler threads")
-    zookeeper_connect: str | None = setting(
-        None, convert=_zookeeper_connect, doc="zookeeper.connect: register here (None: standalone)"
-    )
-    zookeeper_session_timeout_ms: int = setting(
-        6_000, min=1, doc="zookeeper.session.timeout.ms: registration session expiry"
-    )
-    zookeeper_connection_timeout_ms: int = setting(
-        6_000, min=1, doc="zookeeper.connection.timeout.ms: max wait to connect"
-    )
-    auto_create_topics_enable: bool = setting(
-        True, doc="auto.create.topics.enable: create unknown topics on metadata/produce"
-    )
-    connections_max_idle_ms: int = setting(
-        600_000, min=-1, doc="connections.max.idle.ms: close idle connections (-1: never)"
-    )
-    offsets_topic_num_partitions: int = setting(
-        3, min=1, doc="offsets.topic.num.partitions: partitions of __consumer_offsets"
-    )
-    offsets_retention_minutes: int = setting(
-        1_440, min=1, doc="offsets.retention.minutes: drop committed offsets older than this"
-    )
-    offsets_topic_replication_factor: int = setting(
-        3,
-        min=1,
-        doc="offsets.topic.replication.factor: replicas of __consumer_offsets (capped at the live brokers)",
-    )
-    group_initial_rebalance_delay_ms: int = setting(
-        3_000,
-        min=0,
-        doc="group.initial.rebalance.delay.ms: an empty group waits this long for more members before its first rebalance",
-    )
-    group_min_session_timeout_ms: int = setting(
-        6_000, min=0, doc="group.min.session.timeout.ms: smallest session timeout a group member may ask for"
-    )
-    group_max_session_timeout_ms: int = setting(
-        300_000, min=0, doc="group.max.session.timeout.ms: largest session timeout a group member may ask for"
-    )
-    min_insync_replicas: int = setting(
-        1, min=1, doc="min.insync.replicas: ISR size an acks=-1 produce needs"
-    )
-    replica_lag_time_max_ms: int = setting(
-        10_000, min=1, doc="replica.lag.time.max.ms: a follower not caught up this long leaves the ISR"
-    )
-    replica_fetch_wait_max_ms: int = setting(
-        500, min=0, doc="replica.fetch.wait.max.ms: max wait of a follower's fetch"
-    )
-    replica_fetch_max_bytes: int = setting(
-        1024 * 1024, min=1, doc="replica.fetch.max.bytes: bytes a follower asks per partition"
-    )
-    replica_fetch_backoff_ms: int = setting(
-        200, min=0, doc="replica.fetch.backoff.ms: pause after a failed follower fetch"
-    )
-    replica_high_watermark_checkpoint_interval_ms: int = setting(
-        5_000, min=1, doc="replica.high.watermark.checkpoint.interval.ms: how often HWs are saved"
-    )
-    unclean_leader_election_enable: bool = setting(
-        False, doc="unclean.leader.election.enable: elect a replica outside the ISR (may lose data)"
-    )
-    controlled_shutdown_enable: bool = setting(
-        True, doc="controlled.shutdown.enable: move leaderships away before stopping"
-    )
-    controlled_shutdown_max_retries: int = setting(
-        3, min=0, doc="controlled.shutdown.max.retries: attempts before stopping anyway"
-    )
-    controlled_shutdown_retry_backoff_ms: int = setting(
-        500, min=0, doc="controlled.shutdown.retry.backoff.ms: pause between attempts"
-    )
-    controller_socket_timeout_ms: int = setting(
-        30_000, min=1, doc="controller.socket.timeout.ms: the controller's wait for a broker's answer"
-    )
-    listeners: tuple[str, ...] = setting(
-        (),
-        convert=_listener_list,
-        doc="listeners: PROTOCOL://host:port, comma-separated; PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL (empty: PLAINTEXT on host.name:port)",
-    )
-    ssl_certfile: str | None = setting(
-        None, aliases=("ssl.keystore.location",), doc="ssl.certfile: the broker's PEM certificate (chain) for SSL and SASL_SSL listeners"
-    )
-    ssl_keyfile: str | None = setting(None, doc="ssl.keyfile: its PEM private key (None: in ssl.certfile)")
-    ssl_cafile: str | None = setting(
-        None, aliases=("ssl.truststore.location",), doc="ssl.cafile: PEM CA certificates that client certificates must chain to"
-    )
-    ssl_client_auth: Literal["none", "requested", "required"] = setting(
-        "none", doc="ssl.client.auth: ask TLS clients for a certificate (required: refuse those without a trusted one)"
-    )
-    sasl_enabled_mechanisms: tuple[str, ...] = setting(
-        ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"),
-        convert=_mechanism_list,
-        doc="sasl.enabled.mechanisms: SASL mechanisms offered on SASL listeners",
-    )
-    sasl_credentials_file: str | None = setting(
-        None, doc="sasl.credentials.file: SCRAM credentials file (None: ZooKeeper /config/users)"
-    )
-    connections_max_reauth_ms: int = setting(
-        0, min=0, doc="connections.max.reauth.ms: SASL sessions end after this; clients must re-authenticate (KIP-368; 0: never)"
-    )
-    security_inter_broker_protocol: str | None = setting(
-        None,
-        convert=_upper,
-        doc="security.inter.broker.protocol: the listener brokers use to reach each other (None: the first listener)",
-    )
-    sasl_mechanism_inter_broker_protocol: SaslMechanismName = setting(
-        "PLAIN", convert=_upper, doc="sasl.mechanism.inter.broker.protocol: SASL mechanism between brokers"
-    )
-    sasl_inter_broker_username: str | None = setting(
-        None, doc="sasl.inter.broker.username: the user a broker authenticates as to the others (SASL inter-broker listener)"
-    )
-    sasl_inter_broker_password: str | None = setting(
-        None, secret=True, doc="sasl.inter.broker.password: that user's password"
-    )
-    authorizer_class_name: str = setting(
-        "", doc="authorizer.class.name: non-empty turns on the ACL authorizer (ACLs in authorizer.acls.file or ZooKeeper)"
-    )
-    authorizer_acls_file: str | None = setting(
-        None, doc="authorizer.acls.file: JSON file of ACLs (None: ZooKeeper /kafka-acl)"
-    )
-    super_users: tuple[str, ...] = setting(
-        (), convert=_principal_list, doc="super.users: principals allowed everything, ';'-separated (User:admin;User:broker)"
-    )
-    allow_everyone_if_no_acl_found: bool = setting(
-        False, doc="allow.everyone.if.no.acl.found: a resource without any ACL is open to all"
-    )
-
-    def _validate(self) -> None:
-        super()._validate()
-        if not self.host.strip():
-            self._fail("'host.name' (host) must not be empty")
-        if self.log_index_interval_bytes > self.log_segment_bytes:
-            self._fail("'log.index.interval.bytes' can't be larger than 'log.segment.bytes'")
-        if self.group_min_session_timeout_ms > self.group_max_session_timeout_ms:
-            self._fail("'group.min.session.timeout.ms' can't be larger than 'group.max.session.timeout.ms'")
-        if any(parse_listener(x)[0] in ("SSL", "SASL_SSL") for x in self.listeners) and not self.ssl_certfile:
-            self._fail("an SSL or SASL_SSL listener needs 'ssl.certfile'")
-        if self.ssl_client_auth == "required" and not self.ssl_cafile:
-            self._fail("'ssl.client.auth'=required needs 'ssl.cafile' to check client certificates against")
-        protocols = [parse_listener(x)[0] for x in self.listeners] or ["PLAINTEXT"]
-        inter = self.security_inter_broker_protocol
-        if inter is not None and inter not in protocols:
-            self._fail(f"'security.inter.broker.protocol'={inter} is not one of the listeners ({', '.join(protocols)})")
-        # Without a user a SASL inter-broker listener still serves a broker alone; a channel to
-        # another broker then fails naming these settings (BrokerChannel).
-        if bool(self.sasl_inter_broker_username) != (self.sasl_inter_broker_password is not None):
-            self._fail("'sasl.inter.broker.username' and 'sasl.inter.broker.password' go together")
-
-    @property
-    def inter_broker_protocol(self) -> str:
-        """The security protocol (= listener name) brokers use to reach each other."""
-        if self.security_inter_broker_protocol:
-            return self.security_inter_broker_protocol
-        return parse_listener(self.listeners[0])[0] if self.listeners else "PLAINTEXT"

@@ -38,6 +38,7 @@ __all__ = [
     "UnsupportedByBroker",
     "ProducerClosedError",
     "QueueFullError",
+    "UnresolvedSequenceError",
     "for_code",
     "raise_for_code",
     "ERRORS_BY_CODE",
@@ -93,6 +94,13 @@ class UnsupportedByBroker(HmbError):
 
 class ProducerClosedError(HmbError):
     """send() after close()."""
+
+
+class UnresolvedSequenceError(HmbError):
+    """An idempotent producer could not tell whether the broker stored this batch (an answer
+    was lost, then the producer had to take a new producer id/epoch), so it did not send it
+    again: under the new identity the broker could not recognise a copy it already holds.
+    The batch's messages are in the log once or not at all; never twice."""
 
 
 class QueueFullError(HmbError):

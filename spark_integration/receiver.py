@@ -51,7 +51,8 @@ class HmbReceiver:
         consumer_config: ConsumerConfig properties (dotted names), including
             ``zookeeper.connect`` and ``group.id``.
         topics: ``{topic: number of KafkaStreams}``.
-        key_decoder / value_decoder: ``encoders`` Decoders (default: bytes).
+        key_decoder: an ``encoders`` Decoder for keys (default: bytes).
+        value_decoder: an ``encoders`` Decoder for values (default: bytes).
         max_messages_per_batch: Most messages one batch takes.
         poll_timeout_ms: How long a batch waits on an empty KafkaStream.
     """
@@ -172,7 +173,8 @@ def create_stream(
         zookeeper_connect: ``"host:port[,host:port][/chroot]"``.
         group_id: The consumer group.
         topics: ``{topic: number of KafkaStreams}`` (consumer threads, as in Kafka 0.8).
-        key_decoder / value_decoder: ``encoders`` Decoders (default: raw bytes).
+        key_decoder: an ``encoders`` Decoder for keys (default: raw bytes).
+        value_decoder: an ``encoders`` Decoder for values (default: raw bytes).
         kafka_params: More ConsumerConfig properties (e.g. ``auto.offset.reset``).
         max_messages_per_batch: Most messages one batch takes.
 

@@ -319,3 +319,14 @@ def test_every_reader_of_offset_znodes_is_strict(zk_client: KazooClient) -> None
         ZooKeeperOffsetStorage(zk_client, "strict").fetch([("t", 5)])
     with pytest.raises(CoordinationError, match=bad):
         read_group_offsets(zk_client, "strict", [("t", 5)])
+
+
+def test_rebalance_paths_is_the_shared_layout_name_for_name() -> None:
+    """rebalance.paths (public API) and hmbclient.zkpaths (where the broker and the consumers
+    read the layout) are one layout: every public name is the same object."""
+    import hmbclient.zkpaths as shared
+    import rebalance.paths as public
+
+    assert set(shared.__all__) <= set(public.__all__)
+    for name in public.__all__:
+        assert getattr(public, name) is getattr(shared, name), name

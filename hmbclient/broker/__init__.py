@@ -9,7 +9,7 @@ checkpoint, manager); ``controller`` (election, pure decisions, the coordination
 ``coordinator`` (consumer groups), ``offset_manager`` (group offsets), ``topics``, ``metadata``
 (the metadata cache), ``security`` (credentials, SASL, ACLs), ``channel`` (broker-to-broker
 requests), ``broker`` (assembly), ``embedded`` / ``cluster`` / ``process`` (ways to run one or
-several), ``runner`` (command line). Imports ``hmbclient.protocol`` (and ``rebalance.paths`` for
+several), ``runner`` (command line). Imports ``hmbclient.protocol`` (and ``hmbclient.zkpaths`` for
 znodes), never the client packages; docs/architecture.md has the map.
 """
 

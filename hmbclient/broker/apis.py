@@ -99,6 +99,7 @@ class KafkaApis:
         controlled_shutdown: serves ControlledShutdown (None: not served).
         group_coordinator: serves the group membership APIs (JoinGroup, SyncGroup, Heartbeat,
             LeaveGroup, ListGroups, DescribeGroups, DeleteGroups; None: not served).
+        configs: serves DescribeConfigs (a ``broker.configs.ConfigDescriber``; None: not served).
     """
 
     def __init__(
@@ -112,6 +113,7 @@ class KafkaApis:
         controller_guard: ControllerGuard | None = None,
         controlled_shutdown: ShutdownHandler | None = None,
         group_coordinator: Any = None,
+        configs: Any = None,
     ) -> None:
         self.authorizer: Any = None
         #: the listener brokers reach each other on (set by the Broker): UpdateMetadata's
@@ -148,6 +150,8 @@ class KafkaApis:
             self._handlers[ApiKey.LIST_GROUPS] = group_coordinator.handle_list_groups
             self._handlers[ApiKey.DESCRIBE_GROUPS] = group_coordinator.handle_describe_groups
             self._handlers[ApiKey.DELETE_GROUPS] = group_coordinator.handle_delete_groups
+        if configs is not None:
+            self._handlers[ApiKey.DESCRIBE_CONFIGS] = lambda h, r, ch: configs.handle_describe_configs(h, r, ch, self._allowed)
         if controller_guard is not None:
             self._handlers[ApiKey.LEADER_AND_ISR] = self.handle_leader_and_isr
             self._handlers[ApiKey.UPDATE_METADATA] = self.handle_update_metadata
@@ -202,7 +206,8 @@ class KafkaApis:
 
     def handle_sasl_out_of_place(self, header: RequestHeader, req: Any, channel: RequestChannel) -> None:
         """SaslHandshake/SaslAuthenticate that reached the APIs: on a listener without SASL, or
-        after authentication (re-authentication is not offered): ILLEGAL_SASL_STATE."""
+        after authentication outside a KIP-368 re-authentication (a SaslHandshake the network
+        layer takes): ILLEGAL_SASL_STATE."""
         channel.send(type(req).RESPONSE_TYPE.build(error_code=ErrorCode.ILLEGAL_SASL_STATE, mechanisms=[], error_message="no SASL on this connection now", auth_bytes=b"", session_lifetime_ms=0))
 
     # -- ApiVersions -------------------------------------------------------------------------------
@@ -219,11 +224,7 @@ class KafkaApis:
             codes: dict[str, int] = dict.fromkeys(names, ErrorCode.NONE)
         else:
             names = list(dict.fromkeys(req.topics))
-            codes = {
-                n: self.topics.ensure(n, allow_auto_create=allow_auto and self._may_create(channel, n))
-                if self._allowed(channel, "Describe", "Topic", n) else ErrorCode.TOPIC_AUTHORIZATION_FAILED
-                for n in names
-            }
+            codes = {n: self._metadata_topic_code(channel, n, allow_auto) for n in names}
         session = getattr(channel, "session", None)
         here, here_listener = getattr(session, "advertised", None), getattr(session, "listener", None)
 
@@ -235,6 +236,17 @@ class KafkaApis:
             self.topics.when_ready(waiting, TOPIC_WAIT_MS, answer)
         else:
             answer()
+
+    def _metadata_topic_code(self, channel: RequestChannel, name: str, allow_auto: bool) -> int:
+        """A named topic's code: Describe needed; a topic the request would auto-create but the
+        session may not Create is TOPIC_AUTHORIZATION_FAILED (as Kafka), and not created."""
+        if not self._allowed(channel, "Describe", "Topic", name):
+            return ErrorCode.TOPIC_AUTHORIZATION_FAILED
+        may_create = allow_auto and self._may_create(channel, name)
+        code = self.topics.ensure(name, allow_auto_create=may_create)
+        if code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION and allow_auto and self.topics.auto_create and not may_create:
+            return ErrorCode.TOPIC_AUTHORIZATION_FAILED
+        return code
 
     def _metadata_response(
         self, resp_cls: Any, names: list[str], codes: dict[str, int], here: tuple[str, int] | None = None, here_listener: str | None = None
@@ -303,10 +315,17 @@ class KafkaApis:
         early: dict[tuple[str, int], int] = {}
         entries: list[tuple[str, int, Any]] = []
         waiting: list[str] = []
+        # A transactional producer needs Write on its TransactionalId (Kafka refuses the whole request).
+        txn = getattr(req, "transactional_id", None)
+        txn_denied = txn is not None and not self._allowed(channel, "Write", "TransactionalId", txn)
         for t in req.topics:
             topic = t.topic
             parts = [p.partition for p in t.partitions]
             order.append((topic, parts))
+            if txn_denied:
+                for p in parts:
+                    early[(topic, p)] = ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+                continue
             if acks not in (0, 1, -1):
                 for p in parts:
                     early[(topic, p)] = ErrorCode.INVALID_REQUIRED_ACKS

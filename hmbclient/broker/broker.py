@@ -16,6 +16,7 @@ paths as a broker of a ZooKeeper cluster.
 from __future__ import annotations
 
 import logging
+import os
 import shutil
 import socket
 import tempfile
@@ -26,6 +27,8 @@ from typing import Any
 
 from hmbclient.broker.apis import KafkaApis
 from hmbclient.broker.channel import BrokerChannel
+from hmbclient.broker.config import BrokerConfig
+from hmbclient.broker.configs import ConfigDescriber
 from hmbclient.broker.controller.controller import Controller
 from hmbclient.broker.controller.decisions import LeaderIsr
 from hmbclient.broker.controller.store import CoordinationStore, MemoryStore, ZkStore
@@ -35,18 +38,31 @@ from hmbclient.broker.log.config import LogConfig
 from hmbclient.broker.log.manager import LogManager
 from hmbclient.broker.metadata import OFFSETS_TOPIC, BrokerEndpoint, MetadataCache
 from hmbclient.broker.offset_manager import OffsetManager
-from hmbclient.broker.producer_ids import ProducerIdManager
+from hmbclient.broker.producer_ids import (
+    STANDALONE_FILE,
+    FileBlockSource,
+    ProducerIdManager,
+    ZkBlockSource,
+)
 from hmbclient.broker.replica_fetcher import ReplicaFetcherManager
 from hmbclient.broker.replica_manager import ReplicaManager
 from hmbclient.broker.security.setup import authorizer_from, inter_broker_security, listeners_from
 from hmbclient.broker.server import SocketServer
 from hmbclient.broker.topics import TopicManager
 from hmbclient.clock import monotonic_ms, wall_ms
-from hmbclient.config import NEVER, BrokerConfig
+from hmbclient.config import NEVER
 from hmbclient.errors import ErrorCode, HmbError
 from hmbclient.protocol.api.cluster import ControlledShutdownRequest
 
 __all__ = ["Broker", "log_config_from", "Scheduler"]
+
+
+def _outcome(fn: Callable[[], Any]) -> Any:
+    """``fn()``, or the exception it raised (for a worker thread's answer box)."""
+    try:
+        return fn()
+    except Exception as e:
+        return e
 
 log = logging.getLogger("hmbclient.broker")
 
@@ -66,6 +82,7 @@ def log_config_from(config: BrokerConfig, *, compact: bool = False) -> LogConfig
         retention_bytes=None if compact else _opt(config.log_retention_bytes),
         max_message_bytes=max(config.message_max_bytes, 1),
         compact=compact,
+        producer_id_expiration_ms=config.producer_id_expiration_ms,
     )
 
 
@@ -129,7 +146,8 @@ class Broker:
 
     def __init__(self, config: BrokerConfig, *, producer_ids: ProducerIdManager | None = None) -> None:
         self.config = config
-        self.producer_ids = producer_ids or ProducerIdManager()
+        self.producer_ids = producer_ids or ProducerIdManager(config.broker_id)
+        self._own_producer_ids = producer_ids is None
         self.broker_id = config.broker_id
         self.metadata: MetadataCache | None = None
         self.logs: LogManager | None = None
@@ -217,6 +235,12 @@ class Broker:
         self.logs = logs = make_log_manager(cfg, log_dir)
         try:
             store = self._open_store(logs)
+            if self._own_producer_ids:
+                # Producer id blocks are recorded where they survive this broker: ZooKeeper
+                # for a cluster, the log directory standalone (see producer_ids).
+                zk = getattr(store, "zk", None)
+                source = ZkBlockSource(zk) if zk is not None else FileBlockSource(os.path.join(logs.log_dir, STANDALONE_FILE))
+                self.producer_ids.attach(source, cfg.broker_id)
             self.metadata = metadata = MetadataCache()
             rm = ReplicaManager(
                 cfg.broker_id,
@@ -260,6 +284,7 @@ class Broker:
                 controller_guard=self._check_controller,
                 controlled_shutdown=self._serve_controlled_shutdown,
                 group_coordinator=groups,
+                configs=ConfigDescriber(cfg, metadata.has_topic),
             )
             self.apis.authorizer = authorizer_from(cfg, store)
             self.apis.inter_broker_listener = cfg.inter_broker_protocol
@@ -373,39 +398,92 @@ class Broker:
         controller.controlled_shutdown(broker_id).add_done_callback(done)
 
     # -- stop ----------------------------------------------------------------------------------------
+    def _coordination_reachable(self) -> bool:
+        """Whether the coordination store answers now (ZooKeeper: the session is connected)."""
+        zk = getattr(self.store, "zk", None)
+        return zk is None or bool(getattr(zk, "connected", True))
+
+    def _movable(self, remaining: list[tuple[str, int]]) -> list[tuple[str, int]]:
+        """The partitions of ``remaining`` another live ISR member could take over (retrying
+        cannot move the others: the last replica standing keeps its leadership)."""
+        metadata = self.metadata
+        if metadata is None:
+            return remaining
+        live = metadata.live_broker_ids()
+        out = []
+        for topic, p in remaining:
+            metas = metadata.topic_partitions(topic)
+            meta = metas[p] if 0 <= p < len(metas) else None
+            if meta is None or any(b != self.broker_id and b in live for b in meta.isr):
+                out.append((topic, p))
+        return out
+
+    def _shutdown_attempt(self) -> tuple[int, list[tuple[str, int]]]:
+        """One ControlledShutdown round trip to the controller (raises on trouble)."""
+        cfg = self.config
+        controller, store = self.controller, self.store
+        assert controller is not None and store is not None
+        cid, _ = controller.refresh_known_controller()
+        if cid < 0:
+            return ErrorCode.NOT_CONTROLLER, []
+        if cid == self.broker_id:
+            return controller.controlled_shutdown(self.broker_id).result(timeout=cfg.controller_socket_timeout_ms / 1000.0)
+        ep = store.live_brokers().get(cid)
+        if ep is None:
+            return ErrorCode.NOT_CONTROLLER, []
+        channel = BrokerChannel(ep.host, ep.port, f"broker-{self.broker_id}-shutdown", security=self.inter_broker_security)
+        try:
+            resp = channel.request(ControlledShutdownRequest[1](broker_id=self.broker_id), cfg.controller_socket_timeout_ms / 1000.0)
+        finally:
+            channel.close()
+        return resp.error_code, [(p.topic, p.partition) for p in resp.remaining_partitions]
+
     def controlled_shutdown(self) -> bool:
         """Ask the controller to move this broker's leaderships away (Kafka's controlled
-        shutdown); True when nothing is left that another replica could take over."""
+        shutdown); True when nothing is left that another replica could take over.
+
+        Bounded: at most ``controlled.shutdown.max.retries`` + 1 attempts,
+        ``controlled.shutdown.retry.backoff.ms`` apart, each given at most
+        ``controller.socket.timeout.ms``; an attempt while ZooKeeper is unreachable is skipped
+        at once (its calls would wait for a reconnection that may never come). What was not
+        done is logged, and the caller stops locally anyway."""
         cfg = self.config
         controller, store = self.controller, self.store
         if controller is None or store is None or not cfg.controlled_shutdown_enable:
             return False
-        for attempt in range(cfg.controlled_shutdown_max_retries + 1):
+        attempts = cfg.controlled_shutdown_max_retries + 1
+        why = "not tried"
+        for attempt in range(attempts):
             if attempt:
                 time.sleep(cfg.controlled_shutdown_retry_backoff_ms / 1000.0)
-            try:
-                cid, _ = controller.refresh_known_controller()
-                if cid < 0:
-                    continue
-                if cid == self.broker_id:
-                    code, remaining = controller.controlled_shutdown(self.broker_id).result(timeout=cfg.controller_socket_timeout_ms / 1000.0)
-                else:
-                    ep = store.live_brokers().get(cid)
-                    if ep is None:
-                        continue
-                    channel = BrokerChannel(ep.host, ep.port, f"broker-{self.broker_id}-shutdown", security=self.inter_broker_security)
-                    try:
-                        resp = channel.request(ControlledShutdownRequest[1](broker_id=self.broker_id), cfg.controller_socket_timeout_ms / 1000.0)
-                    finally:
-                        channel.close()
-                    code, remaining = resp.error_code, [(p.topic, p.partition) for p in resp.remaining_partitions]
-            except Exception as e:
-                log.info("controlled shutdown of broker %d: attempt %d failed: %s", self.broker_id, attempt + 1, e)
+            if not self._coordination_reachable():
+                why = "ZooKeeper is unreachable"
+                log.warning("controlled shutdown of broker %d: attempt %d of %d skipped: %s", self.broker_id, attempt + 1, attempts, why)
                 continue
-            if code == ErrorCode.NONE and not remaining:
+            box: list[Any] = []
+            worker = threading.Thread(target=lambda b=box: b.append(_outcome(self._shutdown_attempt)), name=f"broker-{self.broker_id}-controlled-shutdown", daemon=True)
+            worker.start()
+            worker.join(cfg.controller_socket_timeout_ms / 1000.0)
+            if not box:
+                why = f"no answer within controller.socket.timeout.ms={cfg.controller_socket_timeout_ms}"
+                log.warning("controlled shutdown of broker %d: attempt %d of %d: %s", self.broker_id, attempt + 1, attempts, why)
+                continue
+            outcome = box[0]
+            if isinstance(outcome, BaseException):
+                why = f"{type(outcome).__name__}: {outcome}"
+                log.info("controlled shutdown of broker %d: attempt %d failed: %s", self.broker_id, attempt + 1, why)
+                continue
+            code, remaining = outcome
+            movable = self._movable(remaining)
+            if code == ErrorCode.NONE and not movable:
                 log.info("controlled shutdown of broker %d done", self.broker_id)
                 return True
-            log.info("controlled shutdown of broker %d: error %d, still leading %s", self.broker_id, code, remaining)
+            why = f"error {code}, still leading {movable}"
+            log.info("controlled shutdown of broker %d: %s", self.broker_id, why)
+        log.warning(
+            "controlled shutdown of broker %d skipped after %d attempts (%s): its leaderships were not moved; "
+            "stopping locally (logs flushed and closed, offsets and producer state saved)", self.broker_id, attempts, why,
+        )
         return False
 
     def _teardown(self) -> None:
@@ -414,6 +492,16 @@ class Broker:
         if self.server is not None:
             self.server.stop()
             self.server = None
+        if self.store is not None and not self._coordination_reachable():
+            # ZooKeeper is gone: its client would wait for it forever (the controller's
+            # resignation, ISR writes). Close it first, so those calls fail at once; the
+            # registration goes when ZooKeeper expires the session.
+            log.warning("broker %d: ZooKeeper unreachable at shutdown: its session is left to expire (no resignation, no ISR writes)", self.broker_id)
+            try:
+                self.store.close()
+            except Exception:
+                log.exception("closing the coordination store failed")
+            self.store = None
         if self.controller is not None:
             self.controller.shutdown()
             self.controller = None

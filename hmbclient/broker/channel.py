@@ -29,15 +29,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from hmbclient.errors import (
-    BrokerError,
-    ErrorCode,
+    HmbError,
     KafkaConnectionError,
     ProtocolError,
     RemoteProtocolError,
 )
 from hmbclient.protocol.api.base import Request
-from hmbclient.protocol.api.sasl import SaslAuthenticateRequest, SaslHandshakeRequest
 from hmbclient.protocol.frame import NEED_DATA, ClientConnection
+from hmbclient.protocol.sasl import SaslClientExchange
 from hmbclient.protocol.sasl_mechanisms import client_mechanism
 
 __all__ = ["BrokerChannel", "ChannelSecurity"]
@@ -122,18 +121,16 @@ class BrokerChannel:
         mech = client_mechanism(sec.mechanism, sec.username, sec.password)
         who = f"SASL {mech.name} authentication of user {sec.username!r} to broker at {self.host}:{self.port}"
         timeout = self.connect_timeout_s
-        hs = self._exchange(sock, proto, SaslHandshakeRequest[1](mechanism=mech.name), timeout)
-        if hs.error_code != ErrorCode.NONE:
-            raise KafkaConnectionError(f"{who}: the broker enables only {', '.join(hs.mechanisms) or 'no mechanism'}")
-        token: bytes | None = mech.first()
+        # The exchange (sans-IO, shared with the client's connections) says what to send next.
+        exchange = SaslClientExchange(mech, peer=f"broker at {self.host}:{self.port}")
+        out: Request | bytes | None = exchange.start()
         try:
-            while token is not None:
-                resp = self._exchange(sock, proto, SaslAuthenticateRequest[1](auth_bytes=token), timeout)
-                if resp.error_code != ErrorCode.NONE:
-                    raise KafkaConnectionError(f"{who} failed: {resp.error_message or ErrorCode(resp.error_code).name}")
-                token = None if mech.done else mech.step(resp.auth_bytes)
-        except BrokerError as e:  # the mechanism's own verdict (e.g. the server's proof is wrong)
+            while isinstance(out, Request):
+                out = exchange.receive(self._exchange(sock, proto, out, timeout))
+        except HmbError as e:  # refused, or the mechanism's own verdict (a wrong server proof)
             raise KafkaConnectionError(f"{who} failed: {e}") from e
+        if not exchange.done:  # (v1 never asks for raw bytes)
+            raise KafkaConnectionError(f"{who} failed: the exchange stopped in state {exchange.state}")
 
     def _exchange(self, sock: socket.socket, proto: ClientConnection, req: Request, timeout_s: float) -> Any:
         _, frame = proto.send_request(req)

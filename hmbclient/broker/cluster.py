@@ -31,8 +31,8 @@ from collections.abc import Callable
 from typing import Any
 
 from hmbclient.broker.broker import Broker
+from hmbclient.broker.config import BrokerConfig
 from hmbclient.broker.metadata import PartitionMeta
-from hmbclient.config import BrokerConfig
 from hmbclient.errors import ConfigError, HmbError, for_code
 from hmbclient.protocol.api import CreateTopicsRequest, MetadataRequest
 

@@ -15,7 +15,7 @@ import tempfile
 from typing import Any
 
 from hmbclient.broker.broker import Broker
-from hmbclient.config import BrokerConfig
+from hmbclient.broker.config import BrokerConfig
 
 __all__ = ["EmbeddedBroker"]
 

@@ -66,11 +66,11 @@ from hmbclient.clock import wall_ms
 from hmbclient.errors import CoordinationError, ErrorCode, HmbError, ProtocolError
 from hmbclient.protocol import records
 from hmbclient.protocol.types import Array, Bytes, Int32, Int64, NullableString, String, Struct
-from rebalance.paths import is_valid_topic_name
+from hmbclient.zkpaths import is_valid_topic_name
 
 if TYPE_CHECKING:
+    from hmbclient.broker.config import BrokerConfig
     from hmbclient.broker.controller.store import CoordinationStore
-    from hmbclient.config import BrokerConfig
 
 __all__ = [
     "OffsetManager",
@@ -594,7 +594,10 @@ class OffsetManager:
                 ts = now
                 if v == 1 and p.timestamp not in (-1, None):
                     ts = p.timestamp
-                items.append((encode_key(group, t.topic, p.partition), encode_value(p.offset, metadata, ts, ts + retention_ms), now))
+                # A retention of up to 2^63-1 ms is legal on the wire: the expiry saturates
+                # instead of overflowing the record's int64.
+                expire = min(ts + retention_ms, 2**63 - 1)
+                items.append((encode_key(group, t.topic, p.partition), encode_value(p.offset, metadata, ts, expire), now))
                 pending[tp] = (p.offset, metadata, ts)
 
         def respond(outcome: dict[tuple[str, int], AppendResult] | None) -> None:

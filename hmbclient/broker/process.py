@@ -28,10 +28,10 @@ from collections import deque
 from typing import Any
 
 from hmbclient.broker.channel import BrokerChannel
+from hmbclient.broker.config import BrokerConfig
 from hmbclient.broker.runner import READY_PREFIX
 from hmbclient.broker.security.setup import inter_broker_security
 from hmbclient.children import preexec_for_current_thread
-from hmbclient.config import BrokerConfig
 from hmbclient.errors import HmbError
 
 __all__ = ["BrokerProcess"]
@@ -166,10 +166,15 @@ class BrokerProcess:
         self.proc.send_signal(signal.SIGCONT)
         self.paused = False
 
-    def terminate(self, timeout_s: float = 10.0) -> int | None:
-        """SIGTERM and wait (SIGKILL after ``timeout_s``). Returns the exit status."""
+    def terminate(self, timeout_s: float | None = None) -> int | None:
+        """SIGTERM and wait (SIGKILL after ``timeout_s``; default: 10 s plus the controlled
+        shutdown's retry backoffs, so a broker that is stopping cleanly is not killed).
+        Returns the exit status."""
         if self.proc is None:
             return None
+        if timeout_s is None:
+            cfg = self._config
+            timeout_s = 10.0 + cfg.controlled_shutdown_max_retries * cfg.controlled_shutdown_retry_backoff_ms / 1000.0
         if self.proc.poll() is None:
             if self.paused:  # a stopped process would hold SIGTERM until the timeout
                 self.proc.send_signal(signal.SIGCONT)

@@ -20,7 +20,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from hmbclient.broker.broker import Broker
-from hmbclient.config import BrokerConfig
+from hmbclient.broker.config import BrokerConfig
 from hmbclient.errors import ConfigError, HmbError
 
 __all__ = ["run_broker", "broker_config", "main", "READY_PREFIX"]

@@ -26,7 +26,8 @@ Listeners and security: the server binds one socket per listener (``PLAINTEXT``,
 ``SASL_PLAINTEXT``, ``SASL_SSL``). On an SSL listener the TLS handshake runs in the processor,
 non-blocking; a failed handshake (plaintext bytes, an untrusted client certificate with
 ``ssl.client.auth=required``) closes that connection only. On a SASL listener a per-connection
-state machine runs in the processor BEFORE anything reaches ``KafkaApis``: only ApiVersions and
+state machine (the sans-IO :class:`hmbclient.protocol.sasl.SaslServerExchange`, which this
+processor drives and whose decisions it carries out) runs BEFORE anything reaches ``KafkaApis``: only ApiVersions and
 SaslHandshake are accepted first, then SaslAuthenticate (or, after a v0 handshake, raw
 size-prefixed tokens) until the mechanism completes; anything else, a wrong password, an
 unknown user or a frame over ``SASL_MAX_RECEIVE`` bytes before authentication closes the
@@ -56,12 +57,13 @@ from hmbclient.broker.apis import KafkaApis, unsupported_api_versions_response
 from hmbclient.broker.listener import Listener
 from hmbclient.broker.log.segment import FileSlice
 from hmbclient.broker.security import ANONYMOUS, Session
-from hmbclient.broker.security.sasl import SaslAuthenticationFailed, SaslServer, new_sasl_server
-from hmbclient.errors import ErrorCode, ProtocolError
+from hmbclient.broker.security.sasl import new_sasl_server
+from hmbclient.clock import monotonic_ms
+from hmbclient.errors import ProtocolError
 from hmbclient.protocol.api import ApiKey
 from hmbclient.protocol.api.base import Response
-from hmbclient.protocol.api.sasl import SaslAuthenticateResponse, SaslHandshakeResponse
 from hmbclient.protocol.frame import NEED_DATA, RequestEvent, ServerConnection, UnsupportedRequest
+from hmbclient.protocol.sasl import SaslServerExchange, ServerStep
 
 __all__ = ["Listener", "SocketServer", "SASL_MAX_RECEIVE"]
 
@@ -91,29 +93,6 @@ def _cert_principal(cert: dict[str, Any] | None) -> str:
     for long, short in names.items():
         rdns = [r.replace(f"{long}=", f"{short}=") for r in rdns]
     return "User:" + ",".join(rdns)
-
-
-class _Sasl:
-    """Where one SASL connection is in its authentication.
-
-    ``state``: "handshake" -> "authenticate" -> "done"; a client that authenticated with
-    SaslAuthenticate v1 may send SaslHandshake again when "done" (KIP-368 re-authentication):
-    back to "authenticate" with ``reauth`` set, its session kept until the new exchange ends,
-    which must prove the same user. ``expires_at`` (monotonic seconds, 0: never) is when a
-    session of ``connections.max.reauth.ms`` ends: a request other than SaslHandshake after it
-    closes the connection.
-    """
-
-    __slots__ = ("state", "server", "raw", "version", "expires_at", "reauth", "user")
-
-    def __init__(self) -> None:
-        self.state = "handshake"
-        self.server: SaslServer | None = None
-        self.raw = False  # a v0 handshake: tokens come as bare size-prefixed frames
-        self.version = 0  # SaslAuthenticate version of the last exchange (v1+: re-auth capable)
-        self.expires_at = 0.0
-        self.reauth = False
-        self.user: str | None = None
 
 
 class _Slot:
@@ -193,12 +172,17 @@ class _Connection:
         self.tls = isinstance(sock, ssl.SSLSocket)
         self.handshaking = self.tls
         self.want_write = False
-        self.sasl: _Sasl | None = None
+        self.sasl: SaslServerExchange | None = None
         self.session: Session | None = self.make_session(ANONYMOUS)
         if listener.sasl:
-            self.sasl = _Sasl()
+            credentials = listener.credentials
+            self.sasl = SaslServerExchange(
+                listener.mechanisms,
+                (lambda mech: new_sasl_server(mech, credentials)) if credentials is not None else None,
+                reauth_ms=listener.reauth_ms,
+            )
             self.session = None  # nobody until authenticated
-            _set_max_frame(self.proto, min(max_frame_bytes, SASL_MAX_RECEIVE))
+            self.proto.max_frame_bytes = min(max_frame_bytes, SASL_MAX_RECEIVE)
         if self.tls:
             self.session = None  # known after the handshake (client certificate)
 
@@ -215,11 +199,6 @@ class _Connection:
                     host = "127.0.0.1"
             advertised = (host, listener.port)
         return Session(principal, self.peer.rpartition(":")[0], listener.name, advertised)
-
-
-def _set_max_frame(proto: ServerConnection, n: int) -> None:
-    # The frame limit lives in the connection's FrameBuffer; lowered before authentication.
-    proto._frames.max_frame_bytes = n
 
 
 class _HandlerPool:
@@ -487,10 +466,14 @@ class _Processor(threading.Thread):
                     slot = _Slot(conn, ev.header.correlation_id)
                     conn.slots.append(slot)
                     sasl = conn.sasl
-                    if sasl is not None and (sasl.state != "done" or self._sasl_due(conn, sasl, ev)) and self._sasl_request(conn, slot, ev):
-                        if conn.closing:
-                            break
-                        continue
+                    if sasl is not None:
+                        h = ev.header
+                        step = sasl.receive_request(h.api_key, h.api_version, ev.request, monotonic_ms())
+                        if not step.pass_on:
+                            self._sasl_step(conn, slot, step)
+                            if conn.closing:
+                                break
+                            continue
                     if not conn.busy:
                         # Served right here when nothing of this connection is queued (order
                         # kept). Produce too: handing a request to a handler thread costs a
@@ -524,108 +507,46 @@ class _Processor(threading.Thread):
             slot.close(f"malformed request: {e}")
         self._update_interest(conn)
 
-    # -- SASL -------------------------------------------------------------------------------------
-    def _sasl_due(self, conn: _Connection, sasl: _Sasl, ev: RequestEvent) -> bool:
-        """An authenticated connection: True when ``ev`` is for the SASL state machine (a
-        re-authentication's SaslHandshake, or any request after the session expired)."""
-        if ev.header.api_key == ApiKey.SASL_HANDSHAKE and sasl.version >= 1:
-            sasl.state, sasl.reauth = "handshake", True
-            return True
-        if sasl.expires_at and time.monotonic() >= sasl.expires_at:
-            sasl.state = "expired"
-            return True
-        return False
+    # -- SASL (the exchange is protocol.sasl.SaslServerExchange; here: answers, sessions, logs) --
+    def _sasl_step(self, conn: _Connection, slot: _Slot, step: ServerStep) -> None:
+        """Carry out what the exchange decided about one SASL request (answer, close, session)."""
+        if step.internal_error is not None:
+            log.error("%s: SASL mechanism failed unexpectedly", conn.peer, exc_info=step.internal_error)
+        if step.authenticated is not None:
+            self._sasl_authenticated(conn, step)
+        slot.send(step.response)
+        if step.close is not None:
+            self._refuse(conn, slot, step.close)
 
-    def _sasl_request(self, conn: _Connection, slot: _Slot, ev: RequestEvent) -> bool:
-        """Serve ``ev`` from a connection that is not authenticated yet; False: pass it on to
-        the APIs (only ApiVersions is)."""
-        sasl = conn.sasl
-        assert sasl is not None
-        h = ev.header
-        key, v = h.api_key, h.api_version
-        listener = conn.listener
-        if key == ApiKey.API_VERSIONS and sasl.state == "handshake":
-            return False
-        if sasl.state == "expired":
-            slot.send(None)
-            self._refuse(conn, slot, f"SASL session of User:{sasl.user} expired (connections.max.reauth.ms) without re-authentication")
-            return True
-        if key == ApiKey.SASL_HANDSHAKE and sasl.state == "handshake":
-            mech = ev.request.mechanism
-            enabled = list(listener.mechanisms)
-            if mech not in enabled or listener.credentials is None:
-                slot.send(SaslHandshakeResponse[v](error_code=ErrorCode.UNSUPPORTED_SASL_MECHANISM, mechanisms=enabled))
-                self._refuse(conn, slot, f"SASL mechanism {mech!r} is not enabled")
-                return True
-            sasl.server = new_sasl_server(mech, listener.credentials)
-            sasl.state = "authenticate"
-            sasl.raw = v == 0
-            slot.send(SaslHandshakeResponse[v](error_code=ErrorCode.NONE, mechanisms=enabled))
-            return True
-        if key == ApiKey.SASL_AUTHENTICATE and sasl.state == "authenticate" and not sasl.raw:
-            resp = SaslAuthenticateResponse[v]
-            sasl.version = v
-            try:
-                out = self._sasl_evaluate(conn, bytes(ev.request.auth_bytes))
-            except SaslAuthenticationFailed as e:
-                slot.send(resp.build(error_code=ErrorCode.SASL_AUTHENTICATION_FAILED, error_message=str(e), auth_bytes=b"", session_lifetime_ms=0))
-                self._refuse(conn, slot, f"SASL authentication failed: {e}")
-                return True
-            lifetime = listener.reauth_ms if sasl.state == "done" and v >= 1 else 0
-            if lifetime:
-                sasl.expires_at = time.monotonic() + lifetime / 1000.0
-            slot.send(resp.build(error_code=ErrorCode.NONE, error_message=None, auth_bytes=out, session_lifetime_ms=lifetime))
-            return True
-        # Anything else is out of order: answer SASL requests with ILLEGAL_SASL_STATE (the
-        # client learns why), then close; other APIs get no answer from an unauthenticated peer.
-        if key == ApiKey.SASL_AUTHENTICATE:
-            slot.send(SaslAuthenticateResponse[v].build(error_code=ErrorCode.ILLEGAL_SASL_STATE, error_message=f"SaslAuthenticate is not expected in SASL state {sasl.state}", auth_bytes=b"", session_lifetime_ms=0))
-        elif key == ApiKey.SASL_HANDSHAKE:
-            slot.send(SaslHandshakeResponse[v](error_code=ErrorCode.ILLEGAL_SASL_STATE, mechanisms=list(listener.mechanisms)))
-        else:
-            slot.send(None)  # no answer, but its turn is over: the close after it goes out (and is logged)
-        self._refuse(conn, slot, f"api key {key} v{v} is not expected in SASL state {sasl.state}")
-        return True
-
-    def _sasl_evaluate(self, conn: _Connection, token: bytes) -> bytes:
-        sasl = conn.sasl
-        assert sasl is not None and sasl.server is not None
-        try:
-            out = sasl.server.evaluate(token)
-        except SaslAuthenticationFailed:
-            raise
-        except Exception as e:  # a bug in a mechanism must not pass for success
-            log.exception("%s: SASL %s failed unexpectedly", conn.peer, sasl.server.mechanism)
-            raise SaslAuthenticationFailed(f"SASL {sasl.server.mechanism}: internal error") from e
-        if sasl.server.complete:
-            user = sasl.server.user
-            if sasl.reauth and user != sasl.user:  # KIP-368: a session cannot change hands
-                raise SaslAuthenticationFailed(f"re-authentication as User:{user} on a session of User:{sasl.user}")
-            sasl.state, sasl.raw = "done", False
-            if sasl.reauth:
-                log.info("%s: re-authenticated as User:%s with %s on %s", conn.peer, user, sasl.server.mechanism, conn.listener.name)
-            else:
-                sasl.user = user
-                conn.session = conn.make_session(f"User:{user}")
-                _set_max_frame(conn.proto, self.server.max_frame_bytes)
-                log.info("%s: authenticated as User:%s with %s on %s", conn.peer, user, sasl.server.mechanism, conn.listener.name)
-        return out
+    def _sasl_authenticated(self, conn: _Connection, step: ServerStep) -> None:
+        assert conn.sasl is not None
+        user, mech, listener = step.authenticated, conn.sasl.mechanism, conn.listener.name
+        if step.reauthenticated:
+            log.info("%s: re-authenticated as User:%s with %s on %s", conn.peer, user, mech, listener)
+            return
+        conn.session = conn.make_session(f"User:{user}")
+        conn.proto.max_frame_bytes = self.server.max_frame_bytes
+        log.info("%s: authenticated as User:%s with %s on %s", conn.peer, user, mech, listener)
 
     def _raw_sasl_token(self, conn: _Connection) -> bool:
         """One bare SASL token after a v0 handshake; False when it is not complete yet."""
-        frame = conn.proto._frames.next_frame()
+        frame = conn.proto.next_raw_frame()
         if frame is None:
             return False
+        sasl = conn.sasl
+        assert sasl is not None
+        step = sasl.receive_token(frame, monotonic_ms())
         slot = _Slot(conn, -1)
         conn.slots.append(slot)
-        try:
-            out = self._sasl_evaluate(conn, frame)
-        except SaslAuthenticationFailed as e:
+        if step.internal_error is not None:
+            log.error("%s: SASL mechanism failed unexpectedly", conn.peer, exc_info=step.internal_error)
+        if step.close is not None:
             # v0 has no way to report the error: close (the client sees the connection end).
-            assert conn.sasl is not None
-            conn.sasl.raw = False
-            slot.close(f"SASL authentication failed: {e}")
+            slot.close(step.close)
             return False
+        if step.authenticated is not None:
+            self._sasl_authenticated(conn, step)
+        out = step.response
         slot.parts = [_size.pack(len(out)) + out]
         slot.done = True
         self.notify(conn)

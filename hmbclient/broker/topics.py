@@ -27,7 +27,11 @@ from hmbclient.errors import BrokerError, ErrorCode, InvalidTopicError
 
 # The rule itself is shared with the client side (group subscriptions, Spark), which may not
 # import the broker: it lives with the other names of the Kafka layout.
-from rebalance.paths import MAX_TOPIC_NAME_LENGTH, TOPIC_NAME_RULE, is_valid_topic_name
+from hmbclient.zkpaths import MAX_TOPIC_NAME_LENGTH, TOPIC_NAME_RULE, is_valid_topic_name
+
+#: The most partitions one topic may be created with (Kafka's KRaft controller likewise bounds
+#: the records of one operation at 10,000).
+MAX_PARTITIONS_PER_TOPIC = 10_000
 
 __all__ = [
     "validate_topic_name",
@@ -134,6 +138,10 @@ class TopicManager:
             else:
                 if num_partitions < 1:
                     return ErrorCode.INVALID_PARTITIONS, "number of partitions must be at least 1"
+                if num_partitions > MAX_PARTITIONS_PER_TOPIC:
+                    # Refused before the assignment is computed: 2^31-1 partitions would hold a
+                    # request thread (and the controller) for good.
+                    return ErrorCode.INVALID_PARTITIONS, f"number of partitions must be at most {MAX_PARTITIONS_PER_TOPIC}"
                 replicas = decisions.assign_replicas(live, num_partitions, rf, start_index=_start(topic, len(live)), next_replica_shift=_start(topic[::-1], len(live)))
         except BrokerError as e:
             return e.errno, str(e)

@@ -32,8 +32,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import NamedTuple
 
+from hmbclient.zkpaths import thread_id
 from rebalance.assignors import java_sort_key
-from rebalance.paths import thread_id
 
 __all__ = [
     "MemberSubscription",

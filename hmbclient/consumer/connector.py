@@ -50,13 +50,13 @@ from typing import Any, NamedTuple, Protocol
 from kazoo.exceptions import KazooException
 from kazoo.handlers.threading import KazooTimeoutError
 
-from hmbclient.config import ConsumerConfig
+from hmbclient.consumer.config import ConsumerConfig
 from hmbclient.errors import ConfigError, CoordinationError, HmbError
 from hmbclient.net.client import NetClient
 from hmbclient.net.metadata import Metadata
 from hmbclient.net.security import Security
+from hmbclient.zkpaths import make_consumer_id
 from rebalance.filters import Blacklist, TopicFilter, Whitelist
-from rebalance.paths import make_consumer_id
 from rebalance.rebalancer import Subscription, ZkRebalancer
 from rebalance.registry import BrokerInfo, TopicPartition, thread_index
 
@@ -211,7 +211,8 @@ class ConsumerConnector:
 
         Args:
             topic_count_map: ``{topic: number of streams}``.
-            key_decoder / value_decoder: ``encoders`` Decoders (default: bytes as stored).
+            key_decoder: an ``encoders`` Decoder for keys (default: bytes as stored).
+            value_decoder: an ``encoders`` Decoder for values (default: bytes as stored).
 
         Returns:
             ``{topic: [KafkaStream, ...]}``.
@@ -252,7 +253,8 @@ class ConsumerConnector:
         Args:
             topic_filter: ``Whitelist(regex)`` or ``Blacklist(regex)``.
             num_streams: streams shared by all matching topics.
-            key_decoder / value_decoder: ``encoders`` Decoders.
+            key_decoder: an ``encoders`` Decoder for keys.
+            value_decoder: an ``encoders`` Decoder for values.
 
         Returns:
             The streams; each may carry messages of several topics.
@@ -289,8 +291,8 @@ class ConsumerConnector:
         """Commit the position of every owned partition (what has been handed out).
 
         Raises:
-            HmbError / kazoo errors: the store refused the commit (nothing is lost: the next
-            commit writes the same or a later position).
+            HmbError: the store refused the commit (or ZooKeeper did, with a kazoo error);
+                nothing is lost: the next commit writes the same or a later position.
         """
         for member in list(self._members):
             member.commit_offsets()
@@ -376,7 +378,7 @@ class ConsumerConnector:
             if self._fetchers is not None:
                 self._fetchers.close()
             for stream in self._all_streams:
-                stream._close()
+                stream.close()
             if self._client is not None:
                 self._client.close()
             if self._group_client is not None:
@@ -642,12 +644,12 @@ class ConsumerConnector:
     def on_pause(self) -> None:
         self._paused = True
         for stream in self._all_streams:
-            stream._pause(True)
+            stream.set_paused(True)
 
     def on_resume(self) -> None:
         self._paused = False
         for stream in self._all_streams:
-            stream._pause(False)
+            stream.set_paused(False)
 
     def on_revoke(self, partitions: Mapping[TopicPartition, str], commit: bool) -> None:
         # 1. Stop hand-out: after _revoke returns, not one more message of tp leaves its stream.
@@ -656,7 +658,7 @@ class ConsumerConnector:
             pti = self._ptis.pop(tp, None)
             if pti is None:
                 continue
-            position = pti.stream._revoke(pti)
+            position = pti.stream.revoke(pti)
             stopped.append(tp)
             if position is not None and position != pti.committed:
                 self._pending[tp] = position

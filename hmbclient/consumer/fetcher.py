@@ -178,7 +178,7 @@ class _BrokerFetcher:
                     "%s-%s: no usable committed offset, starting at %s (%s)",
                     pti.topic, pti.partition, offset, "largest" if manager.reset_to_latest else "smallest",
                 )
-                pti.stream._set_position(pti, offset)
+                pti.stream.reset_position(pti, offset)
                 pti.fetch_offset = offset
             else:
                 self._drop(pti)
@@ -242,7 +242,7 @@ class _BrokerFetcher:
             records = decode_records(raw)
         except CorruptRecordError as exc:
             self._drop(pti)
-            pti.stream._fail(pti, exc, self._stop)
+            pti.stream.put_error(pti, exc, self._stop)
             return
         if records and records[0].offset < start:
             records = [r for r in records if r.offset >= start]
@@ -251,7 +251,7 @@ class _BrokerFetcher:
                 # Bytes came back but not one whole message: it is bigger than
                 # fetch_message_max_bytes and no retry can make progress.
                 self._drop(pti)
-                pti.stream._fail(
+                pti.stream.put_error(
                     pti,
                     MessageSizeTooLargeError(
                         f"{pti.topic}-{pti.partition} at offset {start}: a message is larger than "
@@ -261,7 +261,7 @@ class _BrokerFetcher:
                 )
             return
         next_offset = records[-1].offset + 1
-        if pti.stream._enqueue(FetchedChunk(pti, records), self._stop):
+        if pti.stream.put(FetchedChunk(pti, records), self._stop):
             # Only advance if nobody reset the position meanwhile.
             if pti.fetch_offset == start:
                 pti.fetch_offset = next_offset
@@ -279,7 +279,7 @@ class _BrokerFetcher:
             return
         log.error("%s-%s: fetch failed: %s", pti.topic, pti.partition, exc)
         self._drop(pti)
-        pti.stream._fail(pti, exc if isinstance(exc, HmbError) else HmbError(str(exc)), self._stop)
+        pti.stream.put_error(pti, exc if isinstance(exc, HmbError) else HmbError(str(exc)), self._stop)
 
 
 class FetcherManager:

@@ -40,8 +40,8 @@ from hmbclient.net.client import NetClient
 from hmbclient.net.retry import retry_policy
 from hmbclient.net.versions import BrokerVersions
 from hmbclient.protocol.api.base import ApiKey
+from hmbclient.zkpaths import ZnodeDataError
 from rebalance.offsets import ZkOffsetStore
-from rebalance.paths import ZnodeDataError
 
 __all__ = ["OffsetStorage", "ZooKeeperOffsetStorage", "KafkaOffsetStorage", "DualOffsetStorage"]
 

@@ -47,7 +47,7 @@ from collections.abc import Sequence
 from concurrent.futures import Future
 from typing import Any, NamedTuple
 
-from hmbclient.config import SimpleConsumerConfig
+from hmbclient.consumer.config import SimpleConsumerConfig
 from hmbclient.consumer.message_set import (
     ByteBufferMessageSet,
     first_entry_incomplete,
@@ -104,7 +104,8 @@ class SimpleConsumer:
         """Connect lazily to ``host:port``.
 
         Args:
-            host, port: the broker.
+            host: the broker's host.
+            port: the broker's port.
             so_timeout_ms: how long to wait for an answer (socket.timeout.ms).
             buffer_size: socket receive buffer (socket.receive.buffer.bytes; -1 = OS default).
             client_id: sent with each request.
@@ -418,7 +419,9 @@ class SimpleConsumer:
             has ``.error`` set and raises it when iterated.
 
         Raises:
-            MessageSizeTooLargeError, KafkaConnectionError, RequestTimedOutError.
+            MessageSizeTooLargeError: a message does not fit in the largest fetch.
+            KafkaConnectionError: the broker could not be reached.
+            RequestTimedOutError: no answer in time.
         """
         norm = [self._norm(r) for r in requests]
         if self._dialect.ignores_max_bytes:
@@ -456,7 +459,8 @@ class SimpleConsumer:
         """Valid offsets before ``time``, newest first (Kafka 0.8 ``getOffsetsBefore``).
 
         Args:
-            topic, partition: the partition.
+            topic: the partition's topic.
+            partition: the partition.
             time: LATEST_TIME (-1), EARLIEST_TIME (-2), or a timestamp in ms.
             max_num_offsets: at most this many offsets.
 
@@ -466,7 +470,8 @@ class SimpleConsumer:
         Raises:
             UnsupportedByBroker: the dialect has no ListOffsets (HMB); nothing was sent.
             UnknownTopicOrPartitionError, NotLeaderForPartitionError, ...: the broker's error.
-            KafkaConnectionError / RequestTimedOutError.
+            KafkaConnectionError: the broker could not be reached.
+            RequestTimedOutError: no answer in time.
         """
         if max_num_offsets < 1:
             return []

@@ -16,13 +16,21 @@ Invariant (why there is one lock per stream, taken once per ``next()``)
 -------------------------------------------------------------------
 A message is handed out only while its partition is owned. Handing out a message and
 recording its consumed position (``pti.consumed``, the offset that will be committed) happen
-under the stream's lock, and :meth:`KafkaStream._revoke` takes the same lock to mark the
-partition revoked and read its final position. So after ``_revoke`` returns not one more
+under the stream's lock, and :meth:`KafkaStream.revoke` takes the same lock to mark the
+partition revoked and read its final position. So after ``revoke`` returns not one more
 message of that partition leaves this stream, and the position it returned is exactly what
 was handed out -- the commit that follows (before the owner znode is released) loses nothing
 and duplicates nothing. An uncontended lock costs ~0.1 us, small against the per-message work;
 everything else (chunk decoding, CRCs) happens per chunk in the fetcher.
-``_pause`` (ZooKeeper connection suspended) blocks hand-out the same way.
+``set_paused`` (ZooKeeper connection suspended) blocks hand-out the same way.
+
+The feeding side (the hand-off)
+-------------------------------
+Users only iterate a stream. The fetcher and the connector feed and steer it through its
+hand-off methods, all thread-safe: :meth:`~KafkaStream.put` (a fetched chunk; blocks while
+the queue is full), :meth:`~KafkaStream.put_error`, :meth:`~KafkaStream.reset_position`
+(auto_offset_reset), :meth:`~KafkaStream.revoke` (rebalance), :meth:`~KafkaStream.set_paused`
+and :meth:`~KafkaStream.close` (shutdown).
 """
 
 from __future__ import annotations
@@ -219,9 +227,14 @@ class KafkaStream:
     def __repr__(self) -> str:
         return f"KafkaStream({self.name!r}, queued={len(self._chunks)})"
 
-    # ------------------------------------------------------------------ connector side
+    @property
+    def queued(self) -> int:
+        """Chunks fetched and waiting to be handed out (at most ``queued_max_message_chunks``)."""
+        return len(self._chunks)
 
-    def _enqueue(self, chunk: FetchedChunk, stop: threading.Event) -> bool:
+    # ------------------------------------------------------------------ the hand-off (fetcher, connector)
+
+    def put(self, chunk: FetchedChunk, stop: threading.Event) -> bool:
         """Put a chunk, waiting while the queue is full (fetcher threads).
 
         Returns:
@@ -239,7 +252,7 @@ class KafkaStream:
             self._cond.notify_all()
             return True
 
-    def _revoke(self, pti: PartitionTopicInfo) -> int | None:
+    def revoke(self, pti: PartitionTopicInfo) -> int | None:
         """Stop handing out ``pti``'s messages; return its final consumed position."""
         with self._cond:
             pti.revoked = True
@@ -251,7 +264,7 @@ class KafkaStream:
             self._cond.notify_all()
             return pti.consumed
 
-    def _set_position(self, pti: PartitionTopicInfo, offset: int) -> None:
+    def reset_position(self, pti: PartitionTopicInfo, offset: int) -> None:
         """Reset a partition's position (auto_offset_reset): drop its queued chunks."""
         with self._cond:
             if pti.revoked:
@@ -264,12 +277,14 @@ class KafkaStream:
                 self._cur_pti = None
             self._cond.notify_all()
 
-    def _pause(self, paused: bool) -> None:
+    def set_paused(self, paused: bool) -> None:
+        """Hold hand-out (True: the ZooKeeper connection is suspended) or resume it."""
         with self._cond:
             self._paused = paused
             self._cond.notify_all()
 
-    def _close(self) -> None:
+    def close(self) -> None:
+        """Shut the stream: queued chunks are dropped, iteration ends (StopIteration)."""
         with self._cond:
             self._closed = True
             self._chunks.clear()
@@ -277,6 +292,6 @@ class KafkaStream:
             self._cur_pti = None
             self._cond.notify_all()
 
-    def _fail(self, pti: PartitionTopicInfo, error: HmbError, stop: threading.Event) -> None:
+    def put_error(self, pti: PartitionTopicInfo, error: HmbError, stop: threading.Event) -> None:
         """Queue an error to be raised when iteration reaches it."""
-        self._enqueue(FetchedChunk(pti, [], error), stop)
+        self.put(FetchedChunk(pti, [], error), stop)

@@ -121,7 +121,8 @@ class NetClient:
             connect_timeout_ms: TCP connect timeout.
             probe_timeout_ms: how long to wait for the ApiVersions answer before assuming a
                 0.8/0.9 broker (default: min(request_timeout_ms, 5000)).
-            reconnect_backoff_ms / reconnect_backoff_max_ms: exponential reconnect backoff.
+            reconnect_backoff_ms: first wait of the exponential reconnect backoff.
+            reconnect_backoff_max_ms: its largest wait.
             security: TLS and SASL for every connection (None: PLAINTEXT); build it with
                 ``Security.from_config(config)`` or ``Security("SASL_SSL", ...)``.
 
@@ -225,7 +226,8 @@ class NetClient:
             The decoded response.
 
         Raises:
-            whatever the future raises; RequestTimedOutError if nothing came back in time.
+            RequestTimedOutError: nothing came back in time.
+            HmbError: whatever else the future raises.
         """
         t = self.request_timeout_ms if timeout_ms is None else float(timeout_ms)
         fut = self.send(node_id, build, timeout_ms=t, api_key=api_key)

@@ -35,7 +35,10 @@ Security (settings: :class:`hmbclient.net.security.Security`):
   cause. An SSL socket can hold decrypted bytes the selector cannot see: reads continue while
   ``pending()`` says so, and :meth:`BrokerConnection.buffered` tells the I/O loop to come back
   without sleeping when the per-event read budget ran out first.
-* SASL follows the ApiVersions probe (Kafka answers ApiVersions before authentication):
+* SASL follows the ApiVersions probe (Kafka answers ApiVersions before authentication). The
+  exchange itself is the sans-IO :class:`hmbclient.protocol.sasl.SaslClientExchange` (which
+  requests, which tokens, which errors); this connection writes what it asks for, feeds it the
+  answers and runs the deadline and re-authentication timer:
   SaslHandshake v1 then SaslAuthenticate v0/v1 tokens when the broker lists SaslAuthenticate,
   otherwise SaslHandshake v0 then raw size-prefixed tokens (Kafka 0.10). Nothing of the
   caller's is written before the exchange ends; a failure (wrong password, unknown user:
@@ -50,10 +53,11 @@ Security (settings: :class:`hmbclient.net.security.Security`):
 Receiving: frames are cut from what each ``recv_into`` returns; a frame larger than that gets a
 buffer of its own, sized from its header, and the rest of it is received straight into it, so a
 megabyte fetch answer is copied once (into ``bytes`` by the record decoder), not re-buffered.
-Correlation ids and decoding stay ClientConnection's (``_FastClientConnection.take_frame``).
+Correlation ids and decoding stay the sans-IO ClientConnection's (``ClientConnection.take_frame``
+in :mod:`hmbclient.protocol.frame`).
 
 HMB quirk (dialect ``fetch_frame_quirk``): its Fetch v0 replies carry size 0 and correlation id
-0 in the frame header. :class:`_HmbClientConnection` recognises that header while a Fetch is the
+0 in the frame header. :class:`~hmbclient.protocol.frame.HmbClientConnection` recognises that header while a Fetch is the
 request in flight, finds the end of the reply by walking the Fetch v0 body's length fields, and
 attributes it to that (single) request. HMB answers one Fetch per connection
 (``fetch_once_per_connection``): after a Fetch answer the connection is closed quietly and the
@@ -82,20 +86,13 @@ from hmbclient.errors import (
     RemoteProtocolError,
     RequestTimedOutError,
     UnsupportedByBroker,
-    for_code,
 )
-from hmbclient.net.security import (
-    SaslAuthenticationFailedError,
-    SaslMechanism,
-    Security,
-    UnsupportedSaslMechanismError,
-    describe_tls_error,
-)
+from hmbclient.net.security import Security, describe_tls_error
 from hmbclient.net.versions import BrokerVersions, Dialect, api_name, pick_versions
-from hmbclient.protocol.api import ApiVersionsRequest, FetchResponse
-from hmbclient.protocol.api.base import ApiKey, Request
-from hmbclient.protocol.api.sasl import SaslAuthenticateRequest, SaslHandshakeRequest
-from hmbclient.protocol.frame import NEED_DATA, ClientConnection
+from hmbclient.protocol.api import ApiVersionsRequest
+from hmbclient.protocol.api.base import Request
+from hmbclient.protocol.frame import NEED_DATA, ClientConnection, HmbClientConnection
+from hmbclient.protocol.sasl import SaslClientExchange
 
 __all__ = ["ConnState", "PendingRequest", "BrokerConnection", "ConnectionOwner", "RequestBuilder"]
 
@@ -105,7 +102,6 @@ log = logging.getLogger("hmbclient.net")
 RequestBuilder = Callable[[BrokerVersions], Request]
 
 _RECV_BYTES = 256 * 1024  # one recv; larger frames are received into their own buffer
-_i16 = struct.Struct(">h")
 _i32 = struct.Struct(">i")
 
 
@@ -191,97 +187,6 @@ def _succeed(fut: Future[Any] | None, value: Any) -> None:
             pass
 
 
-def _fetch_v0_body_end(buf: bytearray, pos: int) -> int | None:
-    """End offset of a Fetch v0 response body starting at ``pos``, or None if incomplete.
-
-    Walks only the length fields (topics, partitions, records size), so a large reply that
-    arrives in many pieces is not re-parsed from the start each time beyond this O(topics +
-    partitions) walk.
-    """
-    n = len(buf)
-
-    def need(k: int) -> bool:
-        return pos + k <= n
-
-    if not need(4):
-        return None
-    (topics,) = _i32.unpack_from(buf, pos)
-    pos += 4
-    if topics < 0:
-        raise ProtocolError(f"HMB fetch reply: negative topic count {topics}")
-    for _ in range(topics):
-        if not need(2):
-            return None
-        (slen,) = _i16.unpack_from(buf, pos)
-        if slen < 0:
-            raise ProtocolError("HMB fetch reply: null topic name")
-        pos += 2 + slen
-        if not need(4):
-            return None
-        (parts,) = _i32.unpack_from(buf, pos)
-        pos += 4
-        if parts < 0:
-            raise ProtocolError(f"HMB fetch reply: negative partition count {parts}")
-        for _ in range(parts):
-            # partition int32, error_code int16, high_watermark int64, records size int32
-            if not need(18):
-                return None
-            (rlen,) = _i32.unpack_from(buf, pos + 14)
-            pos += 18 + max(rlen, 0)
-    return pos if pos <= n else None
-
-
-class _HmbClientConnection(ClientConnection):
-    """ClientConnection that also accepts HMB's size-0 / correlation-id-0 Fetch v0 frames."""
-
-    _ZERO_HEADER = b"\x00" * 8
-
-    def next_response(self) -> Any:
-        # The frame buffer is ClientConnection's; we read it only here, for this one quirk.
-        raw = self._frames.raw
-        if (
-            len(raw) >= 8
-            and self._in_flight
-            and self._in_flight[0][1] is FetchResponse[0]
-            and raw[:8] == self._ZERO_HEADER
-        ):
-            end = _fetch_v0_body_end(raw, 8)
-            if end is None:
-                return NEED_DATA
-            data = self._frames.take(end)
-            cid, rtype = self._in_flight.popleft()
-            try:
-                return cid, rtype.decode(memoryview(data)[8:])
-            except ProtocolError as e:
-                raise self._frames.fail(ProtocolError(f"HMB {rtype.__name__}: {e}")) from None
-        return super().next_response()
-
-
-class _FastClientConnection(ClientConnection):
-    """ClientConnection fed whole frames by the connection's own receive path."""
-
-    def take_frame(self, frame: bytes | bytearray) -> tuple[int, Any]:
-        """Match one frame (without its size prefix) to the oldest request and decode it.
-
-        Raises:
-            ProtocolError: no request in flight, a wrong correlation id, or a malformed body.
-        """
-        in_flight = self._in_flight
-        if not in_flight:
-            raise ProtocolError("response received with no request in flight")
-        if len(frame) < 4:
-            raise ProtocolError(f"response frame of {len(frame)} bytes has no header")
-        (cid,) = _i32.unpack_from(frame, 0)
-        want, rtype = in_flight[0]
-        if cid != want:
-            raise ProtocolError(f"correlation id {cid} does not match the oldest request in flight ({want})")
-        in_flight.popleft()
-        try:
-            return cid, rtype.decode(memoryview(frame)[4:])
-        except ProtocolError as e:
-            raise ProtocolError(f"{rtype.__name__}: {e}") from None
-
-
 class BrokerConnection:
     """One broker connection; see the module docstring for the state machine."""
 
@@ -346,11 +251,8 @@ class BrokerConnection:
         # Security: TLS context and SASL credentials (None: plaintext, no authentication).
         self.security = security
         self._tls = security is not None and security.tls
-        self._sasl: SaslMechanism | None = None  # the mechanism of the exchange in progress
-        self._sasl_raw = False  # tokens travel as raw frames (SaslHandshake v0)
-        self._sasl_auth_version = 0
+        self._sasl: SaslClientExchange | None = None  # the exchange in progress (sans-IO)
         self._sasl_versions: BrokerVersions | None = None  # versions once authenticated
-        self._sasl_buf = bytearray()
         self._auth_deadline = 0.0
         self._reauth_at: float | None = None  # KIP-368: re-authenticate from then on
         self._reauthenticating = False
@@ -435,7 +337,8 @@ class BrokerConnection:
             return
         if state is ConnState.AUTHENTICATING and now_ms >= self._auth_deadline:
             self._connect_failed(
-                KafkaConnectionError(f"{self.address}: SASL {self._sasl_label()} got no answer in time"), now_ms
+                KafkaConnectionError(f"{self.address}: SASL {self._sasl.label if self._sasl else ''} got no answer in time"),
+                now_ms,
             )
             return
         if state is ConnState.READY and self._reauth_at is not None and now_ms >= self._reauth_at:
@@ -496,7 +399,7 @@ class BrokerConnection:
         if writable:
             self._flush(now_ms)
         if readable and self.sock is not None:
-            if self._sasl_raw:
+            if self._sasl is not None and self._sasl.raw:
                 self._read_raw_tokens(now_ms)
             else:
                 self._read(now_ms)
@@ -506,10 +409,19 @@ class BrokerConnection:
         # plaintext request never completes: say so when nothing at all came back.
         if self._tls or self._heard or self.state not in (ConnState.PROBING, ConnState.READY):
             return ""
-        return (
+        hint = (
             "; nothing at all came back on this connection: if this is a TLS listener, set "
             "security.protocol to SSL or SASL_SSL"
         )
+        if not self.dialect.probe and self.dialect.name in ("0.8", "0.10"):
+            # Kafka 4 closes the connection on request versions it removed (KIP-896: all
+            # before Kafka 2.1), which is all a pinned 0.8/0.10 dialect speaks.
+            hint += (
+                f"; or the broker no longer serves the request versions of api_version="
+                f"{self.dialect.name!r} (Kafka 4 removed those older than 2.1): use "
+                "api_version='auto' or '2.1'"
+            )
+        return hint
 
     def buffered(self) -> bool:
         """True when the TLS layer holds decrypted bytes not yet read (the selector cannot
@@ -567,7 +479,7 @@ class BrokerConnection:
             )
             return
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        proto_cls = _HmbClientConnection if self.dialect.fetch_frame_quirk else _FastClientConnection
+        proto_cls = HmbClientConnection if self.dialect.fetch_frame_quirk else ClientConnection
         self._proto = proto_cls(self.client_id, self.max_frame_bytes)
         self._big = None
         self._partial = b""
@@ -675,46 +587,29 @@ class BrokerConnection:
         picked = pick_versions((k, lo, hi) for k, (lo, hi) in ranges.items())
         self._negotiated(BrokerVersions(self.dialect, picked, probed=True, ranges=ranges), now_ms)
 
-    # -- SASL ------------------------------------------------------------------------------
-
-    def _sasl_label(self) -> str:
-        sec = self.security
-        assert sec is not None
-        return f"{sec.sasl_mechanism} authentication of user {sec.sasl_username!r}"
+    # -- SASL (the exchange itself is protocol.sasl.SaslClientExchange; here: I/O and timers) --
 
     def _start_sasl(self, versions: BrokerVersions, now_ms: float) -> None:
-        """SaslHandshake v1 + SaslAuthenticate when the broker lists SaslAuthenticate (KIP-152),
-        else SaslHandshake v0 + raw tokens."""
         assert self.security is not None
         self._sasl_versions = versions
-        handshake_v = 0
-        auth_range = versions.ranges.get(ApiKey.SASL_AUTHENTICATE) if versions.ranges else None
-        hs_range = versions.ranges.get(ApiKey.SASL_HANDSHAKE) if versions.ranges else None
-        if auth_range is not None and hs_range is not None and hs_range[1] >= 1:
-            handshake_v = 1
-            self._sasl_auth_version = min(1, auth_range[1])
-        self._sasl = self.security.mechanism()
-        self._sasl_raw = False
-        self._sasl_buf = bytearray()
+        self._sasl = SaslClientExchange.negotiate(
+            self.security.mechanism(), versions.ranges, peer=self.address, max_token_bytes=self.max_frame_bytes
+        )
         self._reauth_at = None
         self._enter(ConnState.AUTHENTICATING)
         self._auth_deadline = now_ms + max(self.connect_timeout_ms, self.probe_timeout_ms)
-        self._send_internal(
-            SaslHandshakeRequest[handshake_v](mechanism=self._sasl.name),
-            lambda resp, now: self._on_sasl_handshake(resp, handshake_v, now),
-            now_ms,
-        )
+        self._send_internal(self._sasl.start(), now_ms)
 
     def _start_reauth(self, now_ms: float) -> None:
         assert self.versions is not None
         log.debug("%s: session lifetime ends soon; re-authenticating", self.address)
         self._start_sasl(self.versions, now_ms)
 
-    def _send_internal(self, request: Request, on_answer: Callable[[Any, float], None], now_ms: float) -> None:
+    def _send_internal(self, request: Request, now_ms: float) -> None:
         assert self._proto is not None
         _, data = self._proto.send_request(request)
         req = PendingRequest(request, Future(), self._auth_deadline + 1e12, 0.0)
-        req.on_answer = on_answer
+        req.on_answer = self._on_sasl_answer
         self._in_flight.append(req)
         self._write(data, now_ms)
 
@@ -722,68 +617,33 @@ class BrokerConnection:
         log.warning("%s: %s", self.address, err)
         self._connect_failed(err, now_ms)
 
-    def _on_sasl_handshake(self, resp: Any, version: int, now_ms: float) -> None:
-        mech = self._sasl
-        assert mech is not None
-        if resp.error_code == ErrorCode.UNSUPPORTED_SASL_MECHANISM:
-            offered = ", ".join(resp.mechanisms) or "none"
-            self._sasl_failed(
-                UnsupportedSaslMechanismError(
-                    f"{self.address} does not enable SASL mechanism {mech.name} (it offers: {offered})"
-                ),
-                now_ms,
-            )
-            return
-        if resp.error_code != ErrorCode.NONE:
-            self._sasl_failed(for_code(resp.error_code)(f"{self.address}: SaslHandshake for {mech.name} refused"), now_ms)
-            return
-        token = mech.first()
-        if version == 0:
-            self._sasl_raw = True
-            self._write(_i32.pack(len(token)) + token, now_ms)
-        else:
-            self._send_token(token, now_ms)
+    def _sasl_next(self, out: Request | bytes | None, now_ms: float) -> None:
+        """Send what the exchange asks for next, or finish when it is done."""
+        if isinstance(out, Request):
+            self._send_internal(out, now_ms)
+        elif out:
+            self._write(out, now_ms)
+        elif self._sasl is not None and self._sasl.done:
+            self._sasl_done(self._sasl.session_lifetime_ms, now_ms)
 
-    def _send_token(self, token: bytes, now_ms: float) -> None:
-        self._send_internal(
-            SaslAuthenticateRequest[self._sasl_auth_version](auth_bytes=token), self._on_sasl_authenticate, now_ms
-        )
-
-    def _on_sasl_authenticate(self, resp: Any, now_ms: float) -> None:
-        if resp.error_code != ErrorCode.NONE:
-            detail = f"{self._sasl_label()} failed at {self.address}: {resp.error_message or 'refused'}"
-            cls = SaslAuthenticationFailedError if resp.error_code == ErrorCode.SASL_AUTHENTICATION_FAILED else for_code(resp.error_code)
-            self._sasl_failed(cls(detail), now_ms)
-            return
-        self._sasl_token(bytes(resp.auth_bytes or b""), getattr(resp, "session_lifetime_ms", 0), now_ms)
-
-    def _sasl_token(self, token: bytes, lifetime_ms: int, now_ms: float) -> None:
-        mech = self._sasl
-        assert mech is not None
+    def _on_sasl_answer(self, resp: Any, now_ms: float) -> None:
+        exchange = self._sasl
+        assert exchange is not None
         try:
-            reply = None if mech.done else mech.step(token)
-        except SaslAuthenticationFailedError as e:
-            self._sasl_failed(SaslAuthenticationFailedError(f"{self.address}: {e.args[0] if e.args else e}"), now_ms)
+            out = exchange.receive(resp)
+        except HmbError as e:
+            self._sasl_failed(e, now_ms)
             return
-        if reply is not None:
-            if self._sasl_raw:
-                self._write(_i32.pack(len(reply)) + reply, now_ms)
-            else:
-                self._send_token(reply, now_ms)
-            return
-        if not mech.done:
-            self._sasl_failed(SaslAuthenticationFailedError(f"{self._sasl_label()}: the exchange ended early"), now_ms)
-            return
-        self._sasl_done(lifetime_ms, now_ms)
+        self._sasl_next(out, now_ms)
 
     def _sasl_done(self, lifetime_ms: int, now_ms: float) -> None:
+        assert self._sasl is not None
+        log.debug("%s: %s succeeded", self.address, self._sasl.label)
         self._sasl = None
-        self._sasl_raw = False
         if lifetime_ms and lifetime_ms > 0:
             # Kafka's client re-authenticates at 85-95% of the lifetime (spread, so many
             # connections do not all re-authenticate at once).
             self._reauth_at = now_ms + lifetime_ms * (0.85 + 0.10 * random.random())
-        log.debug("%s: %s succeeded", self.address, self._sasl_label())
         versions = self._sasl_versions
         assert versions is not None
         if self._reauthenticating:
@@ -796,7 +656,8 @@ class BrokerConnection:
     def _read_raw_tokens(self, now_ms: float) -> None:
         """SaslHandshake v0: the broker's SASL tokens arrive as bare size-prefixed frames."""
         sock = self.sock
-        assert sock is not None
+        exchange = self._sasl
+        assert sock is not None and exchange is not None
         for _ in range(16):
             try:
                 data = sock.recv(65536)
@@ -809,22 +670,19 @@ class BrokerConnection:
                 self._closed_by_peer(now_ms)
                 return
             self._heard = True
-            self._sasl_buf += data
+            try:
+                out = exchange.receive_data(data)
+            except ProtocolError as e:
+                self._disconnect(RemoteProtocolError(str(e)), now_ms)
+                return
+            except HmbError as e:
+                self._sasl_failed(e, now_ms)
+                return
+            self._sasl_next(out, now_ms)
+            if self.sock is None or not exchange.raw:
+                return
             if not (isinstance(sock, ssl.SSLSocket) and sock.pending()):
                 break
-        buf = self._sasl_buf
-        while self._sasl_raw and len(buf) >= 4:
-            (size,) = _i32.unpack_from(buf, 0)
-            if size < 0 or size > self.max_frame_bytes:
-                self._disconnect(RemoteProtocolError(f"{self.address}: SASL token of size {size}"), now_ms)
-                return
-            if len(buf) < 4 + size:
-                break
-            token = bytes(buf[4 : 4 + size])
-            del buf[: 4 + size]
-            self._sasl_token(token, 0, now_ms)
-            if self.sock is None:
-                return
 
     def _probe_failed(self, now_ms: float) -> None:
         self._legacy = True
@@ -927,15 +785,10 @@ class BrokerConnection:
             self.owner._watch(self, sock, want_write)
 
     def _closed_by_peer(self, now_ms: float) -> None:
-        if self.state is ConnState.AUTHENTICATING:
+        if self.state is ConnState.AUTHENTICATING and self._sasl is not None:
             # Kafka closes the connection after a failed exchange (with raw v0 tokens that is
             # the only answer a wrong password gets).
-            self._sasl_failed(
-                SaslAuthenticationFailedError(
-                    f"{self._sasl_label()} failed: {self.address} closed the connection during authentication"
-                ),
-                now_ms,
-            )
+            self._sasl_failed(self._sasl.connection_closed(), now_ms)
             return
         if self.state is ConnState.PROBING:
             log.info("%s closed the connection on the ApiVersions probe; using legacy versions", self.address)
@@ -1026,7 +879,7 @@ class BrokerConnection:
                 frames = self._ingest_fast(now_ms)
                 if frames is None:
                     return
-                take = proto.take_frame  # type: ignore[attr-defined]
+                take = proto.take_frame
                 for frame in frames:
                     responses.append(take(frame))
             else:
@@ -1103,7 +956,6 @@ class BrokerConnection:
         self._writing = False
         self.versions = None
         self._sasl = None
-        self._sasl_raw = False
         self._reauth_at = None
         self._reauthenticating = False
         self._heard = False

@@ -148,10 +148,11 @@ class Metadata:
         ``timeout_ms``) remains.
 
         Raises:
-            UnknownTopicOrPartitionError / LeaderNotAvailableError / KafkaConnectionError /
-            RequestTimedOutError: nothing usable within ``timeout_ms``. A broker's own answer
-            ("no such topic") is preferred over the timeout of a last, short attempt; a lost
-            broker is reported over either. A non-retriable error is raised at once.
+            HmbError: UnknownTopicOrPartitionError, LeaderNotAvailableError,
+                KafkaConnectionError or RequestTimedOutError when nothing usable came within
+                ``timeout_ms``. A broker's own answer ("no such topic") is preferred over the
+                timeout of a last, short attempt; a lost broker is reported over either. A
+                non-retriable error is raised at once.
         """
         t = self.view.topics.get(topic)
         if t is not None and t.partitions and topic not in self._stale:

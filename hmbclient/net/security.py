@@ -19,7 +19,8 @@ from __future__ import annotations
 import ssl
 from typing import Any
 
-from hmbclient.errors import ConfigError, ErrorCode, for_code
+from hmbclient.errors import ConfigError
+from hmbclient.protocol.sasl import UnsupportedSaslMechanismError
 from hmbclient.protocol.sasl_mechanisms import (
     SASL_MECHANISMS,
     PlainMechanism,
@@ -44,8 +45,6 @@ __all__ = [
 
 SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 
-#: Kafka error 33 (UNSUPPORTED_SASL_MECHANISM): the broker does not enable our mechanism.
-UnsupportedSaslMechanismError = for_code(ErrorCode.UNSUPPORTED_SASL_MECHANISM)
 
 def build_ssl_context(
     *,
@@ -109,7 +108,9 @@ class Security:
     Args:
         protocol: PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL.
         ssl_context: a ready context (else one is built from the ``ssl_*`` arguments).
-        sasl_mechanism / sasl_username / sasl_password: the SASL credentials.
+        sasl_mechanism: the SASL mechanism.
+        sasl_username: the SASL user.
+        sasl_password: that user's password.
 
     Raises:
         ConfigError: an unknown protocol or mechanism, or SASL without user and password.

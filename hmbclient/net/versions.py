@@ -29,7 +29,7 @@ from types import MappingProxyType
 from typing import Any
 
 from hmbclient.errors import ConfigError, UnsupportedByBroker
-from hmbclient.protocol.api.base import REQUESTS, ApiKey, Request
+from hmbclient.protocol.api.base import PARTIAL_REQUESTS, REQUESTS, ApiKey, Request
 
 __all__ = [
     "Dialect",
@@ -249,6 +249,9 @@ class BrokerVersions:
         """Whether ``version`` of ``api_key`` may be sent: we implement it, and the broker's
         probed range (or, for pinned sets, the pinned maximum) covers it."""
         top = self.versions.get(api_key)
+        if (api_key, version) in PARTIAL_REQUESTS:  # asked for by class: the probe must cover it
+            lo, hi = self.ranges.get(api_key, (0, -1)) if self.ranges is not None else (0, -1)
+            return top is not None and lo <= version <= hi
         if top is None or version > top or (api_key, version) not in REQUESTS:
             return False
         if self.ranges is not None:

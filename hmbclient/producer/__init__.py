@@ -1,5 +1,6 @@
 """The producer: :class:`Producer` (sync and async), :class:`ProducerData` in,
-:class:`RecordMetadata` out, :class:`CallbackHandler` hooks and the :class:`EventHandler` seam.
+:class:`RecordMetadata` out, :class:`CallbackHandler` hooks and the :class:`EventHandler` seam;
+:class:`ProducerEvent` tells an idempotent producer's listeners about its producer id.
 """
 
 from hmbclient.producer.callbacks import CallbackHandler, EventHandler
@@ -10,6 +11,7 @@ from hmbclient.producer.data import (
     RecordMetadata,
     SendFutures,
 )
+from hmbclient.producer.idempotence import ProducerEvent
 from hmbclient.producer.producer import Producer
 
 __all__ = [
@@ -21,4 +23,5 @@ __all__ = [
     "ProducerBatch",
     "CallbackHandler",
     "EventHandler",
+    "ProducerEvent",
 ]

@@ -62,6 +62,7 @@ class ProducerBatch:
         created_ms: wall-clock creation time (the timestamp of its records).
         future: resolves to the base offset (or None) or fails with the final error.
         attempts: sends tried so far.
+        seq, wire, maybe_stored: an idempotent producer's sequence state (see idempotence.py).
     """
 
     __slots__ = (
@@ -77,6 +78,9 @@ class ProducerBatch:
         "base_offset",
         "deadline",
         "solo",
+        "seq",
+        "wire",
+        "maybe_stored",
     )
 
     def __init__(self, topic: str, partition: int, created_ms: int) -> None:
@@ -92,6 +96,12 @@ class ProducerBatch:
         self.base_offset: int | None = None
         self.deadline = 0.0  # monotonic ms when the open batch must close (queue.buffering.max.ms)
         self.solo = False  # never merged with other batches (after the broker found a merge too large)
+        # Idempotence (see idempotence.py): the batch's first sequence once sent (-1: none);
+        # ``wire``: the batches sent together as one record batch (a retry resends exactly
+        # them); ``maybe_stored``: a send's answer was lost, so the broker may hold it.
+        self.seq = -1
+        self.wire: list[ProducerBatch] | None = None
+        self.maybe_stored = False
 
     def add_keyed(self, start: int, key: Any, n: int, headers: Any) -> None:
         """Record the key (and headers) of the ``n`` messages just appended at ``start``:

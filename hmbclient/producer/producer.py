@@ -9,19 +9,20 @@
 already a list of raw bytes with a null or bytes key), and then every message takes one path,
 ``_queue``, holding the one definition of each check: the dialect's key rule, value types and
 sizes, the topic; one partition per ProducerData (``partitioner``; a one-partition topic skips
-it); then the partition's open batch in an accumulator. One exception, for speed: an async
-send of a ProducerData holding one ``bytes`` message with a null key (inlined in ``send``) or
-a ``bytes`` key (``_queue_keyed``), to a topic already known, needs only the type and size
-checks; the partition, queue bound, closed check and batch roll-over are ``_queue``'s, step
-for step, and tests/client/test_producer_fast_path.py holds them to the same behaviour. From there:
+it); then the partition's open batch, through the accumulator's one entry point
+(``RecordAccumulator.append``). One exception, for speed: an async send of a ProducerData
+holding one ``bytes`` message with a null or ``bytes`` key, to a topic already known, is
+inlined in ``send`` and needs only the type and size checks and the partition; the rest is
+``append``'s, and tests/client/test_producer_fast_path.py holds it to ``_queue``'s behaviour.
+From there both modes use the one :class:`SendEngine` (sender.py: drain, group by leader,
+send, apply the answers, retry or fail):
 
-* sync: the batches are those of a private accumulator (up to the batch cap each); batch k of
-  every partition goes in wave k, one Produce request per leader per wave, and each wave waits;
-  retriable failures refresh metadata and retry (tenacity policy, ``message_send_max_retries``
-  / ``retry_backoff_ms``). Returns completed futures, or raises the first error after
-  completing every future (no message is left unaccounted for).
+* sync: an accumulator with no linger and no message bound; ``send`` queues, then drives the
+  engine in the caller's thread until its batches are complete (one caller drives at a time;
+  it completes whatever else is in flight on the way). Returns completed futures, or raises
+  the first error after completing every future (no message is left unaccounted for).
 * async: the producer's :class:`RecordAccumulator`, under one short lock; returns lazily built
-  futures and the :class:`SenderThread` does the rest. A full queue blocks / fails per
+  futures and the :class:`SenderThread` runs the engine. A full queue blocks / fails per
   ``queue_enqueue_timeout_ms`` (QueueFullError).
 * with an ``event_handler``: hands ProducerData to it instead (see callbacks.py).
 
@@ -43,10 +44,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from hmbclient.clock import monotonic_ms, wall_ms
-from hmbclient.config import ProducerConfig
 from hmbclient.errors import (
-    HmbError,
-    LeaderNotAvailableError,
     MessageSizeTooLargeError,
     ProducerClosedError,
     QueueFullError,
@@ -57,17 +55,18 @@ from hmbclient.net.client import NetClient
 from hmbclient.net.metadata import Metadata
 from hmbclient.net.retry import retry_policy
 from hmbclient.net.security import Security
-from hmbclient.producer.accumulator import PartitionQueue, RecordAccumulator, TopicState, Unit
+from hmbclient.producer.accumulator import PartitionQueue, RecordAccumulator, TopicState
 from hmbclient.producer.callbacks import overridden_hooks
+from hmbclient.producer.config import ProducerConfig
 from hmbclient.producer.data import (
-    OneSendFuture,
     ProducerBatch,
     ProducerData,
     RecordFuture,
     RecordMetadata,
     SendFutures,
 )
-from hmbclient.producer.sender import Dispatcher, SenderThread, call_hook
+from hmbclient.producer.idempotence import IdempotenceState
+from hmbclient.producer.sender import Dispatcher, SendEngine, SenderThread, call_hook
 from hmbclient.protocol.records import NONE, codec_from_name
 from partitioners import DefaultPartitioner
 
@@ -75,7 +74,6 @@ __all__ = ["Producer"]
 
 log = logging.getLogger("hmbclient.producer")
 
-_new = object.__new__
 
 # Bytes a message adds beyond key and value in a v2 batch (attributes, varints, headers count);
 # only used to size batches, so an estimate.
@@ -127,6 +125,7 @@ class Producer:
             config = config.replace(**settings)
         self.config = config
         self._closed = False
+        self._listeners: list[Any] = []
         self._client = _open_client(config)
         refresh = config.topic_metadata_refresh_interval_ms
         self._metadata = Metadata(
@@ -177,16 +176,19 @@ class Producer:
         if self._event_handler is not None:
             if self._async:
                 self._events = _EventPipeline(self._event_handler, cfg)
-        elif self._async:
+        else:
+            # Sync sends batch in an accumulator of their own kind (no linger, no message
+            # bound: a send's batches are sent at once) and drive the same engine in the
+            # caller's thread; async sends go to the sender thread.
             self._acc = RecordAccumulator(
-                batch_num_messages=cfg.batch_num_messages,
+                batch_num_messages=cfg.batch_num_messages if self._async else sys.maxsize,
                 batch_max_bytes=self._batch_cap,
-                linger_ms=cfg.queue_buffering_max_ms,
-                max_messages=cfg.queue_buffering_max_messages,
-                enqueue_timeout_ms=cfg.queue_enqueue_timeout_ms,
+                linger_ms=cfg.queue_buffering_max_ms if self._async else 0,
+                max_messages=cfg.queue_buffering_max_messages if self._async else sys.maxsize,
+                enqueue_timeout_ms=cfg.queue_enqueue_timeout_ms if self._async else -1,
                 max_request_bytes=self._batch_cap,
             )
-            self._sender = SenderThread(
+            self._engine = SendEngine(
                 self._acc,
                 self._dispatcher,
                 self._metadata,
@@ -194,13 +196,19 @@ class Producer:
                 max_retries=cfg.message_send_max_retries,
                 retry_backoff_ms=cfg.retry_backoff_ms,
                 refresh_topics=self._grow_topics,
+                idempotence=IdempotenceState(explicit=cfg.enable_idempotence is True) if cfg.idempotence else None,
+                emit=self._emit,
             )
-            self._sender.start()
+            if self._async:
+                self._sender = SenderThread(self._engine)
+                self._sender.start()
+            self._drive = threading.Lock()  # one sync caller drives the engine at a time
         # The accumulator when send() may skip _convert: no serializer (messages are taken as
         # they are) and no after_enqueue hook to call; else None. Cleared by close().
         self._direct_acc = (
             self._acc
-            if self._encode_value is None and self._encode_key is None and "after_enqueue" not in self._hooks
+            if self._async
+            and self._encode_value is None and self._encode_key is None and "after_enqueue" not in self._hooks
             else None
         )
 
@@ -220,8 +228,31 @@ class Producer:
         return self._metadata
 
     def add_listener(self, listener: Any) -> None:
-        """Receive broker status events (BrokerEvent: broker_connected / _disconnected / _unavailable)."""
+        """Receive status events: BrokerEvent (broker_connected / _disconnected /
+        _unavailable, on the I/O thread) and, from an idempotent producer, ProducerEvent
+        (producer_id_assigned / producer_id_renewed / batches_unresolved / idempotence_off,
+        on the thread that sends). Listeners must not block."""
         self._client.add_listener(listener)
+        self._listeners.append(listener)
+
+    def _emit(self, event: Any) -> None:
+        for listener in list(self._listeners):
+            listener(event)
+
+    @property
+    def idempotent(self) -> bool:
+        """Whether sends carry producer id, epoch and sequences (enable.idempotence)."""
+        engine = getattr(self, "_engine", None)
+        return engine is not None and engine.idem is not None
+
+    @property
+    def producer_identity(self) -> tuple[int, int] | None:
+        """(producer id, epoch) of an idempotent producer once the broker gave one, else None."""
+        engine = getattr(self, "_engine", None)
+        idem = engine.idem if engine is not None else None
+        if idem is None or idem.producer_id < 0:
+            return None
+        return idem.producer_id, idem.epoch
 
     def partitions_for(self, topic: str) -> tuple[int, ...]:
         """The partition ids of ``topic`` (fetching metadata if needed)."""
@@ -241,28 +272,17 @@ class Producer:
         if not isinstance(topic, str) or not topic:
             raise TypeError(f"topic must be a non-empty str, not {topic!r}")
         parts = self._metadata.partitions_for(topic, self.config.request_timeout_ms)
-        with acc.lock:
-            ts = acc.topics.get(topic)
-            if ts is None:
-                ts = TopicState(topic, max(parts) + 1 if parts else 1)
-                acc.topics[topic] = ts
-        return ts
+        return acc.add_topic(topic, max(parts) + 1 if parts else 1)
 
     def _grow_topics(self) -> None:
-        """After a metadata refresh: give topics that gained partitions their new queues.
-        (Sync sends learn the partitions afresh each time: nothing to grow.)"""
+        """After a metadata refresh: give topics that gained partitions their new queues."""
         acc = self._acc
         if acc is None:
             return
         view = self._metadata.view
-        with acc.lock:
-            for name, ts in acc.topics.items():
-                info = view.topics.get(name)
-                if info is None or not info.partitions:
-                    continue
-                n = max(info.partitions) + 1
-                if n > len(ts.parts):
-                    ts.grow(n)
+        acc.grow_topics(
+            {name: max(info.partitions) + 1 for name, info in view.topics.items() if info.partitions and name in acc.topics}
+        )
 
     # -- the way of every message: _convert, then _queue -------------------------------------
 
@@ -363,76 +383,7 @@ class Producer:
                 return SendFutures([], 0)
             if nbytes > acc.batch_max_bytes:
                 return self._queue_in_chunks(acc, topic, key, values, queue)
-        # acquire/release, not ``with``: the lock's __exit__ alone measured ~75 ns of a ~1 us send.
-        lock = acc.lock
-        lock.acquire()
-        try:
-            if acc.queued + n > acc.admit_below:
-                acc.admit(n)
-            batch = queue.open
-            if batch is None or (batch.values and batch.nbytes + nbytes > acc.batch_max_bytes):
-                if batch is not None:
-                    acc.close_batch(queue)  # keep every batch under the cap
-                batch = acc.open_batch(queue)
-            column = batch.values
-            start = len(column)
-            if n == 1:
-                column.append(values[0])
-            else:
-                column.extend(values)
-            if key is not None or headers is not None or batch.keys is not None:
-                batch.add_keyed(start, key, n, headers)
-            batch.nbytes += nbytes
-            acc.queued += n
-            if start + n >= acc.batch_num_messages or batch.nbytes >= acc.batch_max_bytes:
-                acc.close_batch(queue)
-        finally:
-            lock.release()
-        return SendFutures([(batch, start, n)], n)
-
-    def _queue_keyed(self, acc: RecordAccumulator, ts: TopicState, key: bytes, value: bytes) -> SendFutures:
-        """``send``'s inlined path for one ``bytes`` message with a ``bytes`` key (to a broker
-        that takes keys, a topic ``acc`` knows, the size checked): the partitioner's choice
-        (not asked for a one-partition topic), then ``_queue``'s steps for one message."""
-        queue = ts.sole
-        if queue is None:
-            count = len(ts.parts)
-            p = self._partitioner.partition(key, count)
-            if not 0 <= p < count:
-                raise ValueError(f"partitioner returned {p} for {count} partitions of {ts.name!r}")
-            queue = ts.parts[p]
-        nbytes = len(value) + len(key) + _RECORD_OVERHEAD
-        lock = acc.lock
-        lock.acquire()
-        try:
-            if acc.queued >= acc.admit_below:
-                acc.admit(1)
-            batch = queue.open
-            if batch is None or (batch.nbytes + nbytes > acc.batch_max_bytes and batch.values):
-                if batch is not None:
-                    acc.close_batch(queue)  # keep every batch under the cap
-                batch = acc.open_batch(queue)
-            column = batch.values
-            start = len(column)
-            column.append(value)
-            keys = batch.keys
-            headers = batch.headers
-            if keys is not None and headers is not None:
-                keys.append(key)
-                headers.append(None)
-            else:
-                batch.add_keyed(start, key, 1, None)
-            nbytes += batch.nbytes
-            batch.nbytes = nbytes
-            acc.queued += 1
-            if start >= acc.last_index or nbytes >= acc.batch_max_bytes:
-                acc.close_batch(queue)
-        finally:
-            lock.release()
-        futures = _new(OneSendFuture)
-        futures._batch = batch
-        futures._index = start
-        return futures
+        return acc.append(queue, values, key, nbytes, headers)
 
     def _queue_in_chunks(
         self, acc: RecordAccumulator, topic: str, key: bytes | None, values: list[Any], queue: PartitionQueue
@@ -453,7 +404,7 @@ class Producer:
             In sync mode they are already complete.
 
         Raises:
-            See the module docstring; in sync mode also the send's final error.
+            HmbError: see the module docstring; in sync mode also the send's final error.
         """
         acc = self._direct_acc
         if acc is not None and data.__class__ is ProducerData:
@@ -475,39 +426,20 @@ class Producer:
                         if not 0 <= p < count:
                             raise ValueError(f"partitioner returned {p} for {count} partitions of {topic!r}")
                         queue = ts.parts[p]
-                    nbytes = len(value) + _RECORD_OVERHEAD
-                    lock = acc.lock
-                    lock.acquire()
-                    try:
-                        if acc.queued >= acc.admit_below:
-                            acc.admit(1)
-                        batch = queue.open
-                        if batch is None or (batch.nbytes + nbytes > acc.batch_max_bytes and batch.values):
-                            if batch is not None:
-                                acc.close_batch(queue)  # keep every batch under the cap
-                            batch = acc.open_batch(queue)
-                        column = batch.values
-                        start = len(column)
-                        column.append(value)
-                        if batch.keys is not None:
-                            batch.add_keyed(start, None, 1, None)
-                        nbytes += batch.nbytes
-                        batch.nbytes = nbytes
-                        acc.queued += 1
-                        if start >= acc.last_index or nbytes >= acc.batch_max_bytes:
-                            acc.close_batch(queue)
-                    finally:
-                        lock.release()
-                    # OneSendFuture without __init__: about half the cost of SendFutures(...)
-                    futures = _new(OneSendFuture)
-                    futures._batch = batch
-                    futures._index = start
-                    return futures
+                    return acc.append(queue, values, None, len(value) + _RECORD_OVERHEAD)
             elif key.__class__ is bytes and values.__class__ is list and len(values) == 1 and self._allows_keys:
                 value = values[0]
                 ts = acc.topics.get(topic)
                 if ts is not None and value.__class__ is bytes and len(value) + len(key) <= self._message_max_bytes:
-                    return self._queue_keyed(acc, ts, key, value)
+                    # One bytes message with a bytes key: the same, through the partitioner.
+                    queue = ts.sole
+                    if queue is None:
+                        count = len(ts.parts)
+                        p = self._partitioner.partition(key, count)
+                        if not 0 <= p < count:
+                            raise ValueError(f"partitioner returned {p} for {count} partitions of {topic!r}")
+                        queue = ts.parts[p]
+                    return acc.append(queue, values, key, len(value) + len(key) + _RECORD_OVERHEAD)
             if values.__class__ is list and (key is None or key.__class__ is bytes):
                 return self._queue(acc, topic, key, values)
         if self._closed:
@@ -517,8 +449,9 @@ class Producer:
             raise TypeError(f"send() takes ProducerData or a list of them, not {type(data).__name__}")
         if self._event_handler is not None:
             return self._send_events(pds)
-        if self._acc is None:
+        if not self._async:
             return self._send_sync(pds)
+        assert self._acc is not None
         segments: list[tuple[ProducerBatch, int, int]] = []
         for pd in pds:
             segments.extend(self._append(self._acc, pd))
@@ -544,10 +477,10 @@ class Producer:
         Raises:
             TypeError: a sync producer (use ``send``), or a bad key/value type.
             ValueError: ``partition`` out of range for the topic.
-            See ``send`` for the rest.
+            HmbError: see ``send`` for the rest.
         """
         acc = self._acc
-        if acc is None:
+        if acc is None or not self._async:
             raise TypeError("send_record() needs producer_type='async'; a sync producer sends ProducerData with send()")
         if self._closed:
             raise ProducerClosedError("send_record() after close()")
@@ -574,115 +507,27 @@ class Producer:
         return futures.segments
 
     def _send_sync(self, pds: Sequence[Any]) -> SendFutures:
-        """Send in the caller's thread; raises the first error once every future is complete."""
-        units_by_partition, segments = self._sync_batches(pds)
-        first_error = self._send_waves(units_by_partition)
-        if first_error is not None:
-            raise first_error
-        return SendFutures(segments)
-
-    def _sync_batches(
-        self, pds: Sequence[Any]
-    ) -> tuple[dict[tuple[str, int], list[Unit]], list[tuple[ProducerBatch, int, int]]]:
-        """Batch a sync send in a private accumulator (batches of up to the batch cap): one
-        unit per batch, per partition in order; and the futures' segments."""
-        acc = RecordAccumulator(
-            batch_num_messages=sys.maxsize,
-            batch_max_bytes=self._batch_cap,
-            linger_ms=0,
-            max_messages=sys.maxsize,
-            enqueue_timeout_ms=-1,
-            max_request_bytes=self._batch_cap,
-        )
+        """Queue ``pds`` in the sync accumulator and drive the engine in the caller's thread
+        until their batches are complete; raises the first error once every future is."""
+        acc = self._acc
+        assert acc is not None
         segments: list[tuple[ProducerBatch, int, int]] = []
         for pd in pds:
             segments.extend(self._queue(acc, *self._convert(pd)).segments)
-        units_by_partition: dict[tuple[str, int], list[Unit]] = {}
-        for ts in acc.topics.values():
-            for queue in ts.parts:
-                acc.close_batch(queue)
-                if queue.ready:
-                    units_by_partition[(queue.topic, queue.partition)] = [
-                        Unit(queue.topic, queue.partition, [batch], None) for batch in queue.ready
-                    ]
-        return units_by_partition, segments
+        pending = list({id(b): b for b, _, _ in reversed(segments)}.values())
 
-    def _send_waves(self, units_by_partition: dict[tuple[str, int], list[Unit]]) -> BaseException | None:
-        """Unit k of every partition goes in wave k, and waves go one after another, so a
-        partition's messages stay in order; a partition whose unit failed fails the rest.
-        Completes every future; returns the first error."""
-        first_error: BaseException | None = None
-        failed_parts: dict[tuple[str, int], BaseException] = {}
-        wave = 0
-        while True:
-            pending = [partition_units[wave] for partition_units in units_by_partition.values() if len(partition_units) > wave]
-            if not pending:
-                break
-            wave += 1
-            for unit in list(pending):
-                err = failed_parts.get((unit.topic, unit.partition))
-                if err is not None:  # an earlier part of this partition failed: keep order
-                    self._dispatcher.fail(unit, err)
-                    pending.remove(unit)
-            try:
-                for attempt in self._policy.copy():
-                    with attempt:
-                        if pending and attempt.retry_state.attempt_number > 1:
-                            self._refresh_for(pending)
-                        failed = self._sync_round(pending)
-                        pending = []
-                        retry_err: BaseException | None = None
-                        for unit, err in failed:
-                            if getattr(err, "retriable", False):
-                                pending.append(unit)
-                                retry_err = retry_err or err
-                                if getattr(err, "invalid_metadata", False):
-                                    self._metadata.invalidate(unit.topic)
-                            else:
-                                self._dispatcher.fail(unit, err)
-                                failed_parts[(unit.topic, unit.partition)] = err
-                                first_error = first_error or err
-                        if retry_err is not None:
-                            raise retry_err
-            except BaseException as e:
-                for unit in pending:
-                    self._dispatcher.fail(unit, e)
-                    failed_parts[(unit.topic, unit.partition)] = e
-                first_error = first_error or e
-        return first_error
+        def done() -> bool:
+            while pending and pending[-1].future.done():
+                pending.pop()
+            return not pending
 
-    def _refresh_for(self, units: list[Unit]) -> None:
-        try:
-            self._metadata.refresh({unit.topic for unit in units}, timeout_ms=self.config.request_timeout_ms)
-            self._grow_topics()
-        except HmbError as e:
-            log.info("metadata refresh before retry failed: %s", e)
-
-    def _sync_round(self, units: list[Unit]) -> list[tuple[Unit, BaseException]]:
-        dispatcher = self._dispatcher
-        by_node, orphans = dispatcher.group_by_leader(units)
-        failed: list[tuple[Unit, BaseException]] = [
-            (unit, LeaderNotAvailableError(f"{unit.topic}-{unit.partition}: no known leader")) for unit in orphans
-        ]
-        for unit in orphans:
-            self._metadata.invalidate(unit.topic)
-        sent = []
-        for node, node_units in by_node.items():
-            try:
-                sent.append((node_units, dispatcher.send(node, node_units)))
-            except HmbError as e:
-                dispatcher.forget_node(node)
-                failed.extend((unit, e) for unit in node_units)
-        wait_s = (self.config.request_timeout_ms + 2_000) / 1000.0 + 1.0
-        for node_units, fut in sent:
-            try:
-                resp, exc = fut.result(timeout=wait_s), None
-            except HmbError as e:
-                resp, exc = None, e
-            except TimeoutError:
-                resp, exc = None, RequestTimedOutError("Produce: no answer (client I/O thread stalled?)")
-            failed.extend(dispatcher.apply(node_units, resp, exc))
-        return failed
+        with self._drive:
+            self._engine.run(done)
+        for b, _, _ in segments:
+            exc = b.future.exception()
+            if exc is not None:
+                raise exc
+        return SendFutures(segments)
 
     def _send_events(self, pds: Sequence[Any]) -> SendFutures:
         segments: list[tuple[ProducerBatch, int, int]] = []
@@ -719,25 +564,12 @@ class Producer:
         acc = self._acc
         if acc is None:
             return
+        sender = self._sender
+        if sender is None:  # sync: every send returned complete
+            return
         deadline = None if timeout_s is None else monotonic_ms() + timeout_s * 1000.0
-        with acc.lock:
-            acc.flushing += 1
-            try:
-                acc.work.notify()
-                while acc.queued:
-                    if self._sender is not None and not self._sender.is_alive():
-                        break
-                    if deadline is None:
-                        acc.space.wait(1.0)
-                    else:
-                        left = deadline - monotonic_ms()
-                        if left <= 0:
-                            raise RequestTimedOutError(
-                                f"flush: {acc.queued} messages still unacknowledged after {timeout_s} s"
-                            )
-                        acc.space.wait(min(left / 1000.0, 1.0))
-            finally:
-                acc.flushing -= 1
+        if not acc.wait_until_empty(deadline, sender.is_alive):
+            raise RequestTimedOutError(f"flush: {acc.queued} messages still unacknowledged after {timeout_s} s")
 
     def close(self, timeout_s: float | None = None) -> None:
         """Flush, stop the sender, close connections. Idempotent.
@@ -759,15 +591,10 @@ class Producer:
                     self.flush(timeout_s)
                 except RequestTimedOutError:
                     log.warning("close: giving up on unacknowledged messages after %s s", timeout_s)
-                with acc.lock:
-                    acc.closing = True
-                    if acc.queued:
-                        acc.closing_hard = True
-                    acc.work.notify_all()
-                    acc.space.notify_all()
+                acc.stop()
                 self._sender.join(5.0 if timeout_s is not None else None)
                 if self._sender.is_alive() or acc.queued:
-                    self._sender._abort(ProducerClosedError("producer closed before these messages were acknowledged"))
+                    self._engine.abort(ProducerClosedError("producer closed before these messages were acknowledged"))
             if self._event_handler is not None and hasattr(self._event_handler, "close"):
                 try:
                     self._event_handler.close()

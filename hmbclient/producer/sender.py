@@ -7,7 +7,8 @@ straight from the batches' value/key columns by ``v2.encode_batches``), sends
 one Produce request per broker and maps each partition's answer back to its batches
 (base offsets derived per batch: the unit's base offset plus the messages before it).
 
-:class:`SenderThread` loops: close lingering batches whose time is up, drain sendable units,
+:class:`SendEngine` is the one engine of both paths (the async :class:`SenderThread` runs it;
+a sync ``send`` runs it in the caller's thread until its batches are complete). It loops: close lingering batches whose time is up, drain sendable units,
 refresh metadata when asked (or when it is older than the refresh interval), send, and process
 completions that the I/O thread queued. Retriable failures (error.retriable, lost connections,
 timeouts) invalidate the topic's metadata and put the unit's batches back at the *front* of
@@ -35,7 +36,10 @@ from hmbclient.errors import (
     KafkaConnectionError,
     LeaderNotAvailableError,
     MessageSizeTooLargeError,
+    RequestTimedOutError,
     UnknownTopicOrPartitionError,
+    UnresolvedSequenceError,
+    UnsupportedByBroker,
     for_code,
 )
 from hmbclient.net.client import NetClient
@@ -43,15 +47,44 @@ from hmbclient.net.metadata import Metadata
 from hmbclient.net.retry import backoff_ms
 from hmbclient.net.versions import BrokerVersions, produce_magic
 from hmbclient.producer.accumulator import RecordAccumulator, Unit
+from hmbclient.producer.data import ProducerBatch
+from hmbclient.producer.idempotence import (
+    BATCHES_UNRESOLVED,
+    IDEMPOTENCE_OFF,
+    PRODUCER_ID_ASSIGNED,
+    PRODUCER_ID_RENEWED,
+    IdempotenceState,
+    ProducerEvent,
+)
+from hmbclient.protocol.api.admin import InitProducerIdV3Request
 from hmbclient.protocol.api.base import ApiKey
 from hmbclient.protocol.records import encode_records
-from hmbclient.protocol.records.v2 import encode_batches
+from hmbclient.protocol.records.v2 import (
+    NO_PRODUCER_EPOCH,
+    NO_PRODUCER_ID,
+    NO_SEQUENCE,
+    encode_batches,
+)
 
-__all__ = ["Dispatcher", "SenderThread"]
+__all__ = ["Dispatcher", "SendEngine", "SenderThread"]
 
 # What a broker answers when a merged record set is over its limits (message.max.bytes, or
 # the segment size).
 _TOO_LARGE = (MessageSizeTooLargeError, for_code(ErrorCode.RECORD_LIST_TOO_LARGE))
+# Failures after which the broker may hold the batch (the answer was lost or came too late,
+# or it was written to fewer replicas than asked): an idempotent retry keeps its sequence.
+_MAYBE_STORED = (KafkaConnectionError, RequestTimedOutError, for_code(ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND))
+# Answers that mean the broker's producer state and ours disagree: bump the epoch (KIP-360).
+_STATE_LOST = (
+    for_code(ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER),
+    for_code(ErrorCode.UNKNOWN_PRODUCER_ID),
+    for_code(ErrorCode.INVALID_PRODUCER_EPOCH),
+)
+_DUPLICATE = int(ErrorCode.DUPLICATE_SEQUENCE_NUMBER)
+# An idempotent (not transactional) producer's InitProducerId carries no real timeout (Kafka's
+# Java client sends Integer.MAX_VALUE).
+_IDEMPOTENT_TIMEOUT_MS = 2**31 - 1
+_NO_PRODUCER = (NO_PRODUCER_ID, NO_PRODUCER_EPOCH, NO_SEQUENCE)
 
 log = logging.getLogger("hmbclient.producer")
 
@@ -87,6 +120,7 @@ class Dispatcher:
         self.hooks = hooks
         self.real_offsets = client.dialect.real_offsets
         self._versions: dict[int, BrokerVersions] = {}
+        self.idem: IdempotenceState | None = None  # set by an idempotent producer's engine
 
     def versions(self, node: int) -> BrokerVersions:
         versions = self._versions.get(node)
@@ -124,10 +158,15 @@ class Dispatcher:
         versions = self.versions(node)
         magic = produce_magic(versions.version(ApiKey.PRODUCE))
         topics: dict[str, list[tuple[int, bytes | bytearray]]] = {}
+        idem = self.idem
         for unit in units:
             codec = self.codec_for(unit.topic)
             if magic == 2:
-                records = encode_batches(codec, [(b.values, b.keys, b.headers, b.created_ms) for b in unit.batches])
+                seq = unit.batches[0].seq
+                producer = (idem.producer_id, idem.epoch, seq) if idem is not None and seq >= 0 else _NO_PRODUCER
+                records = encode_batches(
+                    codec, [(b.values, b.keys, b.headers, b.created_ms) for b in unit.batches], 0, producer
+                )
             else:
                 records = encode_records(magic, codec, unit.items(), 0, unit.batches[0].created_ms)
             topics.setdefault(unit.topic, []).append((unit.partition, records))
@@ -170,6 +209,11 @@ class Dispatcher:
             answer = answers.get((unit.topic, unit.partition))
             if answer is None:
                 failed.append((unit, UnknownTopicOrPartitionError(f"{unit.topic}-{unit.partition}: missing from the Produce answer")))
+            elif answer.error_code == _DUPLICATE and self.idem is not None:
+                # The broker holds this batch from an earlier attempt (too far back to know
+                # its offset): delivered, once.
+                base = answer.base_offset
+                self._complete(unit, base if self.real_offsets and base is not None and base >= 0 else None)
             elif answer.error_code:
                 failed.append((unit, for_code(answer.error_code)(f"produce to {unit.topic}-{unit.partition} (node {unit.node})")))
             else:
@@ -191,8 +235,16 @@ class Dispatcher:
             call_hook(self.hooks, "on_error", b, err)
 
 
-class SenderThread(threading.Thread):
-    """The async producer's background sender. See the module docstring."""
+class SendEngine:
+    """The one send engine, sync and async: drain ready units from the accumulator, send them
+    (one Produce request per leader), apply the answers and decide each failure's fate (retry
+    at the front of its partition's queue after a backoff, or fail). See the module docstring.
+
+    Driven by :meth:`run`, in one thread at a time: the async producer's
+    :class:`SenderThread`, or a sync ``send`` in its caller's thread (the producer holds a lock
+    so that one caller drives while others wait their turn; each drives until its own batches
+    are complete, completing anyone's on the way).
+    """
 
     def __init__(
         self,
@@ -204,10 +256,14 @@ class SenderThread(threading.Thread):
         max_retries: int,
         retry_backoff_ms: float,
         refresh_topics: Callable[[], None],
+        idempotence: IdempotenceState | None = None,
+        emit: Callable[[ProducerEvent], None] | None = None,
     ) -> None:
-        super().__init__(name="hmbclient-producer-sender", daemon=True)
         self.acc = acc
         self.dispatcher = dispatcher
+        self.idem = idempotence
+        dispatcher.idem = idempotence
+        self.emit = emit
         self.metadata = metadata
         self.policy = policy
         self.max_retries = max_retries
@@ -216,7 +272,6 @@ class SenderThread(threading.Thread):
         self.completions: deque[tuple[list[Unit], Any, BaseException | None]] = deque()
         self.in_flight = 0
         self._next_metadata_attempt = 0.0
-        self.stopped = threading.Event()
 
     # called on the I/O thread
     def _on_done(self, units: list[Unit], fut: Future[Any]) -> None:
@@ -227,28 +282,35 @@ class SenderThread(threading.Thread):
             if acc.sender_waiting:
                 acc.work.notify()
 
-    def run(self) -> None:
-        try:
-            self._loop()
-        except BaseException:  # pragma: no cover - a bug: fail loudly, release callers
-            log.exception("producer sender thread crashed")
-            self._abort(KafkaConnectionError("producer sender thread crashed; see the log"))
-        finally:
-            self.stopped.set()
+    def finished(self) -> bool:
+        """The async sender's end (lock held): closing, and nothing queued or in flight."""
+        return self.acc.closing and not self.acc.queued and not self.in_flight and not self.completions
 
-    def _loop(self) -> None:
+    def run(self, done: Callable[[], bool]) -> None:
+        """Drive the engine until ``done()`` (asked with the accumulator's lock held)."""
         acc = self.acc
         hooks = self.dispatcher.hooks
         after_batching = hooks.get("after_batching")
         while True:
             with acc.lock:
                 while True:
+                    if done():
+                        return
                     now = monotonic_ms()
                     closed = acc.close_expired(now) if acc.lingering else []
-                    units, wake = acc.drain(now)
-                    if acc.closing and not acc.queued and not self.in_flight and not self.completions:
-                        return
-                    if units or closed or self.completions or (acc.queued and self._metadata_due(now)):
+                    identity_due = False
+                    idem = self.idem
+                    if idem is not None and idem.wanted:
+                        # No identity yet, or a bump asked: nothing new goes out; once nothing
+                        # is in flight, ask for one (see idempotence.py).
+                        units: list[Unit] = []
+                        wake = acc.linger_wake()
+                        if acc.queued and not self.in_flight and not self.completions:
+                            identity_due = now >= idem.retry_at
+                            wake = min(wake, idem.retry_at)
+                    else:
+                        units, wake = acc.drain(now)
+                    if units or closed or self.completions or identity_due or (acc.queued and self._metadata_due(now)):
                         break
                     acc.sender_wake_at = wake
                     acc.sender_waiting = True
@@ -266,6 +328,8 @@ class SenderThread(threading.Thread):
                 self._complete(*self.completions.popleft())
             if acc.queued and self._metadata_due(monotonic_ms()):
                 self._refresh_metadata()
+            if identity_due:
+                self._init_identity()
             if units:
                 self._send(units)
 
@@ -299,7 +363,12 @@ class SenderThread(threading.Thread):
                 b.attempts += 1
             err = LeaderNotAvailableError(f"{unit.topic}-{unit.partition}: no known leader")
             self._retry_or_fail(unit, err)
+        idem = self.idem
         for node, node_units in by_node.items():
+            if idem is not None:
+                for unit in node_units:
+                    if unit.batches[0].seq < 0:
+                        self._sequence(unit, idem)
             try:
                 fut = self.dispatcher.send(node, node_units)
             except HmbError as e:
@@ -328,12 +397,34 @@ class SenderThread(threading.Thread):
         for unit, err in failed:
             if getattr(err, "invalid_metadata", False) or isinstance(err, KafkaConnectionError):
                 self.metadata.invalidate(unit.topic)
+            if isinstance(err, _MAYBE_STORED):
+                for b in unit.batches:
+                    b.maybe_stored = True
             self._retry_or_fail(unit, err)
 
     def _retry_or_fail(self, unit: Unit, err: BaseException) -> None:
         attempts = max(b.attempts for b in unit.batches)
         acc = self.acc
-        if isinstance(err, _TOO_LARGE) and len(unit.batches) > 1:
+        idem = self.idem
+        head = unit.batches[0]
+        sequenced = idem is not None and head.seq >= 0
+        if sequenced and isinstance(err, _STATE_LOST):
+            # The broker refused the batch (so it stored nothing of this attempt) because its
+            # state for us differs from ours: bump, then re-sequence or fail what is queued.
+            assert idem is not None
+            idem.ask_bump(f"{type(err).__name__} for {unit.topic}-{unit.partition}")
+            if attempts <= self.max_retries and not acc.closing_hard:
+                with acc.lock:
+                    acc.requeue_front(unit, 0.0)
+                return
+        if sequenced and isinstance(err, _TOO_LARGE) and len(unit.batches) > 1 and not head.maybe_stored:
+            # Not stored: give the sequences back, then split as below.
+            assert idem is not None
+            idem.rewind(unit.topic, unit.partition, head.seq)
+            for b in unit.batches:
+                b.seq = -1
+                b.wire = None
+        if isinstance(err, _TOO_LARGE) and len(unit.batches) > 1 and head.seq < 0:
             # The broker found the merged record set too large: undo the merge, send the
             # batches one by one (same order, at once; this does not use up a retry).
             log.info("%s-%s: %d merged batches too large for the broker; sending them one by one", unit.topic, unit.partition, len(unit.batches))
@@ -350,21 +441,144 @@ class SenderThread(threading.Thread):
                 acc.requeue_front(unit, monotonic_ms() + wait)
             return
         log.warning("giving up on %s-%s (%d messages) after %d attempts: %s", unit.topic, unit.partition, unit.count, attempts, err)
+        if sequenced and not head.maybe_stored:
+            assert idem is not None
+            idem.rewind(unit.topic, unit.partition, head.seq)
         self.dispatcher.fail(unit, err)
         with acc.lock:
             acc.release(unit)
 
-    def _abort(self, err: BaseException) -> None:
+    # -- idempotence (the state and its contract: idempotence.py) ---------------------------
+
+    @staticmethod
+    def _sequence(unit: Unit, idem: IdempotenceState) -> None:
+        """A unit sent for the first time gets its sequences; its batches become one group."""
+        base = idem.assign(unit.topic, unit.partition, unit.count)
+        group = unit.batches
+        for b in group:
+            b.seq = base
+            b.wire = group
+            base = (base + len(b.values)) & 0x7FFFFFFF
+
+    def _event(self, kind: str, reason: str, count: int = 0) -> None:
+        idem = self.idem
+        event = ProducerEvent(kind, idem.producer_id if idem else -1, idem.epoch if idem else -1, reason, count)
+        if self.emit is not None:
+            try:
+                self.emit(event)
+            except Exception:
+                log.exception("producer event listener failed")
+
+    def _init_identity(self) -> None:
+        """InitProducerId (nothing in flight): the first identity, or a bump. Then every
+        queued batch with an old sequence is re-sequenced later or, if the broker may hold
+        it, failed with UnresolvedSequenceError."""
+        idem = self.idem
+        assert idem is not None
+        client = self.dispatcher.client
+        first = idem.producer_id == -1
+        try:
+            node = client.least_loaded_node()
+            versions = self.dispatcher.versions(node)
+            if versions.version(ApiKey.PRODUCE) < 3 or not versions.has(ApiKey.INIT_PRODUCER_ID):
+                raise UnsupportedByBroker(
+                    f"broker {node} speaks Produce v{versions.version(ApiKey.PRODUCE)}"
+                    f"{'' if versions.has(ApiKey.INIT_PRODUCER_ID) else ' and no InitProducerId'}: "
+                    "enable.idempotence needs Kafka 0.11+ (RecordBatch v2)"
+                )
+            fields = idem.bump_fields()
+            ranges = versions.ranges
+            if ranges is not None and ranges.get(ApiKey.INIT_PRODUCER_ID, (0, 0))[1] >= 3:
+                # KIP-360: v3 with the current id/epoch bumps the epoch (see admin.py).
+                request: Any = InitProducerIdV3Request(transaction_timeout_ms=_IDEMPOTENT_TIMEOUT_MS, **fields)
+                resp = client.call(node, lambda v: request, timeout_ms=self.dispatcher.request_timeout_ms)
+                if resp.error_code and fields["producer_id"] >= 0 and not for_code(resp.error_code).retriable:
+                    # A broker that will not bump (Tansu answers UNKNOWN_SERVER_ERROR): a new id
+                    # serves an idempotent producer as well.
+                    log.info("InitProducerId epoch bump refused (error %d); asking for a new producer id", resp.error_code)
+                    request = InitProducerIdV3Request(transaction_timeout_ms=_IDEMPOTENT_TIMEOUT_MS)
+                    resp = client.call(node, lambda v: request, timeout_ms=self.dispatcher.request_timeout_ms)
+            else:  # v0-1: no id/epoch to give; the broker issues a new producer id
+                resp = client.call(
+                    node,
+                    lambda v: v.build(ApiKey.INIT_PRODUCER_ID, transactional_id=None, transaction_timeout_ms=_IDEMPOTENT_TIMEOUT_MS),
+                    timeout_ms=self.dispatcher.request_timeout_ms,
+                )
+            if resp.error_code:
+                raise for_code(resp.error_code)(f"InitProducerId (node {node})")
+        except UnsupportedByBroker as e:
+            if idem.explicit:
+                self._fail_queued(e)
+                idem.retry_at = monotonic_ms() + self.retry_backoff_ms
+                return
+            log.info("idempotence off: %s", e)
+            self.idem = self.dispatcher.idem = None
+            self._event(IDEMPOTENCE_OFF, str(e))
+            return
+        except HmbError as e:
+            if not getattr(e, "retriable", False) and not isinstance(e, KafkaConnectionError):
+                log.warning("InitProducerId failed: %s; failing the queued messages", e)
+                self._fail_queued(e)
+            else:
+                log.info("InitProducerId failed, retrying: %s", e)
+            idem.retry_at = monotonic_ms() + max(self.retry_backoff_ms, 1)
+            return
+        reason = idem.reason
+        idem.reset(resp.producer_id, resp.producer_epoch)
         acc = self.acc
         with acc.lock:
-            for topic in acc.topics.values():
-                for queue in topic.parts:
-                    batches = list(queue.ready)
-                    if queue.open is not None:
-                        batches.append(queue.open)
-                    queue.ready.clear()
-                    queue.open = None
-                    for b in batches:
-                        b.fail(err)
-                        acc.queued -= len(b.values)
-            acc.space.notify_all()
+            unresolved = acc.remove_ready(lambda b: b.seq >= 0 and b.maybe_stored)
+            for b in acc.ready_batches():
+                b.seq = -1
+                b.wire = None
+        if first:
+            log.info("idempotent producer: producer id %d, epoch %d", idem.producer_id, idem.epoch)
+            self._event(PRODUCER_ID_ASSIGNED, reason)
+        else:
+            log.warning("idempotent producer: new producer id %d / epoch %d after %s", idem.producer_id, idem.epoch, reason)
+            self._event(PRODUCER_ID_RENEWED, reason)
+        if unresolved:
+            err = UnresolvedSequenceError(
+                f"the broker's producer state was lost ({reason}) while this batch's answer was unknown; "
+                "not sent again so that it cannot be stored twice (it is stored once or not at all)"
+            )
+            hooks = self.dispatcher.hooks
+            for b in unresolved:
+                b.fail(err)
+                call_hook(hooks, "on_error", b, err)
+            log.warning("idempotent producer: %d batches (%d messages) failed: %s", len(unresolved), sum(len(b.values) for b in unresolved), err)
+            self._event(BATCHES_UNRESOLVED, reason, sum(len(b.values) for b in unresolved))
+
+    def _fail_queued(self, err: BaseException) -> None:
+        """Fail every ready batch (no identity can be had for them)."""
+        acc = self.acc
+        with acc.lock:
+            failed: list[ProducerBatch] = acc.remove_ready(lambda b: True)
+        hooks = self.dispatcher.hooks
+        for b in failed:
+            b.fail(err)
+            call_hook(hooks, "on_error", b, err)
+
+    def abort(self, err: BaseException) -> None:
+        """Fail everything still queued with ``err`` (the driver is gone)."""
+        self.acc.fail_all(err)
+
+
+class SenderThread(threading.Thread):
+    """The async producer's background sender: runs the :class:`SendEngine` until the
+    accumulator is closing and empty."""
+
+    def __init__(self, engine: SendEngine) -> None:
+        super().__init__(name="hmbclient-producer-sender", daemon=True)
+        self.engine = engine
+        self.stopped = threading.Event()
+
+    def run(self) -> None:
+        engine = self.engine
+        try:
+            engine.run(engine.finished)
+        except BaseException:  # pragma: no cover - a bug: fail loudly, release callers
+            log.exception("producer sender thread crashed")
+            engine.abort(KafkaConnectionError("producer sender thread crashed; see the log"))
+        finally:
+            self.stopped.set()

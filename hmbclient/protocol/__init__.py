@@ -5,7 +5,10 @@ Used the same way by the client (``hmbclient.net``) and the embedded broker.
 * :mod:`hmbclient.protocol.types` - primitive wire types, varints, ``Array``/``Struct`` schemas;
 * :mod:`hmbclient.protocol.api` - one class per (API, version), e.g. ``FetchRequest[4]``;
 * :mod:`hmbclient.protocol.frame` - size-delimited frames, headers, ``ClientConnection`` and
-  ``ServerConnection``;
+  ``ServerConnection`` (and the HMB Fetch v0 quirk, ``HmbClientConnection``);
+* :mod:`hmbclient.protocol.sasl` - the SASL exchange as two state machines,
+  ``SaslClientExchange`` and ``SaslServerExchange`` (KIP-368 re-authentication included), over
+  the mechanisms of :mod:`hmbclient.protocol.sasl_mechanisms` (client) and the broker's;
 * :mod:`hmbclient.protocol.records` - MessageSet v0/v1 and RecordBatch v2 (import it as
   ``from hmbclient.protocol import records``; it is not loaded by this package).
 

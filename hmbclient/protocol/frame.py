@@ -24,6 +24,12 @@ ApiVersions fallback (client side): a broker that does not know the ApiVersions 
 answers in the v0 layout. As the Java client does, a response that does not decode as the
 version we asked for is decoded again as v0 and returned as ``ApiVersionsResponse[0]``.
 
+Two more client-side parsers: ``ClientConnection.take_frame(frame)`` matches and decodes one
+frame whose size prefix the caller already cut (``hmbclient.net``'s receive path reads large
+frames straight into their own buffer), and :class:`HmbClientConnection` accepts HMB's Fetch v0
+replies, which carry size 0 and correlation id 0 in the frame header (:func:`fetch_v0_body_end`
+finds where such a reply ends).
+
 The size field is checked against ``max_frame_bytes`` (default 100 MiB) *before* anything is
 buffered for it, so a hostile size cannot make us allocate. Once a ProtocolError was raised the
 connection is dead: every later call raises it again (a byte stream cannot be resynchronised).
@@ -49,6 +55,8 @@ __all__ = [
     "ServerConnection",
     "encode_request",
     "FrameBuffer",
+    "HmbClientConnection",
+    "fetch_v0_body_end",
 ]
 
 DEFAULT_MAX_FRAME_BYTES = 100 * 1024 * 1024
@@ -56,6 +64,7 @@ DEFAULT_MAX_FRAME_BYTES = 100 * 1024 * 1024
 _size = struct.Struct(">i")
 _req_hdr = struct.Struct(">hhi")
 _corr = struct.Struct(">i")
+_i16 = struct.Struct(">h")
 
 
 class _NeedData:
@@ -285,6 +294,108 @@ class ClientConnection:
         self._in_flight.clear()
         return ids
 
+    def take_frame(self, frame: bytes | bytearray) -> tuple[int, Any]:
+        """Match one whole frame (size prefix already cut by the caller, e.g. a receive path
+        that reads large frames straight into their own buffer) to the oldest request in
+        flight and decode it; ``receive_data``/``next_response`` are not involved.
+
+        Returns:
+            ``(correlation_id, response)``.
+
+        Raises:
+            ProtocolError: no request in flight, a frame with no header, a correlation id
+                other than the oldest in flight, or an undecodable body.
+        """
+        in_flight = self._in_flight
+        if not in_flight:
+            raise ProtocolError("response received with no request in flight")
+        if len(frame) < 4:
+            raise ProtocolError(f"response frame of {len(frame)} bytes has no header")
+        (cid,) = _corr.unpack_from(frame, 0)
+        want, rtype = in_flight[0]
+        if cid != want:
+            raise ProtocolError(f"correlation id {cid} does not match the oldest request in flight ({want})")
+        in_flight.popleft()
+        body = memoryview(frame)[4:]
+        try:
+            return cid, rtype.decode(body)
+        except ProtocolError as e:
+            resp = _api_versions_v0_fallback(rtype, body)
+            if resp is None:
+                raise ProtocolError(f"{rtype.__name__}: {e}") from None
+            return cid, resp
+
+
+def fetch_v0_body_end(buf: bytes | bytearray, pos: int) -> int | None:
+    """End offset of a Fetch v0 response body starting at ``pos``, or None if incomplete.
+
+    Walks only the length fields (topics, partitions, records size), so a large reply that
+    arrives in many pieces is not re-parsed from the start each time beyond this O(topics +
+    partitions) walk.
+
+    Raises:
+        ProtocolError: a negative count or a null topic name.
+    """
+    n = len(buf)
+
+    def need(k: int) -> bool:
+        return pos + k <= n
+
+    if not need(4):
+        return None
+    (topics,) = _corr.unpack_from(buf, pos)
+    pos += 4
+    if topics < 0:
+        raise ProtocolError(f"HMB fetch reply: negative topic count {topics}")
+    for _ in range(topics):
+        if not need(2):
+            return None
+        (slen,) = _i16.unpack_from(buf, pos)
+        if slen < 0:
+            raise ProtocolError("HMB fetch reply: null topic name")
+        pos += 2 + slen
+        if not need(4):
+            return None
+        (parts,) = _corr.unpack_from(buf, pos)
+        pos += 4
+        if parts < 0:
+            raise ProtocolError(f"HMB fetch reply: negative partition count {parts}")
+        for _ in range(parts):
+            # partition int32, error_code int16, high_watermark int64, records size int32
+            if not need(18):
+                return None
+            (rlen,) = _corr.unpack_from(buf, pos + 14)
+            pos += 18 + max(rlen, 0)
+    return pos if pos <= n else None
+
+
+class HmbClientConnection(ClientConnection):
+    """ClientConnection that also accepts HMB's Fetch v0 replies, whose frame header carries
+    size 0 and correlation id 0: while a Fetch v0 is the oldest request in flight, such a
+    header is recognised, the reply's end found by :func:`fetch_v0_body_end`, and the reply
+    attributed to that (single) request."""
+
+    _ZERO_HEADER = b"\x00" * 8
+
+    def next_response(self) -> Any:
+        raw = self._frames.raw
+        in_flight = self._in_flight
+        if in_flight and raw[:8] == self._ZERO_HEADER[: len(raw)]:
+            rtype = in_flight[0][1]
+            if rtype.API_KEY == ApiKey.FETCH and rtype.API_VERSION == 0:
+                # (Fewer than 8 zero bytes: wait; a real frame is never of size 0, so this
+                # cannot hold back a normal reply.)
+                end = fetch_v0_body_end(raw, 8) if len(raw) >= 8 else None
+                if end is None:
+                    return NEED_DATA
+                data = self._frames.take(end)
+                cid, _ = in_flight.popleft()
+                try:
+                    return cid, rtype.decode(memoryview(data)[8:])
+                except ProtocolError as e:
+                    raise self._frames.fail(ProtocolError(f"HMB {rtype.__name__}: {e}")) from None
+        return super().next_response()
+
 
 def _api_versions_v0_fallback(rtype: type[Response], body: memoryview) -> Response | None:
     # KIP-511: a broker that does not support the ApiVersions version we sent answers in the
@@ -305,6 +416,24 @@ class ServerConnection:
 
     def __init__(self, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES) -> None:
         self._frames = FrameBuffer(max_frame_bytes)
+
+    @property
+    def max_frame_bytes(self) -> int:
+        """The largest frame accepted; a broker lowers it until a SASL client authenticated."""
+        return self._frames.max_frame_bytes
+
+    @max_frame_bytes.setter
+    def max_frame_bytes(self, n: int) -> None:
+        self._frames.max_frame_bytes = n
+
+    def next_raw_frame(self) -> bytes | None:
+        """The next size-prefixed frame with no request header (a raw SASL token after a
+        SaslHandshake v0), or None if incomplete.
+
+        Raises:
+            ProtocolError: the size is out of range (the connection is then dead).
+        """
+        return self._frames.next_frame()
 
     def receive_data(self, data: bytes | bytearray | memoryview) -> None:
         """Buffer bytes read from the socket (any split). Raises ProtocolError once failed."""

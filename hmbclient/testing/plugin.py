@@ -17,6 +17,11 @@ After ``pip install hmbclient`` a user's own suite can ask for:
   returned once both executors run; stopped at the end of the module. PySpark runs one
   SparkContext per process: a module using it must not share the process with an active
   local one (it fails with a clear error rather than silently using that one);
+* ``apache_kafka`` (module scope) – an :class:`~hmbclient.testing.ApacheKafka`: one real Kafka
+  4.x node (KRaft) on 127.0.0.1 from the jars ``make peers`` fetched (a clear error says to run
+  it when they are missing); ``apache_kafka.bootstrap`` is "127.0.0.1:PORT";
+* ``apache_kafka_factory`` (function scope) – more Kafka clusters with your own settings
+  (``nodes=3``, ``listeners=...``, ``version="0.8.2.2"``), closed at the end of the test;
 * ``hmb_broker_factory`` / ``zookeeper_factory`` (function scope) – call them to get more
   servers with your own settings; everything they start is stopped at the end of the test.
 
@@ -38,6 +43,8 @@ __all__ = [
     "hmb_cluster",
     "spark_cluster",
     "spark_cluster_session",
+    "apache_kafka",
+    "apache_kafka_factory",
 ]
 
 
@@ -135,3 +142,29 @@ def spark_cluster_session(spark_cluster: Any) -> Iterator[Any]:
         yield session
     finally:
         session.stop()
+
+
+@pytest.fixture(scope="module")
+def apache_kafka() -> Iterator[Any]:
+    """One real Apache Kafka 4.x node (KRaft, PLAINTEXT) shared by a test module."""
+    from hmbclient.testing.apache_kafka import ApacheKafka
+
+    with ApacheKafka() as kafka:
+        yield kafka
+
+
+@pytest.fixture
+def apache_kafka_factory() -> Iterator[Callable[..., Any]]:
+    """Start Apache Kafka clusters (kwargs go to ApacheKafka); closed after the test."""
+    from hmbclient.testing.apache_kafka import ApacheKafka
+
+    started: list[Any] = []
+
+    def make(**kwargs: Any) -> Any:
+        kafka = ApacheKafka(**kwargs)
+        started.append(kafka)
+        return kafka.start()
+
+    yield make
+    for kafka in reversed(started):
+        kafka.close()

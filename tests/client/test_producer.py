@@ -443,3 +443,38 @@ def test_leader_move_is_followed(cluster: EmbeddedCluster, ptype: str) -> None:
     leader = cluster.broker(new)
     values = [r.value for r in read_partition(leader.host, leader.port, topic, part)]
     assert values == [b"a%d" % i for i in range(100)] + [b"b%d" % i for i in range(100)]
+
+
+@pytest.mark.parametrize("acks", [1, -1])
+def test_concurrent_sync_sends_share_one_engine(broker: BrokerHandle, acks: int) -> None:
+    """Sync sends from several threads at once: one caller drives the engine at a time and
+    completes whatever else is in flight; every send returns complete, each thread's values in
+    its partition in its order (acks=-1: idempotent, one sequence per partition for all)."""
+    topic = unique("syncthreads")
+    create_topic(broker.bootstrap, topic, 2)
+    errors: list[BaseException] = []
+    with Producer(metadata_broker_list=broker.bootstrap, request_required_acks=acks) as p:
+
+        def work(t: int) -> None:
+            try:
+                for i in range(30):
+                    fs = p.send(ProducerData(topic, b"thread-%d" % t, [b"%d:%02d:%d" % (t, i, j) for j in range(5)]))
+                    assert all(f.done() for f in fs)
+            except BaseException as e:
+                errors.append(e)
+
+        threads = [threading.Thread(target=work, args=(t,)) for t in range(4)]
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join(60)
+    assert not errors, errors[0]
+    got = read_all(broker.host, broker.port, topic, 2)
+    values = [r.value for rs in got.values() for r in rs]
+    assert len(values) == len(set(values)) == 4 * 30 * 5
+    for rs in got.values():
+        per_thread: dict[bytes, list[bytes]] = {}
+        for r in rs:
+            per_thread.setdefault(r.value.split(b":")[0], []).append(r.value)
+        for t, vs in per_thread.items():
+            assert vs == sorted(vs), f"thread {t!r} out of order"

@@ -66,7 +66,7 @@ def test_suspended_connection_pauses_hand_out_until_the_session_reconnects(
     second = producer.spread(topic, 3, tag="b")
     # The fetchers keep filling the queue, but nothing is handed out while suspended. (A
     # stream's queue has no public size: reading it is the only way to see "fetched, not given".)
-    wait_for(lambda: len(stream._chunks) > 0, 10, "chunks fetched while suspended")
+    wait_for(lambda: stream.queued > 0, 10, "chunks fetched while suspended")
     for _ in range(3):
         with pytest.raises(ConsumerTimeoutError):
             next(stream)

@@ -63,6 +63,7 @@ KP: dict[int, tuple[Any, Any]] = {
     ApiKey.FIND_COORDINATOR: (kp_metadata.FindCoordinatorRequest, kp_metadata.FindCoordinatorResponse),
     ApiKey.API_VERSIONS: (kp_metadata.ApiVersionsRequest, kp_metadata.ApiVersionsResponse),
     ApiKey.CREATE_TOPICS: (kp_admin.CreateTopicsRequest, kp_admin.CreateTopicsResponse),
+    ApiKey.DESCRIBE_CONFIGS: (kp_admin.DescribeConfigsRequest, kp_admin.DescribeConfigsResponse),
     ApiKey.INIT_PRODUCER_ID: (kp_producer.InitProducerIdRequest, kp_producer.InitProducerIdResponse),
     ApiKey.OFFSET_FOR_LEADER_EPOCH: (kp_consumer.OffsetForLeaderEpochRequest, kp_consumer.OffsetForLeaderEpochResponse),
     ApiKey.JOIN_GROUP: (kp_consumer.JoinGroupRequest, kp_consumer.JoinGroupResponse),
@@ -138,6 +139,8 @@ NAMES: dict[tuple[int, str], dict[str, str]] = {
     (ApiKey.CREATE_TOPICS, "response"): {"topics.topic": "name"},
     (ApiKey.INIT_PRODUCER_ID, "request"): {},
     (ApiKey.INIT_PRODUCER_ID, "response"): {},
+    (ApiKey.DESCRIBE_CONFIGS, "request"): {},
+    (ApiKey.DESCRIBE_CONFIGS, "response"): {},
     (ApiKey.OFFSET_FOR_LEADER_EPOCH, "request"): {},
     (ApiKey.OFFSET_FOR_LEADER_EPOCH, "response"): {},
     (ApiKey.JOIN_GROUP, "request"): {},
@@ -393,6 +396,7 @@ def test_every_pair_has_a_peer_version() -> None:
         ApiKey.DESCRIBE_GROUPS: range(0, 5),
         ApiKey.LIST_GROUPS: range(0, 3),
         ApiKey.DELETE_GROUPS: range(0, 2),
+        ApiKey.DESCRIBE_CONFIGS: range(1, 3),  # v0 (is_default) left out: Kafka 4 clients no longer send it
         ApiKey.SASL_HANDSHAKE: range(0, 2),
         ApiKey.SASL_AUTHENTICATE: range(0, 2),
     }

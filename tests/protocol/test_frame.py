@@ -31,10 +31,12 @@ from hmbclient.protocol.frame import (
     NEED_DATA,
     ClientConnection,
     FrameBuffer,
+    HmbClientConnection,
     RequestEvent,
     ServerConnection,
     UnsupportedRequest,
     encode_request,
+    fetch_v0_body_end,
 )
 
 
@@ -360,3 +362,38 @@ def test_fetch_response_frame_roundtrip_through_both_sides() -> None:
     client.receive_data(_frame(ev.header.correlation_id, resp))
     got_cid, got = client.next_response()
     assert got_cid == cid and got.session_id == 9 and bytes(got.topics[0].partitions[0].records) == b"rec"
+
+
+def test_take_frame_matches_whole_frames_like_next_response() -> None:
+    """The receive path that cuts frames itself (hmbclient.net) gets the same checks."""
+    client = ClientConnection("c")
+    cid, _ = client.send_request(ApiVersionsRequest[0]())
+    answer = ApiVersionsResponse[0](error_code=0, api_keys=[])
+    frame = b"".join(ServerConnection.encode_response(cid, answer))[4:]
+    assert client.take_frame(frame) == (cid, answer)
+    with pytest.raises(ProtocolError, match="no request in flight"):
+        client.take_frame(frame)
+    client.send_request(ApiVersionsRequest[0]())
+    with pytest.raises(ProtocolError, match="does not match the oldest request"):
+        client.take_frame(b"".join(ServerConnection.encode_response(cid + 7, answer))[4:])
+
+
+def test_hmb_fetch_v0_frames_with_zero_header() -> None:
+    """HMB answers Fetch v0 with size 0 / correlation id 0 in the header; the reply's end is
+    found from the body's length fields, whatever the split."""
+    records = b"r" * 10  # one topic, one partition, built by hand
+    raw = (struct.pack(">i", 1) + struct.pack(">h", 1) + b"t" + struct.pack(">i", 1)
+           + struct.pack(">ihqi", 0, 0, 5, len(records)) + records)
+    assert fetch_v0_body_end(raw, 0) == len(raw)
+    assert fetch_v0_body_end(raw[:-1], 0) is None and fetch_v0_body_end(raw[:3], 0) is None
+    with pytest.raises(ProtocolError, match="negative topic count"):
+        fetch_v0_body_end(struct.pack(">i", -1), 0)
+    client = HmbClientConnection("c")
+    cid, _ = client.send_request(FetchRequest[0](replica_id=-1, max_wait_ms=0, min_bytes=0, topics=[]))
+    wire = b"\x00" * 8 + raw
+    for i in range(len(wire)):  # byte by byte: NEED_DATA until the last one
+        client.receive_data(wire[i : i + 1])
+        got = client.next_response()
+        if i < len(wire) - 1:
+            assert got is NEED_DATA
+    assert got[0] == cid and got[1].topics[0].partitions[0].high_watermark == 5

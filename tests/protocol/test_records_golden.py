@@ -3,10 +3,10 @@
 Two peers, both real code from other projects: kafka-python's record builders/readers
 (``kafka.record``) and aiokafka's C record extensions (``aiokafka.record``). Bytes we encode must
 decode with the peer's reader, and bytes the peer's builder produces must decode with ours, for
-magic 0, 1 and 2 with every codec the peer supports here. kafka-python's snappy/lz4/zstd need
-python-snappy/lz4/zstandard (and xxhash for magic 0 LZ4); where they are missing those cases are
-skipped and aiokafka (cramjam-based) covers the codec instead. Neither peer writes magic 0 LZ4
-except kafka-python with xxhash; tests/protocol/test_records_codecs.py covers that frame.
+magic 0, 1 and 2 with every codec the peer implements (zstd only in v2; aiokafka refuses
+magic 0 LZ4, the KAFKA-3160 frame). kafka-python's snappy/lz4/zstd need python-snappy, lz4,
+zstandard and xxhash, which are test dependencies: when one is missing its cases fail (nothing
+is skipped). tests/protocol/test_records_codecs.py covers the magic 0 LZ4 frame too.
 """
 
 from __future__ import annotations
@@ -147,7 +147,7 @@ def _ids(case: tuple[str, int, int]) -> str:
     return f"{case[0]}-v{case[1]}-{CODEC_NAMES[case[2]]}"
 
 
-def _skip_unless(peer: str, magic: int, codec: int) -> None:
+def _require_peer(peer: str, magic: int, codec: int) -> None:
     # CASES holds only what the peer can do in principle; a missing library must fail.
     assert PEERS[peer][2](magic, codec)
     if peer == "kafka-python":
@@ -170,7 +170,7 @@ def _normalise_peer(magic: int, recs: list[tuple[Any, ...]]) -> list[tuple[Any, 
 @pytest.mark.parametrize("base_offset", [0, 1234])
 def test_peer_reads_what_we_encode(case: tuple[str, int, int], base_offset: int) -> None:
     peer, magic, codec = case
-    _skip_unless(peer, magic, codec)
+    _require_peer(peer, magic, codec)
     buf = encode_records(magic, codec, _items(magic), base_offset=base_offset)
     got = _normalise_peer(magic, PEERS[peer][1](buf))
     assert got == _expected(magic, base_offset)
@@ -179,7 +179,7 @@ def test_peer_reads_what_we_encode(case: tuple[str, int, int], base_offset: int)
 @pytest.mark.parametrize("case", CASES, ids=_ids)
 def test_we_read_what_peer_builds(case: tuple[str, int, int]) -> None:
     peer, magic, codec = case
-    _skip_unless(peer, magic, codec)
+    _require_peer(peer, magic, codec)
     buf = PEERS[peer][0](magic, codec, _items(magic))
     recs = decode_records(buf)
     expected = _expected(magic, 0)

@@ -2,7 +2,7 @@
 
 Two implementations of one contract:
 
-* :class:`ZkStore` — ZooKeeper in Kafka 0.8.2's layout (``rebalance.paths`` encodes every
+* :class:`ZkStore` — ZooKeeper in Kafka 0.8.2's layout (``hmbclient.zkpaths`` encodes every
   znode byte for byte as the Java code does), so Kafka's tools and the consumers' ZooKeeper
   rebalancing read the same data:
 
@@ -50,10 +50,10 @@ from kazoo.exceptions import (
     RolledBackError,
 )
 
+from hmbclient import zkpaths as paths
 from hmbclient.broker.controller.decisions import LeaderIsr
 from hmbclient.broker.metadata import BrokerEndpoint
 from hmbclient.errors import CoordinationError
-from rebalance import paths
 
 __all__ = ["CoordinationStore", "ZkStore", "MemoryStore", "ISR_CHANGE_PATH", "NoZooKeeperError"]
 

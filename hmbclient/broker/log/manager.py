@@ -40,7 +40,7 @@ from hmbclient.broker.log.config import LogConfig
 from hmbclient.broker.log.log import DELETE_SUFFIX, Log
 from hmbclient.broker.log.store import DEFAULT_MAX_OPEN_READ_HANDLES, HandleCache
 from hmbclient.errors import StorageError
-from rebalance.paths import TOPIC_NAME_PATTERN
+from hmbclient.zkpaths import TOPIC_NAME_PATTERN
 
 __all__ = ["LogManager", "partition_dir_name", "HW_CHECKPOINT", "CLEAN_SHUTDOWN_FILE"]
 
@@ -194,6 +194,7 @@ class LogManager:
         for _, lg in self.all_logs():
             try:
                 n += lg.apply_retention(now_ms)
+                lg.remove_expired_producers(now_ms)
             except StorageError as e:
                 log.error("retention: %s", e)
         return n

@@ -12,10 +12,13 @@ answers a refused request itself, with the Kafka error code in every error field
 response, and returns True; the handler then never runs, so nothing is stored.
 
 Operations, as in Kafka: group APIs need Read on the Group (FindCoordinator and OffsetFetch:
-Describe, which Read implies); OffsetCommit also needs Read on each Topic (refused topics get
-TOPIC_AUTHORIZATION_FAILED, the rest is committed); inter-broker APIs (LeaderAndIsr,
-UpdateMetadata, StopReplica, ControlledShutdown) need ClusterAction on the Cluster;
-InitProducerId needs IdempotentWrite on the Cluster or Write on some Topic; ListGroups shows
+Describe, which Read implies); OffsetCommit also needs Read on each Topic and OffsetFetch
+Describe on each Topic (refused topics get TOPIC_AUTHORIZATION_FAILED, the rest is served;
+OffsetFetch of all topics leaves them out); FindCoordinator for a transaction needs Describe on
+the TransactionalId; inter-broker APIs (LeaderAndIsr, UpdateMetadata, StopReplica,
+ControlledShutdown) need ClusterAction on the Cluster; InitProducerId needs Write on its
+TransactionalId when it names one (TRANSACTIONAL_ID_AUTHORIZATION_FAILED), else
+IdempotentWrite on the Cluster or Write on some Topic; ListGroups shows
 only the groups the session may Describe, DescribeGroups/DeleteGroups need Describe/Delete on
 each Group.
 """
@@ -136,6 +139,27 @@ def _split_groups(authorizer: Authorizer, header: Any, req: Any, channel: Any, h
     return True
 
 
+def _split_offset_fetch(authorizer: Authorizer, header: Any, req: Any, channel: Any, handler: Any) -> bool:
+    """OffsetFetch needs Describe on each Topic: named topics the session may not Describe are
+    answered TOPIC_AUTHORIZATION_FAILED (offset -1); "all topics" lists only the others."""
+
+    def described(topic: str) -> bool:
+        return allowed(authorizer, channel, "Describe", "Topic", topic)
+
+    if req.topics is None:
+        handler(header, req, _MergeChannel(channel, [], keep=lambda t: described(t.topic if hasattr(t, "topic") else t[0])))
+        return True
+    ok = [t for t in req.topics if described(t.topic)]
+    if len(ok) == len(req.topics):
+        return False
+    denied = _topics_with(type(req).RESPONSE_TYPE, [t for t in req.topics if t not in ok], ErrorCode.TOPIC_AUTHORIZATION_FAILED)
+    if not ok:
+        channel.send(type(req).RESPONSE_TYPE.build(throttle_time_ms=0, error_code=ErrorCode.NONE, topics=denied))
+    else:
+        handler(header, req._replace(topics=ok), _MergeChannel(channel, denied))
+    return True
+
+
 def refuse_request(authorizer: Authorizer | None, header: Any, req: Any, channel: Any, handler: Any) -> bool:
     """Answer ``req`` if the session may not do it (True), or let ``handler`` run (False).
 
@@ -150,6 +174,11 @@ def refuse_request(authorizer: Authorizer | None, header: Any, req: Any, channel
             return True
         return False
     if key == ApiKey.INIT_PRODUCER_ID:
+        if req.transactional_id is not None:
+            if allowed(authorizer, channel, "Write", "TransactionalId", req.transactional_id):
+                return False
+            channel.send(refusal(req, ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED))
+            return True
         session: Any = getattr(channel, "session", INTERNAL)
         if allowed(authorizer, channel, "IdempotentWrite", "Cluster") or (
             session is not None and session is not INTERNAL and authorizer.allows_any(session.principal, session.host, "Write", "Topic")
@@ -159,12 +188,19 @@ def refuse_request(authorizer: Authorizer | None, header: Any, req: Any, channel
         return True
     if key in _MULTI_GROUP:
         return _split_groups(authorizer, header, req, channel, handler)
+    if key == ApiKey.FIND_COORDINATOR and header.api_version >= 1 and req.key_type == 1:
+        if allowed(authorizer, channel, "Describe", "TransactionalId", req.key):
+            return False
+        channel.send(refusal(req, ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED))
+        return True
     gid = _group_id(req) if key != ApiKey.METADATA else None
     if gid is None:
         return False
     if not allowed(authorizer, channel, _GROUP_OPERATION.get(key, "Read"), "Group", gid):
         channel.send(refusal(req, ErrorCode.GROUP_AUTHORIZATION_FAILED))
         return True
+    if key == ApiKey.OFFSET_FETCH:
+        return _split_offset_fetch(authorizer, header, req, channel, handler)
     if key == ApiKey.OFFSET_COMMIT and req.topics:
         ok = [t for t in req.topics if allowed(authorizer, channel, "Read", "Topic", t.topic)]
         if len(ok) == len(req.topics):

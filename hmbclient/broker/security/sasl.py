@@ -1,5 +1,10 @@
 """Server side of the SASL mechanisms the broker offers: PLAIN and SCRAM-SHA-256/512.
 
+These are the mechanisms only; the exchange around them (SaslHandshake, SaslAuthenticate, raw
+v0 tokens, ILLEGAL_SASL_STATE, KIP-368 re-authentication and session expiry) is the sans-IO
+:class:`hmbclient.protocol.sasl.SaslServerExchange`, which the processor drives and which makes
+these through :func:`new_sasl_server`.
+
 One ``SaslServer`` per connection and authentication: ``evaluate(token)`` takes the client's
 next token and returns the server's answer; ``complete`` turns True on success, with ``user``
 the authenticated name. Any failure raises ``SaslAuthenticationFailed`` whose message is the
@@ -25,14 +30,11 @@ from hmbclient.broker.security.credentials import (
     ScramCredential,
     check_password,
 )
+from hmbclient.protocol.sasl import SaslAuthenticationFailed
 
 __all__ = ["SUPPORTED_MECHANISMS", "SaslAuthenticationFailed", "SaslServer", "new_sasl_server"]
 
 SUPPORTED_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
-
-
-class SaslAuthenticationFailed(Exception):
-    """The client failed to authenticate (message safe to send to it and to log)."""
 
 
 class SaslServer:

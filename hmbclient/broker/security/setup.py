@@ -33,6 +33,7 @@ import ssl
 from typing import Any
 
 from hmbclient.broker.channel import ChannelSecurity
+from hmbclient.broker.config import BrokerConfig, parse_listener
 from hmbclient.broker.listener import Listener
 from hmbclient.broker.security.authorizer import Authorizer, FileAclStore, ZkAclStore
 from hmbclient.broker.security.credentials import (
@@ -40,7 +41,6 @@ from hmbclient.broker.security.credentials import (
     FileCredentialStore,
     ZkCredentialStore,
 )
-from hmbclient.config import BrokerConfig, parse_listener
 from hmbclient.errors import ConfigError
 
 __all__ = ["listeners_from", "authorizer_from", "server_ssl_context", "inter_broker_security"]

@@ -4,7 +4,8 @@ Legacy set (HMB / Kafka 0.8-0.10): Produce v0-2, Fetch v0-3, ListOffsets v0-1, M
 OffsetCommit v0-2, OffsetFetch v0-1, FindCoordinator (GroupCoordinator) v0, ApiVersions v0-1.
 Modern set (Kafka 2.1 - 4.x, Tansu; non-flexible versions only): Produce v3-7, Fetch v4-10,
 ListOffsets v1-5, Metadata v1-8, OffsetCommit v2-7, OffsetFetch v1-5, FindCoordinator v0-2.
-CreateTopics v0-4 for admin/test use; InitProducerId v0-1 for idempotent clients.
+CreateTopics v0-4 for admin/test use; InitProducerId v0-1 for idempotent clients;
+DescribeConfigs v1-2 (:mod:`.configs`) for admin tools.
 Inter-broker (:mod:`.cluster`): LeaderAndIsr v0-1, StopReplica v0, UpdateMetadata v0-5,
 ControlledShutdown v1-2, OffsetForLeaderEpoch v0-3.
 Group membership (:mod:`.group`): JoinGroup v0-5, Heartbeat v0-3, LeaveGroup v0-3, SyncGroup
@@ -44,6 +45,7 @@ from hmbclient.protocol.api.cluster import (
     UpdateMetadataRequest,
     UpdateMetadataResponse,
 )
+from hmbclient.protocol.api.configs import DescribeConfigsRequest, DescribeConfigsResponse
 from hmbclient.protocol.api.consumer_protocol import (
     ConsumerProtocolMemberAssignment,
     ConsumerProtocolMemberMetadata,
@@ -93,6 +95,8 @@ from hmbclient.protocol.api.sasl import (
 )
 
 __all__ = [
+    "DescribeConfigsRequest",
+    "DescribeConfigsResponse",
     "REQUESTS",
     "RESPONSES",
     "ApiKey",

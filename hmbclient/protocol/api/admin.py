@@ -16,6 +16,7 @@ from hmbclient.protocol.types import (
     Array,
     Boolean,
     FieldSpec,
+    Int8,
     Int16,
     Int32,
     Int64,
@@ -57,3 +58,33 @@ InitProducerIdRequest = {}
 InitProducerIdResponse = {}
 for _v in (0, 1):
     InitProducerIdRequest[_v], InitProducerIdResponse[_v] = define(ApiKey.INIT_PRODUCER_ID, _v, _ip_req, _ip_resp)
+
+# InitProducerId v3 (KIP-360: the current producer id and epoch ask for an epoch bump), for an
+# idempotent producer only. v2+ are flexible versions (KIP-482), which the codec does not speak
+# yet, so this one layout is written with fixed types: the request header's and the body's
+# empty tagged-field sections are one zero byte each, and a null compact string (the
+# transactional id) is one zero byte; the response header v1 likewise ends in one zero byte.
+# Not registered: nothing advertises or picks it; the producer sends it when the broker's
+# probed range includes v3 (Tansu answers v0-1 without a producer id as an error; Kafka 2.5+
+# bumps the epoch with it). A broker that sends tagged fields here fails the decode loudly.
+InitProducerIdV3Request, InitProducerIdV3Response = define(
+    ApiKey.INIT_PRODUCER_ID,
+    3,
+    [
+        ("header_tagged_fields", Int8, 0),
+        ("transactional_id_null", Int8, 0),
+        ("transaction_timeout_ms", Int32),
+        ("producer_id", Int64, -1),
+        ("producer_epoch", Int16, -1),
+        ("tagged_fields", Int8, 0),
+    ],
+    [
+        ("header_tagged_fields", Int8, 0),
+        ("throttle_time_ms", Int32),
+        ("error_code", Int16),
+        ("producer_id", Int64, -1),
+        ("producer_epoch", Int16),
+        ("tagged_fields", Int8, 0),
+    ],
+    register=False,
+)

@@ -73,6 +73,7 @@ class ApiKey(IntEnum):
     CREATE_TOPICS = 19
     INIT_PRODUCER_ID = 22
     OFFSET_FOR_LEADER_EPOCH = 23
+    DESCRIBE_CONFIGS = 32
     SASL_AUTHENTICATE = 36
     DELETE_GROUPS = 42
 
@@ -130,6 +131,10 @@ class Response(_Message):
 
 REQUESTS: dict[tuple[int, int], type[Request]] = {}
 RESPONSES: dict[tuple[int, int], type[Response]] = {}
+# Layouts defined with ``register=False``: one partial shape of a version the codec does not
+# speak in general, sent only when a caller asks for it by class (see admin.py's
+# InitProducerIdV3Request); never advertised or picked by version choice.
+PARTIAL_REQUESTS: dict[tuple[int, int], type[Request]] = {}
 
 
 def define(
@@ -141,8 +146,10 @@ def define(
     flexible: bool = False,
     request_tagged: list[tuple[Any, ...]] | None = None,
     response_tagged: list[tuple[Any, ...]] | None = None,
+    register: bool = True,
 ) -> tuple[type[Request], type[Response]]:
-    """Create and register the request and response classes of one (API, version).
+    """Create and register the request and response classes of one (API, version)
+    (``register=False``: not registered, so not advertised or picked by version choice).
 
     With ``flexible`` the field lists are written in their plain form and made compact here
     (``protocol.types.flexible``); ``*_tagged`` are the top-level tagged fields,
@@ -177,8 +184,11 @@ def define(
         classes.append(cls)
     req, resp = classes
     req.RESPONSE_TYPE = resp  # type: ignore[attr-defined]
-    REQUESTS[(int(api_key), version)] = req
-    RESPONSES[(int(api_key), version)] = resp
+    if register:
+        REQUESTS[(int(api_key), version)] = req
+        RESPONSES[(int(api_key), version)] = resp
+    else:
+        PARTIAL_REQUESTS[(int(api_key), version)] = req
     return req, resp
 
 

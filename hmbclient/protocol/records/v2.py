@@ -209,7 +209,14 @@ def encode(
 
 
 def _finish(
-    codec: int, chunks: list[Any], base_offset: int, n: int, last_delta: int, base_ts: int, max_ts: int
+    codec: int,
+    chunks: list[Any],
+    base_offset: int,
+    n: int,
+    last_delta: int,
+    base_ts: int,
+    max_ts: int,
+    producer: tuple[int, int, int] = (NO_PRODUCER_ID, NO_PRODUCER_EPOCH, NO_SEQUENCE),
 ) -> bytes:
     """The batch: the header (with its CRC) and the records ``chunks`` (compressed with
     ``codec`` first), joined once."""
@@ -227,9 +234,7 @@ def _finish(
             last_delta,
             base_ts,
             max_ts,
-            NO_PRODUCER_ID,
-            NO_PRODUCER_EPOCH,
-            NO_SEQUENCE,
+            *producer,
             n,
         )
     except struct.error as e:
@@ -376,7 +381,10 @@ def _same_length_records(values: list[Any], length: int, first_delta: int, ts_fi
 
 
 def encode_batches(
-    codec: int, batches: Sequence[tuple[list[Any], Any, Any, int]], base_offset: int = 0
+    codec: int,
+    batches: Sequence[tuple[list[Any], Any, Any, int]],
+    base_offset: int = 0,
+    producer: tuple[int, int, int] = (NO_PRODUCER_ID, NO_PRODUCER_EPOCH, NO_SEQUENCE),
 ) -> bytes | bytearray:
     """One RecordBatch holding the messages of ``batches``, in order: the producer's encoder.
 
@@ -384,6 +392,8 @@ def encode_batches(
     (``keys`` / ``headers`` None when every key is null and no message has headers; otherwise
     lists aligned with ``values``) and the timestamp of all its records. Offsets follow
     consecutively from ``base_offset``. Same bytes as :func:`encode` of the equivalent items.
+    ``producer``: the header's (producer id, producer epoch, base sequence) of an idempotent
+    producer; none by default.
 
     Uncompressed, the batch is joined once, into a ``bytearray`` with room for the header,
     which is then written in place (the CRC last): one copy of the records, not two.
@@ -425,7 +435,7 @@ def encode_batches(
     try:
         if codec:
             del parts[0]
-            return _finish(codec, parts, base_offset, delta, delta - 1, base_ts, max_ts)
+            return _finish(codec, parts, base_offset, delta, delta - 1, base_ts, max_ts, producer)
         buf = bytearray().join(parts)
     except TypeError as e:  # a str (it has a len()) among the keys or values
         raise ValueError(f"cannot encode record: {e}") from None
@@ -442,9 +452,7 @@ def encode_batches(
             delta - 1,
             base_ts,
             max_ts,
-            NO_PRODUCER_ID,
-            NO_PRODUCER_EPOCH,
-            NO_SEQUENCE,
+            *producer,
             delta,
         )
     except struct.error as e:

@@ -1,0 +1,240 @@
+"""The consumers' settings: :class:`SimpleConsumerConfig` (one broker, stateless requests)
+and :class:`ConsumerConfig` (the high-level consumer and its group), declared on
+:mod:`hmbclient.config`'s machinery and re-exported there. Security settings are inherited
+from :class:`hmbclient.net.config.SecurityConfig`.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from hmbclient.config import (
+    ApiVersion,
+    BrokerList,
+    config_class,
+    convert_zookeeper_connect,
+    parse_broker_list,
+    setting,
+)
+from hmbclient.net.config import SecurityConfig
+
+__all__ = ["ConsumerConfig", "SimpleConsumerConfig"]
+
+
+def _offset_reset(value: Any) -> Any:
+    # Accept the post-0.9 spellings too.
+    if isinstance(value, str):
+        return {"earliest": "smallest", "latest": "largest"}.get(value.strip().lower(), value)
+    return value
+
+
+def _group_id(value: Any) -> Any:
+    if isinstance(value, str):
+        if not value or value != value.strip():
+            raise ValueError("must be non-empty with no surrounding spaces")
+        if "/" in value or value in (".", ".."):
+            raise ValueError("must be usable as a ZooKeeper path element (no '/')")
+    return value
+
+
+@config_class
+class SimpleConsumerConfig(SecurityConfig):
+    """SimpleConsumer settings: one broker, stateless requests (0.8 ``SimpleConsumer`` args).
+
+    ``fetch_min_bytes``/``fetch_wait_max_ms`` default to 0 as in 0.8's ``FetchRequestBuilder``:
+    a SimpleConsumer fetch answers at once with whatever is there.
+    """
+
+    host: str = setting(prop="host", doc="broker host")
+    port: int = setting(prop="port", min=1, max=65535, doc="broker port")
+    so_timeout_ms: int = setting(
+        30_000,
+        prop="socket.timeout.ms",
+        aliases=("so.timeout.ms",),
+        min=1,
+        doc="socket.timeout.ms: how long to wait for a response",
+    )
+    buffer_size: int = setting(
+        65_536,
+        prop="socket.receive.buffer.bytes",
+        aliases=("buffer.size",),
+        min=-1,
+        doc="socket.receive.buffer.bytes: socket SO_RCVBUF (-1: OS default)",
+    )
+    client_id: str = setting("hmbclient", doc="client.id: sent with every request")
+    api_version: ApiVersion = setting("auto", doc="api.version: auto, 0.8, 0.10, 2.1 or hmb")
+    fetch_message_max_bytes: int = setting(
+        1_048_576, min=1, doc="fetch.message.max.bytes: default max_size of a FetchRequest"
+    )
+    fetch_min_bytes: int = setting(0, min=0, doc="fetch.min.bytes: broker waits for this much data")
+    fetch_wait_max_ms: int = setting(0, min=0, doc="fetch.wait.max.ms: ...but at most this long")
+
+    def _validate(self) -> None:
+        super()._validate()
+        if not self.host.strip():
+            self._fail("'host' must not be empty")
+
+
+@config_class
+class ConsumerConfig(SecurityConfig):
+    """High-level consumer settings (Kafka 0.8 ``kafka.consumer.ConsumerConfig`` names).
+
+    Defaults that differ from Kafka 0.8, and why:
+
+    * ``rebalance_backoff_ms`` = 200 (0.8: 2000, tied to ``zookeeper.sync.time.ms``). A
+      rebalance attempt fails when a partition's previous owner has not yet released its
+      ephemeral owner znode; released owners disappear within milliseconds on a local or
+      LAN ZooKeeper, so waiting 2 s per retry only stretches stop-the-world pauses. With
+      ``rebalance_max_retries`` = 4 a group still tolerates ~1 s of owner lag; raise it
+      for slow or remote ensembles.
+    * ``client_id`` defaults to ``group_id`` (as in 0.8), filled in on construction.
+
+    Two ways to balance a group (``group_protocol``): ``zookeeper`` (Kafka 0.8: membership,
+    ownership and, by default, offsets in ZooKeeper; needs ``zookeeper_connect``) or
+    ``broker`` (the brokers' group coordinator: FindCoordinator, JoinGroup, SyncGroup,
+    Heartbeat, LeaveGroup; needs ``metadata_broker_list`` / ``bootstrap.servers``; offsets
+    always go to the coordinator, so ``offsets_storage`` and ``dual_commit_enabled`` do not
+    apply). Unset, it is ``zookeeper`` when ``zookeeper_connect`` is given, else ``broker``.
+    ``session_timeout_ms``, ``heartbeat_interval_ms`` and ``max_poll_interval_ms`` (sent as
+    JoinGroup's rebalance timeout) apply to ``broker`` only, with Kafka's names; the defaults
+    are the Java consumer's before Kafka 3.0 (session 10 s, heartbeat 3 s, 5 minutes).
+    """
+
+    zookeeper_connect: str | None = setting(
+        None,
+        convert=convert_zookeeper_connect,
+        doc="zookeeper.connect: 'host:port,...[/chroot]' of the ensemble (group.protocol=zookeeper)",
+    )
+    group_id: str = setting(convert=_group_id, doc="group.id: the consumer group (required)")
+    consumer_id: str | None = setting(
+        None, doc="consumer.id: id in /consumers/<g>/ids (None: <group>_<host>-<ms>-<uuid8>)"
+    )
+    socket_timeout_ms: int = setting(
+        30_000, min=1, doc="socket.timeout.ms: fetch/metadata response wait"
+    )
+    socket_receive_buffer_bytes: int = setting(
+        65_536, min=-1, doc="socket.receive.buffer.bytes: socket SO_RCVBUF (-1: OS default)"
+    )
+    fetch_message_max_bytes: int = setting(
+        1_048_576, min=1, doc="fetch.message.max.bytes: bytes per partition per fetch"
+    )
+    num_consumer_fetchers: int = setting(1, min=1, doc="num.consumer.fetchers: fetcher threads")
+    auto_commit_enable: bool = setting(True, doc="auto.commit.enable: commit offsets periodically")
+    auto_commit_interval_ms: int = setting(
+        60_000, min=1, doc="auto.commit.interval.ms: commit period"
+    )
+    queued_max_message_chunks: int = setting(
+        2, min=1, doc="queued.max.message.chunks: fetched chunks buffered per stream"
+    )
+    rebalance_max_retries: int = setting(
+        4, min=0, doc="rebalance.max.retries: attempts per rebalance"
+    )
+    fetch_min_bytes: int = setting(1, min=0, doc="fetch.min.bytes: broker waits for this much data")
+    fetch_wait_max_ms: int = setting(100, min=0, doc="fetch.wait.max.ms: ...but at most this long")
+    rebalance_backoff_ms: int = setting(
+        200, min=0, doc="rebalance.backoff.ms: wait between rebalance attempts"
+    )
+    refresh_leader_backoff_ms: int = setting(
+        200, min=0, doc="refresh.leader.backoff.ms: wait before retrying a leaderless partition"
+    )
+    auto_offset_reset: Literal["smallest", "largest"] = setting(
+        "largest",
+        convert=_offset_reset,
+        doc="auto.offset.reset: start point without a committed offset",
+    )
+    consumer_timeout_ms: int = setting(
+        -1,
+        min=-1,
+        doc="consumer.timeout.ms: stream raises ConsumerTimeoutError after this idle time (-1: never)",
+    )
+    exclude_internal_topics: bool = setting(
+        True, doc="exclude.internal.topics: filters never match __consumer_offsets"
+    )
+    partition_assignment_strategy: Literal["range", "roundrobin"] = setting(
+        "range", doc="partition.assignment.strategy: range or roundrobin"
+    )
+    client_id: str | None = setting(None, doc="client.id: sent with requests (None: group.id)")
+    zookeeper_session_timeout_ms: int = setting(
+        6_000, min=1, doc="zookeeper.session.timeout.ms: session expiry (ephemerals vanish)"
+    )
+    zookeeper_connection_timeout_ms: int = setting(
+        6_000, min=1, doc="zookeeper.connection.timeout.ms: max wait to connect"
+    )
+    zookeeper_sync_time_ms: int = setting(
+        2_000, min=0, doc="zookeeper.sync.time.ms: how far a follower may lag"
+    )
+    offsets_storage: Literal["zookeeper", "kafka"] = setting(
+        "zookeeper", doc="offsets.storage: where offsets are committed"
+    )
+    offsets_channel_backoff_ms: int = setting(
+        1_000, min=0, doc="offsets.channel.backoff.ms: wait before reconnecting to the coordinator"
+    )
+    offsets_channel_socket_timeout_ms: int = setting(
+        10_000, min=1, doc="offsets.channel.socket.timeout.ms: coordinator response wait"
+    )
+    offsets_commit_max_retries: int = setting(
+        5, min=0, doc="offsets.commit.max.retries: retries of a failed commit"
+    )
+    dual_commit_enabled: bool = setting(
+        True, doc="dual.commit.enabled: with offsets.storage=kafka also commit to ZooKeeper"
+    )
+    metadata_broker_list: BrokerList = setting(
+        (),
+        aliases=("bootstrap.servers",),
+        convert=parse_broker_list,
+        doc="metadata.broker.list: bootstrap brokers (group.protocol=broker), or brokers for "
+        "the Metadata API when they are not in ZooKeeper",
+    )
+    api_version: ApiVersion = setting("auto", doc="api.version: auto, 0.8, 0.10, 2.1 or hmb")
+    group_protocol: Literal["zookeeper", "broker"] | None = setting(
+        None,
+        doc="group.protocol: zookeeper or broker (the brokers' group coordinator); "
+        "None: zookeeper when zookeeper.connect is set, else broker",
+    )
+    session_timeout_ms: int = setting(
+        10_000,
+        min=1,
+        doc="session.timeout.ms: (broker) the coordinator drops a member silent for this long",
+    )
+    heartbeat_interval_ms: int = setting(
+        3_000, min=1, doc="heartbeat.interval.ms: (broker) time between two heartbeats"
+    )
+    max_poll_interval_ms: int = setting(
+        300_000,
+        min=1,
+        aliases=("rebalance.timeout.ms",),
+        doc="max.poll.interval.ms: (broker) JoinGroup's rebalance timeout, how long the "
+        "coordinator waits for members to rejoin",
+    )
+
+    def _validate(self) -> None:
+        super()._validate()
+        if self.client_id is None:
+            self._set("client_id", self.group_id)
+        if self.group_protocol is None:
+            self._set("group_protocol", "zookeeper" if self.zookeeper_connect else "broker")
+        if self.group_protocol == "zookeeper" and not self.zookeeper_connect:
+            self._fail(
+                "'zookeeper.connect' (zookeeper_connect) is required with group.protocol="
+                "zookeeper; for groups balanced by the brokers give 'bootstrap.servers' "
+                "(metadata_broker_list) and group.protocol=broker"
+            )
+        if self.group_protocol == "broker":
+            if not self.metadata_broker_list:
+                self._fail(
+                    "group.protocol=broker needs 'bootstrap.servers' (metadata_broker_list); "
+                    "for ZooKeeper groups give 'zookeeper.connect' (zookeeper_connect)"
+                )
+            if self.heartbeat_interval_ms >= self.session_timeout_ms:
+                # Kafka's rule: at least one heartbeat must reach the coordinator per session.
+                self._fail(
+                    f"'heartbeat.interval.ms' ({self.heartbeat_interval_ms}) must be lower than "
+                    f"'session.timeout.ms' ({self.session_timeout_ms})"
+                )
+        if self.fetch_wait_max_ms > self.socket_timeout_ms:
+            # Same rule as 0.8's ConsumerConfig: a long-poll must not outlive the socket.
+            self._fail(
+                f"'socket.timeout.ms' ({self.socket_timeout_ms}) should be at least "
+                f"'fetch.wait.max.ms' ({self.fetch_wait_max_ms}) to prevent needless socket timeouts"
+            )
+

@@ -1,0 +1,938 @@
+"""The Kafka 0.8 znode layout and the JSON each znode holds, compatible with the Java 0.8 code.
+
+Shared by both sides of a ZooKeeper cluster: the broker (registration, topics, partition
+state, the controller: ``broker/controller/store.py``), the consumers and their rebalancer
+(``rebalance``), the admin tools and Spark. It is a leaf (standard library only) so that each
+of them may import it; ``rebalance.paths`` re-exports it name for name (public API).
+
+Layout (as Kafka 0.8's ``ZkUtils`` and ``ZookeeperConsumerConnector`` write it)::
+
+    /consumers/<group>/ids/<consumer_id>            ephemeral  ConsumerRegistration JSON
+    /consumers/<group>/owners/<topic>/<partition>   ephemeral  owning thread id (utf-8)
+    /consumers/<group>/offsets/<topic>/<partition>  persistent next offset, decimal ascii
+    /brokers/ids/<broker_id>                        ephemeral  BrokerRegistration JSON
+    /brokers/topics/<topic>                         persistent {"version":1,"partitions":{..}}
+    /brokers/topics/<topic>/partitions/<n>/state    persistent PartitionState JSON
+    /controller                                     ephemeral  {"version":1,"brokerid":..}
+    /controller_epoch                               persistent decimal ascii
+
+Ids: a consumer id is ``<group>_<hostname>-<timestamp ms>-<uuid8>`` and its stream threads
+are ``<consumer_id>-<n>`` for n in 0..streams-1 (one set per subscribed topic).
+
+Encoding: compact JSON (no spaces) with the Java code's field set *and* field order, so
+the bytes match what a Java 0.8 broker or consumer writes. Scala's small immutable maps
+(up to 4 entries) keep insertion order; the 5-entry maps (broker registration, partition
+state) come out in hash-trie order, which we reproduce. Timestamps are decimal strings, as
+Java writes them. Decoding is tolerant: any field order, timestamps as strings or numbers,
+unknown fields ignored, and later broker registrations (version 2+, ``endpoints``) accepted.
+
+Topic names: :func:`is_valid_topic_name` is the project's one statement of Kafka's rule (1-249
+characters of ``[a-zA-Z0-9._-]``, not ``.`` or ``..``), used by the embedded broker, the
+group rebalancer and the Spark integration alike. It lives here because a topic name is a
+znode name (``/brokers/topics/<topic>``) and a directory name, and because every layer may
+import this module.
+
+Pure functions only; nothing here talks to ZooKeeper. Malformed znode data raises
+:class:`ZnodeDataError` (a ``ValueError``).
+"""
+
+from __future__ import annotations
+
+import json
+import platform
+import re
+import time
+import uuid
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+__all__ = [
+    "CONSUMERS_PATH",
+    "BROKERS_PATH",
+    "BROKER_IDS_PATH",
+    "BROKER_TOPICS_PATH",
+    "CONTROLLER_PATH",
+    "CONTROLLER_EPOCH_PATH",
+    "Pattern",
+    "ZnodeDataError",
+    "MAX_TOPIC_NAME_LENGTH",
+    "TOPIC_NAME_PATTERN",
+    "TOPIC_NAME_RULE",
+    "is_valid_topic_name",
+    "consumer_group_path",
+    "consumer_ids_path",
+    "consumer_registration_path",
+    "consumer_owners_path",
+    "owner_path",
+    "consumer_offsets_path",
+    "offset_path",
+    "broker_path",
+    "topic_path",
+    "topic_partitions_path",
+    "partition_state_path",
+    "make_consumer_id",
+    "thread_id",
+    "thread_ids",
+    "parse_thread_id",
+    "ConsumerRegistration",
+    "encode_consumer_registration",
+    "decode_consumer_registration",
+    "BrokerRegistration",
+    "encode_broker_registration",
+    "decode_broker_registration",
+    "encode_topic_assignment",
+    "decode_topic_assignment",
+    "PartitionState",
+    "encode_partition_state",
+    "decode_partition_state",
+    "ControllerRegistration",
+    "encode_controller",
+    "decode_controller",
+    "NO_OFFSET",
+    "encode_offset",
+    "decode_offset",
+    "encode_owner",
+    "decode_owner",
+    "consumer_registration_json",
+]
+
+CONSUMERS_PATH = "/consumers"
+BROKERS_PATH = "/brokers"
+BROKER_IDS_PATH = "/brokers/ids"
+BROKER_TOPICS_PATH = "/brokers/topics"
+CONTROLLER_PATH = "/controller"
+CONTROLLER_EPOCH_PATH = "/controller_epoch"
+
+#: How a consumer subscribed: static topic counts, or a white/black-list regex.
+Pattern = Literal["static", "white_list", "black_list"]
+_PATTERNS: tuple[str, ...] = ("static", "white_list", "black_list")
+
+
+class ZnodeDataError(ValueError):
+    """A znode holds data that does not parse as the Kafka 0.8 layout says it should."""
+
+
+# --------------------------------------------------------------------- topic names
+
+#: Longest legal topic name (Kafka's limit, so that ``<topic>-<partition>`` fits a file name).
+MAX_TOPIC_NAME_LENGTH = 249
+
+#: A legal topic name as a regular expression (without anchors; ``.`` and ``..`` match it
+#: but are not legal, see :func:`is_valid_topic_name`).
+TOPIC_NAME_PATTERN = rf"[a-zA-Z0-9._-]{{1,{MAX_TOPIC_NAME_LENGTH}}}"
+
+#: Kafka's topic-name rule in words, for error messages.
+TOPIC_NAME_RULE = f"1-{MAX_TOPIC_NAME_LENGTH} characters of [a-zA-Z0-9._-], not '.' or '..'"
+
+_TOPIC_NAME = re.compile(TOPIC_NAME_PATTERN)
+
+
+def is_valid_topic_name(name: object) -> bool:
+    """Whether ``name`` is a legal Kafka topic name (:data:`TOPIC_NAME_RULE`).
+
+    Args:
+        name: Anything; only a string can be a topic name.
+
+    Returns:
+        True for 1-249 characters of ``[a-zA-Z0-9._-]`` other than ``.`` and ``..``.
+    """
+    return (
+        isinstance(name, str)
+        and name not in (".", "..")
+        and _TOPIC_NAME.fullmatch(name) is not None
+    )
+
+
+# --------------------------------------------------------------------- paths
+
+
+def _element(kind: str, name: str) -> str:
+    if not isinstance(name, str) or not name or "/" in name or name in (".", ".."):
+        raise ValueError(f"bad {kind} {name!r}: must be a non-empty znode name without '/'")
+    return name
+
+
+def _partition(partition: int) -> str:
+    if isinstance(partition, bool) or not isinstance(partition, int) or partition < 0:
+        raise ValueError(f"bad partition {partition!r}: must be an int >= 0")
+    return str(partition)
+
+
+def consumer_group_path(group: str) -> str:
+    """``/consumers/<group>``.
+
+    Args:
+        group: The consumer group id.
+
+    Returns:
+        The path.
+
+    Raises:
+        ValueError: ``group`` is empty or contains ``/``.
+    """
+    return f"{CONSUMERS_PATH}/{_element('group', group)}"
+
+
+def consumer_ids_path(group: str) -> str:
+    """``/consumers/<group>/ids`` (children: registered consumer ids).
+
+    Args:
+        group: The consumer group id.
+
+    Returns:
+        The path.
+
+    Raises:
+        ValueError: Bad group name.
+    """
+    return f"{consumer_group_path(group)}/ids"
+
+
+def consumer_registration_path(group: str, consumer_id: str) -> str:
+    """``/consumers/<group>/ids/<consumer_id>`` (ephemeral registration).
+
+    Args:
+        group: The consumer group id.
+        consumer_id: The consumer's id (see :func:`make_consumer_id`).
+
+    Returns:
+        The path.
+
+    Raises:
+        ValueError: Bad group or consumer id.
+    """
+    return f"{consumer_ids_path(group)}/{_element('consumer id', consumer_id)}"
+
+
+def consumer_owners_path(group: str, topic: str | None = None) -> str:
+    """``/consumers/<group>/owners`` or ``/consumers/<group>/owners/<topic>``.
+
+    Args:
+        group: The consumer group id.
+        topic: A topic, or None for the owners root.
+
+    Returns:
+        The path.
+
+    Raises:
+        ValueError: Bad group or topic name.
+    """
+    base = f"{consumer_group_path(group)}/owners"
+    return base if topic is None else f"{base}/{_element('topic', topic)}"
+
+
+def owner_path(group: str, topic: str, partition: int) -> str:
+    """``/consumers/<group>/owners/<topic>/<partition>`` (ephemeral; data: owning thread id).
+
+    Args:
+        group: The consumer group id.
+        topic: The topic.
+        partition: The partition number.
+
+    Returns:
+        The path.
+
+    Raises:
+        ValueError: Bad group, topic or partition.
+    """
+    return f"{consumer_owners_path(group, topic)}/{_partition(partition)}"
+
+
+def consumer_offsets_path(group: str, topic: str | None = None) -> str:
+    """``/consumers/<group>/offsets`` or ``/consumers/<group>/offsets/<topic>``.
+
+    Args:
+        group: The consumer group id.
+        topic: A topic, or None for the offsets root.
+
+    Returns:
+        The path.
+
+    Raises:
+        ValueError: Bad group or topic name.
+    """
+    base = f"{consumer_group_path(group)}/offsets"
+    return base if topic is None else f"{base}/{_element('topic', topic)}"
+
+
+def offset_path(group: str, topic: str, partition: int) -> str:
+    """``/consumers/<group>/offsets/<topic>/<partition>`` (data: next offset to consume).
+
+    Args:
+        group: The consumer group id.
+        topic: The topic.
+        partition: The partition number.
+
+    Returns:
+        The path.
+
+    Raises:
+        ValueError: Bad group, topic or partition.
+    """
+    return f"{consumer_offsets_path(group, topic)}/{_partition(partition)}"
+
+
+def broker_path(broker_id: int) -> str:
+    """``/brokers/ids/<broker_id>`` (ephemeral broker registration).
+
+    Args:
+        broker_id: The broker's id (>= 0).
+
+    Returns:
+        The path.
+
+    Raises:
+        ValueError: Negative or non-int id.
+    """
+    if isinstance(broker_id, bool) or not isinstance(broker_id, int) or broker_id < 0:
+        raise ValueError(f"bad broker id {broker_id!r}: must be an int >= 0")
+    return f"{BROKER_IDS_PATH}/{broker_id}"
+
+
+def topic_path(topic: str) -> str:
+    """``/brokers/topics/<topic>`` (data: replica assignment).
+
+    Args:
+        topic: The topic.
+
+    Returns:
+        The path.
+
+    Raises:
+        ValueError: Bad topic name.
+    """
+    return f"{BROKER_TOPICS_PATH}/{_element('topic', topic)}"
+
+
+def topic_partitions_path(topic: str) -> str:
+    """``/brokers/topics/<topic>/partitions``.
+
+    Args:
+        topic: The topic.
+
+    Returns:
+        The path.
+
+    Raises:
+        ValueError: Bad topic name.
+    """
+    return f"{topic_path(topic)}/partitions"
+
+
+def partition_state_path(topic: str, partition: int) -> str:
+    """``/brokers/topics/<topic>/partitions/<partition>/state`` (leader and ISR).
+
+    Args:
+        topic: The topic.
+        partition: The partition number.
+
+    Returns:
+        The path.
+
+    Raises:
+        ValueError: Bad topic or partition.
+    """
+    return f"{topic_partitions_path(topic)}/{_partition(partition)}/state"
+
+
+# --------------------------------------------------------------------- ids
+
+
+def make_consumer_id(
+    group: str,
+    *,
+    hostname: str | None = None,
+    now_ms: int | None = None,
+    uuid8: str | None = None,
+) -> str:
+    """A consumer id the way the Java 0.8 connector makes one.
+
+    Args:
+        group: The consumer group id.
+        hostname: Default: this machine's host name.
+        now_ms: Default: the current time in epoch milliseconds.
+        uuid8: Eight hex digits; default: from a random UUID.
+
+    Returns:
+        ``<group>_<hostname>-<now_ms>-<uuid8>``.
+
+    Raises:
+        ValueError: Bad group name.
+    """
+    _element("group", group)
+    host = hostname if hostname is not None else (platform.node() or "localhost")
+    created_ms = now_ms if now_ms is not None else wall_ms()
+    tag = uuid8 if uuid8 is not None else uuid.uuid4().hex[:8]
+    return f"{group}_{host}-{created_ms}-{tag}"
+
+
+def thread_id(consumer_id: str, index: int) -> str:
+    """The id of one stream thread: ``<consumer_id>-<index>``.
+
+    Args:
+        consumer_id: The consumer's id.
+        index: Stream number (>= 0).
+
+    Returns:
+        The thread id.
+
+    Raises:
+        ValueError: Negative index.
+    """
+    if index < 0:
+        raise ValueError(f"thread index must be >= 0, got {index}")
+    return f"{consumer_id}-{index}"
+
+
+def thread_ids(consumer_id: str, num_streams: int) -> list[str]:
+    """All stream thread ids of a consumer for one topic.
+
+    Args:
+        consumer_id: The consumer's id.
+        num_streams: Streams requested for the topic.
+
+    Returns:
+        ``[<consumer_id>-0, ..., <consumer_id>-<num_streams-1>]``.
+    """
+    return [thread_id(consumer_id, i) for i in range(num_streams)]
+
+
+def parse_thread_id(value: str) -> tuple[str, int]:
+    """Split a thread id into its consumer id and stream number.
+
+    Args:
+        value: ``<consumer_id>-<n>``.
+
+    Returns:
+        ``(consumer_id, n)``.
+
+    Raises:
+        ValueError: No ``-<n>`` suffix.
+    """
+    consumer, sep, index = value.rpartition("-")
+    if not sep or not consumer or not index.isdigit():
+        raise ValueError(f"not a consumer thread id: {value!r}")
+    return consumer, int(index)
+
+
+# --------------------------------------------------------------------- JSON helpers
+
+
+def _dumps(obj: Mapping[str, Any]) -> bytes:
+    return json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+
+
+def _loads(data: bytes | str | None, what: str) -> dict[str, Any]:
+    if data is None:
+        raise ZnodeDataError(f"{what}: znode has no data")
+    try:
+        obj = json.loads(data)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise ZnodeDataError(f"{what}: not JSON: {exc}") from None
+    if not isinstance(obj, dict):
+        raise ZnodeDataError(f"{what}: expected a JSON object, got {type(obj).__name__}")
+    return obj
+
+
+def _int(obj: Mapping[str, Any], key: str, what: str, default: int | None = None) -> int:
+    value = obj.get(key, default)
+    if isinstance(value, bool) or value is None:
+        raise ZnodeDataError(f"{what}: missing or bad {key!r}: {value!r}")
+    if isinstance(value, int):
+        return value
+    if isinstance(value, str):
+        try:
+            return int(value.strip())
+        except ValueError:
+            pass
+    raise ZnodeDataError(f"{what}: {key!r} is not an integer: {value!r}")
+
+
+def _int_list(value: Any, what: str) -> list[int]:
+    if not isinstance(value, list) or not all(
+        isinstance(v, int) and not isinstance(v, bool) for v in value
+    ):
+        raise ZnodeDataError(f"{what}: expected a list of ints, got {value!r}")
+    return list(value)
+
+
+def wall_ms() -> int:
+    """Milliseconds since the Unix epoch, for the timestamps Kafka writes into znodes (this
+    package imports nothing of the project, so it keeps this one-liner of hmbclient.clock)."""
+    return time.time_ns() // 1_000_000
+
+
+# --------------------------------------------------------------------- consumer registration
+
+
+@dataclass(frozen=True)
+class ConsumerRegistration:
+    """``/consumers/<g>/ids/<id>``: what a consumer subscribed to.
+
+    ``subscription`` maps topic -> stream count for ``static``; for ``white_list`` /
+    ``black_list`` it holds one entry, the regex -> stream count.
+    """
+
+    subscription: Mapping[str, int]
+    pattern: Pattern = "static"
+    timestamp_ms: int = field(default_factory=wall_ms)
+    version: int = 1
+
+
+def encode_consumer_registration(reg: ConsumerRegistration) -> bytes:
+    """Encode as Java 0.8 does: ``{"version":1,"subscription":{..},"pattern":..,"timestamp":"ms"}``.
+
+    Args:
+        reg: The registration.
+
+    Returns:
+        utf-8 JSON bytes.
+
+    Raises:
+        ValueError: Unknown pattern, or a stream count < 1.
+    """
+    if reg.pattern not in _PATTERNS:
+        raise ValueError(f"pattern must be one of {_PATTERNS}, got {reg.pattern!r}")
+    for topic, streams in reg.subscription.items():
+        if isinstance(streams, bool) or not isinstance(streams, int) or streams < 1:
+            raise ValueError(f"stream count for {topic!r} must be an int >= 1, got {streams!r}")
+    return _dumps(
+        {
+            "version": reg.version,
+            "subscription": dict(reg.subscription),
+            "pattern": reg.pattern,
+            "timestamp": str(reg.timestamp_ms),
+        }
+    )
+
+
+def decode_consumer_registration(data: bytes | str | None) -> ConsumerRegistration:
+    """Parse a consumer registration (any field order; timestamp string or number).
+
+    Args:
+        data: The znode data.
+
+    Returns:
+        The registration.
+
+    Raises:
+        ZnodeDataError: Not JSON, or a required field is missing or malformed.
+    """
+    what = "consumer registration"
+    obj = _loads(data, what)
+    sub = obj.get("subscription")
+    if not isinstance(sub, dict):
+        raise ZnodeDataError(f"{what}: missing or bad 'subscription': {sub!r}")
+    subscription = {str(k): _int(sub, k, what) for k in sub}
+    pattern = obj.get("pattern", "static")
+    if pattern not in _PATTERNS:
+        raise ZnodeDataError(f"{what}: unknown pattern {pattern!r}")
+    return ConsumerRegistration(
+        subscription=subscription,
+        pattern=pattern,
+        timestamp_ms=_int(obj, "timestamp", what, default=0),
+        version=_int(obj, "version", what, default=1),
+    )
+
+
+# --------------------------------------------------------------------- broker registration
+
+
+@dataclass(frozen=True)
+class BrokerRegistration:
+    """``/brokers/ids/<id>``: where a broker listens.
+
+    Version 1 (Kafka 0.8) has ``host``/``port`` only. A broker with several listeners writes
+    version 4: ``endpoints`` (``("PLAINTEXT://h:9092", "SASL_SSL://h:9093")``), a listener ->
+    security protocol map, and ``host``/``port`` of its PLAINTEXT endpoint for older readers
+    (null and -1 when it has none; decoded as ``""`` and -1 with ``require_plaintext=False``).
+    """
+
+    host: str
+    port: int
+    jmx_port: int = -1
+    timestamp_ms: int = field(default_factory=wall_ms)
+    version: int = 1
+    endpoints: tuple[str, ...] = ()
+
+    def listeners(self) -> dict[str, tuple[str, int]]:
+        """Listener name -> ``(host, port)``; a version-1 registration is one PLAINTEXT listener.
+        Endpoints that do not parse are left out."""
+        out: dict[str, tuple[str, int]] = {}
+        for endpoint in self.endpoints:
+            parsed = _parse_endpoint(endpoint)
+            if parsed is not None:
+                out.setdefault(*parsed)
+        if not out and self.port >= 0:
+            out["PLAINTEXT"] = (self.host, self.port)
+        return out
+
+
+def encode_broker_registration(reg: BrokerRegistration) -> bytes:
+    """Encode as a 0.8 broker does (field order of Scala's 5-entry hash map).
+
+    ``{"jmx_port":-1,"timestamp":"ms","host":"h","version":1,"port":9092}``
+
+    With ``endpoints``, Kafka's version-4 form instead (field order as Kafka 2.x writes it):
+    ``{"listener_security_protocol_map":{...},"endpoints":[...],"jmx_port":-1,"host":"h",
+    "timestamp":"ms","port":9092,"version":4}``, ``host``/``port`` being the PLAINTEXT endpoint's
+    (null / -1 without one). Listener names are their security protocols.
+
+    Args:
+        reg: The registration.
+
+    Returns:
+        utf-8 JSON bytes.
+    """
+    if reg.endpoints:
+        listeners = reg.listeners()
+        plain = listeners.get("PLAINTEXT")
+        return _dumps(
+            {
+                "listener_security_protocol_map": {name: name for name in listeners},
+                "endpoints": list(reg.endpoints),
+                "jmx_port": reg.jmx_port,
+                "host": plain[0] if plain else None,
+                "timestamp": str(reg.timestamp_ms),
+                "port": plain[1] if plain else -1,
+                "version": max(reg.version, 4),
+            }
+        )
+    return _dumps(
+        {
+            "jmx_port": reg.jmx_port,
+            "timestamp": str(reg.timestamp_ms),
+            "host": reg.host,
+            "version": reg.version,
+            "port": reg.port,
+        }
+    )
+
+
+def decode_broker_registration(data: bytes | str | None, *, require_plaintext: bool = True) -> BrokerRegistration:
+    """Parse a broker registration, version 1 or later.
+
+    When ``host`` is null or ``port`` is -1 (later brokers with listeners), the first
+    ``PLAINTEXT://host:port`` endpoint supplies them.
+
+    Args:
+        data: The znode data.
+        require_plaintext: a registration without a PLAINTEXT address is an error (what a
+            0.8 client needs); False: such a registration decodes with host ``""``, port -1,
+            its addresses in ``endpoints``.
+
+    Returns:
+        The registration.
+
+    Raises:
+        ZnodeDataError: Not JSON, or no usable host and port (and no endpoints at all, with
+            ``require_plaintext=False``).
+    """
+    what = "broker registration"
+    obj = _loads(data, what)
+    raw_endpoints = obj.get("endpoints") or []
+    endpoints = tuple(str(e) for e in raw_endpoints) if isinstance(raw_endpoints, list) else ()
+    host = obj.get("host")
+    port = obj.get("port", -1)
+    if not isinstance(host, str) or not host or not isinstance(port, int) or port < 0:
+        try:
+            host, port = _from_endpoints(endpoints, what)
+        except ZnodeDataError:
+            if require_plaintext or not any(_parse_endpoint(e) for e in endpoints):
+                raise
+            host, port = "", -1
+    return BrokerRegistration(
+        host=host,
+        port=port,
+        jmx_port=_int(obj, "jmx_port", what, default=-1),
+        timestamp_ms=_int(obj, "timestamp", what, default=0),
+        version=_int(obj, "version", what, default=1),
+        endpoints=endpoints,
+    )
+
+
+def _parse_endpoint(endpoint: str) -> tuple[str, tuple[str, int]] | None:
+    """``"NAME://host:port"`` -> ``("NAME", (host, port))``; None when it does not parse."""
+    scheme, sep, address = endpoint.partition("://")
+    host, _, port = address.rpartition(":")
+    if not sep or not scheme or not host or not port.isdigit():
+        return None
+    return scheme.upper(), (host.strip("[]"), int(port))
+
+
+def _from_endpoints(endpoints: Iterable[str], what: str) -> tuple[str, int]:
+    for endpoint in endpoints:
+        parsed = _parse_endpoint(endpoint)
+        if parsed is not None and parsed[0] in ("PLAINTEXT", "PLAINTEXT_HOST"):
+            return parsed[1]
+    raise ZnodeDataError(f"{what}: no host/port and no PLAINTEXT endpoint")
+
+
+# --------------------------------------------------------------------- topics, partitions
+
+
+def encode_topic_assignment(replicas: Mapping[int, Iterable[int]]) -> bytes:
+    """Encode ``/brokers/topics/<t>``: ``{"version":1,"partitions":{"0":[0,1],...}}``.
+
+    Args:
+        replicas: partition -> replica broker ids (the first is the preferred leader).
+
+    Returns:
+        utf-8 JSON bytes, partitions in numeric order.
+
+    Raises:
+        ValueError: A negative partition or an empty replica list.
+    """
+    partitions: dict[str, list[int]] = {}
+    for p in sorted(replicas):
+        _partition(p)
+        brokers = list(replicas[p])
+        if not brokers:
+            raise ValueError(f"partition {p} has no replicas")
+        partitions[str(p)] = brokers
+    return _dumps({"version": 1, "partitions": partitions})
+
+
+def decode_topic_assignment(data: bytes | str | None) -> dict[int, list[int]]:
+    """Parse ``/brokers/topics/<t>``.
+
+    Args:
+        data: The znode data.
+
+    Returns:
+        partition -> replica broker ids, in partition order.
+
+    Raises:
+        ZnodeDataError: Not JSON, or a malformed partitions map.
+    """
+    what = "topic assignment"
+    obj = _loads(data, what)
+    parts = obj.get("partitions")
+    if not isinstance(parts, dict):
+        raise ZnodeDataError(f"{what}: missing or bad 'partitions': {parts!r}")
+    out: dict[int, list[int]] = {}
+    for key in sorted(parts, key=lambda k: int(k) if str(k).isdigit() else -1):
+        if not str(key).isdigit():
+            raise ZnodeDataError(f"{what}: bad partition number {key!r}")
+        out[int(key)] = _int_list(parts[key], what)
+    return out
+
+
+@dataclass(frozen=True)
+class PartitionState:
+    """``/brokers/topics/<t>/partitions/<n>/state``: leader and in-sync replicas."""
+
+    leader: int
+    isr: tuple[int, ...]
+    leader_epoch: int = 0
+    controller_epoch: int = 1
+    version: int = 1
+
+
+def encode_partition_state(state: PartitionState) -> bytes:
+    """Encode as a 0.8 controller does (field order of Scala's 5-entry hash map).
+
+    ``{"controller_epoch":1,"leader":0,"version":1,"leader_epoch":0,"isr":[0]}``
+
+    Args:
+        state: The state.
+
+    Returns:
+        utf-8 JSON bytes.
+    """
+    return _dumps(
+        {
+            "controller_epoch": state.controller_epoch,
+            "leader": state.leader,
+            "version": state.version,
+            "leader_epoch": state.leader_epoch,
+            "isr": list(state.isr),
+        }
+    )
+
+
+def decode_partition_state(data: bytes | str | None) -> PartitionState:
+    """Parse a partition state znode (any field order).
+
+    Args:
+        data: The znode data.
+
+    Returns:
+        The state (``leader`` is -1 when there is none).
+
+    Raises:
+        ZnodeDataError: Not JSON, or a required field is missing or malformed.
+    """
+    what = "partition state"
+    obj = _loads(data, what)
+    return PartitionState(
+        leader=_int(obj, "leader", what),
+        isr=tuple(_int_list(obj.get("isr"), what)),
+        leader_epoch=_int(obj, "leader_epoch", what, default=0),
+        controller_epoch=_int(obj, "controller_epoch", what, default=0),
+        version=_int(obj, "version", what, default=1),
+    )
+
+
+# --------------------------------------------------------------------- controller
+
+
+@dataclass(frozen=True)
+class ControllerRegistration:
+    """``/controller``: which broker is the controller."""
+
+    broker_id: int
+    timestamp_ms: int = field(default_factory=wall_ms)
+    version: int = 1
+
+
+def encode_controller(reg: ControllerRegistration) -> bytes:
+    """Encode ``/controller``: ``{"version":1,"brokerid":0,"timestamp":"ms"}``.
+
+    Args:
+        reg: The registration.
+
+    Returns:
+        utf-8 JSON bytes.
+    """
+    return _dumps(
+        {"version": reg.version, "brokerid": reg.broker_id, "timestamp": str(reg.timestamp_ms)}
+    )
+
+
+def decode_controller(data: bytes | str | None) -> ControllerRegistration:
+    """Parse ``/controller`` (also the bare-integer form of very old brokers).
+
+    Args:
+        data: The znode data.
+
+    Returns:
+        The registration.
+
+    Raises:
+        ZnodeDataError: Malformed data.
+    """
+    what = "controller registration"
+    if data is not None:
+        text = data.decode("utf-8", "replace") if isinstance(data, bytes) else data
+        if text.strip().isdigit():
+            return ControllerRegistration(broker_id=int(text), timestamp_ms=0)
+    obj = _loads(data, what)
+    return ControllerRegistration(
+        broker_id=_int(obj, "brokerid", what),
+        timestamp_ms=_int(obj, "timestamp", what, default=0),
+        version=_int(obj, "version", what, default=1),
+    )
+
+
+# --------------------------------------------------------------------- offsets, owners
+
+
+#: What an offsets znode may hold: a decimal offset, or ``-1`` -- Kafka 0.8's ``InvalidOffset``,
+#: which the Java consumer reads as "no offset" (it applies ``auto.offset.reset``).
+_OFFSET_TEXT = re.compile(r"-1|[0-9]+")
+
+#: :func:`decode_offset`'s answer for a znode holding ``-1`` ("nothing usable committed").
+NO_OFFSET = -1
+
+
+def encode_offset(offset: int) -> bytes:
+    """Encode an offsets znode: the decimal next offset to consume, as Java 0.8 writes it.
+
+    Args:
+        offset: The next offset to consume (>= 0). Nothing ever commits :data:`NO_OFFSET`:
+            a partition without an offset simply has no znode.
+
+    Returns:
+        ASCII digits.
+
+    Raises:
+        ValueError: Not an int, or negative (the message names the offset).
+    """
+    if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
+        raise ValueError(f"a committed offset must be an int >= 0, got {offset!r}")
+    return str(offset).encode("ascii")
+
+
+def decode_offset(data: bytes | str | None, path: str | None = None) -> int:
+    """Parse an offsets znode, strictly: a decimal offset or ``-1``, nothing else.
+
+    Args:
+        data: The znode data (surrounding whitespace tolerated).
+        path: The znode's path, named in the error (recommended for every read from
+            ZooKeeper).
+
+    Returns:
+        The offset, or :data:`NO_OFFSET` (-1) when the znode says there is none.
+
+    Raises:
+        ZnodeDataError: No data, or anything but ASCII digits or ``-1`` (a sign, ``_``
+            separators, hex, ...); the message names ``path``.
+    """
+    where = f"offset znode {path}" if path is not None else "offset znode"
+    if data is None:
+        raise ZnodeDataError(f"{where} has no data")
+    text = data.decode("ascii", "replace") if isinstance(data, bytes) else data
+    if _OFFSET_TEXT.fullmatch(text.strip()) is None:
+        raise ZnodeDataError(f"{where} holds {text[:40]!r}, not a decimal offset")
+    return int(text)
+
+
+def encode_owner(owner_thread_id: str) -> bytes:
+    """Encode an owners znode: the owning thread id.
+
+    Args:
+        owner_thread_id: ``<consumer_id>-<n>``.
+
+    Returns:
+        utf-8 bytes.
+    """
+    return owner_thread_id.encode("utf-8")
+
+
+def decode_owner(data: bytes | str | None) -> str:
+    """Parse an owners znode.
+
+    Args:
+        data: The znode data.
+
+    Returns:
+        The owning thread id.
+
+    Raises:
+        ZnodeDataError: Empty.
+    """
+    if not data:
+        raise ZnodeDataError("owner: znode has no data")
+    return data.decode("utf-8") if isinstance(data, bytes) else data
+
+
+# --------------------------------------------------------------------- registration from parts
+
+
+def consumer_registration_json(
+    subscription: Mapping[str, int], pattern: str, timestamp: str | int
+) -> bytes:
+    """Encode a consumer registration from its parts (see :func:`encode_consumer_registration`).
+
+    Args:
+        subscription: topic (or regex) -> stream count.
+        pattern: ``"static"``, ``"white_list"`` or ``"black_list"``.
+        timestamp: Registration time in ms (int or decimal string).
+
+    Returns:
+        utf-8 JSON bytes, as Java 0.8 writes them.
+
+    Raises:
+        ValueError: Unknown pattern, bad stream count, or a non-decimal timestamp.
+    """
+    if pattern not in _PATTERNS:
+        raise ValueError(f"pattern must be one of {_PATTERNS}, got {pattern!r}")
+    return encode_consumer_registration(
+        ConsumerRegistration(
+            subscription=dict(subscription),
+            pattern=pattern,  # type: ignore[arg-type]
+            timestamp_ms=int(timestamp),
+        )
+    )

@@ -1,0 +1,205 @@
+"""Hostile values, not hostile bytes: requests that decode cleanly but carry absurd values
+(negative or huge partitions, offsets and sizes, negative or huge timeouts, far-future or
+negative timestamps, deep header lists, very many topics in one request) reach the handlers.
+
+Invariant, for every example: the broker answers with a Kafka error or a valid answer (the
+connection stays open: the next request on it is answered too), and what it held before is
+still there afterwards (the seeded topic's records read back unchanged).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from hmbclient.broker import EmbeddedBroker
+from hmbclient.errors import ErrorCode
+from hmbclient.protocol import records
+from hmbclient.protocol.api import ApiKey
+from hmbclient.protocol.api.base import REQUESTS
+
+from .conftest import RawClient, encode, fetch, produce, wait_until
+
+pytestmark = pytest.mark.timeout(300)
+
+SEEDED = "hostile-seeded"
+SEED_VALUES = [f"seed-{i}".encode() for i in range(10)]
+I32 = st.one_of(st.sampled_from([-(2**31), -1, 0, 1, 2**31 - 1, 2**30, -(2**30)]), st.integers(-(2**31), 2**31 - 1))
+I64 = st.one_of(st.sampled_from([-(2**63), -2, -1, 0, 2**63 - 1, 2**62, 10**15]), st.integers(-(2**63), 2**63 - 1))
+SMALL_WAIT = st.sampled_from([-(2**31), -1, 0, 1, 50])  # a huge max_wait_ms only makes the example slow
+TOPIC = st.one_of(st.just(SEEDED), st.sampled_from(["", ".", "..", "a" * 300, "bad name", "__consumer_offsets"]),
+                  st.text(min_size=1, max_size=20))
+HOSTILE_TS = st.sampled_from([-(2**63), -2, -1, 0, 2**63 - 1, 10**15, int(time.time() * 1000) + 10**12])
+
+
+def _req(api: int, version: int, **fields: Any) -> Any:
+    return REQUESTS[(api, version)].build(**fields)
+
+
+@pytest.fixture(scope="module")
+def broker() -> Iterator[EmbeddedBroker]:
+    with EmbeddedBroker(group_initial_rebalance_delay_ms=0, auto_create_topics_enable=False) as b:
+        with RawClient("127.0.0.1", b.port) as c:
+            resp = c.request(_req(ApiKey.CREATE_TOPICS, 2, topics=[(SEEDED, 2, 1, [], [])], timeout_ms=10_000, validate_only=False))
+            assert resp.topics[0].error_code == ErrorCode.NONE
+            wait_until(lambda: b.broker.metadata.is_ready(SEEDED), 20, "seeded topic ready")
+            assert produce(c, SEEDED, 0, encode([(None, v) for v in SEED_VALUES]), acks=-1).error_code == ErrorCode.NONE
+        yield b
+
+
+def _seed_intact(c: RawClient) -> None:
+    p = fetch(c, SEEDED, 0, 0)
+    assert p.error_code == ErrorCode.NONE
+    assert [r.value for r in records.decode_records(p.records)][: len(SEED_VALUES)] == SEED_VALUES
+
+
+def _records(timestamps: list[int], headers: int, magic: int) -> bytes:
+    items = [(None, b"x", ts) for ts in timestamps]
+    if magic == 2 and headers:
+        hdrs = [(f"h{i}", b"v" * (i % 7)) for i in range(headers)]
+        return records.encode_records(2, records.NONE, [(k, v, ts, hdrs) for k, v, ts in items], timestamp_ms=timestamps[0])  # type: ignore[list-item]
+    return records.encode_records(magic, records.NONE, items, timestamp_ms=timestamps[0])
+
+
+produce_reqs = st.builds(
+    lambda topic, part, acks, timeout, tss, headers, version: _req(
+        ApiKey.PRODUCE, version, transactional_id=None, acks=acks, timeout_ms=timeout,
+        topics=[(topic, [(part, _records(tss, headers, 2 if version >= 3 else 1))])]),
+    TOPIC, I32, st.sampled_from([-2, -1, 0, 1, 2, 32767, -32768]), st.one_of(SMALL_WAIT, st.just(2**31 - 1)),
+    st.builds(lambda ts, n: [ts] * n, HOSTILE_TS, st.integers(1, 3)), st.sampled_from([0, 1, 50, 2000]), st.sampled_from([2, 3, 7]),
+)
+fetch_reqs = st.builds(
+    lambda topic, part, off, pmax, max_bytes, wait, min_bytes: _req(
+        ApiKey.FETCH, 4, replica_id=-1, max_wait_ms=wait, min_bytes=min_bytes, max_bytes=max_bytes, isolation_level=0,
+        topics=[(topic, [(part, off, pmax)])]),
+    TOPIC, I32, I64, I32, I32, SMALL_WAIT, st.sampled_from([-(2**31), -1, 0, 1, 2**31 - 1]),
+)
+list_offsets_reqs = st.builds(
+    lambda topic, part, ts, n, version: _req(ApiKey.LIST_OFFSETS, version, replica_id=-1, isolation_level=0,
+                                             topics=[(topic, [(part, ts, n)] if version == 0 else [(part, ts)])]),
+    TOPIC, I32, HOSTILE_TS | I64, I32, st.sampled_from([0, 1, 2]),
+)
+metadata_reqs = st.builds(lambda topics: _req(ApiKey.METADATA, 4, topics=topics, allow_auto_topic_creation=False),
+                          st.lists(TOPIC, max_size=5))
+commit_reqs = st.builds(
+    lambda group, gen, topic, part, off, meta, retention: _req(
+        ApiKey.OFFSET_COMMIT, 2, group_id=group, generation_id=gen, member_id="", retention_time_ms=retention,
+        topics=[(topic, [(part, off, meta)])]),
+    st.sampled_from(["g-hostile", ""]), I32, TOPIC, I32, I64, st.sampled_from([None, "", "m" * 5000]), I64,
+)
+offset_fetch_reqs = st.builds(lambda group, topic, part: _req(ApiKey.OFFSET_FETCH, 3, group_id=group, topics=[(topic, [part])]),
+                              st.sampled_from(["g-hostile", ""]), TOPIC, I32)
+create_reqs = st.builds(
+    lambda n, rf, validate, timeout: _req(ApiKey.CREATE_TOPICS, 2, topics=[(f"hostile-{uuid.uuid4().hex[:8]}", n, rf, [], [])],
+                                          timeout_ms=timeout, validate_only=validate),
+    I32, st.sampled_from([-32768, -2, -1, 0, 1, 2, 32767]), st.booleans(), SMALL_WAIT,
+)
+join_reqs = st.builds(
+    # A group of its own per example: a join into a group with earlier members waits (legitimately)
+    # for them to rejoin or expire, longer than this test's client timeout.
+    lambda session, rebalance, nprot: _req(ApiKey.JOIN_GROUP, 2, group_id=f"g-hostile-join-{uuid.uuid4().hex[:8]}", session_timeout_ms=session,
+                                           rebalance_timeout_ms=rebalance, member_id="", protocol_type="consumer",
+                                           protocols=[(f"p{i}", b"") for i in range(nprot)]),
+    I32, st.sampled_from([-1, 0, 1, 100]), st.sampled_from([0, 1, 500]),
+)
+heartbeat_reqs = st.builds(lambda gen, member: _req(ApiKey.HEARTBEAT, 2, group_id="g-hostile-join", generation_id=gen, member_id=member),
+                           I32, st.sampled_from(["", "nobody", "x" * 1000]))
+epoch_reqs = st.builds(lambda topic, part, cur, epoch: _req(ApiKey.OFFSET_FOR_LEADER_EPOCH, 2, topics=[(topic, [(part, cur, epoch)])]),
+                       TOPIC, I32, I32, I32)
+init_pid_reqs = st.builds(lambda timeout: _req(22, 1, transactional_id=None, transaction_timeout_ms=timeout), I32)
+
+HOSTILE = st.one_of(produce_reqs, fetch_reqs, list_offsets_reqs, metadata_reqs, commit_reqs, offset_fetch_reqs,
+                    create_reqs, join_reqs, heartbeat_reqs, epoch_reqs, init_pid_reqs)
+
+
+class _Errors(logging.Handler):
+    """The broker's ERROR records (a handler that raised logs one before closing the connection)."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.ERROR)
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+
+
+@pytest.fixture(scope="module")
+def errors() -> Iterator[_Errors]:
+    h = _Errors()
+    logger = logging.getLogger("hmbclient")
+    logger.addHandler(h)
+    try:
+        yield h
+    finally:
+        logger.removeHandler(h)
+
+
+@settings(max_examples=1000, deadline=None, suppress_health_check=list(HealthCheck), database=None)
+@given(req=HOSTILE)
+def test_hostile_values_get_an_answer_and_change_nothing_held(broker: EmbeddedBroker, errors: _Errors, req: Any) -> None:
+    errors.records.clear()
+    with RawClient("127.0.0.1", broker.port, timeout_s=30.0) as c:
+        if req.API_KEY == ApiKey.PRODUCE and req.acks == 0:
+            # No answer to wait for. A refused acks=0 produce closes the connection on purpose
+            # (Kafka's way to tell such a producer); the checks go over a new one.
+            c.send_no_response(req)
+        else:
+            try:
+                c.request(req)  # raises ConnectionError if the broker closed the connection
+            except TimeoutError:
+                raise AssertionError(f"no answer within 30 s to {req!r:.800}") from None
+            assert c.request(_req(ApiKey.API_VERSIONS, 0)).error_code == ErrorCode.NONE
+    with RawClient("127.0.0.1", broker.port, timeout_s=30.0) as c:
+        assert c.request(_req(ApiKey.API_VERSIONS, 0)).error_code == ErrorCode.NONE
+        _seed_intact(c)
+    assert not errors.records, [r.getMessage() for r in errors.records]
+
+
+def test_a_million_topics_in_one_request_is_answered(broker: EmbeddedBroker) -> None:
+    names = [f"absent-{i}" for i in range(10**6)]
+    with RawClient("127.0.0.1", broker.port, timeout_s=120.0) as c:
+        resp = c.request(_req(ApiKey.METADATA, 4, topics=names, allow_auto_topic_creation=False))
+        assert len(resp.topics) == len(names)
+        assert {t.error_code for t in resp.topics} == {ErrorCode.UNKNOWN_TOPIC_OR_PARTITION}
+        resp = c.request(_req(ApiKey.LIST_OFFSETS, 1, replica_id=-1, isolation_level=0, topics=[(SEEDED, [(p, -1) for p in range(10**5)])]))
+        codes = [p.error_code for p in resp.topics[0].partitions]
+        assert codes[:2] == [ErrorCode.NONE, ErrorCode.NONE] and set(codes[2:]) == {ErrorCode.UNKNOWN_TOPIC_OR_PARTITION}
+        _seed_intact(c)
+
+
+@pytest.mark.parametrize("n", [2**31 - 1, 10**6])
+@pytest.mark.parametrize("validate_only", [False, True])
+def test_absurd_partition_count_is_refused_at_once(broker: EmbeddedBroker, n: int, validate_only: bool) -> None:
+    topic = f"hostile-huge-{uuid.uuid4().hex[:8]}"
+    with RawClient("127.0.0.1", broker.port, timeout_s=10.0) as c:
+        t = c.request(_req(ApiKey.CREATE_TOPICS, 2, topics=[(topic, n, 1, [], [])], timeout_ms=0, validate_only=validate_only)).topics[0]
+        assert t.error_code == ErrorCode.INVALID_PARTITIONS and "at most" in t.error_message
+        assert c.request(_req(ApiKey.API_VERSIONS, 0)).error_code == ErrorCode.NONE
+    assert not broker.broker.metadata.has_topic(topic)
+
+
+def test_offset_commit_with_the_largest_retention_is_stored(broker: EmbeddedBroker, errors: _Errors) -> None:
+    """retention_time_ms = 2^63-1 made the expiry overflow the record's int64 (struct.error: the
+    connection was closed and nothing committed); the expiry now saturates."""
+    errors.records.clear()
+    group = f"g-retention-{uuid.uuid4().hex[:6]}"
+    req = _req(ApiKey.OFFSET_COMMIT, 2, group_id=group, generation_id=-1, member_id="", retention_time_ms=2**63 - 1,
+               topics=[(SEEDED, [(0, 7, "m")])])
+    with RawClient("127.0.0.1", broker.port, timeout_s=10.0) as c:
+        deadline = time.monotonic() + 20
+        while True:
+            code = c.request(req).topics[0].partitions[0].error_code
+            if code not in (ErrorCode.COORDINATOR_NOT_AVAILABLE, ErrorCode.NOT_COORDINATOR, ErrorCode.COORDINATOR_LOAD_IN_PROGRESS) or time.monotonic() > deadline:
+                break
+            time.sleep(0.1)
+        assert code == ErrorCode.NONE
+        fetched = c.request(_req(ApiKey.OFFSET_FETCH, 1, group_id=group, topics=[(SEEDED, [0])]))
+        assert fetched.topics[0].partitions[0].offset == 7
+    assert not errors.records, [r.getMessage() for r in errors.records]
