@@ -41,7 +41,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from kazoo.client import KazooClient  # noqa: E402
 
 from hmbclient.consumer.connector import Consumer, ConsumerConnector  # noqa: E402
-from hmbclient.consumer.fetcher import build_request  # noqa: E402
 from hmbclient.errors import ConsumerTimeoutError  # noqa: E402
 from hmbclient.net import Metadata, NetClient  # noqa: E402
 from hmbclient.protocol.api.base import ApiKey  # noqa: E402
@@ -79,8 +78,8 @@ class Ticker:
         for leader, parts in by_leader.items():
 
             def build(versions: Any, parts: list[dict[str, Any]] = parts) -> Any:
-                return build_request(
-                    versions, ApiKey.PRODUCE, transactional_id=None, acks=1, timeout_ms=10_000,
+                return versions.build(
+                    ApiKey.PRODUCE, transactional_id=None, acks=1, timeout_ms=10_000,
                     topics=[{"topic": self.topic, "partitions": parts}],
                 )
 

@@ -262,14 +262,13 @@ class DirectProbe:
         self.topic, self.partition = topic, partition
 
     def _produce(self, client: Any) -> bool:
-        from hmbclient.consumer.fetcher import build_request
         from hmbclient.protocol.api.base import ApiKey
         from hmbclient.protocol.records import NONE, encode_records
 
         records = encode_records(2, NONE, [(None, b"probe", None)])
 
         def build(versions: Any) -> Any:
-            return build_request(versions, ApiKey.PRODUCE, transactional_id=None, acks=-1, timeout_ms=1_000,
+            return versions.build(ApiKey.PRODUCE, transactional_id=None, acks=-1, timeout_ms=1_000,
                                  topics=[{"topic": self.topic, "partitions": [{"partition": self.partition, "records": records}]}])
 
         try:

@@ -13,6 +13,13 @@
   hmbclient.testing (local servers) import ``socket``/``selectors``/``ssl``; the sans-IO codec
   (hmbclient.protocol) starts no thread and takes no lock: of ``threading`` it may import only
   ``local`` (per-thread scratch buffers of the decompressors).
+* No import cycle inside a component (a package of the map): the graph of module -> module
+  imports between modules of one component (the same walk, lazy and ``TYPE_CHECKING`` imports
+  included, each import resolved to the nearest project module) has no strongly connected
+  component of more than one module. A helper two modules share lives below both (e.g. the
+  message builder in ``hmbclient.protocol``, not in the broker's dispatcher). Between
+  components the directions above decide (they allow one lazy loop on purpose: the
+  ``hmbclient.config`` facade re-exports the component configs declared on its machinery).
 * The table in docs/architecture.md is this module's :data:`ALLOWED`, row for row.
 * The repository stands alone: no tracked file refers to a directory beside the clone or to an
   absolute path of one machine.
@@ -27,7 +34,7 @@ import ast
 import os
 import re
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -189,6 +196,155 @@ def violations(module: str, is_package: bool, source: str, known: set[str]) -> l
                 found.append(f"{module}:{line} imports {target}: spark_integration uses hmbclient's "
                              "front doors only (the facade or hmbclient.<package>)")
     return found
+
+
+def import_graph(sources: Mapping[str, tuple[bool, str]]) -> dict[str, dict[str, int]]:
+    """module -> {imported module: first line} over the modules of ``sources`` (dotted name ->
+    (is a package, source)). An import of something inside a module (``from a.b import f``)
+    or of a name below a known module counts as an import of the nearest known module; imports
+    of anything outside ``sources`` and of the module itself are left out."""
+    known = set(sources)
+    graph: dict[str, dict[str, int]] = {}
+    for module, (is_package, source) in sources.items():
+        edges: dict[str, int] = {}
+        for line, target in imported_modules(module, is_package, source, known):
+            while target and target not in known:
+                target = target.rpartition(".")[0]
+            if target and target != module:
+                edges.setdefault(target, line)
+        graph[module] = edges
+    return graph
+
+
+def import_cycles(graph: Mapping[str, Mapping[str, int]]) -> list[list[str]]:
+    """Every import cycle, one per strongly connected component of more than one module, as a
+    path that starts and ends at the same module (Tarjan's algorithm, without recursion)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    on_stack: set[str] = set()
+    stack: list[str] = []
+    components: list[list[str]] = []
+    for root in sorted(graph):
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in graph:
+                    continue
+                if child not in index:
+                    index[child] = low[child] = len(index)
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(graph[child]))))
+                elif child in on_stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                component = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.append(member)
+                    if member == node:
+                        break
+                if len(component) > 1:
+                    components.append(sorted(component))
+    return [_cycle_through(graph, set(c), c[0]) for c in components]
+
+
+def _cycle_through(graph: Mapping[str, Mapping[str, int]], members: set[str], start: str) -> list[str]:
+    # The shortest path start -> ... -> start inside one component (breadth first).
+    came_from: dict[str, str] = {}
+    frontier = [start]
+    while frontier:
+        nxt = []
+        for node in frontier:
+            for child in sorted(graph[node]):
+                if child not in members:
+                    continue
+                if child == start:
+                    path = [node]
+                    while path[-1] != start:
+                        path.append(came_from[path[-1]])
+                    return [start, *reversed(path[:-1]), start] if len(path) > 1 else [start, node, start]
+                if child not in came_from:
+                    came_from[child] = node
+                    nxt.append(child)
+        frontier = nxt
+    raise AssertionError(f"{start} is in a component but on no cycle")  # pragma: no cover
+
+
+def _describe(graph: Mapping[str, Mapping[str, int]], cycle: list[str]) -> str:
+    return " -> ".join(f"{a} (line {graph[a][b]})" for a, b in zip(cycle, cycle[1:], strict=False)) + f" -> {cycle[-1]}"
+
+
+def within_components(graph: Mapping[str, Mapping[str, int]]) -> dict[str, dict[str, int]]:
+    """``graph`` without the imports from one component to another."""
+    return {m: {t: line for t, line in edges.items() if component_of(t) == component_of(m)} for m, edges in graph.items()}
+
+
+def test_no_import_cycle() -> None:
+    """No module imports itself back inside its component, however far round and however lazily."""
+    sources = {name: (path.name == "__init__.py", path.read_text()) for name, path in project_modules().items()}
+    graph = within_components(import_graph(sources))
+    found = [_describe(graph, c) for c in import_cycles(graph)]
+    assert not found, "import cycles (move what both sides need below them):\n" + "\n".join(found)
+
+
+def test_the_cycle_check_catches_cycles() -> None:
+    """The check itself, on small synthetic packages: a two-module cycle hidden in a function,
+    a three-module one through a relative import and import_module, a cycle through a package's
+    __init__; an acyclic package passes, and importing a name of a module counts as the module."""
+    cyclic = {
+        "pkg": (True, "from pkg.c import C\n"),
+        "pkg.a": (False, "from pkg.b import helper\n"),
+        "pkg.b": (False, "def helper():\n    from pkg.a import thing\n    return thing\n"),
+        "pkg.c": (False, "from .d import D\n"),
+        "pkg.d": (False, "import importlib\nE = importlib.import_module('pkg.e')\n"),
+        "pkg.e": (False, "from pkg.c import C\n"),
+        "pkg.f": (False, "from pkg import C\n"),
+        "pkg.g": (False, "from pkg.a import helper\nimport os\n"),
+    }
+    graph = import_graph(cyclic)
+    cycles = {frozenset(c) for c in import_cycles(graph)}
+    assert cycles == {frozenset({"pkg.a", "pkg.b"}), frozenset({"pkg.c", "pkg.d", "pkg.e"})}
+    for c in import_cycles(graph):
+        assert c[0] == c[-1] and all(b in graph[a] for a, b in zip(c, c[1:], strict=False)), c
+    # pkg.f imports the package, whose __init__ imports pkg.c, which never comes back: no cycle;
+    # make pkg.c import pkg.f and the package's __init__ is on a cycle too (one cycle is shown
+    # per tangle of modules: the shortest through its first module).
+    through_init = dict(cyclic, **{"pkg.c": (False, "from .d import D\nfrom pkg.f import x\n")})
+    assert ["pkg", "pkg.c", "pkg.f", "pkg"] in import_cycles(import_graph(through_init))
+    acyclic = {
+        "pkg": (True, "from pkg.a import A\n"),
+        "pkg.a": (False, "from pkg.b import B\nfrom pkg.b.inner import f\n"),
+        "pkg.b": (True, "def f():\n    from pkg.c import C\n"),
+        "pkg.c": (False, "import pkg.d.x\n"),
+        "pkg.d": (False, "X = 1\n"),
+    }
+    assert import_cycles(import_graph(acyclic)) == []
+    assert import_graph(acyclic)["pkg.c"] == {"pkg.d": 1}
+    # the check as the repository runs it: inside one component a lazy cycle is caught, a loop
+    # between two components (the config facade's) is left to the direction rules
+    real = {
+        "hmbclient.broker.apis": (False, "from hmbclient.broker.security.hooks import allowed\n"),
+        "hmbclient.broker.security.hooks": (False, "def f():\n    from hmbclient.broker.apis import _make\n"),
+        "hmbclient.config": (False, "_LAZY = {'BrokerConfig': 'hmbclient.broker.config'}\n"),
+        "hmbclient.broker.config": (False, "from hmbclient.config import Config\n"),
+    }
+    assert [set(c) for c in import_cycles(within_components(import_graph(real)))] == [
+        {"hmbclient.broker.apis", "hmbclient.broker.security.hooks"}
+    ]
+    assert len(import_cycles(import_graph(real))) == 2
 
 
 def test_imports_point_the_right_way() -> None:

@@ -24,8 +24,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from functools import cache
-from operator import itemgetter
 from typing import Any, Protocol
 
 from hmbclient.broker.metadata import NO_LEADER, BrokerEndpoint, MetadataCache, PartitionMeta
@@ -65,37 +63,6 @@ class RequestChannel(Protocol):
 
     def close(self, reason: str) -> None:
         """Close the connection after the responses before this one."""
-
-
-@cache
-def _shape(cls: type, *path: str) -> Any:
-    """The namedtuple class of a nested struct of a response class, e.g. a topic entry."""
-    st = cls.SCHEMA  # type: ignore[attr-defined]
-    for name in path:
-        st = st.field(name).item
-    return st.values
-
-
-def _make(shape: Any, **fields: Any) -> Any:
-    names = shape._fields
-    return shape(**{k: v for k, v in fields.items() if k in names})
-
-
-@cache
-def _row(shape: Any, *names: str) -> Callable[..., Any]:
-    """A positional ``_make`` for the per-partition rows of Produce and Fetch answers:
-    ``_row(shape, "a", "b")(1, 2)`` is ``_make(shape, a=1, b=2)`` (names the version lacks are
-    dropped, fields not named take their defaults) without a dict per row."""
-    fields = shape._fields
-    missing = [f for f in fields if f not in names]
-    pad = tuple(shape._field_defaults[f] for f in missing)
-    width = len(names)
-    picks = [names.index(f) if f in names else width + missing.index(f) for f in fields]
-    new = tuple.__new__
-    if len(picks) == 1:
-        return lambda *values: new(shape, ((values + pad)[picks[0]],))
-    get = itemgetter(*picks)
-    return lambda *values: new(shape, get(values + pad))
 
 
 def api_versions_table(handled: set[int]) -> list[tuple[int, int, int]]:
@@ -284,7 +251,7 @@ class KafkaApis:
     def _metadata_response(
         self, resp_cls: Any, names: list[str], codes: dict[str, int], here: tuple[str, int] | None = None, here_listener: str | None = None
     ) -> Response:
-        broker_shape = _shape(resp_cls, "brokers")
+        broker_shape = resp_cls.nested("brokers")
         # A client on another listener than the registered one is told this broker's address
         # on the listener it came in on (``here``), so it stays on its security protocol.
         # Other brokers are listed at their address on that same listener, and left out when
@@ -294,10 +261,10 @@ class KafkaApis:
         for b in self.metadata.brokers():
             addr = here if here and b.node_id == self.broker_id else b.address(listener)
             if addr is not None:
-                brokers.append(_make(broker_shape, node_id=b.node_id, host=addr[0], port=addr[1], rack=None))
+                brokers.append(broker_shape.build(node_id=b.node_id, host=addr[0], port=addr[1], rack=None))
         live = self.metadata.live_broker_ids()
-        topic_shape = _shape(resp_cls, "topics")
-        part_shape = _shape(resp_cls, "topics", "partitions")
+        topic_shape = resp_cls.nested("topics")
+        part_shape = resp_cls.nested("topics", "partitions")
         topics = []
         for name in names:
             code = codes[name]
@@ -309,8 +276,7 @@ class KafkaApis:
                 for p, meta in enumerate(metas):
                     parts.append(self._partition_metadata(part_shape, p, meta, live))
             topics.append(
-                _make(
-                    topic_shape,
+                topic_shape.build(
                     error_code=code,
                     topic=name,
                     is_internal=self.metadata.is_internal(name),
@@ -330,8 +296,7 @@ class KafkaApis:
     @staticmethod
     def _partition_metadata(part_shape: Any, p: int, meta: PartitionMeta, live: set[int]) -> Any:
         online = meta.leader != NO_LEADER and meta.leader in live
-        return _make(
-            part_shape,
+        return part_shape.build(
             error_code=ErrorCode.NONE if online else ErrorCode.LEADER_NOT_AVAILABLE,
             partition=p,
             leader=meta.leader if online else NO_LEADER,
@@ -394,7 +359,7 @@ class KafkaApis:
                 else:
                     channel.send(None)
                 return
-            row = _row(_shape(resp_cls, "topics", "partitions"), "partition", "error_code", "base_offset", "log_append_time", "log_start_offset")
+            row = resp_cls.nested("topics", "partitions").row("partition", "error_code", "base_offset", "log_append_time", "log_start_offset")
             topics = []
             for topic, parts in order:
                 plist = []
@@ -459,7 +424,7 @@ class KafkaApis:
                     infos.append(FetchInfo(topic, p.partition, p.fetch_offset, p.partition_max_bytes))
             layout.append((topic, plist))
 
-        row = _row(_shape(resp_cls, "topics", "partitions"), "partition", "error_code", "high_watermark", "last_stable_offset", "log_start_offset", "aborted_transactions", "records")
+        row = resp_cls.nested("topics", "partitions").row("partition", "error_code", "high_watermark", "last_stable_offset", "log_start_offset", "aborted_transactions", "records")
 
         def respond(results: list[FetchResult]) -> None:
             it = iter(results)
@@ -484,7 +449,7 @@ class KafkaApis:
     def handle_list_offsets(self, header: RequestHeader, req: Any, channel: RequestChannel) -> None:
         v = header.api_version
         resp_cls = type(req).RESPONSE_TYPE
-        part_shape = _shape(resp_cls, "topics", "partitions")
+        part_shape = resp_cls.nested("topics", "partitions")
         # Consumers see committed messages only: "latest" is the high watermark; a follower
         # (replica_id >= 0) asks for the leader's log end.
         from_replica = req.replica_id >= 0
@@ -507,7 +472,7 @@ class KafkaApis:
                     offsets: list[int] = []
                     if not code and partition_log is not None:
                         offsets = sorted({min(o, end) for o in partition_log.offsets_before(p.timestamp, p.max_num_offsets, now)}, reverse=True)
-                    parts.append(_make(part_shape, partition=p.partition, error_code=code, old_style_offsets=offsets))
+                    parts.append(part_shape.build(partition=p.partition, error_code=code, old_style_offsets=offsets))
                     continue
                 ts, off = -1, -1
                 if not code and partition_log is not None:
@@ -519,7 +484,7 @@ class KafkaApis:
                         found = partition_log.offset_for_timestamp(p.timestamp)
                         if found is not None and found[0] < end:
                             off, ts = found
-                parts.append(_make(part_shape, partition=p.partition, error_code=code, timestamp=ts, offset=off, leader_epoch=epoch))
+                parts.append(part_shape.build(partition=p.partition, error_code=code, timestamp=ts, offset=off, leader_epoch=epoch))
             topics.append((t.topic, parts))
         channel.send(resp_cls.build(throttle_time_ms=0, topics=topics))
 
@@ -527,7 +492,7 @@ class KafkaApis:
     def handle_create_topics(self, header: RequestHeader, req: Any, channel: RequestChannel) -> None:
         v = header.api_version
         resp_cls = type(req).RESPONSE_TYPE
-        shape = _shape(resp_cls, "topics")
+        shape = resp_cls.nested("topics")
         validate_only = v >= 1 and bool(req.validate_only)
         results: list[tuple[str, int, str | None]] = []
         created: list[str] = []
@@ -553,7 +518,7 @@ class KafkaApis:
             for topic, code, msg in results:
                 if topic in created and not self.metadata.is_ready(topic):
                     code, msg = ErrorCode.REQUEST_TIMED_OUT, "created, but its leaders were not elected within the request's timeout"
-                out.append(_make(shape, topic=topic, error_code=code, error_message=msg))
+                out.append(shape.build(topic=topic, error_code=code, error_message=msg))
             channel.send(resp_cls.build(throttle_time_ms=0, topics=out))
 
         if created and req.timeout_ms > 0:
@@ -634,7 +599,7 @@ class KafkaApis:
     def handle_offset_for_leader_epoch(self, header: RequestHeader, req: Any, channel: RequestChannel) -> None:
         v = header.api_version
         resp_cls = type(req).RESPONSE_TYPE
-        part_shape = _shape(resp_cls, "topics", "partitions")
+        part_shape = resp_cls.nested("topics", "partitions")
         topics = []
         for t in req.topics:
             parts = []
@@ -652,6 +617,6 @@ class KafkaApis:
                         code, epoch, end = ErrorCode.FENCED_LEADER_EPOCH, -1, -1
                     elif current > mine:
                         code, epoch, end = ErrorCode.UNKNOWN_LEADER_EPOCH, -1, -1
-                parts.append(_make(part_shape, error_code=code, partition=p.partition, leader_epoch=epoch, end_offset=end))
+                parts.append(part_shape.build(error_code=code, partition=p.partition, leader_epoch=epoch, end_offset=end))
             topics.append((t.topic, parts))
         channel.send(resp_cls.build(throttle_time_ms=0, topics=topics))

@@ -56,7 +56,6 @@ from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, Protocol
 
-from hmbclient.broker.apis import _make, _shape
 from hmbclient.broker.controller.decisions import offsets_topic_replication_factor
 from hmbclient.broker.coordinator.state import GroupRecord, MemberRecord
 from hmbclient.broker.metadata import NO_LEADER, OFFSETS_TOPIC, MetadataCache
@@ -491,11 +490,11 @@ class OffsetManager:
         store = self._zk_store
         assert store is not None
         resp_cls = type(req).RESPONSE_TYPE
-        shape = _shape(resp_cls, "topics", "partitions")
+        shape = resp_cls.nested("topics", "partitions")
         group = req.group_id
 
         def answer(code_of: Callable[[str, Any], int]) -> None:
-            topics = [(t.topic, [_make(shape, partition=p.partition, error_code=code_of(t.topic, p)) for p in t.partitions]) for t in req.topics]
+            topics = [(t.topic, [shape.build(partition=p.partition, error_code=code_of(t.topic, p)) for p in t.partitions]) for t in req.topics]
             channel.send(resp_cls.build(throttle_time_ms=0, topics=topics))
 
         def work() -> None:
@@ -525,7 +524,7 @@ class OffsetManager:
         store = self._zk_store
         assert store is not None
         resp_cls = type(req).RESPONSE_TYPE
-        shape = _shape(resp_cls, "topics", "partitions")
+        shape = resp_cls.nested("topics", "partitions")
         group = req.group_id
         wanted = [(t.topic, list(t.partitions)) for t in req.topics or ()]
 
@@ -535,7 +534,7 @@ class OffsetManager:
                 plist = []
                 for p in parts:
                     off, code = entry_of(topic, p)
-                    plist.append(_make(shape, partition=p, offset=off, committed_leader_epoch=-1, metadata="", error_code=code))
+                    plist.append(shape.build(partition=p, offset=off, committed_leader_epoch=-1, metadata="", error_code=code))
                 topics.append((topic, plist))
             channel.send(resp_cls.build(throttle_time_ms=0, topics=topics, error_code=ErrorCode.NONE))
 
@@ -612,10 +611,10 @@ class OffsetManager:
                     # A failed append: the coordinator moved (NOT_COORDINATOR) or the ISR is
                     # short (COORDINATOR_NOT_AVAILABLE); both retriable.
                     results[tp] = _commit_error(err)
-            shape = _shape(resp_cls, "topics", "partitions")
+            shape = resp_cls.nested("topics", "partitions")
             topics = []
             for t in req.topics:
-                topics.append((t.topic, [_make(shape, partition=p.partition, error_code=results.get((t.topic, p.partition), ErrorCode.NONE)) for p in t.partitions]))
+                topics.append((t.topic, [shape.build(partition=p.partition, error_code=results.get((t.topic, p.partition), ErrorCode.NONE)) for p in t.partitions]))
             channel.send(resp_cls.build(throttle_time_ms=0, topics=topics))
 
         if not items:
@@ -670,7 +669,7 @@ class OffsetManager:
         resp_cls = type(req).RESPONSE_TYPE
         group = req.group_id
         code = ErrorCode.INVALID_GROUP_ID if group is None else self._group_state(group)
-        shape = _shape(resp_cls, "topics", "partitions")
+        shape = resp_cls.nested("topics", "partitions")
         # Offsets not committed again within offsets.retention.minutes are forgotten, as Kafka
         # expires them (the log keeps them until compaction; the answer no longer does).
         oldest = wall_ms() - self.retention_ms
@@ -689,7 +688,7 @@ class OffsetManager:
             plist = []
             for p in parts:
                 off, meta, _ = cached.get((topic, p), (-1, "", -1))
-                plist.append(_make(shape, partition=p, offset=off, committed_leader_epoch=-1, metadata=meta, error_code=code))
+                plist.append(shape.build(partition=p, offset=off, committed_leader_epoch=-1, metadata=meta, error_code=code))
             topics.append((topic, plist))
         channel.send(resp_cls.build(throttle_time_ms=0, topics=topics, error_code=code))
 

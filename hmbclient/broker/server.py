@@ -51,13 +51,12 @@ import struct
 import threading
 import time
 from collections import deque
-from dataclasses import dataclass
 from typing import Any
 
 from hmbclient.broker.apis import KafkaApis, unsupported_api_versions_response
+from hmbclient.broker.listener import Listener
 from hmbclient.broker.log.segment import FileSlice
 from hmbclient.broker.security import ANONYMOUS, Session
-from hmbclient.broker.security.credentials import CredentialStore
 from hmbclient.broker.security.sasl import new_sasl_server
 from hmbclient.clock import monotonic_ms
 from hmbclient.errors import ProtocolError
@@ -82,38 +81,6 @@ _REAP_EVERY_S = 1.0
 SASL_MAX_RECEIVE = 512 * 1024
 _TLS_WRITE_CHUNK = 256 * 1024
 _size = struct.Struct(">i")
-
-
-@dataclass
-class Listener:
-    """One listening socket: ``protocol`` (PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL) on
-    ``host:port`` (port 0: ephemeral, the bound port is written back on start).
-
-    ``ssl_context`` is required for SSL and SASL_SSL; ``credentials`` and ``mechanisms`` for
-    the SASL ones.
-    """
-
-    protocol: str = "PLAINTEXT"
-    host: str = "127.0.0.1"
-    port: int = 0
-    ssl_context: ssl.SSLContext | None = None
-    credentials: CredentialStore | None = None
-    mechanisms: tuple[str, ...] = ()
-    #: ``connections.max.reauth.ms``: SASL sessions last this long (0: for ever), told to
-    #: SaslAuthenticate v1 clients, which re-authenticate before it ends (KIP-368)
-    reauth_ms: int = 0
-
-    @property
-    def name(self) -> str:
-        return self.protocol
-
-    @property
-    def tls(self) -> bool:
-        return self.protocol in ("SSL", "SASL_SSL")
-
-    @property
-    def sasl(self) -> bool:
-        return self.protocol in ("SASL_PLAINTEXT", "SASL_SSL")
 
 
 def _cert_principal(cert: dict[str, Any] | None) -> str:

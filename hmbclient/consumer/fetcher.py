@@ -45,41 +45,14 @@ from hmbclient.net.versions import BrokerVersions
 from hmbclient.protocol.api.base import ApiKey
 from hmbclient.protocol.api.list_offsets import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
 from hmbclient.protocol.records import decode_records
-from hmbclient.protocol.types import Array, Struct
 
 from .stream import FetchedChunk, PartitionTopicInfo
 
-__all__ = ["FetcherManager", "build_request", "list_offsets"]
+__all__ = ["FetcherManager", "list_offsets"]
 
 log = logging.getLogger("hmbclient.consumer")
 
 TopicPartition = tuple[str, int]
-
-
-def _fit(schema: Struct, value: Any) -> Any:
-    # Keep only the fields this version's struct has, recursively through arrays of structs,
-    # so one call site can describe a request for every version.
-    if not isinstance(value, dict):
-        return value
-    out = {}
-    for name, field_type in schema.fields:
-        if name not in value:
-            continue
-        field_value = value[name]
-        if isinstance(field_type, Array) and isinstance(field_type.item, Struct) and field_value is not None:
-            field_value = [_fit(field_type.item, item) for item in field_value]
-        out[name] = field_value
-    return out
-
-
-def build_request(versions: BrokerVersions, api_key: int, **fields: Any) -> Any:
-    """Build ``api_key`` at the connection's version from a superset of fields (nested dicts ok).
-
-    Raises:
-        UnsupportedByBroker: the broker/dialect lacks the API.
-    """
-    cls = versions.request_class(api_key)
-    return cls.build(**_fit(cls.SCHEMA, fields))
 
 
 def list_offsets(
@@ -96,8 +69,7 @@ def list_offsets(
         by_topic.setdefault(topic, []).append(partition)
 
     def build(versions: BrokerVersions) -> Any:
-        return build_request(
-            versions,
+        return versions.build(
             ApiKey.LIST_OFFSETS,
             replica_id=-1,
             isolation_level=0,
@@ -231,8 +203,7 @@ class _BrokerFetcher:
             )
 
         def build(versions: BrokerVersions) -> Any:
-            return build_request(
-                versions,
+            return versions.build(
                 ApiKey.FETCH,
                 replica_id=-1,
                 max_wait_ms=manager.max_wait_ms,

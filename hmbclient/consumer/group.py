@@ -113,7 +113,6 @@ from hmbclient.protocol.api.consumer_protocol import (
 from rebalance.rebalancer import OwnershipListener, Subscription
 
 from .assignors import GROUP_ASSIGNORS, MemberSubscription, streams_for
-from .fetcher import build_request
 from .offsets import COORDINATOR_MOVED, KafkaOffsetStorage
 
 __all__ = [
@@ -544,7 +543,7 @@ class BrokerGroupMember:
         assert self._coordinator is not None
 
         def build(versions: BrokerVersions) -> Any:
-            return build_request(versions, api_key, **fields)
+            return versions.build(api_key, **fields)
 
         future = self.client.send(self._coordinator, build, timeout_ms=timeout_ms, api_key=api_key)
         return self._wait(future, timeout_ms)
@@ -600,8 +599,7 @@ class BrokerGroupMember:
         timeout_ms = self.rebalance_timeout_ms + _JOIN_GRACE_MS
         future = self.client.send(
             self._coordinator,  # type: ignore[arg-type]
-            lambda v: build_request(
-                v,
+            lambda v: v.build(
                 ApiKey.JOIN_GROUP,
                 group_id=self.group,
                 session_timeout_ms=self.session_timeout_ms,
@@ -915,8 +913,7 @@ class BrokerGroupMember:
         member_id = self.member_id
         try:
             def build(versions: BrokerVersions) -> Any:
-                return build_request(
-                    versions,
+                return versions.build(
                     ApiKey.LEAVE_GROUP,
                     group_id=self.group,
                     member_id=member_id,

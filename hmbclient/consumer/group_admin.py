@@ -31,7 +31,7 @@ from hmbclient.protocol.api.consumer_protocol import (
     decode_member_metadata,
 )
 
-from .fetcher import build_request, list_offsets
+from .fetcher import list_offsets
 
 __all__ = ["list_broker_groups", "describe_broker_group"]
 
@@ -58,7 +58,7 @@ def list_broker_groups(
         nodes = sorted(view.brokers) or list(client.bootstrap_ids)
         found: dict[str, str] = {}
         for node in nodes:
-            answer = client.call(node, lambda v: build_request(v, ApiKey.LIST_GROUPS), timeout_ms=timeout_ms,
+            answer = client.call(node, lambda v: v.build(ApiKey.LIST_GROUPS), timeout_ms=timeout_ms,
                                  api_key=ApiKey.LIST_GROUPS)
             if answer.error_code:
                 raise for_code(answer.error_code)(f"ListGroups on broker {node}")
@@ -90,7 +90,7 @@ def describe_broker_group(
         coordinator = _find_coordinator(client, group, timeout_ms)
         described = client.call(
             coordinator,
-            lambda v: build_request(v, ApiKey.DESCRIBE_GROUPS, groups=[group], include_authorized_operations=False),
+            lambda v: v.build(ApiKey.DESCRIBE_GROUPS, groups=[group], include_authorized_operations=False),
             timeout_ms=timeout_ms,
             api_key=ApiKey.DESCRIBE_GROUPS,
         ).groups[0]
@@ -133,7 +133,7 @@ def describe_broker_group(
 
 def _find_coordinator(client: NetClient, group: str, timeout_ms: int) -> int:
     def build(versions: BrokerVersions) -> Any:
-        return build_request(versions, ApiKey.FIND_COORDINATOR, group_id=group, key=group, key_type=0)
+        return versions.build(ApiKey.FIND_COORDINATOR, group_id=group, key=group, key_type=0)
 
     found = client.call(client.least_loaded_node(), build, timeout_ms=timeout_ms, api_key=ApiKey.FIND_COORDINATOR)
     if found.error_code:
@@ -183,8 +183,8 @@ def _committed(
         return {}
     answer = client.call(
         coordinator,
-        lambda v: build_request(
-            v, ApiKey.OFFSET_FETCH, group_id=group,
+        lambda v: v.build(
+            ApiKey.OFFSET_FETCH, group_id=group,
             topics=[{"topic": t, "partitions": ps} for t, ps in by_topic.items()],
         ),
         timeout_ms=timeout_ms,

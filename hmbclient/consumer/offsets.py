@@ -43,8 +43,6 @@ from hmbclient.protocol.api.base import ApiKey
 from hmbclient.zkpaths import ZnodeDataError
 from rebalance.offsets import ZkOffsetStore
 
-from .fetcher import build_request
-
 __all__ = ["OffsetStorage", "ZooKeeperOffsetStorage", "KafkaOffsetStorage", "DualOffsetStorage"]
 
 log = logging.getLogger("hmbclient.consumer")
@@ -144,7 +142,7 @@ class KafkaOffsetStorage:
             return self._coordinator
 
         def build(versions: BrokerVersions) -> Any:
-            return build_request(versions, ApiKey.FIND_COORDINATOR, group_id=self.group, key=self.group, key_type=0)
+            return versions.build(ApiKey.FIND_COORDINATOR, group_id=self.group, key=self.group, key_type=0)
 
         resp = self.client.call(self.client.least_loaded_node(), build, timeout_ms=self.timeout_ms)
         if resp.error_code:
@@ -191,8 +189,7 @@ class KafkaOffsetStorage:
         generation_id, member_id = self.generation() if self.generation is not None else (-1, "")
 
         def build(versions: BrokerVersions) -> Any:
-            return build_request(
-                versions,
+            return versions.build(
                 ApiKey.OFFSET_COMMIT,
                 group_id=self.group,
                 generation_id=generation_id,
@@ -221,8 +218,7 @@ class KafkaOffsetStorage:
             by_topic.setdefault(t, []).append(p)
 
         def build(versions: BrokerVersions) -> Any:
-            return build_request(
-                versions,
+            return versions.build(
                 ApiKey.OFFSET_FETCH,
                 group_id=self.group,
                 topics=[{"topic": t, "partitions": ps} for t, ps in by_topic.items()],

@@ -62,7 +62,7 @@ from hmbclient.errors import (
 from hmbclient.net.client import NetClient
 from hmbclient.net.security import Security
 from hmbclient.net.versions import BrokerVersions
-from hmbclient.protocol.api.base import REQUESTS, ApiKey
+from hmbclient.protocol.api.base import ApiKey
 
 __all__ = ["SimpleConsumer", "FetchRequest", "LATEST_TIME", "EARLIEST_TIME"]
 
@@ -84,18 +84,6 @@ class FetchRequest(NamedTuple):
     partition: int
     offset: int
     max_size: int | None = None
-
-
-_PART_FIELDS: dict[int, tuple[str, ...]] = {}
-
-
-def _partition_fields(version: int) -> tuple[str, ...]:
-    names = _PART_FIELDS.get(version)
-    if names is None:
-        cls = REQUESTS[(int(ApiKey.FETCH), version)]
-        names = tuple(cls.SCHEMA.field("topics").item.field("partitions").item.names)  # type: ignore[attr-defined]
-        _PART_FIELDS[version] = names
-    return names
 
 
 class SimpleConsumer:
@@ -203,18 +191,12 @@ class SimpleConsumer:
             total += size
 
         def build(versions: BrokerVersions) -> Any:
-            v = versions.version(ApiKey.FETCH)
-            names = _partition_fields(v)
-            vals = {"current_leader_epoch": -1, "log_start_offset": -1}
-            topics = []
-            for topic, parts in by_topic.items():
-                plist = []
-                for partition, offset, size in parts:
-                    vals["partition"] = partition
-                    vals["fetch_offset"] = offset
-                    vals["partition_max_bytes"] = size
-                    plist.append(tuple(vals[n] for n in names))
-                topics.append((topic, plist))
+            # One positional row per partition at the connection's Fetch version (the version
+            # drops the fields it lacks: current_leader_epoch before v9, log_start_offset before v5).
+            row = versions.request_class(ApiKey.FETCH).nested("topics", "partitions").row(
+                "partition", "fetch_offset", "partition_max_bytes", "current_leader_epoch", "log_start_offset"
+            )
+            topics = [(topic, [row(p, offset, size, -1, -1) for p, offset, size in parts]) for topic, parts in by_topic.items()]
             return versions.build(
                 ApiKey.FETCH,
                 replica_id=-1,
@@ -497,24 +479,26 @@ class SimpleConsumer:
         versions: BrokerVersions = self._client.versions(_NODE).result(timeout=timeout / 1000.0 + 2.0)
         top = versions.version(ApiKey.LIST_OFFSETS)  # raises UnsupportedByBroker (HMB)
         if top == 0:
-            req = REQUESTS[(int(ApiKey.LIST_OFFSETS), 0)](
-                replica_id=-1, topics=[(topic, [(partition, int(time), int(max_num_offsets))])]
+            req = versions.build(
+                ApiKey.LIST_OFFSETS,
+                replica_id=-1,
+                topics=[{"topic": topic, "partitions": [{"partition": partition, "timestamp": int(time), "max_num_offsets": int(max_num_offsets)}]}],
             )
             p = self._list_offsets(req, timeout)
             return sorted((int(o) for o in p.old_style_offsets), reverse=True)[:max_num_offsets]
         # Brokers without v0 (Kafka 4): one offset per query; compose 0.8's list from them.
-        latest = self._offset_v1(versions, top, topic, partition, LATEST_TIME, timeout)
+        latest = self._offset_v1(versions, topic, partition, LATEST_TIME, timeout)
         if time == LATEST_TIME:
             out = [latest]
             if max_num_offsets > 1:
-                earliest = self._offset_v1(versions, top, topic, partition, EARLIEST_TIME, timeout)
+                earliest = self._offset_v1(versions, topic, partition, EARLIEST_TIME, timeout)
                 if earliest < latest:
                     out.append(earliest)
             return out
-        earliest = self._offset_v1(versions, top, topic, partition, EARLIEST_TIME, timeout)
+        earliest = self._offset_v1(versions, topic, partition, EARLIEST_TIME, timeout)
         if time == EARLIEST_TIME:
             return [earliest]
-        at = self._offset_v1(versions, top, topic, partition, int(time), timeout)
+        at = self._offset_v1(versions, topic, partition, int(time), timeout)
         first = latest if at < 0 else at
         out = [first]
         if max_num_offsets > 1 and earliest < first:
@@ -530,11 +514,13 @@ class SimpleConsumer:
                 return p
         raise UnknownTopicOrPartitionError("ListOffsets: the broker's answer named no partition")
 
-    def _offset_v1(self, versions: BrokerVersions, v: int, topic: str, partition: int, ts: int, timeout: float) -> int:
-        cls = REQUESTS[(int(ApiKey.LIST_OFFSETS), v)]
-        names = cls.SCHEMA.field("topics").item.field("partitions").item.names  # type: ignore[attr-defined]
-        vals = {"partition": partition, "current_leader_epoch": -1, "timestamp": ts}
-        req = cls.build(replica_id=-1, isolation_level=0, topics=[(topic, [tuple(vals[n] for n in names)])])
+    def _offset_v1(self, versions: BrokerVersions, topic: str, partition: int, ts: int, timeout: float) -> int:
+        req = versions.build(
+            ApiKey.LIST_OFFSETS,
+            replica_id=-1,
+            isolation_level=0,
+            topics=[{"topic": topic, "partitions": [{"partition": partition, "current_leader_epoch": -1, "timestamp": ts}]}],
+        )
         return int(self._list_offsets(req, timeout).offset)
 
     # -- lifecycle -------------------------------------------------------------------------

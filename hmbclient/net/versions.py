@@ -263,8 +263,14 @@ class BrokerVersions:
         return REQUESTS[(api_key, self.version(api_key))]
 
     def build(self, api_key: int, **fields: Any) -> Request:
-        """Build the request of ``api_key`` at this connection's version; fields the version
-        lacks are dropped (see ``Request.build``)."""
+        """Build the request of ``api_key`` at this connection's version from a superset of its
+        fields: fields the version lacks are dropped, nested entries may be dicts (fitted the
+        same way) or tuples in the version's field order (``Struct.build`` in protocol.types,
+        the one builder).
+
+        Raises:
+            UnsupportedByBroker: the broker (or dialect) cannot serve this API.
+        """
         return self.request_class(api_key).build(**fields)
 
     def __repr__(self) -> str:

@@ -19,13 +19,29 @@ decode/encode as one run; the plain field-by-field loop stays as the reference a
 Layout facts (Kafka protocol guide): integers are big-endian two's complement; ``string`` is an
 int16 length (-1 = null) + UTF-8; ``bytes`` is an int32 length (-1 = null); arrays are an int32
 count (-1 = null) followed by the elements; varints are zigzag (signed) or plain (unsigned) LEB128.
+
+Flexible versions (KIP-482) use the compact forms: ``CompactString``/``CompactBytes``/
+``CompactArray`` carry an unsigned varint of length + 1 (0 = null), and every struct ends with a
+tagged-field section (an unsigned varint count, then per field its tag, its size and its bytes,
+in ascending tag order; unknown tags are skipped). :func:`flexible` turns a version's field list
+into its flexible form (every string, bytes and array made compact, every struct given its
+section), and ``Struct(..., tagged=...)`` adds tagged fields: they are ordinary fields of the
+value (their defaults when absent), so a caller builds a flexible version as any other.
+
+Building (the one builder): ``Struct.build(**fields)`` makes a value from a *superset* of its
+fields (names the struct lacks are dropped, nested dicts are fitted the same way, missing names
+take their defaults), so one call site describes a message for every version;
+``Struct.nested(*path)`` is the struct of a nested entry (``"topics", "partitions"``) and
+``Struct.row(*names)`` a cached positional builder of it for hot loops.
 """
 
 from __future__ import annotations
 
 import struct
 from collections import namedtuple
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from functools import cache
+from operator import itemgetter
 from typing import Any
 
 from hmbclient.errors import ProtocolError
@@ -46,8 +62,16 @@ __all__ = [
     "VarInt",
     "VarLong",
     "UnsignedVarInt",
+    "CompactString",
+    "CompactNullableString",
+    "CompactBytes",
+    "CompactNullableBytes",
+    "CompactRecords",
     "Array",
+    "CompactArray",
     "Struct",
+    "flexible",
+    "flexible_struct",
     "encode_varint",
     "decode_varint",
     "encode_unsigned_varint",
@@ -349,6 +373,105 @@ VarLong = _VarInt("VarLong", signed=True, bits=64)
 UnsignedVarInt = _VarInt("UnsignedVarInt", signed=False, bits=32)
 
 
+# --- compact (flexible-version) strings and bytes: unsigned varint of length + 1, 0 = null ----
+
+
+def _compact_length(buf: Any, pos: int, name: str) -> tuple[int, int]:
+    """(length, or -1 for null; the position after it) of a compact string, bytes or array."""
+    raw, pos = decode_unsigned_varint(buf, pos, 5)
+    if raw > 0x80000000:
+        raise ProtocolError(f"{name}: length {raw - 1} is over the int32 limit")
+    return raw - 1, pos
+
+
+class _CompactString(_String):
+    min_size = 1
+
+    def write(self, out: list[Any], value: Any) -> None:
+        if value is None:
+            if not self.nullable:
+                raise ProtocolError("CompactString: None given for a non-nullable string")
+            out.append(b"\x00")
+            return
+        if isinstance(value, str):
+            data = value.encode("utf-8")
+        elif isinstance(value, bytes | bytearray | memoryview):
+            data = bytes(value)
+        else:
+            raise ProtocolError(f"CompactString: expected str, got {type(value).__name__}")
+        if len(data) > 32767:
+            raise ProtocolError(f"CompactString: {len(data)} bytes is over the int16 limit")
+        out.append(encode_unsigned_varint(len(data) + 1))
+        out.append(data)
+
+    def read(self, buf: Any, pos: int) -> tuple[Any, int]:
+        n, pos = _compact_length(buf, pos, "CompactString")
+        if n < 0:
+            if self.nullable:
+                return None, pos
+            raise ProtocolError("CompactString: null in a non-nullable string")
+        end = pos + n
+        if end > len(buf):
+            raise ProtocolError(f"CompactString: length {n} runs past the buffer")
+        try:
+            return str(buf[pos:end], "utf-8"), end
+        except UnicodeDecodeError as e:
+            raise ProtocolError(f"CompactString: not UTF-8: {e}") from None
+
+    def __repr__(self) -> str:
+        return "CompactNullableString" if self.nullable else "CompactString"
+
+
+CompactString = _CompactString(nullable=False)
+CompactNullableString = _CompactString(nullable=True)
+
+
+class _CompactBytes(Type):
+    """Unsigned varint of length + 1 (0 = null) + raw bytes; ``view`` as for ``Records``."""
+
+    min_size = 1
+
+    def __init__(self, nullable: bool, view: bool = False, name: str = "CompactBytes") -> None:
+        self.nullable = nullable
+        self.view = view
+        self.name = name
+        self.default = None if nullable else b""
+
+    def write(self, out: list[Any], value: Any) -> None:
+        if value is None:
+            if not self.nullable:
+                raise ProtocolError(f"{self.name}: None given for non-nullable bytes")
+            out.append(b"\x00")
+            return
+        if isinstance(value, str) or not hasattr(value, "__len__"):
+            raise ProtocolError(f"{self.name}: expected bytes, got {type(value).__name__}")
+        if isinstance(value, memoryview) and (value.itemsize != 1 or value.ndim != 1):
+            value = value.cast("B") if value.c_contiguous else memoryview(value.tobytes())
+        out.append(encode_unsigned_varint(len(value) + 1))
+        out.append(value)
+
+    def read(self, buf: Any, pos: int) -> tuple[Any, int]:
+        n, pos = _compact_length(buf, pos, self.name)
+        if n < 0:
+            if self.nullable:
+                return None, pos
+            raise ProtocolError(f"{self.name}: null in non-nullable bytes")
+        end = pos + n
+        if end > len(buf):
+            raise ProtocolError(f"{self.name}: length {n} runs past the buffer")
+        if self.view:
+            return memoryview(buf)[pos:end], end
+        return bytes(buf[pos:end]), end
+
+    def __repr__(self) -> str:
+        return self.name
+
+
+CompactBytes = _CompactBytes(nullable=False)
+CompactNullableBytes = _CompactBytes(nullable=True, name="CompactNullableBytes")
+CompactRecords = _CompactBytes(nullable=True, view=True, name="CompactRecords")
+
+
 # --- composites ----------------------------------------------------------------------------
 
 # (name, type) or (name, type, default): the default is what ``values(...)`` uses for a field
@@ -475,6 +598,112 @@ class Array(Type):
         return f"Array({self.item!r})"
 
 
+class CompactArray(Array):
+    """Unsigned varint of count + 1 (0 = null) + elements: the array of flexible versions.
+    Otherwise as :class:`Array` (same leniency for null in a non-nullable position)."""
+
+    min_size = 1
+
+    def write(self, out: list[Any], value: Any) -> None:
+        if value is None:
+            out.append(b"\x00" if self.nullable else b"\x01")
+            return
+        try:
+            n = len(value)
+        except TypeError:
+            raise ProtocolError(f"CompactArray: expected a sequence, got {type(value).__name__}") from None
+        if n > 0x7FFFFFFE:
+            raise ProtocolError(f"CompactArray: {n} elements is over the int32 limit")
+        out.append(encode_unsigned_varint(n + 1))
+        if self._code is not None and n:
+            try:
+                out.append(self._run(n).pack(*value))
+                return
+            except struct.error:
+                pass
+        w = self.item.write
+        for v in value:
+            w(out, v)
+
+    def read(self, buf: Any, pos: int) -> tuple[Any, int]:
+        n, pos = _compact_length(buf, pos, "CompactArray")
+        if n < 0:
+            return (None if self.nullable else []), pos
+        if n * self._item_min > len(buf) - pos:
+            raise ProtocolError(f"CompactArray: count {n} cannot fit in {len(buf) - pos} bytes")
+        if self._code is not None:
+            st = self._run(n)
+            return list(st.unpack_from(buf, pos)), pos + st.size
+        r = self.item.read
+        items: list[Any] = []
+        append = items.append
+        for _ in range(n):
+            v, pos = r(buf, pos)
+            append(v)
+        return items, pos
+
+    def __repr__(self) -> str:
+        return f"CompactArray({self.item!r})"
+
+
+class _TaggedSection:
+    """The tagged fields of a flexible struct (KIP-482): an unsigned varint count, then per
+    field an unsigned varint tag, an unsigned varint size and the field's bytes.
+
+    ``tags`` are (tag, type, default) in ascending tag order. A field equal to its default is
+    not written (as Kafka does). Reading: tags must ascend with no repeats; a known tag's value
+    must fill exactly its size; an unknown tag is skipped; an absent one takes its default.
+    """
+
+    def __init__(self, struct_name: str, tags: Sequence[tuple[int, Type, Any]]) -> None:
+        self.name = struct_name
+        self.tags = list(tags)
+        self.index = {tag: i for i, (tag, _, _) in enumerate(self.tags)}
+        self.defaults = tuple(d for _, _, d in self.tags)
+
+    def write(self, out: list[Any], values: tuple[Any, ...]) -> None:
+        present = [(tag, t, v) for (tag, t, d), v in zip(self.tags, values, strict=True) if v != d]
+        if not present:
+            out.append(b"\x00")
+            return
+        out.append(encode_unsigned_varint(len(present)))
+        for tag, t, v in present:
+            body: list[Any] = []
+            t.write(body, v)
+            out.append(encode_unsigned_varint(tag))
+            out.append(encode_unsigned_varint(sum(len(b) for b in body)))
+            out.extend(body)
+
+    def read(self, buf: Any, pos: int) -> tuple[tuple[Any, ...], int]:
+        n, pos = decode_unsigned_varint(buf, pos, 5)
+        if not n:
+            return self.defaults, pos
+        if n * 2 > len(buf) - pos:
+            raise ProtocolError(f"{self.name}: {n} tagged fields cannot fit in {len(buf) - pos} bytes")
+        values = list(self.defaults)
+        last = -1
+        for _ in range(n):
+            tag, pos = decode_unsigned_varint(buf, pos, 5)
+            size, pos = decode_unsigned_varint(buf, pos, 5)
+            if tag <= last:
+                raise ProtocolError(f"{self.name}: tagged field {tag} after {last} (tags must ascend)")
+            last = tag
+            end = pos + size
+            if end > len(buf):
+                raise ProtocolError(f"{self.name}: tagged field {tag} of {size} bytes runs past the buffer")
+            i = self.index.get(tag)
+            if i is not None:
+                v, used = self.tags[i][1].read(memoryview(buf)[:end], pos)
+                if used != end:
+                    raise ProtocolError(f"{self.name}: tagged field {tag} is {size} bytes, its value {used - pos}")
+                values[i] = v
+            pos = end
+        return tuple(values), pos
+
+
+_SEQUENCES = (list, tuple)
+
+
 class Struct(Type):
     """A sequence of named fields. ``values`` is a namedtuple class whose fields default to the
     field's declared default or else the type default, so ``struct.values(a=1)`` builds a value
@@ -485,9 +714,15 @@ class Struct(Type):
     set: consecutive fixed-width fields become one ``struct.Struct`` call, the other fields call
     their type directly, and the tuple is built without ``_make``. Behaviour equals the plain
     field-by-field loop (kept as ``_read_fields``/``_write_fields``, also used for error text).
+
+    A ``flexible`` struct (KIP-482) ends with a tagged-field section; ``tagged`` names its known
+    fields as ``(tag, name, type)`` or ``(tag, name, type, default)`` (and implies
+    ``flexible``). Tagged fields come after the others in ``names`` and in the value.
     """
 
-    def __init__(self, name: str, fields: Sequence[FieldSpec]) -> None:
+    def __init__(
+        self, name: str, fields: Sequence[FieldSpec], *, tagged: Sequence[tuple[Any, ...]] = (), flexible: bool = False
+    ) -> None:
         self.name = name
         self.fields: list[tuple[str, Type]] = []
         self.defaults: list[Any] = []
@@ -497,11 +732,109 @@ class Struct(Type):
             t = _as_type(spec[1], spec[0])
             self.fields.append((spec[0], t))
             self.defaults.append(spec[2] if len(spec) == 3 else t.default)
+        #: fields before the tagged section (all of them unless flexible)
+        self.n_plain = len(self.fields)
+        self.flexible = flexible or bool(tagged)
+        self.tagged: _TaggedSection | None = None
+        if self.flexible:
+            tags: list[tuple[int, Type, Any]] = []
+            for spec in sorted(tagged, key=lambda x: x[0]):
+                if len(spec) not in (3, 4) or (tags and spec[0] == tags[-1][0]):
+                    raise TypeError(f"{name}: a tagged field is (tag, name, type[, default]) with a unique tag, not {spec!r}")
+                t = _as_type(spec[2], spec[1])
+                default = spec[3] if len(spec) == 4 else t.default
+                self.fields.append((spec[1], t))
+                self.defaults.append(default)
+                tags.append((spec[0], t, default))
+            self.tagged = _TaggedSection(name, tags)
         self.names = [f for f, _ in self.fields]
         self.types = [t for _, t in self.fields]
-        self.min_size = sum(t.min_size for t in self.types)
+        self.min_size = sum(t.min_size for t in self.types[: self.n_plain]) + (1 if self.flexible else 0)
         self.default = None
+        self._name_set = frozenset(self.names)
+        # Fields whose value may be given as a dict (a struct) or a list of dicts (an array of
+        # structs): ``build`` fits those too.
+        # (name, an array?, the struct); the shared () when there are none (most structs: every
+        # object here is one more for the garbage collector to walk, for the life of the process)
+        nested = [
+            (fname, isinstance(t, Array), t.item if isinstance(t, Array) else t)
+            for fname, t in self.fields
+            if isinstance(t, Struct) or (isinstance(t, Array) and isinstance(t.item, Struct))
+        ]
+        self._nested_fields: tuple[tuple[str, bool, Any], ...] = tuple(nested) if nested else ()
         self.values = namedtuple(name, self.names, defaults=self.defaults)  # type: ignore[misc]
+
+    # -- building values (the one builder: see the module docstring) --------------------------
+
+    def build(self, **fields: Any) -> Any:
+        """A value of this struct from a superset of its fields.
+
+        Names the struct lacks are dropped (``throttle_time_ms`` on a v0 response), names left
+        out take their defaults, and a nested struct given as a dict, or an array of structs
+        given as dicts, is fitted the same way. Tuples and namedtuples are taken as they are
+        (field order of this struct).
+        """
+        names = self._name_set
+        if not names.issuperset(fields):  # (mostly they are all this version's: no copy then)
+            fields = {k: v for k, v in fields.items() if k in names}
+        for fname, is_array, item in self._nested_fields:
+            v = fields.get(fname)
+            if not v:
+                continue
+            if not is_array:
+                if type(v) is dict:
+                    fields[fname] = item.build(**v)
+            elif type(v) in _SEQUENCES:
+                for e in v:
+                    if type(e) is dict:
+                        fields[fname] = [item.build(**x) if type(x) is dict else x for x in v]
+                        break
+        return self._values(**fields)
+
+    @cache  # noqa: B019 - structs live as long as the process; C-speed lookups on hot paths
+    def nested(self, *path: str) -> Struct:
+        """The struct reached through ``path`` (a struct field, or an array of structs' items):
+        ``ProduceResponse[7].SCHEMA.nested("topics", "partitions")`` is a partition entry.
+
+        Raises:
+            KeyError: a name on the path is not a field, or not a struct / array of structs.
+        """
+        cur: Type = self
+        for name in path:
+            assert isinstance(cur, Struct)
+            t = cur.field(name)
+            if isinstance(t, Array):
+                t = t.item
+            if not isinstance(t, Struct):
+                raise KeyError(f"{cur.name}.{name} is not a struct")
+            cur = t
+        assert isinstance(cur, Struct)
+        return cur
+
+    @cache  # noqa: B019 - as nested; emptied when a struct's values class changes
+    def row(self, *names: str) -> Callable[..., Any]:
+        """A positional builder for hot loops: ``row("a", "b")(1, 2)`` is ``build(a=1, b=2)``
+        (names this struct lacks are dropped, fields not named take their defaults) without a
+        dict per value; one cached itemgetter per (struct, names). Values are taken as they
+        are (no dict fitting)."""
+        shape = self._values
+        fields = self.names
+        missing = [f for f in fields if f not in names]
+        pad = tuple(self.defaults[fields.index(f)] for f in missing)
+        width = len(names)
+        picks = [names.index(f) if f in names else width + missing.index(f) for f in fields]
+        new = tuple.__new__
+        if len(picks) == 1:
+            pick = picks[0]
+
+            def made(*values: Any) -> Any:
+                return new(shape, ((values + pad)[pick],))
+        else:
+            get = itemgetter(*picks)
+
+            def made(*values: Any) -> Any:
+                return new(shape, get(values + pad))
+        return made
 
     @property
     def values(self) -> type:
@@ -511,6 +844,7 @@ class Struct(Type):
     @values.setter
     def values(self, cls: type) -> None:
         self._values = cls
+        Struct.row.cache_clear()  # rows bind the class (values are set while schemas are defined)
         self._compile()
 
     # -- compiled fast paths ----------------------------------------------------------------
@@ -526,7 +860,7 @@ class Struct(Type):
                 groups.append(("fixed", list(run), struct.Struct(fmt)))
                 run.clear()
 
-        for i, t in enumerate(self.types):
+        for i, t in enumerate(self.types[: self.n_plain]):
             if id(t) in _FIXED_CODES:
                 run.append(i)
             else:
@@ -541,6 +875,7 @@ class Struct(Type):
             "_struct_error": struct.error,
             "_slow_write": self._write_fields,
             "_name": self.name,
+            "_tags": self.tagged,
         }
         n = len(self.types)
         f = [f"f{i}" for i in range(n)]
@@ -578,7 +913,14 @@ class Struct(Type):
                 env[f"_t{g}"] = obj
                 rd.append(f"    {f[idx]}, pos = _t{g}.read(buf, pos)")
                 wr.append(f"        _t{g}.write(out, {f[idx]})")
-        rd.append(f"    return _new(_cls, ({''.join(x + ', ' for x in f)})), pos")
+        plain = "".join(x + ", " for x in f[: self.n_plain])
+        if self.tagged is not None:
+            tagged = "".join(x + ", " for x in f[self.n_plain :])
+            rd.append("    tv, pos = _tags.read(buf, pos)")
+            rd.append(f"    return _new(_cls, ({plain}) + tv), pos")
+            wr.append(f"        _tags.write(out, ({tagged}))")
+        else:
+            rd.append(f"    return _new(_cls, ({plain})), pos")
         wr += [
             "    except (_struct_error, ValueError, TypeError):",
             "        # Redo the plain loop: it raises a ProtocolError naming the field.",
@@ -601,20 +943,28 @@ class Struct(Type):
             pairs = list(zip(self.names, self.types, value, strict=True))
         except (ValueError, TypeError) as e:
             raise ProtocolError(f"{self.name}: expected {len(self.types)} fields: {e}") from None
-        for fname, t, v in pairs:
+        for fname, t, v in pairs[: self.n_plain]:
             try:
                 t.write(out, v)
             except ProtocolError as e:
                 raise ProtocolError(f"{self.name}.{fname}: {e}") from None
             except (ValueError, TypeError) as e:
                 raise ProtocolError(f"{self.name}.{fname}: cannot encode {v!r}: {e}") from None
+        if self.tagged is not None:
+            try:
+                self.tagged.write(out, tuple(v for _, _, v in pairs[self.n_plain :]))
+            except (ValueError, TypeError) as e:
+                raise ProtocolError(f"{self.name}: cannot encode a tagged field: {e}") from None
 
     def _read_fields(self, buf: Any, pos: int) -> tuple[Any, int]:
         vals: list[Any] = []
         append = vals.append
-        for t in self.types:
+        for t in self.types[: self.n_plain]:
             v, pos = t.read(buf, pos)
             append(v)
+        if self.tagged is not None:
+            tv, pos = self.tagged.read(buf, pos)
+            vals.extend(tv)
         return self._values._make(vals), pos  # type: ignore[attr-defined]
 
     def write(self, out: list[Any], value: Any) -> None:  # replaced per instance by _compile
@@ -656,3 +1006,47 @@ class Struct(Type):
 
     def __repr__(self) -> str:
         return f"Struct({self.name})"
+
+
+# --- flexible versions ------------------------------------------------------------------------
+
+_COMPACT: dict[int, Type] = {
+    id(String): CompactString,
+    id(NullableString): CompactNullableString,
+    id(Bytes): CompactBytes,
+    id(NullableBytes): CompactNullableBytes,
+    id(Records): CompactRecords,
+}
+
+
+def _compact_type(t: Type) -> Type:
+    if id(t) in _COMPACT:
+        return _COMPACT[id(t)]
+    if isinstance(t, CompactArray) or isinstance(t, _CompactString | _CompactBytes):
+        return t
+    if isinstance(t, Array):
+        item = _compact_type(t.item)
+        return CompactArray(item, nullable=t.nullable)
+    if isinstance(t, Struct):
+        if t.flexible:
+            return t
+        return flexible_struct(t)
+    return t
+
+
+def flexible_struct(st: Struct, tagged: Sequence[tuple[Any, ...]] = ()) -> Struct:
+    """``st`` in its flexible form: compact strings, bytes and arrays, nested structs flexible
+    too, a tagged-field section (with ``tagged`` fields, see :class:`Struct`)."""
+    return Struct(st.name, flexible(list(zip(st.names[: st.n_plain], st.types, st.defaults, strict=False))), tagged=tagged, flexible=True)
+
+
+def flexible(fields: Sequence[FieldSpec]) -> list[FieldSpec]:
+    """A version's field list in its flexible (KIP-482) form, for ``Struct(..., flexible=True)``
+    or ``define(..., flexible=True)``: each string, bytes, record set and array becomes its
+    compact type, each nested struct gains its tagged-field section. Fixed-width fields and
+    defaults stay. Tagged fields are added by the caller (``tagged=``)."""
+    out: list[FieldSpec] = []
+    for spec in fields:
+        t = _as_type(spec[1], spec[0])
+        out.append((spec[0], _compact_type(t), *spec[2:]))
+    return out

@@ -15,7 +15,6 @@ import pytest
 from waiting import wait_until
 
 from hmbclient.consumer.connector import Consumer
-from hmbclient.consumer.fetcher import build_request
 from hmbclient.net import NetClient
 from hmbclient.protocol.api.base import ApiKey
 from hmbclient.protocol.records import NONE, encode_records
@@ -48,8 +47,8 @@ def produce_one_by_one(bootstrap: str, topic: str, partitions: int, count: int) 
             records = encode_records(2, NONE, [(None, f"m{i}".encode(), None)])
 
             def build(versions: Any, partition: int = i % partitions, records: bytes = records) -> Any:
-                return build_request(
-                    versions, ApiKey.PRODUCE, transactional_id=None, acks=1, timeout_ms=10_000,
+                return versions.build(
+                    ApiKey.PRODUCE, transactional_id=None, acks=1, timeout_ms=10_000,
                     topics=[{"topic": topic, "partitions": [{"partition": partition, "records": records}]}],
                 )
 

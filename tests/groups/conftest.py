@@ -25,7 +25,6 @@ from kazoo.client import KazooClient
 from waiting import wait_until
 
 from hmbclient.consumer.connector import Consumer, ConsumerConnector
-from hmbclient.consumer.fetcher import build_request
 from hmbclient.consumer.stream import KafkaStream, MessageAndMetadata
 from hmbclient.errors import ConsumerTimeoutError
 from hmbclient.net import Metadata, NetClient
@@ -108,8 +107,7 @@ class Producer:
         records = encode_records(2, NONE, [(key, v, None) for v in values])
 
         def build(versions: Any) -> Any:
-            return build_request(
-                versions,
+            return versions.build(
                 ApiKey.PRODUCE,
                 transactional_id=None,
                 # acks=-1: a sent message is committed (below the high watermark) when send()

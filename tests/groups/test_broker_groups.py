@@ -34,7 +34,6 @@ from hmbclient.consumer.assignors import (
     streams_for,
 )
 from hmbclient.consumer.connector import Consumer, ConsumerConnector, ConsumerEvent, Whitelist
-from hmbclient.consumer.fetcher import build_request
 from hmbclient.consumer.group import (
     _TRANSITIONS,
     Event,
@@ -140,10 +139,10 @@ def call(bootstrap: str, api_key: ApiKey, **fields: Any) -> Any:
     try:
         node = client.bootstrap_ids[0]
         if api_key in (ApiKey.OFFSET_FETCH, ApiKey.OFFSET_COMMIT):
-            found = client.call(node, lambda v: build_request(v, ApiKey.FIND_COORDINATOR, group_id=fields["group_id"], key=fields["group_id"], key_type=0))
+            found = client.call(node, lambda v: v.build(ApiKey.FIND_COORDINATOR, group_id=fields["group_id"], key=fields["group_id"], key_type=0))
             client.update_brokers({found.node_id: (found.host, found.port)})
             node = found.node_id
-        return client.call(node, lambda v: build_request(v, api_key, **fields), timeout_ms=15_000)
+        return client.call(node, lambda v: v.build(api_key, **fields), timeout_ms=15_000)
     finally:
         client.close()
 

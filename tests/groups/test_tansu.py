@@ -12,7 +12,6 @@ from typing import Any
 
 import pytest
 
-from hmbclient.consumer.fetcher import build_request
 from hmbclient.net import NetClient
 from hmbclient.protocol.api.base import ApiKey
 from rebalance import paths
@@ -37,8 +36,7 @@ def create_topic(bootstrap: str, topic: str, partitions: int) -> None:
     try:
 
         def build(versions: Any) -> Any:
-            return build_request(
-                versions,
+            return versions.build(
                 ApiKey.CREATE_TOPICS,
                 topics=[
                     {"topic": topic, "num_partitions": partitions, "replication_factor": 1, "assignments": [], "configs": []}

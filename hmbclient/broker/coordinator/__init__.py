@@ -11,7 +11,8 @@ __all__ = ["GroupCoordinator", "GroupConfig"]
 
 
 def __getattr__(name: str) -> object:
-    # Lazy, so that importing the pure state machine does not pull in the shell (and apis).
+    # Lazy, so that importing the pure state machine does not pull in the shell (its purgatory,
+    # threads and clocks).
     if name == "GroupCoordinator":
         from hmbclient.broker.coordinator.coordinator import GroupCoordinator
 

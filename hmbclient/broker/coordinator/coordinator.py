@@ -32,7 +32,6 @@ import uuid
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
-from hmbclient.broker.apis import _make, _shape
 from hmbclient.broker.coordinator import state
 from hmbclient.broker.coordinator.delayed import (
     DelayedHeartbeat,
@@ -275,10 +274,10 @@ class GroupCoordinator:
     def handle_join_group(self, header: Any, req: Any, channel: Any) -> None:
         v = header.api_version
         resp_cls = type(req).RESPONSE_TYPE
-        member_shape = _shape(resp_cls, "members")
+        member_shape = resp_cls.nested("members")
 
         def reply(result: JoinResult) -> None:
-            members = [_make(member_shape, member_id=m, group_instance_id=i, metadata=meta) for m, i, meta in result.members]
+            members = [member_shape.build(member_id=m, group_instance_id=i, metadata=meta) for m, i, meta in result.members]
             channel.send(
                 resp_cls.build(
                     throttle_time_ms=0,
@@ -379,8 +378,8 @@ class GroupCoordinator:
                     error, member_errors, effects = state.leave_group(group, [m for m, _ in leaving], self._now_ms())
                     self._run(req.group_id, group, effects)
         if v >= 3:
-            shape = _shape(resp_cls, "members")
-            members = [_make(shape, member_id=m, group_instance_id=i, error_code=c) for (m, i), c in zip(leaving, member_errors, strict=False)]
+            shape = resp_cls.nested("members")
+            members = [shape.build(member_id=m, group_instance_id=i, error_code=c) for (m, i), c in zip(leaving, member_errors, strict=False)]
             channel.send(resp_cls.build(throttle_time_ms=0, error_code=error, members=members))
         else:
             # One member: its error is the answer's (Kafka's LeaveGroupResponse below v3).
@@ -399,8 +398,8 @@ class GroupCoordinator:
 
     def handle_describe_groups(self, header: Any, req: Any, channel: Any) -> None:
         resp_cls = type(req).RESPONSE_TYPE
-        group_shape = _shape(resp_cls, "groups")
-        member_shape = _shape(resp_cls, "groups", "members")
+        group_shape = resp_cls.nested("groups")
+        member_shape = resp_cls.nested("groups", "members")
         out = []
         for group_id in req.groups:
             error = self._group_error(group_id, empty_ok=True)
@@ -412,8 +411,7 @@ class GroupCoordinator:
                     else:
                         summary = state.describe_group(self._groups.get(group_id))
             members = [
-                _make(
-                    member_shape,
+                member_shape.build(
                     member_id=m.member_id,
                     group_instance_id=m.group_instance_id,
                     client_id=m.client_id,
@@ -424,8 +422,7 @@ class GroupCoordinator:
                 for m in summary.members
             ]
             out.append(
-                _make(
-                    group_shape,
+                group_shape.build(
                     error_code=error,
                     group_id=group_id,
                     group_state=summary.state,

@@ -55,15 +55,13 @@ def _partition_number(p: Any) -> int:
 
 
 def _topics_with(resp_cls: Any, topics: Any, code: int) -> list[Any]:
-    from hmbclient.broker.apis import _make, _shape
-
-    topic_shape = _shape(resp_cls, "topics")
-    part_shape = _shape(resp_cls, "topics", "partitions")
+    topic_shape = resp_cls.nested("topics")
+    part_shape = resp_cls.nested("topics", "partitions")
     out = []
     for t in topics or ():
         name = getattr(t, "topic", getattr(t, "name", ""))
-        parts = [_make(part_shape, partition=_partition_number(p), partition_index=_partition_number(p), error_code=code, offset=-1) for p in t.partitions]
-        out.append(_make(topic_shape, topic=name, name=name, partitions=parts))
+        parts = [part_shape.build(partition=_partition_number(p), partition_index=_partition_number(p), error_code=code, offset=-1) for p in t.partitions]
+        out.append(topic_shape.build(topic=name, name=name, partitions=parts))
     return out
 
 
@@ -112,14 +110,12 @@ def _split_groups(authorizer: Authorizer, header: Any, req: Any, channel: Any, h
     """ListGroups shows the groups the session may Describe (all with Describe on the
     Cluster); DescribeGroups and DeleteGroups (Describe / Delete on each Group) serve the
     allowed groups and answer GROUP_AUTHORIZATION_FAILED for the rest."""
-    from hmbclient.broker.apis import _make, _shape
-
     key = header.api_key
     resp_cls = type(req).RESPONSE_TYPE
     if key == ApiKey.LIST_GROUPS:
         if allowed(authorizer, channel, "Describe", "Cluster"):
             return False
-        names = _shape(resp_cls, "groups")._fields
+        names = resp_cls.nested("groups").names
 
         def group_of(g: Any) -> str:
             # Handlers may build entries as namedtuples, dicts or plain tuples (field order).
@@ -134,8 +130,8 @@ def _split_groups(authorizer: Authorizer, header: Any, req: Any, channel: Any, h
     ok = [g for g in names if allowed(authorizer, channel, op, "Group", g)]
     if len(ok) == len(names):
         return False
-    shape = _shape(resp_cls, out_field)
-    denied = [_make(shape, group_id=g, error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED) for g in names if g not in ok]
+    shape = resp_cls.nested(out_field)
+    denied = [shape.build(group_id=g, error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED) for g in names if g not in ok]
     if not ok:
         channel.send(resp_cls.build(throttle_time_ms=0, **{out_field: denied}))
     else:

@@ -34,13 +34,13 @@ from typing import Any
 
 from hmbclient.broker.channel import ChannelSecurity
 from hmbclient.broker.config import BrokerConfig, parse_listener
+from hmbclient.broker.listener import Listener
 from hmbclient.broker.security.authorizer import Authorizer, FileAclStore, ZkAclStore
 from hmbclient.broker.security.credentials import (
     CredentialStore,
     FileCredentialStore,
     ZkCredentialStore,
 )
-from hmbclient.broker.server import Listener
 from hmbclient.errors import ConfigError
 
 __all__ = ["listeners_from", "authorizer_from", "server_ssl_context", "inter_broker_security"]

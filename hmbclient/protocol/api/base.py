@@ -13,9 +13,20 @@ epochs -1, ``max_bytes`` 2^31-1, ``allow_auto_topic_creation`` true, ``timeout_m
 CreateTopics, ...); nullable strings, arrays and record sets default to None, other strings to
 "", arrays to (), numbers to 0.
 
-``build(**fields)`` is the version-agnostic constructor the client uses: it keeps the fields
-this version has and drops the others (e.g. ``throttle_time_ms`` on v0), so one call site can
-build any version. The plain constructor stays strict.
+Building a message at a version is done one way, by the schema (``Struct.build`` in
+``protocol.types``): ``build(**fields)`` is the version-agnostic constructor every caller
+uses (the client through ``BrokerVersions.build``, the broker on its response classes): it keeps
+the fields this version has and drops the others (e.g. ``throttle_time_ms`` on v0), nested
+entries may be dicts fitted the same way, so one call site can build any version. ``nested(*path)``
+is the struct of a nested entry (``"topics", "partitions"``), whose ``build`` and ``row`` (a
+cached positional builder for hot loops) make entries of this version. The plain constructor
+stays strict.
+
+Flexible versions (KIP-482): ``define(..., flexible=True)`` turns the field lists into their
+compact form and gives every struct its tagged-field section (``request_tagged`` /
+``response_tagged`` name top-level tagged fields); the classes say ``FLEXIBLE = True`` so the
+frame layer can pick the request header v2 / response header v1. Callers build them as any
+other version. No API is defined flexible yet.
 """
 
 from __future__ import annotations
@@ -24,6 +35,7 @@ from enum import IntEnum
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from hmbclient.protocol.types import FieldSpec, Struct
+from hmbclient.protocol.types import flexible as _flexible
 
 __all__ = [
     "ApiKey",
@@ -70,6 +82,8 @@ class _Message:
     API_KEY: ClassVar[int]
     API_VERSION: ClassVar[int]
     SCHEMA: ClassVar[Struct]
+    #: a flexible version (KIP-482): compact types, tagged fields, the newer headers
+    FLEXIBLE: ClassVar[bool] = False
     _fields: ClassVar[tuple[str, ...]]
 
     if TYPE_CHECKING:
@@ -97,8 +111,14 @@ class _Message:
 
     @classmethod
     def build(cls, **fields: Any) -> Any:
-        names = cls._fields
-        return cls(**{k: v for k, v in fields.items() if k in names})
+        """This version of the message from a superset of its fields (see the module docstring)."""
+        return cls.SCHEMA.build(**fields)
+
+    @classmethod
+    def nested(cls, *path: str) -> Struct:
+        """The struct of a nested entry of this version, e.g. ``nested("topics", "partitions")``;
+        its ``build(**fields)`` and ``row(*names)`` make entries. KeyError if there is none."""
+        return cls.SCHEMA.nested(*path)
 
 
 class Request(_Message):
@@ -123,19 +143,42 @@ def define(
     request_fields: list[FieldSpec],
     response_fields: list[FieldSpec],
     *,
+    flexible: bool = False,
+    request_tagged: list[tuple[Any, ...]] | None = None,
+    response_tagged: list[tuple[Any, ...]] | None = None,
     register: bool = True,
 ) -> tuple[type[Request], type[Response]]:
     """Create and register the request and response classes of one (API, version)
-    (``register=False``: not registered, so not advertised or picked by version choice)."""
+    (``register=False``: not registered, so not advertised or picked by version choice).
+
+    With ``flexible`` the field lists are written in their plain form and made compact here
+    (``protocol.types.flexible``); ``*_tagged`` are the top-level tagged fields,
+    ``(tag, name, type[, default])``."""
     api_name = "".join(p.capitalize() for p in ApiKey(api_key).name.split("_"))
     classes: list[type] = []
-    for kind, base, fields in (("Request", Request, request_fields), ("Response", Response, response_fields)):
+    for kind, base, fields, tagged in (
+        ("Request", Request, request_fields, request_tagged or []),
+        ("Response", Response, response_fields, response_tagged or []),
+    ):
         name = f"{api_name}{kind}_v{version}"
-        schema = Struct(name, fields)
+        if flexible:
+            schema = Struct(name, _flexible(fields), tagged=_flexible_tags(tagged), flexible=True)
+        elif tagged:
+            raise TypeError(f"{name}: tagged fields need a flexible version")
+        else:
+            schema = Struct(name, fields)
         cls = type(
             name,
             (schema.values, base),
-            {"__slots__": (), "API_KEY": int(api_key), "API_VERSION": version, "SCHEMA": schema},
+            {
+                "__slots__": (),
+                "API_KEY": int(api_key),
+                "API_VERSION": version,
+                "SCHEMA": schema,
+                "FLEXIBLE": flexible,
+                # _Message.build, bound to the schema once (one call less on every build)
+                "build": staticmethod(schema.build),
+            },
         )
         schema.values = cls  # decoding builds instances of the API class itself
         classes.append(cls)
@@ -147,6 +190,11 @@ def define(
     else:
         PARTIAL_REQUESTS[(int(api_key), version)] = req
     return req, resp
+
+
+def _flexible_tags(tagged: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
+    # A tagged field's own type is compact too: (tag, name, type[, default]).
+    return [(spec[0], *_flexible([spec[1:]])[0]) for spec in tagged]
 
 
 def request_class(api_key: int, version: int) -> type[Request]:
