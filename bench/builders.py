@@ -28,23 +28,6 @@ PARTS = 10
 RECORDS = b"\x00" * 16 + b"\x02" + b"\x00" * 83
 
 
-def _row_of(resp_cls: Any, *names: str) -> Any:
-    nested = getattr(resp_cls, "nested", None)
-    if nested is not None:  # one builder in hmbclient.protocol
-        return nested("topics", "partitions").row(*names)
-    from hmbclient.broker.apis import _row, _shape  # before: the broker's own helpers
-
-    return _row(_shape(resp_cls, "topics", "partitions"), *names)
-
-
-def _fetch_dicts(versions: Any, **fields: Any) -> Any:
-    try:
-        from hmbclient.consumer.fetcher import build_request  # before
-    except ImportError:
-        return versions.build(ApiKey.FETCH, **fields)
-    return build_request(versions, ApiKey.FETCH, **fields)
-
-
 def cases() -> dict[str, Any]:
     versions = DIALECTS["2.1"].initial_versions()
     assert versions is not None
@@ -59,19 +42,16 @@ def cases() -> dict[str, Any]:
     def fetch_request_dicts() -> bytes:
         asks = [{"partition": p, "fetch_offset": 1000, "log_start_offset": -1, "current_leader_epoch": -1,
                  "partition_max_bytes": 1 << 20} for p in range(PARTS)]
-        req = _fetch_dicts(versions, replica_id=-1, max_wait_ms=100, min_bytes=1, max_bytes=0x7FFFFFFF,
-                           isolation_level=0, session_id=0, session_epoch=-1,
-                           topics=[{"topic": "events", "partitions": asks}], forgotten_topics_data=[])
+        req = versions.build(ApiKey.FETCH, replica_id=-1, max_wait_ms=100, min_bytes=1, max_bytes=0x7FFFFFFF,
+                             isolation_level=0, session_id=0, session_epoch=-1,
+                             topics=[{"topic": "events", "partitions": asks}], forgotten_topics_data=[])
         return req.encode()
 
-    fetch_names = fetch.SCHEMA.field("topics").item.field("partitions").item.names  # type: ignore[attr-defined]
-
     def fetch_request_rows() -> bytes:
-        vals = {"current_leader_epoch": -1, "log_start_offset": -1, "partition_max_bytes": 1 << 20, "fetch_offset": 1000}
-        plist = []
-        for p in range(PARTS):
-            vals["partition"] = p
-            plist.append(tuple(vals[n] for n in fetch_names))
+        row = fetch.nested("topics", "partitions").row(
+            "partition", "fetch_offset", "partition_max_bytes", "current_leader_epoch", "log_start_offset"
+        )
+        plist = [row(p, 1000, 1 << 20, -1, -1) for p in range(PARTS)]
         return versions.build(ApiKey.FETCH, replica_id=-1, max_wait_ms=100, min_bytes=1, max_bytes=1 << 20,
                               isolation_level=0, session_id=0, session_epoch=-1,
                               topics=[("events", plist)], forgotten_topics_data=[]).encode()
@@ -80,13 +60,16 @@ def cases() -> dict[str, Any]:
     fetch_resp = fetch.RESPONSE_TYPE
 
     def produce_response() -> bytes:
-        row = _row_of(produce_resp, "partition", "error_code", "base_offset", "log_append_time", "log_start_offset")
+        row = produce_resp.nested("topics", "partitions").row(
+            "partition", "error_code", "base_offset", "log_append_time", "log_start_offset"
+        )
         plist = [row(p, 0, 1000 + p, -1, 0) for p in range(PARTS)]
         return produce_resp.build(topics=[("events", plist)], throttle_time_ms=0).encode()
 
     def fetch_response() -> bytes:
-        row = _row_of(fetch_resp, "partition", "error_code", "high_watermark", "last_stable_offset", "log_start_offset",
-                      "aborted_transactions", "records")
+        row = fetch_resp.nested("topics", "partitions").row(
+            "partition", "error_code", "high_watermark", "last_stable_offset", "log_start_offset", "aborted_transactions", "records"
+        )
         plist = [row(p, 0, 2000, 2000, 0, None, RECORDS) for p in range(PARTS)]
         return fetch_resp.build(throttle_time_ms=0, error_code=0, session_id=0, topics=[("events", plist)]).encode()
 

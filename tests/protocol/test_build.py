@@ -265,3 +265,10 @@ def _write(st: Struct, value: object) -> list[bytes]:
     out: list[bytes] = []
     st.write(out, value)
     return out
+
+
+def test_build_fits_a_struct_field_given_as_a_dict() -> None:
+    st = Struct("Outer", [("inner", [("a", Int32), ("b", Int32, 7)]), ("n", Int16)])
+    value = st.build(inner={"a": 1, "not_here": 2}, n=3, other=4)
+    assert value == ((1, 7), 3)
+    assert st.decode(b"".join(_write(st, value))) == value
