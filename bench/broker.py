@@ -11,7 +11,9 @@ no compression, acks=all as librdkafka defaults) and time until ``flush`` return
 them all from offset 0 with an assigned consumer and time until the last one arrives. Rounds
 alternate brokers; figures are medians in MB/s (payload bytes / 1e6 / s), and the ratio column
 is ours / Tansu (goals: produce >= 1.0, fetch >= 2.0), with the lowest and highest per-round
-ratio beside it (round r of ours against round r of Tansu, run back to back). Absolute figures
+ratio beside it (round r of ours against round r of Tansu, run back to back). Each round also
+produces the same messages to our broker with ``enable.idempotence=true`` (a fresh topic):
+the idempotent / plain ratio of our broker (goal >= 0.95) is printed below the table. Absolute figures
 drift between runs; the load average is printed at the start and the end.
 """
 
@@ -41,9 +43,9 @@ def _client(mode: str, bootstrap: str, topic: str, n: int, size: int) -> dict[st
         fut = admin.create_topics([NewTopic(topic, num_partitions=1, replication_factor=1)])[topic]
         fut.result(30)
         return {}
-    if mode == "produce":
+    if mode in ("produce", "produce-idem"):
         payload = os.urandom(size)
-        p = Producer({"bootstrap.servers": bootstrap})
+        p = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": mode == "produce-idem"})
         p.list_topics(topic, timeout=10)  # metadata first: time the data path only
         t0 = time.perf_counter()
         for i in range(n):
@@ -116,7 +118,7 @@ def main() -> None:
 
     mb = args.n * args.size / 1e6
     print(f"load average at start: {' '.join(f'{x:.2f}' for x in os.getloadavg())} ({os.cpu_count()} cores)", flush=True)
-    results: dict[str, dict[str, list[float]]] = {"hmb": {"produce": [], "fetch": []}, "tansu": {"produce": [], "fetch": []}}
+    results: dict[str, dict[str, list[float]]] = {"hmb": {"produce": [], "fetch": [], "produce-idem": []}, "tansu": {"produce": [], "fetch": []}}
     with tempfile.TemporaryDirectory(prefix="bench-broker-") as d, LocalTansu() as tansu:
         settings: dict[str, Any] = {}
         for item in args.set:
@@ -137,6 +139,13 @@ def main() -> None:
                     results[name]["produce"].append(mb / prod["seconds"])
                     results[name]["fetch"].append(mb / cons["seconds"])
                     print(f"round {r + 1} {name:5s}: produce {mb / prod['seconds']:7.1f} MB/s   fetch {mb / cons['seconds']:7.1f} MB/s", flush=True)
+                    if name == "hmb":
+                        topic = f"bench-idem-{uuid.uuid4().hex[:8]}"
+                        _run_client("create", bootstrap, topic, 0, args.size)
+                        time.sleep(0.2)
+                        idem = _run_client("produce-idem", bootstrap, topic, args.n, args.size)
+                        results[name]["produce-idem"].append(mb / idem["seconds"])
+                        print(f"round {r + 1} hmb  : produce with enable.idempotence {mb / idem['seconds']:7.1f} MB/s", flush=True)
         finally:
             ours.terminate()
     print()
@@ -148,6 +157,9 @@ def main() -> None:
         rounds = [a / b for a, b in zip(results["hmb"][work], results["tansu"][work], strict=True)]
         spread = f"{min(rounds):.2f}-{max(rounds):.2f}"
         print(f"{work:10s} {ours_mb:10.1f} {theirs:11.1f} {ours_mb / theirs:7.2f} {spread:>12s}  >= {target}")
+    idem = [a / b for a, b in zip(results["hmb"]["produce-idem"], results["hmb"]["produce"], strict=True)]
+    print(f"hmb idempotent / plain produce: {statistics.median(results['hmb']['produce-idem']) / statistics.median(results['hmb']['produce']):.2f} "
+          f"(per round {min(idem):.2f}-{max(idem):.2f})  goal >= 0.95")
     print(f"load average at end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
 
 

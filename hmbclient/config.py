@@ -1361,6 +1361,9 @@ class BrokerConfig(ConfigBase):
     log_retention_check_interval_ms: int = setting(
         300_000, min=1, doc="log.retention.check.interval.ms: how often retention runs"
     )
+    producer_id_expiration_ms: int = setting(
+        86_400_000, min=1, doc="producer.id.expiration.ms: forget an idempotent producer's state after this long without a write (checked with retention)"
+    )
     message_max_bytes: int = setting(
         1_000_012, min=0, doc="message.max.bytes: largest message (set) the broker accepts"
     )

@@ -16,6 +16,7 @@ paths as a broker of a ZooKeeper cluster.
 from __future__ import annotations
 
 import logging
+import os
 import shutil
 import socket
 import tempfile
@@ -35,7 +36,12 @@ from hmbclient.broker.log.config import LogConfig
 from hmbclient.broker.log.manager import LogManager
 from hmbclient.broker.metadata import OFFSETS_TOPIC, BrokerEndpoint, MetadataCache
 from hmbclient.broker.offset_manager import OffsetManager
-from hmbclient.broker.producer_ids import ProducerIdManager
+from hmbclient.broker.producer_ids import (
+    STANDALONE_FILE,
+    FileBlockSource,
+    ProducerIdManager,
+    ZkBlockSource,
+)
 from hmbclient.broker.replica_fetcher import ReplicaFetcherManager
 from hmbclient.broker.replica_manager import ReplicaManager
 from hmbclient.broker.security.setup import authorizer_from, inter_broker_security, listeners_from
@@ -66,6 +72,7 @@ def log_config_from(config: BrokerConfig, *, compact: bool = False) -> LogConfig
         retention_bytes=None if compact else _opt(config.log_retention_bytes),
         max_message_bytes=max(config.message_max_bytes, 1),
         compact=compact,
+        producer_id_expiration_ms=config.producer_id_expiration_ms,
     )
 
 
@@ -129,7 +136,8 @@ class Broker:
 
     def __init__(self, config: BrokerConfig, *, producer_ids: ProducerIdManager | None = None) -> None:
         self.config = config
-        self.producer_ids = producer_ids or ProducerIdManager()
+        self.producer_ids = producer_ids or ProducerIdManager(config.broker_id)
+        self._own_producer_ids = producer_ids is None
         self.broker_id = config.broker_id
         self.metadata: MetadataCache | None = None
         self.logs: LogManager | None = None
@@ -217,6 +225,12 @@ class Broker:
         self.logs = logs = make_log_manager(cfg, log_dir)
         try:
             store = self._open_store(logs)
+            if self._own_producer_ids:
+                # Producer id blocks are recorded where they survive this broker: ZooKeeper
+                # for a cluster, the log directory standalone (see producer_ids).
+                zk = getattr(store, "zk", None)
+                source = ZkBlockSource(zk) if zk is not None else FileBlockSource(os.path.join(logs.log_dir, STANDALONE_FILE))
+                self.producer_ids.attach(source, cfg.broker_id)
             self.metadata = metadata = MetadataCache()
             rm = ReplicaManager(
                 cfg.broker_id,

@@ -347,6 +347,7 @@ class ReplicaManager:
         per-partition results: at once for acks 0/1, through a DelayedProduce for acks -1."""
         results: dict[TP, AppendResult] = {}
         appended: list[tuple[TP, int]] = []
+        duplicates: list[tuple[TP, int]] = []
         for topic, partition, buf in entries:
             tp = (topic, partition)
             p = self._partitions.get(tp)
@@ -376,12 +377,16 @@ class ReplicaManager:
             results[tp] = AppendResult(ErrorCode.NONE, info.first_offset, p.log.log_start_offset)
             if info.num_records:
                 appended.append((tp, info.last_offset + 1))
+            elif info.duplicate:
+                # A retried batch already in the log: answered like the original, so acks=-1
+                # still waits until the original is replicated (as Kafka does).
+                duplicates.append((tp, info.last_offset + 1))
         for tp, _ in appended:
             self.fetch_purgatory.check_and_complete(tp)
             for fn in self._append_listeners:
                 fn(*tp)
-        if acks == -1 and appended:
-            ends = dict(appended)
+        if acks == -1 and (appended or duplicates):
+            ends = dict(appended + duplicates)
             statuses = {tp: ProduceStatus(ends.get(tp, 0), r, pending=tp in ends) for tp, r in results.items()}
             op = DelayedProduce(timeout_ms, statuses, self, respond)
             self.produce_purgatory.try_complete_else_watch(op, list(ends))

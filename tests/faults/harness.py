@@ -8,11 +8,12 @@ One run (:class:`FaultRun`):
   leader election off, a short ZooKeeper session (:data:`SESSION_TIMEOUT_MS`) and
   ``replica.lag.time.max.ms`` (:data:`REPLICA_LAG_TIME_MAX_MS`); one topic of several
   partitions.
-* Four producers with acks=-1 (all in-sync replicas) write sequential integers, each from its
+* Producers with acks=-1 (all in-sync replicas) write sequential integers, each from its
   own range, and record exactly which values their client reported acknowledged (and where:
   partition and offset): hmbclient's Producer async and sync, kafka-python's KafkaProducer
   (idempotence off, retries on) and librdkafka through confluent-kafka's Producer
-  (idempotence off, ``on_delivery``). kcat is not used: its delivery report names the
+  (idempotence off, ``on_delivery``); and the idempotent ones (:data:`IDEMPOTENT_KINDS`):
+  kafka-python and librdkafka with ``enable.idempotence``. kcat is not used: its delivery report names the
   partition and offset of a delivered message but not the message, and a failed delivery
   only by its error, so which values were acknowledged cannot be told from its output.
 * Faults, one after another, chosen and aimed by a seed (:data:`FAULT_KINDS`): SIGKILL of a
@@ -31,7 +32,12 @@ One run (:class:`FaultRun`):
   every acknowledged value must be there (zero lost), and the acknowledged position
   (partition, offset) must hold that value (a retry may have written an older copy elsewhere:
   that copy does not excuse losing the acknowledged one). Duplicates can only come from client
-  retries (each value is sent once) and are counted, not failed. A value nobody sent is a
+  retries (each value is sent once): for a producer with idempotence off they are counted, not
+  failed; for an idempotent producer any duplicate fails the run. Order is judged per producer
+  and partition: the values one producer sent to a partition must be stored in the order they
+  were sent (each producer sends increasing numbers); an idempotent producer that is stored out
+  of order fails the run, the others' reorderings (possible with several requests in flight and
+  retries) are counted. A value nobody sent is a
   failure. The replicas of every partition must hold identical logs (read from their
   segment files: diverging logs are the failure leader epochs exist to prevent). For a lost
   value, the brokers' log directories are searched to tell a loss from a missed read.
@@ -67,6 +73,7 @@ from rebalance import paths
 
 __all__ = [
     "FAULT_KINDS",
+    "IDEMPOTENT_KINDS",
     "PRODUCER_KINDS",
     "FaultRun",
     "RunResult",
@@ -91,7 +98,9 @@ FAULT_KINDS = (
     "kill_leader", "kill_controller", "pause_follower", "pause_past_session", "restart_all",
     "shrink_then_kill_leader",
 )
-PRODUCER_KINDS = ("hmb-async", "hmb-sync", "kafka-python", "librdkafka")
+PRODUCER_KINDS = ("hmb-async", "hmb-sync", "kafka-python", "librdkafka", "kafka-python-idem", "librdkafka-idem")
+#: Producers with idempotence on: a duplicate or a reordering of theirs fails the run.
+IDEMPOTENT_KINDS = ("kafka-python-idem", "librdkafka-idem")
 
 #: Values each producer must get acknowledged (of values sent after the recovery) before the
 #: next fault: the cluster is serving again, for every client.
@@ -191,6 +200,8 @@ class ProducerWorker:
     kind = ""
     #: Values handed to the client per send call.
     chunk = 1
+    #: The client runs with idempotence on (duplicates and reorderings fail the run).
+    idempotent = False
 
     def __init__(self, index: int, bootstrap: str, topic: str, *, rate: float = 100.0, max_outstanding: int = 500) -> None:
         self.name = self.kind
@@ -335,6 +346,20 @@ class KafkaPythonWorker(ProducerWorker):
             self.producer.close(timeout=5)
 
 
+class KafkaPythonIdempotentWorker(KafkaPythonWorker):
+    kind = "kafka-python-idem"
+    idempotent = True
+
+    def _open(self) -> None:
+        from kafka import KafkaProducer
+
+        self.producer = KafkaProducer(
+            bootstrap_servers=self.bootstrap.split(","), acks="all", enable_idempotence=True,
+            retries=2_147_483_647, retry_backoff_ms=250, request_timeout_ms=10_000,
+            delivery_timeout_ms=60_000, linger_ms=5, client_id="faults-kafka-python-idem",
+        )
+
+
 class LibrdkafkaWorker(ProducerWorker):
     kind = "librdkafka"
 
@@ -342,7 +367,7 @@ class LibrdkafkaWorker(ProducerWorker):
         import confluent_kafka
 
         self.producer = confluent_kafka.Producer({
-            "bootstrap.servers": self.bootstrap, "acks": "all", "enable.idempotence": False,
+            "bootstrap.servers": self.bootstrap, "acks": "all", "enable.idempotence": self.idempotent,
             "retries": 2_147_483_647, "retry.backoff.ms": 250, "request.timeout.ms": 10_000,
             "message.timeout.ms": 60_000, "linger.ms": 5, "client.id": "faults-librdkafka",
             "logger": logging.getLogger("tests.faults.librdkafka"),
@@ -370,8 +395,14 @@ class LibrdkafkaWorker(ProducerWorker):
         self.producer.flush(timeout_s)
 
 
+class LibrdkafkaIdempotentWorker(LibrdkafkaWorker):
+    kind = "librdkafka-idem"
+    idempotent = True
+
+
 _WORKERS: dict[str, type[ProducerWorker]] = {
-    w.kind: w for w in (HmbAsyncWorker, HmbSyncWorker, KafkaPythonWorker, LibrdkafkaWorker)
+    w.kind: w
+    for w in (HmbAsyncWorker, HmbSyncWorker, KafkaPythonWorker, LibrdkafkaWorker, KafkaPythonIdempotentWorker, LibrdkafkaIdempotentWorker)
 }
 
 
@@ -401,6 +432,10 @@ class RunResult:
     lost: list[str] = field(default_factory=list)
     misplaced: list[str] = field(default_factory=list)
     duplicates: dict[str, int] = field(default_factory=dict)
+    #: per producer: values stored before a value it sent earlier (same partition)
+    reordered: dict[str, int] = field(default_factory=dict)
+    #: the producers that ran with idempotence on
+    idempotent: list[str] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
     seconds: float = 0.0
     report_path: str = ""
@@ -413,19 +448,25 @@ class RunResult:
         """One line: faults survived, acked, lost, duplicates, seconds."""
         dups = sum(self.duplicates.values())
         per = ", ".join(f"{k} {v}" for k, v in self.duplicates.items() if v)
+        idem_dups = sum(self.duplicates.get(k, 0) for k in self.idempotent)
+        reordered = sum(self.reordered.values())
+        per_order = ", ".join(f"{k} {v}" for k, v in self.reordered.items() if v)
+        idem = f", idempotent [{' '.join(self.idempotent)}] duplicates={idem_dups}" if self.idempotent else ""
         return (
             f"fault run seed={self.seed}: {self.survived}/{len(self.faults)} faults survived "
             f"[{' '.join(f.kind for f in self.faults)}], acked={sum(self.acked.values())} "
             f"(of {sum(self.sent.values())} sent, {sum(self.failed.values())} failed), lost={len(self.lost)}, "
-            f"misplaced={len(self.misplaced)}, duplicates={dups}{f' ({per})' if per else ''}, "
+            f"misplaced={len(self.misplaced)}, duplicates={dups}{f' ({per})' if per else ''}{idem}, "
+            f"reordered={reordered}{f' ({per_order})' if per_order else ''}, "
             f"problems={len(self.problems)}, {self.seconds:.1f} s"
         )
 
     def details(self) -> str:
         lines = [self.summary(), "faults:"] + [f"  {f}" for f in self.faults]
         for name in self.sent:
-            lines.append(f"  {name}: sent {self.sent[name]}, acked {self.acked.get(name, 0)}, "
-                         f"failed {self.failed.get(name, 0)}, duplicates {self.duplicates.get(name, 0)}")
+            lines.append(f"  {name}{' (idempotent)' if name in self.idempotent else ''}: sent {self.sent[name]}, "
+                         f"acked {self.acked.get(name, 0)}, failed {self.failed.get(name, 0)}, "
+                         f"duplicates {self.duplicates.get(name, 0)}, reordered {self.reordered.get(name, 0)}")
         for title, items in (("problems", self.problems), ("lost", self.lost), ("misplaced", self.misplaced)):
             if items:
                 lines.append(f"{title} ({len(items)}):")
@@ -702,6 +743,30 @@ class FaultRun:
         finally:
             consumer.close()
 
+    def _judge_order(self, read: dict[int, list[tuple[int, bytes | None]]]) -> None:
+        """Per producer and partition, the values it sent must be stored in send order (its
+        numbers increase). A value read again after a later one (a duplicate) counts too."""
+        r = self.result
+        for w in self.workers:
+            bad = 0
+            first: str | None = None
+            for p, records in read.items():
+                last = -1
+                for offset, data in records:
+                    try:
+                        number = int(data or b"")
+                    except ValueError:
+                        continue
+                    if not w.log.owns(number):
+                        continue
+                    if number <= last:
+                        bad += 1
+                        first = first or f"{TOPIC}-{p}@{offset}: value {number} stored after {last}"
+                    last = max(last, number)
+            r.reordered[w.name] = bad
+            if bad and w.idempotent:
+                r.problems.append(f"{w.name} (idempotent): {bad} value(s) stored out of send order, first {first}")
+
     def _disk(self, broker_id: int, partition: int) -> list[tuple[int, bytes | None]]:
         """The records of one replica, read from its segment files."""
         d = Path(self.cluster.broker_log_dir(broker_id)) / f"{TOPIC}-{partition}"
@@ -771,6 +836,7 @@ class FaultRun:
                 number = -1
             if not any(w.log.owns(number) for w in self.workers):
                 r.problems.append(f"read a value no producer sent: {read_value!r}")
+        self._judge_order(read)
         lost: dict[bytes, str] = {}
         for w in self.workers:
             dups = 0
@@ -789,6 +855,8 @@ class FaultRun:
                 if n > 1:
                     dups += n - 1
             r.duplicates[w.name] = dups
+            if w.idempotent and dups:
+                r.problems.append(f"{w.name} (idempotent) stored {dups} duplicate(s)")
         if lost:
             where = self._where_on_disk(set(lost))
             leaders = {p: self.cluster.leader(TOPIC, p) for p in range(PARTITIONS)}
@@ -881,6 +949,7 @@ class FaultRun:
                     w.close(30.0)
                 except Exception as e:  # a client that cannot close still reported its acks
                     self.result.problems.append(f"{w.name}: close failed: {e!r}")
+        self.result.idempotent = [w.name for w in self.workers if w.idempotent]
         for w in self.workers:
             self.result.sent[w.name] = w.log.sent
             self.result.acked[w.name] = len(w.log.acked)

@@ -1,10 +1,11 @@
 """No acknowledged message is lost while brokers crash, freeze and come back.
 
 Each run (see harness.py) starts 3 broker processes (replication factor 3, min.insync.replicas
-2), writes sequential values with acks=-1 from four clients (hmbclient async and sync,
-kafka-python, librdkafka) and applies seeded faults one after another, waiting for the cluster
+2), writes sequential values with acks=-1 from six clients (hmbclient async and sync,
+kafka-python and librdkafka with idempotence off and on) and applies seeded faults one after another, waiting for the cluster
 to recover after each; then every acknowledged value must be read back where it was
-acknowledged, the replicas' logs must be identical and every ISR whole again.
+acknowledged, the replicas' logs must be identical and every ISR whole again; the idempotent
+producers must have no duplicate and their values stored in send order.
 
 The bounded runs below cover every fault kind in under two minutes; the ``chaos`` runs (more
 seeds, eight faults each, about ten to fifteen minutes) run with ``make chaos`` only.
@@ -19,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from .harness import FAULT_KINDS, FaultRun, fault_sequence
+from .harness import FAULT_KINDS, TOPIC, FaultRun, encode_value, fault_sequence
 
 #: (seed, faults): together every kind, each run short.
 BOUNDED: list[tuple[int, Sequence[str]]] = [
@@ -74,6 +75,33 @@ def test_the_validation_reports_a_lost_value(zookeeper: Any, tmp_path: Any) -> N
     assert not result.ok
     with pytest.raises(AssertionError, match="lost=1"):
         result.check()
+
+
+class _InjectedCopy(FaultRun):
+    """A run in which, once the producers are done, a plain producer writes again a value the
+    idempotent producer had acknowledged earlier: a duplicate, stored out of send order."""
+
+    def _run_producers_and_faults(self) -> None:
+        super()._run_producers_and_faults()
+        from kafka import KafkaProducer
+
+        w = self.workers[0]
+        value, (partition, _) = min(w.log.acked.items())
+        p = KafkaProducer(bootstrap_servers=self.cluster.bootstrap.split(","), acks="all", enable_idempotence=False)
+        try:
+            p.send(TOPIC, value=encode_value(value), partition=partition).get(timeout=30)
+        finally:
+            p.close(timeout=10)
+
+
+def test_the_validation_fails_an_idempotent_producers_duplicate(zookeeper: Any, tmp_path: Any) -> None:
+    """The check can fail: a copy of an idempotent producer's value is a duplicate and a
+    reordering, and each fails the run."""
+    result = _InjectedCopy(zookeeper.connect, tmp_path, 0, [], producers=("librdkafka-idem",)).run()
+    assert result.duplicates["librdkafka-idem"] == 1 and result.reordered["librdkafka-idem"] == 1, result.details()
+    assert any("idempotent) stored 1 duplicate" in p for p in result.problems), result.details()
+    assert any("out of send order" in p for p in result.problems), result.details()
+    assert not result.ok
 
 
 def test_fault_sequences_are_seeded_and_cover_every_kind() -> None:

@@ -30,6 +30,8 @@ class LogConfig:
         retention_bytes: delete the oldest non-active segments while the log is bigger.
         max_message_bytes: largest batch/message accepted on append (MessageSizeTooLarge).
         compact: keep only the newest record per key in non-active segments (offsets topic).
+        producer_id_expiration_ms: forget an idempotent producer's state after this long
+            without a write (``producer.id.expiration.ms``).
     """
 
     segment_bytes: int = 1024 * 1024 * 1024
@@ -40,6 +42,7 @@ class LogConfig:
     retention_bytes: int | None = None
     max_message_bytes: int = 1_000_012
     compact: bool = False
+    producer_id_expiration_ms: int = 86_400_000
 
     def __post_init__(self) -> None:
         if not 0 < self.segment_bytes <= _MAX_SEGMENT_BYTES:
@@ -50,5 +53,7 @@ class LogConfig:
             raise ConfigError("flush_interval_messages must be > 0 or None")
         if self.flush_interval_ms is not None and self.flush_interval_ms < 0:
             raise ConfigError("flush_interval_ms must be >= 0 or None")
+        if self.producer_id_expiration_ms <= 0:
+            raise ConfigError("producer_id_expiration_ms must be > 0")
         if self.max_message_bytes <= 0:
             raise ConfigError("max_message_bytes must be > 0")

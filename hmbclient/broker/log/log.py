@@ -25,8 +25,14 @@ Contract:
   entry is appended: those carry no epoch, so KIP-101 truncation needs RecordBatch v2 (as in
   Kafka); without it the follower falls back to the high watermark.
 * Segments roll before an append would take the active one past ``segment_bytes``; the folder
-  holds ``<base offset:020d>.log`` + ``.index`` pairs and ``leader-epoch-checkpoint``, nothing
-  else.
+  holds ``<base offset:020d>.log`` + ``.index`` pairs, ``leader-epoch-checkpoint`` and the
+  producer state snapshots ``<offset:020d>.snapshot``, nothing else.
+* ``producer_state`` (``ProducerStateManager``, see ``producer_state``) holds what idempotent
+  producers wrote: ``append`` checks every idempotent batch against it under the lock (a
+  refused payload raises the Kafka error and writes nothing; a retried batch already in the
+  log writes nothing and returns its original offsets with ``duplicate=True``);
+  ``append_as_follower`` feeds it unchecked; a roll and ``close`` snapshot it; start-up,
+  ``truncate_to``, emptying and retention rebuild or trim it.
 * Start-up: every file name is checked (a malformed name or an index without its log is a
   StorageError: we refuse to guess). The recovery point is the active (newest) segment's base
   offset: a roll fsyncs the segment it closes (log and index), so everything before the active
@@ -64,6 +70,7 @@ import struct
 import threading
 import uuid
 from bisect import bisect_left, bisect_right
+from collections.abc import Iterator
 from typing import Any, NamedTuple
 
 from crc32c import crc32c
@@ -71,6 +78,11 @@ from crc32c import crc32c
 from hmbclient.broker.log.checkpoint import TMP_SUFFIX
 from hmbclient.broker.log.config import LogConfig
 from hmbclient.broker.log.epochs import LEADER_EPOCH_CHECKPOINT, LeaderEpochCache
+from hmbclient.broker.log.producer_state import (
+    SNAPSHOT_FILE,
+    ProducerStateManager,
+    producer_batches,
+)
 from hmbclient.broker.log.segment import INDEX_SUFFIX, LOG_SUFFIX, FileSlice, Segment
 from hmbclient.broker.log.store import HandleCache, SegmentGoneError
 from hmbclient.clock import wall_ms
@@ -108,6 +120,9 @@ class AppendInfo(NamedTuple):
     max_timestamp: int
     magic: int
     size: int
+    #: an idempotent producer's retry of a batch already in the log: nothing was written and
+    #: the offsets are the original batch's
+    duplicate: bool = False
 
 
 _i32 = struct.Struct(">i")
@@ -184,6 +199,18 @@ def _assign_offsets_v2(
     return out, count, next_offset + count - 1, max_ts, 2 if count else -1
 
 
+def _whole_entries(buf: bytes | bytearray) -> int:
+    """The length of the prefix of ``buf`` made of whole entries."""
+    n = len(buf)
+    pos = 0
+    while pos + 12 <= n:
+        end = pos + 12 + _i32.unpack_from(buf, pos + 8)[0]
+        if end > n or end <= pos + 12:
+            break
+        pos = end
+    return pos
+
+
 def _stamp_epoch(buf: bytes | bytearray, leader_epoch: int) -> tuple[bytes | bytearray, list[tuple[int, int, int]]]:
     """The slow path's epoch stamp: set partitionLeaderEpoch in every v2 batch of an already
     validated payload (a header walk; v0/v1 entries have no such field). Returns the stamped
@@ -253,6 +280,8 @@ class Log:
         self.leader_epochs.truncate_from_start(self.log_start_offset, defer_write=True)
         self._hw = self.log_start_offset
         self._hw_mark: tuple[int, Segment, int] = (self._hw, self.segments[0], 0)
+        self.producer_state = ProducerStateManager(directory, config.producer_id_expiration_ms)
+        self._load_producer_state(clean_shutdown)
 
     # -- start-up --------------------------------------------------------------------------
     def _load(self) -> None:
@@ -264,7 +293,10 @@ class Log:
                 # A compaction rewrite that never reached its rename: the original is intact.
                 leftovers.append(name)
                 continue
-            if name == LEADER_EPOCH_CHECKPOINT:
+            if name == LEADER_EPOCH_CHECKPOINT or SNAPSHOT_FILE.match(name):
+                continue
+            if name.endswith(TMP_SUFFIX) and SNAPSHOT_FILE.match(name[: -len(TMP_SUFFIX)]):
+                leftovers.append(name)  # a snapshot write that never reached its rename
                 continue
             if name == LEADER_EPOCH_CHECKPOINT + TMP_SUFFIX:
                 # A checkpoint write that never reached its rename: the old file is intact.
@@ -344,6 +376,42 @@ class Log:
         self.recovered_bytes_cut = cut
         if cut:
             log.warning("%s: recovery cut %d bytes of torn or corrupt tail at position %d", seg.log_path, cut, pos)
+
+    def _load_producer_state(self, clean_shutdown: bool) -> None:
+        """Snapshot at or below the log end, then the batches after it (producer_state's
+        contract). Without any snapshot: after a clean shutdown the state starts empty (a log
+        written before producer state existed, as Kafka treats it); after an unclean one it is
+        rebuilt from the second-to-last segment, which bounds the work."""
+        ps = self.producer_state
+        segs = self._segments
+        end = self.log_end_offset
+        if not ps.snapshot_offsets() and clean_shutdown:
+            ps.advance(end)
+            return
+        fallback = segs[-2].base_offset if len(segs) > 1 else segs[0].base_offset
+        ps.load(self.log_start_offset, end, fallback, self._chunks_from)
+
+    def _chunks_from(self, offset: int) -> Iterator[bytes]:
+        """The log's bytes from the segment holding ``offset`` to the end, in chunks of whole
+        entries (the producer state's rebuild reads batch headers from them)."""
+        segs = self._segments
+        i = max(bisect_right(self._bases, offset) - 1, 0)
+        for seg in segs[i:]:
+            size = seg.size
+            pos = 0
+            while pos < size:
+                buf = seg.store.read(pos, min(_RECOVERY_CHUNK, size - pos))
+                whole = _whole_entries(buf)
+                if whole == 0:
+                    if len(buf) < 12:
+                        break
+                    need = 12 + _i32.unpack_from(buf, 8)[0]
+                    if need <= len(buf) or pos + need > size:
+                        break  # cannot be right; recovery already cut what was torn
+                    buf = seg.store.read(pos, need)
+                    whole = len(buf)
+                yield buf[:whole]
+                pos += whole
 
     def _new_segment(self, base_offset: int) -> Segment:
         seg = Segment(self.directory, base_offset, self.config.index_interval_bytes, self._cache, create=True)
@@ -482,6 +550,16 @@ class Log:
             n = len(new)
             if n > self.config.segment_bytes:
                 raise _RecordListTooLarge(f"{n} bytes is over the segment size {self.config.segment_bytes}")
+            # Idempotent producers: refused (raises, nothing written) or a duplicate (nothing
+            # written, the original offsets answered) before anything changes.
+            batches = producer_batches(new) if magic >= 2 else None
+            updates = None
+            if batches:
+                plan = self.producer_state.prepare(batches)
+                if plan.duplicate is not None:
+                    d = plan.duplicate
+                    return AppendInfo(d.first_offset, d.last_offset, 0, -1, magic, 0, True)
+                updates = plan.updates
             # The epoch cache learns before the bytes are written (as Kafka's append does): if
             # the write then fails, an entry starting at the log end describes nothing yet.
             if events is not None:
@@ -494,6 +572,10 @@ class Log:
             if active.size and active.size + n > self.config.segment_bytes:
                 active = self._roll(first)
             pos = active.append(new, first, last, max_ts, magic)
+            if updates:
+                self.producer_state.commit(updates, last + 1)
+            else:
+                self.producer_state.advance(last + 1)
             if leader_epoch is None:
                 # _set_hw_locked for the log end, inlined: the append knows where it ends.
                 self._hw_mark = (last + 1, active, pos + n)
@@ -567,14 +649,18 @@ class Log:
             active = self._segments[-1]
             filled = active.size
             run = 0
+            ps = self.producer_state
             for k, e in enumerate(entries):
                 if filled and filled + e.size > limit:
                     if k > run:
                         self._write_entries(active, mv, entries[run:k])
+                        ps.apply(self._producer_batches_of(mv, entries[run:k]), e.base_offset)
+                    ps.advance(e.base_offset)
                     active = self._roll(e.base_offset)
                     run, filled = k, 0
                 filled += e.size
             self._write_entries(active, mv, entries[run:])
+            ps.apply(self._producer_batches_of(mv, entries[run:]), entries[-1].last_offset + 1)
             count = sum(e.count for e in entries)
             self._unflushed_messages += count
             fm = self.config.flush_interval_messages
@@ -588,6 +674,14 @@ class Log:
                 max(e.magic for e in entries),
                 valid,
             )
+
+    @staticmethod
+    def _producer_batches_of(mv: memoryview, run: list) -> list:
+        out: list = []
+        for e in run:
+            if e.magic >= 2:
+                out.extend(producer_batches(mv[e.position : e.position + e.size]))
+        return out
 
     @staticmethod
     def _write_entries(seg: Segment, mv: memoryview, run: list) -> None:
@@ -628,6 +722,9 @@ class Log:
             seg.truncate_to(cut, new_end)
             self.leader_epochs.truncate_from_end(new_end)
             self._set_hw_locked(min(self._hw, new_end))
+            # The state of the batches cut away must go too: reload from the newest snapshot
+            # at or below the new end (those past it are deleted) and the log after it.
+            self._load_producer_state(clean_shutdown=False)
         log.info("%s: truncated to offset %d (log end now %d, %d segments deleted)", self.directory, offset, new_end, len(gone))
 
     def truncate_fully_and_start_at(self, offset: int) -> None:
@@ -653,6 +750,7 @@ class Log:
             s.delete()
         self._set_segments((self._new_segment(offset),))
         self.leader_epochs.clear()
+        self.producer_state.clear(offset)
         self._set_hw_locked(offset)
 
     def _roll(self, base_offset: int) -> Segment:
@@ -660,6 +758,10 @@ class Log:
         # Flushed (log and index) and its writer dropped: this is what lets start-up trust
         # every segment but the active one, and keeps one writer open per partition.
         old.seal()
+        # The producer state of everything below the new segment survives what it survives
+        # (a partition that never saw an idempotent producer writes no snapshot).
+        self.producer_state.advance(base_offset)
+        self.producer_state.take_snapshot()
         seg = self._new_segment(base_offset)
         self._set_segments((*self._segments, seg))
         log.debug("%s: rolled to segment %d", self.directory, base_offset)
@@ -723,6 +825,7 @@ class Log:
             gone = segs[:drop]
             self._set_segments(segs[drop:])
             self.leader_epochs.truncate_from_start(self.log_start_offset)
+            self.producer_state.truncate_head(self.log_start_offset)
         for s in gone:
             s.delete()
             log.info("%s: retention deleted segment %d", self.directory, s.base_offset)
@@ -950,7 +1053,18 @@ class Log:
                     log.warning("%s", e)
                     ok = False
                 s.close()
+            if ok and not self._deleted:
+                try:
+                    self.producer_state.take_snapshot()
+                except StorageError as e:
+                    log.warning("%s", e)
+                    ok = False
         return ok
+
+    def remove_expired_producers(self, now_ms: int) -> int:
+        """Forget idempotent producers silent for ``producer_id_expiration_ms``; how many."""
+        with self._lock:
+            return self.producer_state.remove_expired(now_ms)
 
     def delete(self) -> None:
         """Delete the partition folder (StopReplica with delete). The folder is first renamed to

@@ -194,6 +194,7 @@ class LogManager:
         for _, lg in self.all_logs():
             try:
                 n += lg.apply_retention(now_ms)
+                lg.remove_expired_producers(now_ms)
             except StorageError as e:
                 log.error("retention: %s", e)
         return n

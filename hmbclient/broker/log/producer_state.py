@@ -1,0 +1,450 @@
+"""Producer state of one partition: what an idempotent producer already wrote here.
+
+Kafka's ``ProducerStateManager`` in our nouns. For every producer id seen in the log the state
+keeps its epoch, the metadata of its last :data:`BATCHES_TO_RETAIN` (5) batches (first/last
+sequence, first/last offset, max timestamp) and its last timestamp. The log owns one
+:class:`ProducerStateManager`; every call happens under the log's lock.
+
+Contract of a leader's append (``check_batch``, a pure function of the entry and the batch
+header; ``ProducerStateManager.prepare`` applies it to every batch of a payload in order):
+
+- Case A (duplicate): same producer and epoch, and the batch's sequence range equals one of the
+  5 retained batches: nothing is appended and the answer is success with that batch's
+  original offsets (Kafka answers DUPLICATE_SEQUENCE_NUMBER this way since 1.0).
+- Case B (fenced): an epoch older than the one held: INVALID_PRODUCER_EPOCH.
+- Case C (new producer): no entry: base sequence 0 appends; any other is UNKNOWN_PRODUCER_ID
+  (a producer id never issued, or whose state expired or was deleted with the log).
+- Case D (new epoch): base sequence 0 appends (the retained batches are forgotten); any other
+  is OUT_OF_ORDER_SEQUENCE_NUMBER.
+- Case E (same epoch): the base sequence follows the last one (``last + 1``, wrapping from
+  2**31-1 to 0) and appends; anything else (a gap, a replay older than the window, a huge
+  sequence) is OUT_OF_ORDER_SEQUENCE_NUMBER.
+
+A refused batch refuses the whole payload, and nothing of it is stored. Batches without a
+producer id (-1) and v0/v1 entries carry no state and are never checked.
+
+Replicas and rebuilds (``apply``) take the batches as the leader wrote them, with no check, so a
+follower's state equals the leader's for the same log prefix and a new leader recognises the
+last batches of the old one.
+
+Durability (invariant: the state describes exactly the batches below ``end_offset``):
+
+- A snapshot ``<offset:020d>.snapshot`` holds the state of the log prefix below ``offset``; the
+  log writes one when it rolls a segment (``offset`` = the new segment's base) and at a clean
+  close (the log end). Written to ``.tmp``, fsynced, renamed.
+- Start-up loads the newest snapshot at or below the log end and rebuilds from there by reading
+  batch headers to the log end (after an unclean shutdown: the active segment). With no
+  snapshot at all (a log older than this code) the rebuild starts at the second-to-last
+  segment, which bounds start-up work as Kafka does for logs without snapshots. A snapshot that
+  fails its CRC is deleted with a warning and the next older one is tried.
+- Truncation (KIP-101 follower truncation) deletes the snapshots past the new end and reloads
+  the same way; retention drops producers whose last batch is below the new log start and the
+  snapshots below it; ``remove_expired`` drops producers silent for
+  ``producer.id.expiration.ms`` (Kafka's name and default, 24 hours).
+
+Snapshot file layout (big-endian; not Kafka's, which keeps one batch per producer)::
+
+    version:int16(1) crc:uint32(crc32c of what follows) count:int32
+    count x [producer_id:int64 epoch:int16 last_timestamp:int64 batches:int8
+             batches x [first_seq:int32 last_seq:int32 first_offset:int64 last_offset:int64 max_timestamp:int64]]
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import os
+import re
+import struct
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import NamedTuple
+
+from crc32c import crc32c
+
+from hmbclient.broker.log.checkpoint import TMP_SUFFIX, fsync_dir
+from hmbclient.errors import ErrorCode, StorageError, for_code
+
+__all__ = [
+    "BATCHES_TO_RETAIN",
+    "DEFAULT_PRODUCER_ID_EXPIRATION_MS",
+    "SNAPSHOT_SUFFIX",
+    "BatchHeader",
+    "BatchMetadata",
+    "Decision",
+    "ProducerStateEntry",
+    "ProducerStateManager",
+    "Verdict",
+    "apply_batch",
+    "check_batch",
+    "in_sequence",
+    "producer_batches",
+]
+
+log = logging.getLogger("hmbclient.broker.log.producer_state")
+
+BATCHES_TO_RETAIN = 5
+DEFAULT_PRODUCER_ID_EXPIRATION_MS = 86_400_000
+SNAPSHOT_SUFFIX = ".snapshot"
+SNAPSHOT_FILE = re.compile(r"^(\d{20})\.snapshot$")
+_INT32_MAX = 2**31 - 1
+_SNAPSHOT_VERSION = 1
+
+# RecordBatch v2 header fields (offsets from the batch start; see protocol.records.v2).
+_BATCH = struct.Struct(">qi")  # base offset, batch length
+_ATTRS_AT = 21
+_LAST_DELTA_AT = 23
+_MAX_TS_AT = 35
+_PRODUCER_AT = 43  # producer id int64, epoch int16, base sequence int32
+_PRODUCER = struct.Struct(">qhi")
+_V2_HEADER = 61
+_i16 = struct.Struct(">h")
+_i32 = struct.Struct(">i")
+_i64 = struct.Struct(">q")
+
+_snap_head = struct.Struct(">hIi")
+_snap_entry = struct.Struct(">qhqb")
+_snap_batch = struct.Struct(">iiqqq")
+
+
+
+class BatchHeader(NamedTuple):
+    """The producer fields of one RecordBatch v2 and where the log put it."""
+
+    producer_id: int
+    producer_epoch: int
+    base_sequence: int
+    last_offset_delta: int
+    max_timestamp: int
+    first_offset: int
+    is_transactional: bool = False
+
+    @property
+    def last_sequence(self) -> int:
+        s = self.base_sequence + self.last_offset_delta
+        return s - _INT32_MAX - 1 if s > _INT32_MAX else s
+
+    @property
+    def last_offset(self) -> int:
+        return self.first_offset + self.last_offset_delta
+
+
+class BatchMetadata(NamedTuple):
+    first_seq: int
+    last_seq: int
+    first_offset: int
+    last_offset: int
+    max_timestamp: int
+
+
+@dataclass(frozen=True)
+class ProducerStateEntry:
+    """One producer's state in one partition (immutable: updates make a new entry)."""
+
+    producer_id: int
+    epoch: int
+    batches: tuple[BatchMetadata, ...]
+    last_timestamp: int
+
+    @property
+    def last_seq(self) -> int:
+        return self.batches[-1].last_seq if self.batches else -1
+
+    @property
+    def last_offset(self) -> int:
+        return self.batches[-1].last_offset if self.batches else -1
+
+    def find_duplicate(self, batch: BatchHeader) -> BatchMetadata | None:
+        if batch.producer_epoch != self.epoch:
+            return None
+        first, last = batch.base_sequence, batch.last_sequence
+        for b in self.batches:
+            if b.first_seq == first and b.last_seq == last:
+                return b
+        return None
+
+
+class Verdict(enum.Enum):
+    APPEND = "append"
+    DUPLICATE = "duplicate"
+    REFUSE = "refuse"
+
+
+class Decision(NamedTuple):
+    verdict: Verdict
+    error_code: int = ErrorCode.NONE
+    reason: str = ""
+    duplicate: BatchMetadata | None = None
+
+
+def in_sequence(last_seq: int, next_seq: int) -> bool:
+    """``next_seq`` directly follows ``last_seq`` (sequences wrap from 2**31-1 to 0)."""
+    return next_seq == last_seq + 1 or (last_seq == _INT32_MAX and next_seq == 0)
+
+
+_APPEND = Decision(Verdict.APPEND)
+
+
+def check_batch(entry: ProducerStateEntry | None, batch: BatchHeader) -> Decision:
+    """Decide a leader's append of one idempotent batch (the cases of the module docstring)."""
+    pid, epoch, seq = batch.producer_id, batch.producer_epoch, batch.base_sequence
+    if entry is not None:
+        dup = entry.find_duplicate(batch)
+        if dup is not None:  # Case A
+            return Decision(Verdict.DUPLICATE, duplicate=dup)
+        if epoch < entry.epoch:  # Case B
+            return Decision(
+                Verdict.REFUSE, ErrorCode.INVALID_PRODUCER_EPOCH, f"producer {pid}: epoch {epoch} is older than the current epoch {entry.epoch}"
+            )
+    if entry is None:  # Case C
+        if seq != 0:
+            return Decision(
+                Verdict.REFUSE, ErrorCode.UNKNOWN_PRODUCER_ID, f"producer {pid} is unknown here and its first batch has sequence {seq}, not 0"
+            )
+        return _APPEND
+    if epoch != entry.epoch:  # Case D
+        if seq != 0:
+            return Decision(
+                Verdict.REFUSE, ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER, f"producer {pid}: new epoch {epoch} starts at sequence {seq}, not 0"
+            )
+        return _APPEND
+    if in_sequence(entry.last_seq, seq):  # Case E
+        return _APPEND
+    return Decision(
+        Verdict.REFUSE,
+        ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER,
+        f"producer {pid} epoch {epoch}: sequence {seq} does not follow the last sequence {entry.last_seq}",
+    )
+
+
+def apply_batch(entry: ProducerStateEntry | None, batch: BatchHeader) -> ProducerStateEntry:
+    """The entry after ``batch`` was written (no check: leaders check first, replicas trust)."""
+    meta = BatchMetadata(batch.base_sequence, batch.last_sequence, batch.first_offset, batch.last_offset, batch.max_timestamp)
+    if entry is None or entry.epoch != batch.producer_epoch:
+        batches: tuple[BatchMetadata, ...] = (meta,)
+    else:
+        batches = (*entry.batches[-(BATCHES_TO_RETAIN - 1) :], meta)
+    last_ts = batch.max_timestamp if entry is None else max(entry.last_timestamp, batch.max_timestamp)
+    return ProducerStateEntry(batch.producer_id, batch.producer_epoch, batches, last_ts)
+
+
+def producer_batches(buf: bytes | bytearray | memoryview, limit: int | None = None) -> list[BatchHeader]:
+    """The idempotent v2 batches of a validated payload with offsets assigned (in order).
+    Entries of other formats and batches without a producer id are skipped."""
+    out: list[BatchHeader] = []
+    n = len(buf) if limit is None else limit
+    pos = 0
+    while pos + _V2_HEADER <= n:
+        base, length = _BATCH.unpack_from(buf, pos)
+        if buf[pos + 16] >= 2:
+            pid, epoch, seq = _PRODUCER.unpack_from(buf, pos + _PRODUCER_AT)
+            if pid >= 0:
+                out.append(
+                    BatchHeader(
+                        pid,
+                        epoch,
+                        seq,
+                        _i32.unpack_from(buf, pos + _LAST_DELTA_AT)[0],
+                        _i64.unpack_from(buf, pos + _MAX_TS_AT)[0],
+                        base,
+                        bool(_i16.unpack_from(buf, pos + _ATTRS_AT)[0] & 0x10),
+                    )
+                )
+        pos += 12 + length
+    return out
+
+
+class _Plan(NamedTuple):
+    duplicate: BatchMetadata | None
+    updates: dict[int, ProducerStateEntry]
+
+
+# A reader of the log's bytes from an offset to the log end: yields chunks of whole entries.
+LogReader = Callable[[int], Iterable[bytes]]
+
+
+class ProducerStateManager:
+    """The producer state of one partition (see the module docstring). Not thread-safe: the
+    log calls it under its lock.
+
+    Args:
+        directory: the partition folder (snapshots live there).
+        expiration_ms: ``producer.id.expiration.ms``.
+    """
+
+    def __init__(self, directory: str, expiration_ms: int = DEFAULT_PRODUCER_ID_EXPIRATION_MS) -> None:
+        self.directory = directory
+        self.expiration_ms = expiration_ms
+        self.producers: dict[int, ProducerStateEntry] = {}
+        self.end_offset = 0  # the state describes the batches below this offset
+        self._has_snapshots = bool(self.snapshot_offsets())
+
+    # -- leader appends ------------------------------------------------------------------------
+    def prepare(self, batches: list[BatchHeader]) -> _Plan:
+        """Check a payload's idempotent batches in order.
+
+        Returns:
+            ``(duplicate, updates)``: the duplicate's metadata (append nothing; answer its
+            offsets) or None, and the entries to ``commit`` once the bytes are written.
+        Raises:
+            BrokerError: INVALID_PRODUCER_EPOCH, UNKNOWN_PRODUCER_ID or
+                OUT_OF_ORDER_SEQUENCE_NUMBER (nothing may be written).
+        """
+        updates: dict[int, ProducerStateEntry] = {}
+        for b in batches:
+            current = updates.get(b.producer_id) or self.producers.get(b.producer_id)
+            d = check_batch(current, b)
+            if d.verdict is Verdict.DUPLICATE:
+                return _Plan(d.duplicate, {})
+            if d.verdict is Verdict.REFUSE:
+                raise for_code(d.error_code)(d.reason)
+            updates[b.producer_id] = apply_batch(current, b)
+        return _Plan(None, updates)
+
+    def commit(self, updates: dict[int, ProducerStateEntry], end_offset: int) -> None:
+        self.producers.update(updates)
+        self.end_offset = end_offset
+
+    # -- replicas and rebuilds -----------------------------------------------------------------
+    def apply(self, batches: Iterable[BatchHeader], end_offset: int) -> None:
+        producers = self.producers
+        for b in batches:
+            producers[b.producer_id] = apply_batch(producers.get(b.producer_id), b)
+        self.end_offset = end_offset
+
+    def advance(self, end_offset: int) -> None:
+        """Batches without producer state were appended up to ``end_offset``."""
+        self.end_offset = end_offset
+
+    # -- housekeeping --------------------------------------------------------------------------
+    def remove_expired(self, now_ms: int) -> int:
+        gone = [pid for pid, e in self.producers.items() if now_ms - e.last_timestamp >= self.expiration_ms]
+        for pid in gone:
+            del self.producers[pid]
+        return len(gone)
+
+    def truncate_head(self, log_start_offset: int) -> None:
+        """Retention moved the log start: forget producers whose last batch is gone, and the
+        snapshots below the log start."""
+        gone = [pid for pid, e in self.producers.items() if e.last_offset < log_start_offset]
+        for pid in gone:
+            del self.producers[pid]
+        for off in self.snapshot_offsets():
+            if off < log_start_offset:
+                self._delete_snapshot(off)
+
+    def clear(self, end_offset: int) -> None:
+        """The log was emptied and starts at ``end_offset``: no state, no snapshot."""
+        self.producers = {}
+        self.end_offset = end_offset
+        for off in self.snapshot_offsets():
+            self._delete_snapshot(off)
+
+    # -- snapshots -----------------------------------------------------------------------------
+    def _path(self, offset: int) -> str:
+        return os.path.join(self.directory, f"{offset:020d}{SNAPSHOT_SUFFIX}")
+
+    def snapshot_offsets(self) -> list[int]:
+        try:
+            names = os.listdir(self.directory)
+        except OSError as e:
+            raise StorageError(f"cannot list {self.directory}: {e}") from e
+        return sorted(int(m.group(1)) for m in map(SNAPSHOT_FILE.match, names) if m)
+
+    def _delete_snapshot(self, offset: int) -> None:
+        try:
+            os.unlink(self._path(offset))
+        except FileNotFoundError:
+            pass
+        except OSError as e:
+            raise StorageError(f"cannot delete {self._path(offset)}: {e}") from e
+
+    def take_snapshot(self) -> None:
+        """Write the state as ``<end_offset>.snapshot`` (fsynced, then renamed into place).
+
+        A partition that never had idempotent producers (no state and no snapshot) writes
+        none: its rebuild finds nothing anyway, and plain topics keep their folders as before.
+        """
+        if not self.producers and not self._has_snapshots:
+            return
+        self._has_snapshots = True
+        body: list[bytes] = [_i32.pack(len(self.producers))]
+        for e in self.producers.values():
+            body.append(_snap_entry.pack(e.producer_id, e.epoch, e.last_timestamp, len(e.batches)))
+            body.extend(_snap_batch.pack(*b) for b in e.batches)
+        data = b"".join(body)
+        blob = _i16.pack(_SNAPSHOT_VERSION) + struct.pack(">I", crc32c(data)) + data
+        path = self._path(self.end_offset)
+        tmp = path + TMP_SUFFIX
+        try:
+            with open(tmp, "wb") as f:
+                f.write(blob)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+            fsync_dir(self.directory)
+        except OSError as e:
+            raise StorageError(f"cannot write producer state snapshot {path}: {e}") from e
+
+    def _read_snapshot(self, offset: int) -> dict[int, ProducerStateEntry] | None:
+        path = self._path(offset)
+        try:
+            with open(path, "rb") as f:
+                blob = f.read()
+        except OSError as e:
+            raise StorageError(f"cannot read {path}: {e}") from e
+        try:
+            version, crc, count = _snap_head.unpack_from(blob, 0)
+            if version != _SNAPSHOT_VERSION or crc32c(blob[6:]) != crc:
+                return None
+            pos = _snap_head.size
+            out: dict[int, ProducerStateEntry] = {}
+            for _ in range(count):
+                pid, epoch, last_ts, nb = _snap_entry.unpack_from(blob, pos)
+                pos += _snap_entry.size
+                batches = []
+                for _ in range(nb):
+                    batches.append(BatchMetadata(*_snap_batch.unpack_from(blob, pos)))
+                    pos += _snap_batch.size
+                out[pid] = ProducerStateEntry(pid, epoch, tuple(batches), last_ts)
+            if pos != len(blob):
+                return None
+            return out
+        except struct.error:
+            return None
+
+    def load(self, log_start_offset: int, log_end_offset: int, fallback_start: int, read_from: LogReader) -> None:
+        """Rebuild the state of ``[.., log_end_offset)``: the newest sound snapshot at or below
+        the end (snapshots past it are deleted), then the batches after it read from the log.
+
+        Args:
+            log_start_offset: the log start (producers whose last batch is below it are gone).
+            log_end_offset: the log end.
+            fallback_start: where to start reading when there is no sound snapshot.
+            read_from: ``read_from(offset)`` yields the log's bytes from the entry holding
+                ``offset`` to the end, in chunks of whole entries.
+        """
+        self.producers = {}
+        start = fallback_start
+        for off in reversed(self.snapshot_offsets()):
+            if off > log_end_offset:
+                self._delete_snapshot(off)
+                continue
+            state = self._read_snapshot(off)
+            if state is None:
+                log.warning("%s: producer state snapshot %d is corrupt: deleted", self.directory, off)
+                self._delete_snapshot(off)
+                continue
+            self.producers = state
+            start = off
+            break
+        self.end_offset = start
+        if start < log_end_offset:
+            for chunk in read_from(max(start, log_start_offset)):
+                self.apply((b for b in producer_batches(chunk) if b.first_offset >= start), log_end_offset)
+        self.end_offset = log_end_offset
+        self.truncate_head(log_start_offset)
+
+    def __repr__(self) -> str:
+        return f"ProducerStateManager({self.directory!r}, producers={len(self.producers)}, end={self.end_offset})"
+
