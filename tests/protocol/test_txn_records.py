@@ -181,3 +181,106 @@ def test_decoding_mutated_control_batches_raises_only_corrupt_record_error(data:
             decode_end_txn_marker(*control_record(buf))
         except CorruptRecordError:
             pass
+
+
+# --- read_committed, against kafka-python's consumer ---------------------------------------------
+
+from collections import namedtuple  # noqa: E402
+
+from kafka.consumer.fetcher import Fetcher  # noqa: E402
+from kafka.protocol.consumer import IsolationLevel  # noqa: E402
+from kafka.record import MemoryRecords  # noqa: E402
+from kafka.structs import TopicPartition  # noqa: E402
+
+from hmbclient.protocol.records import encode_records  # noqa: E402
+from hmbclient.protocol.records.control import read_committed  # noqa: E402
+
+_Aborted = namedtuple("_Aborted", "producer_id first_offset")
+
+
+def _kafka_python_read_committed(buf: bytes, aborted: list[tuple[int, int]]) -> list[tuple[int, bytes | None]]:
+    pr = Fetcher.PartitionRecords(
+        0,
+        TopicPartition("t", 0),
+        MemoryRecords(buf),
+        isolation_level=IsolationLevel.READ_COMMITTED,
+        aborted_transactions=[_Aborted(p, f) for p, f in aborted],
+    )
+    return [(r.offset, r.value) for r in pr.take()]
+
+
+def _log(steps: list[tuple[str, int, bool]]) -> tuple[bytes, list[tuple[int, int]], list[tuple[int, bytes]]]:
+    """A partition log from steps (kind, producer, flag): ("data", pid, _) a transactional batch
+    of two records, ("end", pid, committed) its marker, ("plain", _, _) a non-transactional
+    record. Returns the bytes, the aborted (pid, first offset) list a broker would answer and the
+    (offset, value) pairs a read_committed reader must see, computed from the steps alone."""
+    out: list[bytes] = []
+    offset = 0
+    first: dict[int, int] = {}
+    members: dict[int, list[tuple[int, bytes]]] = {}
+    aborted: list[tuple[int, int]] = []
+    visible: list[tuple[int, bytes]] = []
+    seq: dict[int, int] = {}
+    for kind, pid, flag in steps:
+        if kind == "data":
+            vals = [(offset, f"p{pid}-{offset}".encode()), (offset + 1, f"p{pid}-{offset + 1}".encode())]
+            out.append(encode_transactional_batch(NONE, [(None, v, TS) for _o, v in vals], pid, 0, seq.get(pid, 0), timestamp_ms=TS, base_offset=offset))
+            seq[pid] = seq.get(pid, 0) + 2
+            first.setdefault(pid, offset)
+            members.setdefault(pid, []).extend(vals)
+            offset += 2
+        elif kind == "end":
+            if pid not in first:
+                continue
+            out.append(encode_control_batch(pid, 0, EndTxnMarker(ControlType.COMMIT if flag else ControlType.ABORT, 1), timestamp_ms=TS, base_offset=offset))
+            if flag:
+                visible.extend(members[pid])
+            else:
+                aborted.append((pid, first[pid]))
+            del first[pid], members[pid]
+            offset += 1
+        else:
+            v = f"plain-{offset}".encode()
+            out.append(encode_records(2, NONE, [(None, v, TS)], base_offset=offset))
+            visible.append((offset, v))
+            offset += 1
+    # a fetch ends at the last stable offset: cut before the first open transaction
+    lso = min(first.values(), default=offset)
+    buf = b""
+    for b in out:
+        if batch_header(b).base_offset >= lso:
+            break
+        buf += b
+    return buf, aborted, sorted(v for v in visible if v[0] < lso)
+
+
+def test_read_committed_drops_aborted_and_control_like_kafka_python() -> None:
+    steps = [
+        ("data", 1, False), ("data", 2, False), ("plain", 0, False), ("end", 1, True), ("data", 2, False),
+        ("end", 2, False), ("data", 1, False), ("data", 2, False), ("end", 2, True), ("end", 1, False), ("plain", 0, False),
+    ]  # fmt: skip
+    buf, aborted, want = _log(steps)
+    assert aborted == [(2, 2), (1, 9)]
+    got = [(r.offset, r.value) for r in read_committed(buf, aborted)]
+    assert got == want == _kafka_python_read_committed(buf, aborted)
+    assert [v for _o, v in got] == [b"p1-0", b"p1-1", b"plain-4", b"p2-11", b"p2-12", b"plain-15"]
+    # read_uncommitted sees everything but the markers
+    assert len(decode_records(buf)) == 12
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck), database=None)
+@given(st.lists(st.tuples(st.sampled_from(["data", "end", "plain"]), st.integers(1, 3), st.booleans()), max_size=25))
+def test_read_committed_random_interleavings(steps: list[tuple[str, int, bool]]) -> None:
+    buf, aborted, want = _log(steps)
+    got = [(r.offset, r.value) for r in read_committed(buf, aborted)]
+    assert got == want
+    assert got == _kafka_python_read_committed(buf, aborted)
+
+
+def test_read_committed_raises_on_corruption_and_drops_a_partial_tail() -> None:
+    buf, aborted, want = _log([("data", 1, False), ("end", 1, True), ("plain", 0, False)])
+    assert [(r.offset, r.value) for r in read_committed(buf + buf[:20], aborted)] == want
+    bad = bytearray(buf)
+    bad[-3] ^= 0xFF
+    with pytest.raises(CorruptRecordError):
+        read_committed(bytes(bad), aborted)

@@ -14,6 +14,12 @@ control batches (``v2.batch_records`` gives ``[]``); a ``read_committed`` reader
 markers to drop aborted data. Sans-IO: bytes in, values out; malformed markers raise
 ``CorruptRecordError`` (a decode never raises anything else).
 
+A ``read_committed`` reader (:func:`read_committed`) is given, with the records up to the last
+stable offset, the (producer id, first offset) of every aborted transaction overlapping them:
+walking the batches in order, a producer's transactional batches are dropped from the first
+offset of one of its aborted transactions until its abort marker; control batches are never
+returned (Kafka's consumer Fetcher, KIP-98).
+
 Invariants: ``decode_end_txn_marker(*control_record(encode_control_batch(p, e, m, ...)))``
 gives ``m`` back; ``batch_header`` reads the same fields the writer put, whatever the codec.
 """
@@ -29,7 +35,8 @@ from crc32c import crc32c
 from hmbclient.errors import CorruptRecordError
 
 from . import v2
-from .base import CODEC_MASK, CONTROL_MASK, TIMESTAMP_TYPE_MASK, TRANSACTIONAL_MASK
+from .base import CODEC_MASK, CONTROL_MASK, TIMESTAMP_TYPE_MASK, TRANSACTIONAL_MASK, Record
+from .records import decode_records, scan_entries
 
 __all__ = [
     "ControlType",
@@ -45,6 +52,7 @@ __all__ = [
     "encode_transactional_batch",
     "batch_header",
     "control_record",
+    "read_committed",
 ]
 
 _KEY = struct.Struct(
@@ -213,3 +221,54 @@ def control_record(data: Any, pos: int = 0) -> tuple[Any, Any]:
     if len(records) != 1:
         raise CorruptRecordError(f"control batch at offset {hdr.base_offset} holds {len(records)} records, not 1")
     return records[0].key, records[0].value
+
+
+def read_committed(buf: Any, aborted: Any) -> list[Record]:
+    """The records a ``read_committed`` consumer returns from a fetched record set.
+
+    Args:
+        buf: the partition's record set from a Fetch answer (isolation_level 1), which ends at
+            the last stable offset.
+        aborted: the answer's aborted transactions, as (producer_id, first_offset) pairs (or
+            objects with those attributes); None when there are none.
+
+    Returns:
+        The records in order, without control records and without the records of aborted
+        transactions. A partial trailing entry is dropped, as :func:`decode_records` does.
+
+    Raises:
+        CorruptRecordError: as :func:`decode_records` (a CRC mismatch, malformed records).
+    """
+    pending = sorted(
+        ((a.producer_id, a.first_offset) if hasattr(a, "producer_id") else (int(a[0]), int(a[1])) for a in aborted or ()),
+        key=lambda a: a[1],
+    )
+    nxt = 0
+    aborting: set[int] = set()
+    entries, valid = scan_entries(buf)
+    mv = memoryview(buf)
+    out: list[Record] = []
+    for e in entries:
+        if e.magic < 2:
+            out.extend(decode_records(bytes(mv[e.position : e.position + e.size])))
+            continue
+        hdr = batch_header(mv, e.position)
+        if hdr.producer_id >= 0:
+            # every aborted transaction begun by the end of this batch marks its producer
+            while nxt < len(pending) and pending[nxt][1] <= hdr.last_offset:
+                aborting.add(pending[nxt][0])
+                nxt += 1
+            if hdr.is_control:
+                key, value = control_record(mv, e.position)
+                if decode_control_type(key) == ControlType.ABORT:
+                    aborting.discard(hdr.producer_id)
+                continue
+            if hdr.is_transactional and hdr.producer_id in aborting:
+                continue
+        if hdr.is_control:
+            continue
+        out.extend(decode_records(bytes(mv[e.position : e.position + e.size])))
+    if valid < len(buf):
+        # a corrupt entry raises here; a partial trailing one decodes to nothing
+        decode_records(bytes(mv[valid:]))
+    return out
