@@ -1,6 +1,8 @@
-"""The transaction coordinator (KIP-98): its decisions as pure functions (:mod:`.state`) and
-the records of ``__transaction_state`` (:mod:`.log`). The I/O shell (serving the APIs, the
-replicated topic, sending markers to partition leaders) is built on these."""
+"""Transactions (KIP-98), the pure layers: the coordinator's decisions (:mod:`.state`), the
+records of ``__transaction_state`` (:mod:`.log`), and a partition log's side — open
+transactions, the last stable offset, aborted transactions and the ``.txnindex``
+(:mod:`.partition`). The I/O shells (serving the APIs, the replicated topic, sending markers to
+partition leaders, the log keeping its index) are built on these."""
 
 from .log import (
     TRANSACTION_STATE_TOPIC,
