@@ -28,11 +28,13 @@ from hmbclient.broker.transaction.state import (
     WriteTxnLog,
     abort_timed_out,
     add_partitions,
+    describe,
     end_txn,
     error_for_version,
     expire,
     expired,
     init_producer_id,
+    list_transactions,
     log_written,
     markers_written,
     needs_new_producer_id,
@@ -465,3 +467,30 @@ class CoordinatorMachine(RuleBasedStateMachine):
 
 TestCoordinatorMachine = CoordinatorMachine.TestCase
 TestCoordinatorMachine.settings = settings(max_examples=150, stateful_step_count=40, deadline=None, suppress_health_check=list(HealthCheck))
+
+
+# --- DescribeTransactions / ListTransactions -----------------------------------------------------
+
+
+def test_describe() -> None:
+    txn = ongoing({("b", 1), ("a", 2), ("a", 0)}, now=T0)
+    d = describe(txn, TID)
+    assert (d.error_code, d.transaction_state, d.producer_id, d.producer_epoch, d.transaction_start_time_ms) == (0, "Ongoing", 1000, 0, T0)
+    assert d.topics == [("a", [0, 2]), ("b", [1])]
+    assert describe(None, TID).error_code == ErrorCode.TRANSACTIONAL_ID_NOT_FOUND
+    assert describe(txn, "").error_code == ErrorCode.INVALID_REQUEST
+    dying = expire(ready(T0), T0 + CFG.transactional_id_expiration_ms, CFG).txn
+    assert describe(dying, TID).error_code == ErrorCode.TRANSACTIONAL_ID_NOT_FOUND
+
+
+def test_list_transactions_filters_as_kafka() -> None:
+    a = TxnMetadata("a", 1, producer_epoch=0, state=S.ONGOING, partitions=frozenset({("t", 0)}), start_ms=T0)
+    b = TxnMetadata("b", 2, producer_epoch=0, state=S.EMPTY)
+    c = TxnMetadata("c", 3, producer_epoch=0, state=S.COMPLETE_COMMIT, start_ms=T0 + 50)
+    allx = [c, a, b]
+    assert list_transactions(allx, [], [], T0) == ([("a", 1, "Ongoing"), ("b", 2, "Empty"), ("c", 3, "CompleteCommit")], [])
+    assert list_transactions(allx, ["Ongoing", "Bogus"], [], T0) == ([("a", 1, "Ongoing")], ["Bogus"])
+    assert list_transactions(allx, ["Bogus"], [], T0) == ([], ["Bogus"])  # only unknown names: nothing
+    assert list_transactions(allx, [], [2, 3], T0) == ([("b", 2, "Empty"), ("c", 3, "CompleteCommit")], [])
+    # started more than 60 ms ago: a (100 ms), b (start -1); not c (50 ms)
+    assert list_transactions(allx, [], [], T0 + 100, duration_filter_ms=60)[0] == [("a", 1, "Ongoing"), ("b", 2, "Empty")]

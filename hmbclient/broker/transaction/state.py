@@ -49,7 +49,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from enum import Enum
-from typing import Any
+from typing import Any, NamedTuple
 
 from hmbclient.errors import ErrorCode
 
@@ -81,6 +81,9 @@ __all__ = [
     "on_load",
     "error_for_version",
     "is_epoch_exhausted",
+    "TxnDescription",
+    "describe",
+    "list_transactions",
 ]
 
 NO_PRODUCER_ID = -1
@@ -602,3 +605,61 @@ def on_load(txn: TxnMetadata, coordinator_epoch: int, now_ms: int) -> Decision:
             return Decision(txn, (SendMarkers(txn.transactional_id, txn.producer_id, txn.producer_epoch, txn.state is _PC, txn.partitions, coordinator_epoch),))
         return _complete(txn, now_ms)  # Case B
     return Decision(txn)  # Case C
+
+
+# --- DescribeTransactions / ListTransactions ----------------------------------------------------
+
+
+class TxnDescription(NamedTuple):
+    """One DescribeTransactions entry (the response's fields, in its order)."""
+
+    error_code: int
+    transactional_id: str
+    transaction_state: str
+    transaction_timeout_ms: int
+    transaction_start_time_ms: int
+    producer_id: int
+    producer_epoch: int
+    topics: list[tuple[str, list[int]]]
+
+
+def describe(txn: TxnMetadata | None, transactional_id: str) -> TxnDescription:
+    """What DescribeTransactions says of ``transactional_id`` (Kafka's handleDescribeTransactions):
+    INVALID_REQUEST for an empty id, TRANSACTIONAL_ID_NOT_FOUND for an unknown or expiring one,
+    else its state, timeout, start, producer and partitions by topic."""
+    if not transactional_id:
+        return TxnDescription(ErrorCode.INVALID_REQUEST, transactional_id, "", 0, -1, NO_PRODUCER_ID, NO_PRODUCER_EPOCH, [])
+    if txn is None or txn.state is _D or (txn.pending is not None and txn.pending.target.state is _D):
+        return TxnDescription(ErrorCode.TRANSACTIONAL_ID_NOT_FOUND, transactional_id, "", 0, -1, NO_PRODUCER_ID, NO_PRODUCER_EPOCH, [])
+    by_topic: dict[str, list[int]] = {}
+    for topic, p in sorted(txn.partitions):
+        by_topic.setdefault(topic, []).append(p)
+    return TxnDescription(ErrorCode.NONE, transactional_id, txn.state.label, txn.timeout_ms, txn.start_ms, txn.producer_id, txn.producer_epoch, list(by_topic.items()))
+
+
+def list_transactions(
+    txns: Iterable[TxnMetadata], state_filters: Iterable[str], producer_id_filters: Iterable[int], now_ms: int, duration_filter_ms: int = -1
+) -> tuple[list[tuple[str, int, str]], list[str]]:
+    """ListTransactions (Kafka's listTransactionStates): (transactional id, producer id, state)
+    of every id matching all filters (an empty filter matches all; state names that are all
+    unknown match none; ``duration_filter_ms`` >= 0 keeps ids whose transaction started more
+    than that long ago, as Kafka compares ``now - start``, so idle ids with start -1 pass), and
+    the state names it did not know."""
+    names = list(state_filters)
+    wanted: set[TxnState] = set()
+    unknown: list[str] = []
+    for name in names:
+        s = TxnState.from_label(name)
+        if s is None:
+            unknown.append(name)
+        else:
+            wanted.add(s)
+    pids = set(producer_id_filters)
+    out = []
+    for txn in sorted(txns, key=lambda t: t.transactional_id):
+        if txn.state is _D or (names and txn.state not in wanted) or (pids and txn.producer_id not in pids):
+            continue
+        if duration_filter_ms >= 0 and now_ms - txn.start_ms <= duration_filter_ms:
+            continue
+        out.append((txn.transactional_id, txn.producer_id, txn.state.label))
+    return out, unknown
