@@ -1,7 +1,8 @@
 """Transactions (KIP-98), the pure layers: the coordinator's decisions (:mod:`.state`), the
 records of ``__transaction_state`` (:mod:`.log`), and a partition log's side — open
 transactions, the last stable offset, aborted transactions and the ``.txnindex``
-(:mod:`.partition`). The I/O shells (serving the APIs, the replicated topic, sending markers to
+(:mod:`.partition`), and transactional offset commits on the group side (:mod:`.offsets`).
+The I/O shells (serving the APIs, the replicated topic, sending markers to
 partition leaders, the log keeping its index) are built on these."""
 
 from .log import (
