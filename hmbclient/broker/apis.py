@@ -112,6 +112,7 @@ class KafkaApis:
         controller_guard: ControllerGuard | None = None,
         controlled_shutdown: ShutdownHandler | None = None,
         group_coordinator: Any = None,
+        transactions: Any = None,
     ) -> None:
         self.authorizer: Any = None
         #: the listener brokers reach each other on (set by the Broker): UpdateMetadata's
@@ -136,6 +137,9 @@ class KafkaApis:
             ApiKey.SASL_AUTHENTICATE: self.handle_sasl_out_of_place,
             INIT_PRODUCER_ID: (producer_ids or ProducerIdManager()).handle_init_producer_id,
         }
+        if transactions is not None:
+            # InitProducerId with a transactional id; a null id still gets a plain producer id
+            self._handlers[INIT_PRODUCER_ID] = transactions.handle_init_producer_id
         if offset_manager is not None:
             self._handlers[ApiKey.OFFSET_COMMIT] = offset_manager.handle_offset_commit
             self._handlers[ApiKey.OFFSET_FETCH] = offset_manager.handle_offset_fetch

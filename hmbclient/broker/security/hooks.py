@@ -15,7 +15,8 @@ Operations, as in Kafka: group APIs need Read on the Group (FindCoordinator and 
 Describe, which Read implies); OffsetCommit also needs Read on each Topic (refused topics get
 TOPIC_AUTHORIZATION_FAILED, the rest is committed); inter-broker APIs (LeaderAndIsr,
 UpdateMetadata, StopReplica, ControlledShutdown) need ClusterAction on the Cluster;
-InitProducerId needs IdempotentWrite on the Cluster or Write on some Topic; ListGroups shows
+InitProducerId needs IdempotentWrite on the Cluster or Write on some Topic (with a
+transactional id: Write on that TransactionalId; FindCoordinator of one: Describe on it); ListGroups shows
 only the groups the session may Describe, DescribeGroups/DeleteGroups need Describe/Delete on
 each Group.
 """
@@ -149,6 +150,17 @@ def refuse_request(authorizer: Authorizer | None, header: Any, req: Any, channel
             channel.send(refusal(req, ErrorCode.CLUSTER_AUTHORIZATION_FAILED))
             return True
         return False
+    tid = getattr(req, "transactional_id", None) if key == ApiKey.INIT_PRODUCER_ID else None
+    if key == ApiKey.FIND_COORDINATOR and getattr(req, "key_type", 0) == 1:
+        tid = req.key
+    if tid is not None:
+        # a transactional id: Write on it to init (and fence) its producer, Describe to find
+        # its coordinator (Kafka's rules); nothing else grants it
+        op = "Write" if key == ApiKey.INIT_PRODUCER_ID else "Describe"
+        if allowed(authorizer, channel, op, "TransactionalId", tid):
+            return False
+        channel.send(refusal(req, ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED))
+        return True
     if key == ApiKey.INIT_PRODUCER_ID:
         session: Any = getattr(channel, "session", INTERNAL)
         if allowed(authorizer, channel, "IdempotentWrite", "Cluster") or (

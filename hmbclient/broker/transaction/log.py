@@ -36,7 +36,7 @@ from hmbclient.protocol.types import (
     flexible,
 )
 
-from ..offset_manager import java_string_hash
+from ..metadata import TRANSACTION_STATE_TOPIC
 from .state import TxnMetadata, TxnState
 
 __all__ = [
@@ -52,7 +52,6 @@ __all__ = [
     "partition_for",
 ]
 
-TRANSACTION_STATE_TOPIC = "__transaction_state"
 KEY_VERSION = 0
 _VERSION = struct.Struct(">h")
 
@@ -182,5 +181,9 @@ def metadata_of(transactional_id: str, value: TxnLogValue) -> TxnMetadata:
 def partition_for(transactional_id: str, num_partitions: int) -> int:
     """Kafka's ``Utils.abs(transactionalId.hashCode) % n`` (``Math.abs``, with MIN_VALUE as 0):
     the ``__transaction_state`` partition whose leader coordinates ``transactional_id``."""
-    h = java_string_hash(transactional_id)
+    h = 0
+    data = transactional_id.encode("utf-16-be")
+    for i in range(0, len(data), 2):
+        h = (31 * h + ((data[i] << 8) | data[i + 1])) & 0xFFFFFFFF
+    h = h - (1 << 32) if h >= 1 << 31 else h
     return (0 if h == -(2**31) else abs(h)) % num_partitions
