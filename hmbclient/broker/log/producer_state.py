@@ -19,6 +19,10 @@ header; ``ProducerStateManager.prepare`` applies it to every batch of a payload 
 - Case E (same epoch): the base sequence follows the last one (``last + 1``, wrapping from
   2**31-1 to 0) and appends; anything else (a gap, a replay older than the window, a huge
   sequence) is OUT_OF_ORDER_SEQUENCE_NUMBER.
+- Case F (a transaction marker, KIP-98): no sequence check; an epoch older than the one held
+  is INVALID_PRODUCER_EPOCH. The marker keeps the producer's batches (its sequences go on
+  across transactions); one of a newer epoch (the abort of a fenced producer) starts that
+  epoch with none.
 
 A refused batch refuses the whole payload, and nothing of it is stored. Batches without a
 producer id (-1) and v0/v1 entries carry no state and are never checked.
@@ -118,6 +122,8 @@ class BatchHeader(NamedTuple):
     max_timestamp: int
     first_offset: int
     is_transactional: bool = False
+    #: a commit/abort marker (KIP-98): no sequence, only its epoch counts
+    is_control: bool = False
 
     @property
     def last_sequence(self) -> int:
@@ -188,6 +194,12 @@ _APPEND = Decision(Verdict.APPEND)
 def check_batch(entry: ProducerStateEntry | None, batch: BatchHeader) -> Decision:
     """Decide a leader's append of one idempotent batch (the cases of the module docstring)."""
     pid, epoch, seq = batch.producer_id, batch.producer_epoch, batch.base_sequence
+    if batch.is_control:  # Case F: a transaction marker carries no sequence
+        if entry is not None and epoch < entry.epoch:
+            return Decision(
+                Verdict.REFUSE, ErrorCode.INVALID_PRODUCER_EPOCH, f"producer {pid}: marker epoch {epoch} is older than the current epoch {entry.epoch}"
+            )
+        return _APPEND
     if entry is not None:
         dup = entry.find_duplicate(batch)
         if dup is not None:  # Case A
@@ -219,6 +231,12 @@ def check_batch(entry: ProducerStateEntry | None, batch: BatchHeader) -> Decisio
 
 def apply_batch(entry: ProducerStateEntry | None, batch: BatchHeader) -> ProducerStateEntry:
     """The entry after ``batch`` was written (no check: leaders check first, replicas trust)."""
+    if batch.is_control:
+        # A marker adds no sequence; one of a newer epoch (a fenced producer's abort) starts
+        # the new epoch with no batches, so its producer's first batch is sequence 0.
+        if entry is not None and entry.epoch == batch.producer_epoch:
+            return ProducerStateEntry(entry.producer_id, entry.epoch, entry.batches, max(entry.last_timestamp, batch.max_timestamp))
+        return ProducerStateEntry(batch.producer_id, batch.producer_epoch, (), batch.max_timestamp)
     meta = BatchMetadata(batch.base_sequence, batch.last_sequence, batch.first_offset, batch.last_offset, batch.max_timestamp)
     if entry is None or entry.epoch != batch.producer_epoch:
         batches: tuple[BatchMetadata, ...] = (meta,)
@@ -248,6 +266,7 @@ def producer_batches(buf: bytes | bytearray | memoryview, limit: int | None = No
                         _i64.unpack_from(buf, pos + _MAX_TS_AT)[0],
                         base,
                         bool(_i16.unpack_from(buf, pos + _ATTRS_AT)[0] & 0x10),
+                        bool(_i16.unpack_from(buf, pos + _ATTRS_AT)[0] & 0x20),
                     )
                 )
         pos += 12 + length
