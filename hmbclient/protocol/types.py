@@ -700,6 +700,9 @@ class _TaggedSection:
         return tuple(values), pos
 
 
+_SEQUENCES = (list, tuple)
+
+
 class Struct(Type):
     """A sequence of named fields. ``values`` is a namedtuple class whose fields default to the
     field's declared default or else the type default, so ``struct.values(a=1)`` builds a value
@@ -750,10 +753,12 @@ class Struct(Type):
         self._name_set = frozenset(self.names)
         # Fields whose value may be given as a dict (a struct) or a list of dicts (an array of
         # structs): ``build`` fits those too.
-        self._nested_fields = [
-            (fname, t) for fname, t in self.fields
-            if isinstance(t, Struct) or (isinstance(t, Array) and isinstance(t.item, Struct))
-        ]
+        self._nested_fields: list[tuple[str, bool, Struct]] = []  # (name, an array?, the struct)
+        for fname, t in self.fields:
+            if isinstance(t, Struct):
+                self._nested_fields.append((fname, False, t))
+            elif isinstance(t, Array) and isinstance(t.item, Struct):
+                self._nested_fields.append((fname, True, t.item))
         self._nested_cache: dict[tuple[str, ...], Struct] = {}
         self._rows: dict[tuple[str, ...], Callable[..., Any]] = {}
         self.values = namedtuple(name, self.names, defaults=self.defaults)  # type: ignore[misc]
@@ -769,19 +774,21 @@ class Struct(Type):
         (field order of this struct).
         """
         names = self._name_set
-        kept = {k: v for k, v in fields.items() if k in names}
-        for fname, t in self._nested_fields:
-            v = kept.get(fname)
-            if v is None:
+        if not names.issuperset(fields):  # (mostly they are all this version's: no copy then)
+            fields = {k: v for k, v in fields.items() if k in names}
+        for fname, is_array, item in self._nested_fields:
+            v = fields.get(fname)
+            if not v:
                 continue
-            if isinstance(t, Struct):
+            if not is_array:
                 if type(v) is dict:
-                    kept[fname] = t.build(**v)
-            elif isinstance(v, list | tuple) and any(type(e) is dict for e in v):
-                item = t.item
-                assert isinstance(item, Struct)
-                kept[fname] = [item.build(**e) if type(e) is dict else e for e in v]
-        return self._values(**kept)
+                    fields[fname] = item.build(**v)
+            elif type(v) in _SEQUENCES:
+                for e in v:
+                    if type(e) is dict:
+                        fields[fname] = [item.build(**x) if type(x) is dict else x for x in v]
+                        break
+        return self._values(**fields)
 
     def nested(self, *path: str) -> Struct:
         """The struct reached through ``path`` (a struct field, or an array of structs' items):

@@ -23,6 +23,7 @@ from hmbclient.protocol.types import (
     String,
     Struct,
     flexible,
+    flexible_struct,
 )
 
 # -- building at a version from a superset of fields ----------------------------------------
@@ -272,3 +273,39 @@ def test_build_fits_a_struct_field_given_as_a_dict() -> None:
     value = st.build(inner={"a": 1, "not_here": 2}, n=3, other=4)
     assert value == ((1, 7), 3)
     assert st.decode(b"".join(_write(st, value))) == value
+
+
+# -- flexible forms of every schema, fuzzed: a value or a ProtocolError, nothing else ---------------
+
+
+def _seed(t: object, n: int) -> object:
+    if isinstance(t, Struct):
+        return t.values(*[_seed(ft, n) for _name, ft in t.fields])
+    if isinstance(t, CompactArray):
+        return [_seed(t.item, n) for _ in range(n)]
+    if t in (CompactString, CompactNullableString):
+        return "tö"
+    if t in (CompactBytes, CompactNullableBytes, CompactRecords):
+        return b"rec"
+    return True if repr(t) == "Boolean" else 1
+
+
+_FLEXIBLE = [
+    flexible_struct(cls.SCHEMA, tagged=[(0, "tag_note", CompactNullableString), (7, "tag_ids", CompactArray(Int32))])
+    for cls in sorted({*REQUESTS.values(), *RESPONSES.values()}, key=lambda c: c.__name__)
+]
+
+
+@pytest.mark.parametrize("schema", _FLEXIBLE, ids=lambda s: s.name)
+def test_flexible_forms_round_trip_and_refuse_damage_cleanly(schema: Struct) -> None:
+    value = _seed(schema, 2)
+    value = value._replace(tag_note="n", tag_ids=[1, 2])  # type: ignore[attr-defined]
+    wire = b"".join(_write(schema, value))
+    assert schema.decode(wire) == value
+    hostile = [b"\xff\xff\xff\xff\x0f", b"\x80\x80\x80\x80\x80\x80", b"\xfe\xff\xff\xff\x07", b"\x00", b"\x7f"]
+    for i in range(len(wire)):
+        for data in [wire[:i], *(wire[:i] + h + wire[i + len(h):] for h in hostile), wire[:i] + bytes([wire[i] ^ 0x40]) + wire[i + 1:]]:
+            try:
+                schema.decode(data)
+            except ProtocolError:
+                pass

@@ -176,8 +176,9 @@ def define(
                 "API_VERSION": version,
                 "SCHEMA": schema,
                 "FLEXIBLE": flexible,
-                # _Message.build, bound to the schema once (one call less on every build)
+                # _Message.build and .nested, bound to the schema once (one call less each)
                 "build": staticmethod(schema.build),
+                "nested": staticmethod(schema.nested),
             },
         )
         schema.values = cls  # decoding builds instances of the API class itself
