@@ -129,7 +129,11 @@ class FileBlockSource:
         self.path = path
 
     def allocate(self, broker_id: int) -> ProducerIdBlock:
-        """Raises StorageError: the file cannot be read, parsed or written."""
+        """The next block, recorded in the file before it is returned.
+
+        Raises:
+            StorageError: the file cannot be read, parsed or written.
+        """
         try:
             with open(self.path, "rb") as f:
                 last: ProducerIdBlock | None = decode_block(f.read())
@@ -162,7 +166,11 @@ class ZkBlockSource:
         self.zk = zk
 
     def allocate(self, broker_id: int) -> ProducerIdBlock:
-        """Raises CoordinationError: ZooKeeper trouble, a malformed znode, or too many conflicts."""
+        """The next block, recorded in ZooKeeper before it is returned.
+
+        Raises:
+            CoordinationError: ZooKeeper trouble, a malformed znode, or too many conflicts.
+        """
         from kazoo.exceptions import BadVersionError, KazooException, NodeExistsError, NoNodeError
 
         for _ in range(_ZK_TRIES):
@@ -214,7 +222,8 @@ class ProducerIdManager:
         """The next unused id.
 
         Raises:
-            CoordinationError, StorageError: no block could be recorded.
+            CoordinationError: no block could be recorded in ZooKeeper.
+            StorageError: no block could be recorded in the log directory.
         """
         with self._lock:
             if self._next > self._last:

@@ -30,6 +30,7 @@ from hmbclient.broker.log.producer_state import (
     ProducerStateEntry,
     Verdict,
     check_batch,
+    last_sequence,
     producer_batches,
 )
 from hmbclient.broker.process import BrokerProcess
@@ -83,7 +84,7 @@ def ready(c: RawClient, topic: str) -> None:
 
 # -- the pure decision ----------------------------------------------------------------------------
 def _hdr(pid: int = 7, epoch: int = 0, seq: int = 0, n: int = 1) -> BatchHeader:
-    return BatchHeader(pid, epoch, seq, n - 1, 1000, 0)
+    return BatchHeader(pid, epoch, seq, last_sequence(seq, n - 1), 0, n - 1, 1000)
 
 
 def test_check_batch_cases() -> None:
@@ -185,7 +186,7 @@ def _retry_after(restart: Any, c_factory: Any, topic: str, *, batches: int = 12)
     c.close()
     restart()
     c = c_factory()
-    wait_until(lambda: fetch(c, topic, 0, 0).error_code == 0, what="partition back after the restart")
+    wait_until(lambda: fetch(c, topic, 0, 0).error_code == 0, timeout_s=30, what="partition back after the restart")
     for b, off in sent[-5:]:
         r = produce(c, topic, b)
         assert (r.error_code, r.base_offset) == (0, off), r
@@ -205,7 +206,7 @@ def test_dedupe_survives_a_clean_restart(tmp_path: Path, segment_bytes: int) -> 
             assert any(n.endswith(".snapshot") for n in os.listdir(tmp_path / "idem-clean-0"))
             b.start()
 
-        _retry_after(restart, lambda: RawClient(b.host, b.port), "idem-clean")
+        _retry_after(restart, lambda: RawClient(b.host, b.port, timeout_s=30), "idem-clean")
 
 
 @pytest.mark.parametrize("segment_bytes", [1 << 30, 300])
@@ -215,7 +216,7 @@ def test_dedupe_survives_kill_9(tmp_path: Path, segment_bytes: int) -> None:
             bp.kill()
             bp.start()
 
-        _retry_after(restart, lambda: RawClient(bp.host, bp.port), "idem-kill")
+        _retry_after(restart, lambda: RawClient(bp.host, bp.port, timeout_s=30), "idem-kill")
 
 
 def test_producer_ids_standalone_are_recorded_in_the_log_dir(tmp_path: Path) -> None:
@@ -285,8 +286,9 @@ def _log(tmp_path: Path, **cfg: Any) -> Log:
     return Log(str(tmp_path / "t-0"), LogConfig(**cfg))
 
 
-def test_truncation_forgets_the_batches_cut_away(tmp_path: Path) -> None:
-    lg = _log(tmp_path, segment_bytes=300)
+@pytest.mark.parametrize("segment_bytes", [300, 1 << 30])  # snapshots at rolls / none yet
+def test_truncation_forgets_the_batches_cut_away(tmp_path: Path, segment_bytes: int) -> None:
+    lg = _log(tmp_path, segment_bytes=segment_bytes)
     batches = [idem_batch([b"t%d" % s], 5, 0, s) for s in range(10)]
     for b in batches:
         assert not lg.append(b, leader_epoch=0).duplicate
@@ -373,3 +375,48 @@ def test_init_producer_id_needs_idempotent_write_or_write_on_a_topic(tmp_path: P
                 r = c.request(InitProducerIdRequest[1](transactional_id=None, transaction_timeout_ms=60_000))
                 codes[user] = (r.error_code, r.producer_id >= 0)
     assert codes == {"writer": (0, True), "idem": (0, True), "reader": (E.CLUSTER_AUTHORIZATION_FAILED, False)}
+
+
+def test_a_corrupt_snapshot_is_deleted_and_the_state_rebuilt_from_the_log(tmp_path: Path) -> None:
+    lg = _log(tmp_path)
+    sent = [idem_batch([b"c%d" % s], 4, 0, s) for s in range(6)]
+    for b in sent:
+        lg.append(b, leader_epoch=0)
+    assert lg.close()
+    snaps = [n for n in os.listdir(lg.directory) if n.endswith(".snapshot")]
+    assert snaps == [f"{6:020d}.snapshot"]
+    path = os.path.join(lg.directory, snaps[0])
+    data = bytearray(Path(path).read_bytes())
+    data[-1] ^= 0xFF  # a flipped bit: the CRC no longer matches
+    Path(path).write_bytes(bytes(data))
+    again = _log(tmp_path)  # an unclean start-up: rebuilt from the log
+    assert not os.path.exists(path)
+    assert again.producer_state.producers[4].last_seq == 5
+    assert again.append(sent[5], leader_epoch=0).duplicate
+    again.close()
+
+
+def test_a_snapshot_past_the_log_end_is_dropped(tmp_path: Path) -> None:
+    lg = _log(tmp_path)
+    for s in range(4):
+        lg.append(idem_batch([b"e%d" % s], 4, 0, s), leader_epoch=0)
+    assert lg.close()
+    # as if the log lost its tail after the snapshot was written (the snapshot says 4 batches)
+    seg = os.path.join(lg.directory, f"{0:020d}.log")
+    size = os.path.getsize(seg)
+    with open(seg, "r+b") as f:
+        f.truncate(size - len(idem_batch([b"e3"], 4, 0, 3)))
+    again = _log(tmp_path)
+    assert again.log_end_offset == 3
+    assert not [n for n in os.listdir(again.directory) if n.endswith(".snapshot")]
+    assert again.producer_state.producers[4].last_seq == 2  # from the log, not the stale snapshot
+    assert not again.append(idem_batch([b"e3"], 4, 0, 3), leader_epoch=0).duplicate
+    again.close()
+
+
+def test_a_malformed_producer_id_block_file_refuses_init_producer_id(tmp_path: Path) -> None:
+    (tmp_path / "producer-id-block").write_bytes(b"not json")
+    with EmbeddedBroker(log_dir=str(tmp_path)) as b, RawClient(b.host, b.port) as c:
+        r = c.request(InitProducerIdRequest[1](transactional_id=None, transaction_timeout_ms=60_000))
+        assert (r.error_code, r.producer_id) == (E.COORDINATOR_NOT_AVAILABLE, -1)
+    assert (tmp_path / "producer-id-block").read_bytes() == b"not json"  # nothing guessed over it

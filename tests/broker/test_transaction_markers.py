@@ -44,12 +44,12 @@ def marker(pid: int, epoch: int, m: EndTxnMarker) -> bytes:
 
 def test_case_f_pure() -> None:
     entry = ProducerStateEntry(7, 3, (), TS)
-    m = BatchHeader(7, 3, -1, 0, TS, 10, True, True)
+    m = BatchHeader(7, 3, -1, -1, 10, 10, TS, True, True)
     assert check_batch(entry, m).verdict is Verdict.APPEND
     assert check_batch(entry, m._replace(producer_epoch=2)).error_code == ErrorCode.INVALID_PRODUCER_EPOCH
     assert check_batch(entry, m._replace(producer_epoch=4)).verdict is Verdict.APPEND
     assert check_batch(None, m).verdict is Verdict.APPEND  # a producer this partition never saw
-    data = BatchHeader(7, 3, 0, 1, TS, 0, True)
+    data = BatchHeader(7, 3, 0, 1, 0, 1, TS, True)
     after = apply_batch(apply_batch(None, data), m)
     assert after.epoch == 3 and after.last_seq == 1  # sequences go on
     assert apply_batch(after, m._replace(producer_epoch=4)).batches == ()  # a new epoch starts empty

@@ -377,19 +377,24 @@ class Log:
         if cut:
             log.warning("%s: recovery cut %d bytes of torn or corrupt tail at position %d", seg.log_path, cut, pos)
 
-    def _load_producer_state(self, clean_shutdown: bool) -> None:
+    def _load_producer_state(self, clean_shutdown: bool, *, truncating: bool = False) -> None:
         """Snapshot at or below the log end, then the batches after it (producer_state's
-        contract). Without any snapshot: after a clean shutdown the state starts empty (a log
-        written before producer state existed, as Kafka treats it); after an unclean one it is
-        rebuilt from the second-to-last segment, which bounds the work."""
+        contract), reading at most the active segment.
+
+        Why the active segment is enough without a sound snapshot: a roll snapshots a state
+        that has (or ever had) producers, so with no snapshot at or below the end, every
+        idempotent batch this broker wrote since the last one is in the active segment
+        (batches of a broker that predates producer state are not looked for, as Kafka does
+        for logs without snapshots). Cases without any snapshot: after a clean shutdown there
+        is nothing to read (close snapshots a state with producers); a truncation of a log whose
+        state is empty has nothing to find either (its start-up or its appends would have put
+        them in the state)."""
         ps = self.producer_state
-        segs = self._segments
         end = self.log_end_offset
-        if not ps.snapshot_offsets() and clean_shutdown:
+        if not ps.snapshot_offsets() and (clean_shutdown or (truncating and not ps.producers)):
             ps.advance(end)
             return
-        fallback = segs[-2].base_offset if len(segs) > 1 else segs[0].base_offset
-        ps.load(self.log_start_offset, end, fallback, self._chunks_from)
+        ps.load(self.log_start_offset, end, self._segments[-1].base_offset, self._chunks_from)
 
     def _chunks_from(self, offset: int) -> Iterator[bytes]:
         """The log's bytes from the segment holding ``offset`` to the end, in chunks of whole
@@ -724,7 +729,7 @@ class Log:
             self._set_hw_locked(min(self._hw, new_end))
             # The state of the batches cut away must go too: reload from the newest snapshot
             # at or below the new end (those past it are deleted) and the log after it.
-            self._load_producer_state(clean_shutdown=False)
+            self._load_producer_state(clean_shutdown=False, truncating=True)
         log.info("%s: truncated to offset %d (log end now %d, %d segments deleted)", self.directory, offset, new_end, len(gone))
 
     def truncate_fully_and_start_at(self, offset: int) -> None:

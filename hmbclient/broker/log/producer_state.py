@@ -37,10 +37,11 @@ Durability (invariant: the state describes exactly the batches below ``end_offse
   log writes one when it rolls a segment (``offset`` = the new segment's base) and at a clean
   close (the log end). Written to ``.tmp``, fsynced, renamed.
 - Start-up loads the newest snapshot at or below the log end and rebuilds from there by reading
-  batch headers to the log end (after an unclean shutdown: the active segment). With no
-  snapshot at all (a log older than this code) the rebuild starts at the second-to-last
-  segment, which bounds start-up work as Kafka does for logs without snapshots. A snapshot that
-  fails its CRC is deleted with a warning and the next older one is tried.
+  batch headers to the log end (after an unclean shutdown: the active segment). With no sound
+  snapshot the rebuild reads the active segment: a roll snapshots any state that has (or ever
+  had) producers, so no idempotent batch written by this code lies before it (a log older
+  than producer state is not searched, as Kafka does for logs without snapshots). A snapshot
+  that fails its CRC is deleted with a warning and the next older one is tried.
 - Truncation (KIP-101 follower truncation) deletes the snapshots past the new end and reloads
   the same way; retention drops producers whose last batch is below the new log start and the
   snapshots below it; ``remove_expired`` drops producers silent for
@@ -61,7 +62,6 @@ import os
 import re
 import struct
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 from typing import NamedTuple
 
 from crc32c import crc32c
@@ -82,6 +82,7 @@ __all__ = [
     "apply_batch",
     "check_batch",
     "in_sequence",
+    "last_sequence",
     "producer_batches",
 ]
 
@@ -94,14 +95,11 @@ SNAPSHOT_FILE = re.compile(r"^(\d{20})\.snapshot$")
 _INT32_MAX = 2**31 - 1
 _SNAPSHOT_VERSION = 1
 
-# RecordBatch v2 header fields (offsets from the batch start; see protocol.records.v2).
-_BATCH = struct.Struct(">qi")  # base offset, batch length
-_ATTRS_AT = 21
-_LAST_DELTA_AT = 23
-_MAX_TS_AT = 35
-_PRODUCER_AT = 43  # producer id int64, epoch int16, base sequence int32
-_PRODUCER = struct.Struct(">qhi")
-_V2_HEADER = 61
+# RecordBatch v2 header up to the record count (see protocol.records.v2): baseOffset, batchLength,
+# partitionLeaderEpoch, magic, crc, attributes, lastOffsetDelta, firstTimestamp, maxTimestamp,
+# producerId, producerEpoch, baseSequence.
+_V2_FIELDS = struct.Struct(">qiibIhiqqqhi")
+_V2_HEADER = _V2_FIELDS.size  # 57
 _i16 = struct.Struct(">h")
 _i32 = struct.Struct(">i")
 _i64 = struct.Struct(">q")
@@ -112,27 +110,25 @@ _snap_batch = struct.Struct(">iiqqq")
 
 
 
+def last_sequence(base_sequence: int, last_offset_delta: int) -> int:
+    """The sequence of a batch's last record (sequences wrap from 2**31-1 to 0)."""
+    s = base_sequence + last_offset_delta
+    return s - _INT32_MAX - 1 if s > _INT32_MAX else s
+
+
 class BatchHeader(NamedTuple):
     """The producer fields of one RecordBatch v2 and where the log put it."""
 
     producer_id: int
     producer_epoch: int
     base_sequence: int
-    last_offset_delta: int
-    max_timestamp: int
+    last_sequence: int
     first_offset: int
+    last_offset: int
+    max_timestamp: int
     is_transactional: bool = False
     #: a commit/abort marker (KIP-98): no sequence, only its epoch counts
     is_control: bool = False
-
-    @property
-    def last_sequence(self) -> int:
-        s = self.base_sequence + self.last_offset_delta
-        return s - _INT32_MAX - 1 if s > _INT32_MAX else s
-
-    @property
-    def last_offset(self) -> int:
-        return self.first_offset + self.last_offset_delta
 
 
 class BatchMetadata(NamedTuple):
@@ -143,8 +139,7 @@ class BatchMetadata(NamedTuple):
     max_timestamp: int
 
 
-@dataclass(frozen=True)
-class ProducerStateEntry:
+class ProducerStateEntry(NamedTuple):
     """One producer's state in one partition (immutable: updates make a new entry)."""
 
     producer_id: int
@@ -200,6 +195,10 @@ def check_batch(entry: ProducerStateEntry | None, batch: BatchHeader) -> Decisio
                 Verdict.REFUSE, ErrorCode.INVALID_PRODUCER_EPOCH, f"producer {pid}: marker epoch {epoch} is older than the current epoch {entry.epoch}"
             )
         return _APPEND
+    # Case E first, being the common one: a batch that follows the last one cannot equal a
+    # retained batch (their sequences are all at or below the last), so Case A cannot apply.
+    if entry is not None and epoch == entry.epoch and entry.batches and in_sequence(entry.batches[-1].last_seq, seq):
+        return _APPEND
     if entry is not None:
         dup = entry.find_duplicate(batch)
         if dup is not None:  # Case A
@@ -220,7 +219,7 @@ def check_batch(entry: ProducerStateEntry | None, batch: BatchHeader) -> Decisio
                 Verdict.REFUSE, ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER, f"producer {pid}: new epoch {epoch} starts at sequence {seq}, not 0"
             )
         return _APPEND
-    if in_sequence(entry.last_seq, seq):  # Case E
+    if in_sequence(entry.last_seq, seq):  # Case E (an entry without batches: seq must be 0)
         return _APPEND
     return Decision(
         Verdict.REFUSE,
@@ -237,13 +236,13 @@ def apply_batch(entry: ProducerStateEntry | None, batch: BatchHeader) -> Produce
         if entry is not None and entry.epoch == batch.producer_epoch:
             return ProducerStateEntry(entry.producer_id, entry.epoch, entry.batches, max(entry.last_timestamp, batch.max_timestamp))
         return ProducerStateEntry(batch.producer_id, batch.producer_epoch, (), batch.max_timestamp)
-    meta = BatchMetadata(batch.base_sequence, batch.last_sequence, batch.first_offset, batch.last_offset, batch.max_timestamp)
-    if entry is None or entry.epoch != batch.producer_epoch:
-        batches: tuple[BatchMetadata, ...] = (meta,)
-    else:
-        batches = (*entry.batches[-(BATCHES_TO_RETAIN - 1) :], meta)
-    last_ts = batch.max_timestamp if entry is None else max(entry.last_timestamp, batch.max_timestamp)
-    return ProducerStateEntry(batch.producer_id, batch.producer_epoch, batches, last_ts)
+    pid, epoch, first_seq, last_seq, first_offset, last_offset, max_ts, _, _ = batch
+    meta = BatchMetadata(first_seq, last_seq, first_offset, last_offset, max_ts)
+    if entry is None or entry.epoch != epoch:
+        return ProducerStateEntry(pid, epoch, (meta,), max_ts if entry is None else max(entry.last_timestamp, max_ts))
+    kept = entry.batches
+    batches = (*kept[1:], meta) if len(kept) >= BATCHES_TO_RETAIN else (*kept, meta)
+    return ProducerStateEntry(pid, epoch, batches, max(entry.last_timestamp, max_ts))
 
 
 def producer_batches(buf: bytes | bytearray | memoryview, limit: int | None = None) -> list[BatchHeader]:
@@ -252,23 +251,13 @@ def producer_batches(buf: bytes | bytearray | memoryview, limit: int | None = No
     out: list[BatchHeader] = []
     n = len(buf) if limit is None else limit
     pos = 0
+    unpack = _V2_FIELDS.unpack_from
     while pos + _V2_HEADER <= n:
-        base, length = _BATCH.unpack_from(buf, pos)
-        if buf[pos + 16] >= 2:
-            pid, epoch, seq = _PRODUCER.unpack_from(buf, pos + _PRODUCER_AT)
-            if pid >= 0:
-                out.append(
-                    BatchHeader(
-                        pid,
-                        epoch,
-                        seq,
-                        _i32.unpack_from(buf, pos + _LAST_DELTA_AT)[0],
-                        _i64.unpack_from(buf, pos + _MAX_TS_AT)[0],
-                        base,
-                        bool(_i16.unpack_from(buf, pos + _ATTRS_AT)[0] & 0x10),
-                        bool(_i16.unpack_from(buf, pos + _ATTRS_AT)[0] & 0x20),
-                    )
-                )
+        # One unpack per batch: this runs on every append (the produce path).
+        base, length, _epoch, magic, _crc, attrs, delta, _first_ts, max_ts, pid, epoch, seq = unpack(buf, pos)
+        if magic >= 2 and pid >= 0:
+            s = seq + delta
+            out.append(BatchHeader(pid, epoch, seq, s - _INT32_MAX - 1 if s > _INT32_MAX else s, base, base + delta, max_ts, bool(attrs & 0x10), bool(attrs & 0x20)))
         pos += 12 + length
     return out
 
@@ -309,6 +298,11 @@ class ProducerStateManager:
             BrokerError: INVALID_PRODUCER_EPOCH, UNKNOWN_PRODUCER_ID or
                 OUT_OF_ORDER_SEQUENCE_NUMBER (nothing may be written).
         """
+        if len(batches) == 1:  # what producers send: one batch per partition per request
+            b = batches[0]
+            current = self.producers.get(b.producer_id)
+            if check_batch(current, b) is _APPEND:
+                return _Plan(None, {b.producer_id: apply_batch(current, b)})
         updates: dict[int, ProducerStateEntry] = {}
         for b in batches:
             current = updates.get(b.producer_id) or self.producers.get(b.producer_id)
