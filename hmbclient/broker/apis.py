@@ -100,6 +100,9 @@ class KafkaApis:
         group_coordinator: serves the group membership APIs (JoinGroup, SyncGroup, Heartbeat,
             LeaveGroup, ListGroups, DescribeGroups, DeleteGroups; None: not served).
         configs: serves DescribeConfigs (a ``broker.configs.ConfigDescriber``; None: not served).
+        transactions: the transaction coordinator (``broker.transaction.coordinator``): serves
+            InitProducerId, a transactional id through its decisions, a null one on the
+            idempotent path (None: ``producer_ids`` alone).
     """
 
     def __init__(
@@ -114,6 +117,7 @@ class KafkaApis:
         controlled_shutdown: ShutdownHandler | None = None,
         group_coordinator: Any = None,
         configs: Any = None,
+        transactions: Any = None,
     ) -> None:
         self.authorizer: Any = None
         #: the listener brokers reach each other on (set by the Broker): UpdateMetadata's
@@ -138,6 +142,9 @@ class KafkaApis:
             ApiKey.SASL_AUTHENTICATE: self.handle_sasl_out_of_place,
             INIT_PRODUCER_ID: (producer_ids or ProducerIdManager()).handle_init_producer_id,
         }
+        if transactions is not None:
+            # InitProducerId with a transactional id; a null id still gets a plain producer id
+            self._handlers[INIT_PRODUCER_ID] = transactions.handle_init_producer_id
         if offset_manager is not None:
             self._handlers[ApiKey.OFFSET_COMMIT] = offset_manager.handle_offset_commit
             self._handlers[ApiKey.OFFSET_FETCH] = offset_manager.handle_offset_fetch

@@ -36,7 +36,12 @@ from hmbclient.broker.coordinator.coordinator import GroupCoordinator
 from hmbclient.broker.coordinator.state import GroupConfig
 from hmbclient.broker.log.config import LogConfig
 from hmbclient.broker.log.manager import LogManager
-from hmbclient.broker.metadata import OFFSETS_TOPIC, BrokerEndpoint, MetadataCache
+from hmbclient.broker.metadata import (
+    OFFSETS_TOPIC,
+    TRANSACTION_STATE_TOPIC,
+    BrokerEndpoint,
+    MetadataCache,
+)
 from hmbclient.broker.offset_manager import OffsetManager
 from hmbclient.broker.producer_ids import (
     STANDALONE_FILE,
@@ -49,6 +54,8 @@ from hmbclient.broker.replica_manager import ReplicaManager
 from hmbclient.broker.security.setup import authorizer_from, inter_broker_security, listeners_from
 from hmbclient.broker.server import SocketServer
 from hmbclient.broker.topics import TopicManager
+from hmbclient.broker.transaction.coordinator import TransactionCoordinator
+from hmbclient.broker.transaction.state import TxnConfig
 from hmbclient.clock import monotonic_ms, wall_ms
 from hmbclient.config import NEVER
 from hmbclient.errors import ErrorCode, HmbError
@@ -92,7 +99,7 @@ def make_log_manager(config: BrokerConfig, log_dir: str) -> LogManager:
     return LogManager(
         log_dir,
         default,
-        lambda topic: offsets if topic == OFFSETS_TOPIC else None,
+        lambda topic: offsets if topic in (OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC) else None,
         max_open_read_handles=config.log_max_open_read_handles,
     )
 
@@ -155,6 +162,7 @@ class Broker:
         self.replica_manager: ReplicaManager | None = None
         self.offset_manager: OffsetManager | None = None
         self.group_coordinator: GroupCoordinator | None = None
+        self.transactions: TransactionCoordinator | None = None
         self.topics: TopicManager | None = None
         self.controller: Controller | None = None
         self.apis: KafkaApis | None = None
@@ -266,6 +274,17 @@ class Broker:
             group_config = GroupConfig(cfg.group_min_session_timeout_ms, cfg.group_max_session_timeout_ms, cfg.group_initial_rebalance_delay_ms)
             self.group_coordinator = groups = GroupCoordinator(om, group_config, name=name)
             om.coordinator = groups
+            self.transactions = txns = TransactionCoordinator(
+                cfg.broker_id,
+                metadata,
+                rm,
+                topics,
+                self.producer_ids,
+                num_partitions=cfg.transaction_state_log_num_partitions,
+                replication_factor=cfg.transaction_state_log_replication_factor,
+                config=TxnConfig(cfg.transaction_max_timeout_ms, cfg.transactional_id_expiration_ms),
+            )
+            om.transactions = txns
             self.controller = controller = Controller(
                 cfg.broker_id,
                 store,
@@ -285,6 +304,7 @@ class Broker:
                 controlled_shutdown=self._serve_controlled_shutdown,
                 group_coordinator=groups,
                 configs=ConfigDescriber(cfg, metadata.has_topic),
+                transactions=txns,
             )
             self.apis.authorizer = authorizer_from(cfg, store)
             self.apis.inter_broker_listener = cfg.inter_broker_protocol
@@ -305,6 +325,7 @@ class Broker:
             rm.start()
             groups.start()
             om.start()
+            txns.start()
             self.server.start()
             self._port = self.server.port
             store.register_broker(self.endpoint)
@@ -514,6 +535,9 @@ class Broker:
         if self.scheduler is not None:
             self.scheduler.stop()
             self.scheduler = None
+        if self.transactions is not None:
+            self.transactions.shutdown()
+            self.transactions = None
         if self.group_coordinator is not None:
             self.group_coordinator.shutdown()
             self.group_coordinator = None

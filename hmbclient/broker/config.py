@@ -190,6 +190,20 @@ class BrokerConfig(ConfigBase):
         min=1,
         doc="offsets.topic.replication.factor: replicas of __consumer_offsets (capped at the live brokers)",
     )
+    transaction_state_log_num_partitions: int = setting(
+        3, min=1, doc="transaction.state.log.num.partitions: partitions of __transaction_state"
+    )
+    transaction_state_log_replication_factor: int = setting(
+        3,
+        min=1,
+        doc="transaction.state.log.replication.factor: replicas of __transaction_state (capped at the live brokers)",
+    )
+    transaction_max_timeout_ms: int = setting(
+        900_000, min=1, doc="transaction.max.timeout.ms: the longest transaction timeout a producer may ask for"
+    )
+    transactional_id_expiration_ms: int = setting(
+        604_800_000, min=1, doc="transactional.id.expiration.ms: forget a transactional id idle this long"
+    )
     group_initial_rebalance_delay_ms: int = setting(
         3_000,
         min=0,

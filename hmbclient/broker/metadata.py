@@ -19,17 +19,18 @@ import threading
 from collections.abc import Callable, Iterable
 from typing import Any, NamedTuple
 
-__all__ = ["BrokerEndpoint", "PartitionMeta", "MetadataCache", "NO_LEADER", "OFFSETS_TOPIC", "is_internal_topic"]
+__all__ = ["BrokerEndpoint", "PartitionMeta", "MetadataCache", "NO_LEADER", "OFFSETS_TOPIC", "TRANSACTION_STATE_TOPIC", "is_internal_topic"]
 
 NO_LEADER = -1
 OFFSETS_TOPIC = "__consumer_offsets"
+TRANSACTION_STATE_TOPIC = "__transaction_state"
 
 Listener = Callable[[str, Any], None]
 
 
 def is_internal_topic(topic: str) -> bool:
     """Kafka's internal topics (clients may not produce to them)."""
-    return topic == OFFSETS_TOPIC
+    return topic == OFFSETS_TOPIC or topic == TRANSACTION_STATE_TOPIC
 
 
 class BrokerEndpoint(NamedTuple):

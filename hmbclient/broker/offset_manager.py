@@ -58,7 +58,12 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from hmbclient.broker.controller.decisions import offsets_topic_replication_factor
 from hmbclient.broker.coordinator.state import GroupRecord, MemberRecord
-from hmbclient.broker.metadata import NO_LEADER, OFFSETS_TOPIC, MetadataCache
+from hmbclient.broker.metadata import (
+    NO_LEADER,
+    OFFSETS_TOPIC,
+    TRANSACTION_STATE_TOPIC,
+    MetadataCache,
+)
 from hmbclient.broker.replica_manager import ReplicaManager
 from hmbclient.broker.results import AppendResult
 from hmbclient.broker.topics import TopicManager
@@ -294,6 +299,8 @@ class OffsetManager:
         self._running = False
         #: the group coordinator (None: no groups, offsets only), set by the broker
         self.coordinator: GroupHooks | None = None
+        #: the transaction coordinator (FindCoordinator key_type 1), set by the broker
+        self.transactions: Any = None
         self._zk_store = store if store is not None and store.offsets_in_zookeeper else None
         # ZooKeeper I/O of v0 requests: off the caller's thread, a few at a time.
         self._zk_pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix=f"broker-{broker_id}-zk-offsets") if self._zk_store is not None else None
@@ -443,17 +450,26 @@ class OffsetManager:
             key, key_type = req.group_id, 0
         else:
             key, key_type = req.key, req.key_type
-        if key_type != 0:
+        txns = self.transactions
+        if key_type == 1 and txns is not None:
+            if not key:
+                channel.send(resp_cls.build(throttle_time_ms=0, error_code=ErrorCode.INVALID_REQUEST, error_message="empty transactional id", node_id=-1, host="", port=-1))
+                return
+            topic, partition = TRANSACTION_STATE_TOPIC, txns.partition_for(key)
+            txns.ensure_topic()
+        elif key_type != 0:
             channel.send(resp_cls.build(throttle_time_ms=0, error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE, error_message="transactions are not supported", node_id=-1, host="", port=-1))
             return
-        self._ensure_topic()
+        else:
+            topic, partition = OFFSETS_TOPIC, self.partition_for(key)
+            self._ensure_topic()
         # As Metadata does: when this broker is the coordinator, a client is told its address on
         # the listener the request came in on, so it stays on its security protocol.
         session = getattr(channel, "session", None)
         here, listener = getattr(session, "advertised", None), getattr(session, "listener", None)
 
         def answer() -> None:
-            leader = self.metadata.leader(OFFSETS_TOPIC, self.partition_for(key))
+            leader = self.metadata.leader(topic, partition)
             ep = self.metadata.broker(leader) if leader is not None and leader >= 0 else None
             addr = None if ep is None else here if here and ep.node_id == self.broker_id else ep.address(listener)
             if ep is None or addr is None:
@@ -465,7 +481,7 @@ class OffsetManager:
 
         # A just-created offsets topic is served once the controller elected its leaders: the
         # answer waits for that (bounded) instead of sending the client into a retry loop.
-        self.topics.when_ready([OFFSETS_TOPIC], _FIND_COORDINATOR_WAIT_MS, answer)
+        self.topics.when_ready([topic], _FIND_COORDINATOR_WAIT_MS, answer)
 
     # -- v0: ZooKeeper group offsets (Kafka 0.8.2) -------------------------------------------------
     @staticmethod

@@ -8,7 +8,8 @@ request needs and the one under test. For every case, on a fresh topic/group/tra
 - ``eve`` holds every ACL the request needs except the one under test, plus *decoys*: every
   other operation on that resource that does not imply the needed one (so a check of the wrong
   operation fails too). Her request must get the Kafka error of the case, and the broker's
-  state (topics, log ends, committed offsets, group members, listed groups) must not change.
+  state (topics, log ends, committed offsets, group members, listed groups, the transactional
+  id's producer id and epoch) must not change.
 - ``alice`` holds exactly the ACLs the case needs. Her request must succeed (the answer a
   request that passed authorization gets), and, for the requests that change something, the
   state must change (so the "nothing changed" snapshot is shown able to see a change).
@@ -136,9 +137,11 @@ def snapshot(ctx: Ctx) -> Any:
             ends.append(None if part is None else part.log.log_end_offset)
     group = br.group_coordinator.group(ctx.group)
     members = None if group is None else (group.state, group.generation_id, tuple(sorted(group.members)))
+    txn = br.transactions.metadata_of(ctx.txn)
     return (
         br.metadata.has_topic(ctx.topic), br.metadata.has_topic(ctx.new_topic), tuple(ends),
         tuple(sorted(br.offset_manager.committed(ctx.group).items())), members, ctx.group in br.group_coordinator.group_ids(),
+        None if txn is None else (txn.producer_id, txn.producer_epoch),
     )
 
 
@@ -257,7 +260,7 @@ def init_producer_id(ctx: Ctx, c: RawClient) -> Any:
 
 
 def init_producer_id_transactional(ctx: Ctx, c: RawClient) -> Any:
-    r = c.request(_req(INIT_PRODUCER_ID, 1, transactional_id=ctx.txn, transaction_timeout_ms=60_000))
+    r = _retry_coordinator(lambda: c.request(_req(INIT_PRODUCER_ID, 1, transactional_id=ctx.txn, transaction_timeout_ms=60_000)), lambda r: r.error_code)
     return r.error_code, r.producer_id >= 0
 
 
@@ -281,7 +284,7 @@ def find_coordinator(ctx: Ctx, c: RawClient) -> Any:
 
 
 def find_coordinator_txn(ctx: Ctx, c: RawClient) -> Any:
-    return c.request(_req(ApiKey.FIND_COORDINATOR, 1, key=ctx.txn, key_type=1)).error_code
+    return _retry_coordinator(lambda: c.request(_req(ApiKey.FIND_COORDINATOR, 1, key=ctx.txn, key_type=1)), lambda r: r.error_code).error_code
 
 
 def join_group(ctx: Ctx, c: RawClient) -> Any:
@@ -403,10 +406,8 @@ CASES = [
          (E.CLUSTER_AUTHORIZATION_FAILED, False), (E.NONE, True)),
     Case("init-producer-id-write-any-topic", INIT_PRODUCER_ID, init_producer_id, (("topic", "Write"),), ("topic", "Write"),
          (E.CLUSTER_AUTHORIZATION_FAILED, False), (E.NONE, True)),
-    # Transactions are not served: past authorization the answer is the same refusal, so this
-    # row shows the refusal only (a mutation of its check cannot be seen here).
     Case("init-producer-id-transactional", INIT_PRODUCER_ID, init_producer_id_transactional, (("txn", "Write"),), ("txn", "Write"),
-         (E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, False), (E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, False)),
+         (E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, False), (E.NONE, True), changes=True),
     Case("offset-commit-group", ApiKey.OFFSET_COMMIT, offset_commit, (("group", "Read"), ("topic", "Read")), ("group", "Read"),
          E.GROUP_AUTHORIZATION_FAILED, E.NONE, _committed, changes=True),
     Case("offset-commit-topic", ApiKey.OFFSET_COMMIT, offset_commit, (("group", "Read"), ("topic", "Read")), ("topic", "Read"),
@@ -419,7 +420,7 @@ CASES = [
          (E.NONE, []), (E.NONE, "committed"), _committed),
     Case("find-coordinator", ApiKey.FIND_COORDINATOR, find_coordinator, (("group", "Describe"),), ("group", "Describe"), E.GROUP_AUTHORIZATION_FAILED, E.NONE),
     Case("find-coordinator-transaction", ApiKey.FIND_COORDINATOR, find_coordinator_txn, (("txn", "Describe"),), ("txn", "Describe"),
-         E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, E.COORDINATOR_NOT_AVAILABLE),  # transactions are not served
+         E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, E.NONE),
     Case("join-group", ApiKey.JOIN_GROUP, join_group, (("group", "Read"),), ("group", "Read"), E.GROUP_AUTHORIZATION_FAILED, E.NONE, changes=True),
     Case("sync-group", ApiKey.SYNC_GROUP, sync_group, (("group", "Read"),), ("group", "Read"), E.GROUP_AUTHORIZATION_FAILED, E.NONE, _joined),
     Case("heartbeat", ApiKey.HEARTBEAT, heartbeat, (("group", "Read"),), ("group", "Read"), E.GROUP_AUTHORIZATION_FAILED, E.NONE, _joined),

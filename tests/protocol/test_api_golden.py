@@ -75,6 +75,11 @@ KP: dict[int, tuple[Any, Any]] = {
     ApiKey.DELETE_GROUPS: (kp_admin.DeleteGroupsRequest, kp_admin.DeleteGroupsResponse),
     ApiKey.SASL_HANDSHAKE: (kp_sasl.SaslHandshakeRequest, kp_sasl.SaslHandshakeResponse),
     ApiKey.SASL_AUTHENTICATE: (kp_sasl.SaslAuthenticateRequest, kp_sasl.SaslAuthenticateResponse),
+    ApiKey.ADD_PARTITIONS_TO_TXN: (kp_producer.AddPartitionsToTxnRequest, kp_producer.AddPartitionsToTxnResponse),
+    ApiKey.ADD_OFFSETS_TO_TXN: (kp_producer.AddOffsetsToTxnRequest, kp_producer.AddOffsetsToTxnResponse),
+    ApiKey.END_TXN: (kp_producer.EndTxnRequest, kp_producer.EndTxnResponse),
+    ApiKey.WRITE_TXN_MARKERS: (kp_producer.WriteTxnMarkersRequest, kp_producer.WriteTxnMarkersResponse),
+    ApiKey.TXN_OFFSET_COMMIT: (kp_producer.TxnOffsetCommitRequest, kp_producer.TxnOffsetCommitResponse),
 }
 
 # No peer in kafka-python (it has no inter-broker APIs); checked by hand-made vectors in
@@ -161,6 +166,32 @@ NAMES: dict[tuple[int, str], dict[str, str]] = {
     (ApiKey.SASL_HANDSHAKE, "response"): {},
     (ApiKey.SASL_AUTHENTICATE, "request"): {},
     (ApiKey.SASL_AUTHENTICATE, "response"): {},
+    (ApiKey.ADD_PARTITIONS_TO_TXN, "request"): {
+        "transactional_id": "v3_and_below_transactional_id",
+        "producer_id": "v3_and_below_producer_id",
+        "producer_epoch": "v3_and_below_producer_epoch",
+        "topics": "v3_and_below_topics",
+        "topics.topic": "name",
+    },
+    (ApiKey.ADD_PARTITIONS_TO_TXN, "response"): {
+        "results": "results_by_topic_v3_and_below",
+        "results.topic": "name",
+        "results.results": "results_by_partition",
+        "results.results.partition": "partition_index",
+        "results.results.error_code": "partition_error_code",
+    },
+    (ApiKey.ADD_OFFSETS_TO_TXN, "request"): {},
+    (ApiKey.ADD_OFFSETS_TO_TXN, "response"): {},
+    (ApiKey.END_TXN, "request"): {},
+    (ApiKey.END_TXN, "response"): {},
+    (ApiKey.WRITE_TXN_MARKERS, "request"): {"markers.topics.topic": "name", "markers.topics.partitions": "partition_indexes"},
+    (ApiKey.WRITE_TXN_MARKERS, "response"): {"markers.topics.topic": "name", "markers.topics.partitions.partition": "partition_index"},
+    (ApiKey.TXN_OFFSET_COMMIT, "request"): {
+        **_TOPIC_PART,
+        "topics.partitions.offset": "committed_offset",
+        "topics.partitions.metadata": "committed_metadata",
+    },
+    (ApiKey.TXN_OFFSET_COMMIT, "response"): _TOPIC_PART,
 }
 
 # our primitive type -> kafka-python type_str
@@ -177,7 +208,10 @@ _KP_TYPE: dict[int, tuple[str, ...]] = {
     id(Records): ("records", "bytes"),
 }
 
-PAIRS = sorted(p for p in REQUESTS if p not in NO_PEER)
+# Flexible pairs (DescribeTransactions, ListTransactions: they have no other form) are body
+# codecs only; tests/protocol/test_txn_protocol.py checks their bytes against kafka-python.
+FLEXIBLE: frozenset[tuple[int, int]] = frozenset(p for p, c in REQUESTS.items() if c.FLEXIBLE)
+PAIRS = sorted(p for p in REQUESTS if p not in NO_PEER and p not in FLEXIBLE)
 CASES = [(k, v, kind) for (k, v) in PAIRS for kind in ("request", "response")]
 
 
@@ -399,15 +433,23 @@ def test_every_pair_has_a_peer_version() -> None:
         ApiKey.DESCRIBE_CONFIGS: range(1, 3),  # v0 (is_default) left out: Kafka 4 clients no longer send it
         ApiKey.SASL_HANDSHAKE: range(0, 2),
         ApiKey.SASL_AUTHENTICATE: range(0, 2),
+        ApiKey.ADD_PARTITIONS_TO_TXN: range(0, 3),
+        ApiKey.ADD_OFFSETS_TO_TXN: range(0, 3),
+        ApiKey.END_TXN: range(0, 3),
+        ApiKey.WRITE_TXN_MARKERS: range(0, 1),
+        ApiKey.TXN_OFFSET_COMMIT: range(0, 3),
+        ApiKey.DESCRIBE_TRANSACTIONS: range(0, 1),
+        ApiKey.LIST_TRANSACTIONS: range(0, 2),
     }
     expected = {(int(k), v) for k, vs in want.items() for v in vs}
     assert set(REQUESTS) == expected
     assert set(RESPONSES) == expected
     assert NO_PEER <= expected
     assert {k for k, _v in NO_PEER}.isdisjoint(KP)
-    for k, v in expected - NO_PEER:
+    assert FLEXIBLE == {(ApiKey.DESCRIBE_TRANSACTIONS, 0), (ApiKey.LIST_TRANSACTIONS, 0), (ApiKey.LIST_TRANSACTIONS, 1)}
+    for k, v in expected - NO_PEER - FLEXIBLE:
         for kind in ("request", "response"):
-            assert not _kp(k, v, kind).flexible_version_q(v), "we only implement non-flexible versions"
+            assert not _kp(k, v, kind).flexible_version_q(v), "only the flexible-only APIs are flexible"
 
 
 @pytest.mark.parametrize("case", CASES, ids=_ids)

@@ -28,6 +28,11 @@ from hmbclient.protocol.types import (
     Array,
     Boolean,
     Bytes,
+    CompactBytes,
+    CompactNullableBytes,
+    CompactNullableString,
+    CompactRecords,
+    CompactString,
     Int8,
     Int16,
     Int32,
@@ -49,8 +54,20 @@ def _bounds(t: Type) -> tuple[int, int]:
     return (-(2 ** (bits - 1)), 2 ** (bits - 1) - 1) if signed else (0, 2**bits - 1)
 
 
+# Flexible versions' compact strings, bytes and record sets take the same values as their
+# plain forms (compact arrays are Arrays already).
+_PLAIN: dict[int, Type] = {
+    id(CompactString): String,
+    id(CompactNullableString): NullableString,
+    id(CompactBytes): Bytes,
+    id(CompactNullableBytes): NullableBytes,
+    id(CompactRecords): Records,
+}
+
+
 def strategy(t: Type) -> st.SearchStrategy[Any]:
     """Values for any type in our schema tree."""
+    t = _PLAIN.get(id(t), t)
     if isinstance(t, Struct):
         return st.tuples(*[strategy(ft) for _n, ft in t.fields]).map(lambda vals, t=t: t.values(*vals))
     if isinstance(t, Array):
@@ -76,6 +93,7 @@ def edge(t: Type, mode: str, depth: int = 0) -> Any:
     """Deterministic edge values. ``null``: nulls and empties; ``min``: integer minimums, one
     element per array, empty strings and bytes; ``max``: integer maximums, two elements per
     array, long strings, big byte strings."""
+    t = _PLAIN.get(id(t), t)
     if isinstance(t, Struct):
         return t.values(*[edge(ft, mode, depth) for _n, ft in t.fields])
     if isinstance(t, Array):

@@ -34,6 +34,11 @@ from hmbclient.protocol.types import (
     Array,
     Boolean,
     Bytes,
+    CompactBytes,
+    CompactNullableBytes,
+    CompactNullableString,
+    CompactRecords,
+    CompactString,
     NullableBytes,
     NullableString,
     Records,
@@ -56,8 +61,20 @@ SWEEP32 = [0x7FFFFFFF, 0x80000000, 0xFFFFFFFE, 0x00FFFFFF]
 SWEEP16 = [0x7FFF, 0x8000]
 
 
+# Flexible versions' compact strings, bytes and record sets take the same values as their
+# plain forms (compact arrays are Arrays already).
+_PLAIN: dict[int, Type] = {
+    id(CompactString): String,
+    id(CompactNullableString): NullableString,
+    id(CompactBytes): Bytes,
+    id(CompactNullableBytes): NullableBytes,
+    id(CompactRecords): Records,
+}
+
+
 def seed_value(t: Type, n: int) -> Any:
     """A valid value with ``n`` elements in every array (so every nested field is present)."""
+    t = _PLAIN.get(id(t), t)
     if isinstance(t, Struct):
         return t.values(*[seed_value(ft, n) for _n, ft in t.fields])
     if isinstance(t, Array):

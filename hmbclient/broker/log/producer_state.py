@@ -19,6 +19,10 @@ header; ``ProducerStateManager.prepare`` applies it to every batch of a payload 
 - Case E (same epoch): the base sequence follows the last one (``last + 1``, wrapping from
   2**31-1 to 0) and appends; anything else (a gap, a replay older than the window, a huge
   sequence) is OUT_OF_ORDER_SEQUENCE_NUMBER.
+- Case F (a transaction marker, KIP-98): no sequence check; an epoch older than the one held
+  is INVALID_PRODUCER_EPOCH. The marker keeps the producer's batches (its sequences go on
+  across transactions); one of a newer epoch (the abort of a fenced producer) starts that
+  epoch with none.
 
 A refused batch refuses the whole payload, and nothing of it is stored. Batches without a
 producer id (-1) and v0/v1 entries carry no state and are never checked.
@@ -123,6 +127,8 @@ class BatchHeader(NamedTuple):
     last_offset: int
     max_timestamp: int
     is_transactional: bool = False
+    #: a commit/abort marker (KIP-98): no sequence, only its epoch counts
+    is_control: bool = False
 
 
 class BatchMetadata(NamedTuple):
@@ -183,6 +189,12 @@ _APPEND = Decision(Verdict.APPEND)
 def check_batch(entry: ProducerStateEntry | None, batch: BatchHeader) -> Decision:
     """Decide a leader's append of one idempotent batch (the cases of the module docstring)."""
     pid, epoch, seq = batch.producer_id, batch.producer_epoch, batch.base_sequence
+    if batch.is_control:  # Case F: a transaction marker carries no sequence
+        if entry is not None and epoch < entry.epoch:
+            return Decision(
+                Verdict.REFUSE, ErrorCode.INVALID_PRODUCER_EPOCH, f"producer {pid}: marker epoch {epoch} is older than the current epoch {entry.epoch}"
+            )
+        return _APPEND
     # Case E first, being the common one: a batch that follows the last one cannot equal a
     # retained batch (their sequences are all at or below the last), so Case A cannot apply.
     if entry is not None and epoch == entry.epoch and entry.batches and in_sequence(entry.batches[-1].last_seq, seq):
@@ -218,7 +230,13 @@ def check_batch(entry: ProducerStateEntry | None, batch: BatchHeader) -> Decisio
 
 def apply_batch(entry: ProducerStateEntry | None, batch: BatchHeader) -> ProducerStateEntry:
     """The entry after ``batch`` was written (no check: leaders check first, replicas trust)."""
-    pid, epoch, first_seq, last_seq, first_offset, last_offset, max_ts, _ = batch
+    if batch.is_control:
+        # A marker adds no sequence; one of a newer epoch (a fenced producer's abort) starts
+        # the new epoch with no batches, so its producer's first batch is sequence 0.
+        if entry is not None and entry.epoch == batch.producer_epoch:
+            return ProducerStateEntry(entry.producer_id, entry.epoch, entry.batches, max(entry.last_timestamp, batch.max_timestamp))
+        return ProducerStateEntry(batch.producer_id, batch.producer_epoch, (), batch.max_timestamp)
+    pid, epoch, first_seq, last_seq, first_offset, last_offset, max_ts, _, _ = batch
     meta = BatchMetadata(first_seq, last_seq, first_offset, last_offset, max_ts)
     if entry is None or entry.epoch != epoch:
         return ProducerStateEntry(pid, epoch, (meta,), max_ts if entry is None else max(entry.last_timestamp, max_ts))
@@ -239,7 +257,7 @@ def producer_batches(buf: bytes | bytearray | memoryview, limit: int | None = No
         base, length, _epoch, magic, _crc, attrs, delta, _first_ts, max_ts, pid, epoch, seq = unpack(buf, pos)
         if magic >= 2 and pid >= 0:
             s = seq + delta
-            out.append(BatchHeader(pid, epoch, seq, s - _INT32_MAX - 1 if s > _INT32_MAX else s, base, base + delta, max_ts, bool(attrs & 0x10)))
+            out.append(BatchHeader(pid, epoch, seq, s - _INT32_MAX - 1 if s > _INT32_MAX else s, base, base + delta, max_ts, bool(attrs & 0x10), bool(attrs & 0x20)))
         pos += 12 + length
     return out
 

@@ -12,6 +12,9 @@ Group membership (:mod:`.group`): JoinGroup v0-5, Heartbeat v0-3, LeaveGroup v0-
 v0-3, DescribeGroups v0-4, ListGroups v0-2, DeleteGroups v0-1; the "consumer" embedded
 protocol inside them (:mod:`.consumer_protocol`, not an API: no key, not registered).
 SASL (:mod:`.sasl`): SaslHandshake v0-1, SaslAuthenticate v0-1.
+Transactions (:mod:`.txn`): AddPartitionsToTxn v0-2, AddOffsetsToTxn v0-2, EndTxn v0-2,
+WriteTxnMarkers v0, TxnOffsetCommit v0-2; DescribeTransactions v0 and ListTransactions v0-1
+(flexible: body codecs only until the frame layer speaks header v2).
 Each module maps version -> class, e.g. ``FetchRequest[4]``.
 """
 
@@ -93,6 +96,22 @@ from hmbclient.protocol.api.sasl import (
     SaslHandshakeRequest,
     SaslHandshakeResponse,
 )
+from hmbclient.protocol.api.txn import (
+    AddOffsetsToTxnRequest,
+    AddOffsetsToTxnResponse,
+    AddPartitionsToTxnRequest,
+    AddPartitionsToTxnResponse,
+    DescribeTransactionsRequest,
+    DescribeTransactionsResponse,
+    EndTxnRequest,
+    EndTxnResponse,
+    ListTransactionsRequest,
+    ListTransactionsResponse,
+    TxnOffsetCommitRequest,
+    TxnOffsetCommitResponse,
+    WriteTxnMarkersRequest,
+    WriteTxnMarkersResponse,
+)
 
 __all__ = [
     "DescribeConfigsRequest",
@@ -161,4 +180,18 @@ __all__ = [
     "SaslHandshakeResponse",
     "SaslAuthenticateRequest",
     "SaslAuthenticateResponse",
+    "AddPartitionsToTxnRequest",
+    "AddPartitionsToTxnResponse",
+    "AddOffsetsToTxnRequest",
+    "AddOffsetsToTxnResponse",
+    "EndTxnRequest",
+    "EndTxnResponse",
+    "WriteTxnMarkersRequest",
+    "WriteTxnMarkersResponse",
+    "TxnOffsetCommitRequest",
+    "TxnOffsetCommitResponse",
+    "DescribeTransactionsRequest",
+    "DescribeTransactionsResponse",
+    "ListTransactionsRequest",
+    "ListTransactionsResponse",
 ]

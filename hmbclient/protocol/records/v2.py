@@ -184,11 +184,16 @@ def encode(
     base_offset: int,
     default_ts: int,
     offsets: Sequence[int] | None = None,
+    *,
+    producer: tuple[int, int, int] = (NO_PRODUCER_ID, NO_PRODUCER_EPOCH, NO_SEQUENCE),
+    flags: int = 0,
 ) -> bytes:
     """One RecordBatch holding ``items`` ((key, value, ts[, headers]) tuples).
 
     ``offsets`` (absolute, ascending) default to ``base_offset``, ``base_offset + 1``, ...
-    Producer id/epoch/sequence and the partition leader epoch are written as -1.
+    ``producer`` is (producer id, producer epoch, base sequence), -1s by default; ``flags`` are
+    attribute bits besides the codec (``TRANSACTIONAL_MASK``, ``CONTROL_MASK``, see
+    ``records.control``). The partition leader epoch is written as -1.
     """
     n = len(items)
     if not n:
@@ -205,7 +210,7 @@ def encode(
     except (TypeError, IndexError) as e:
         raise ValueError(f"cannot encode record: {e}") from None
     last_delta = n - 1 if deltas is None else deltas[-1]
-    return _finish(codec, chunks, base_offset, n, last_delta, base_ts, max_ts)
+    return _finish(codec, chunks, base_offset, n, last_delta, base_ts, max_ts, producer, flags)
 
 
 def _finish(
@@ -217,6 +222,7 @@ def _finish(
     base_ts: int,
     max_ts: int,
     producer: tuple[int, int, int] = (NO_PRODUCER_ID, NO_PRODUCER_EPOCH, NO_SEQUENCE),
+    flags: int = 0,
 ) -> bytes:
     """The batch: the header (with its CRC) and the records ``chunks`` (compressed with
     ``codec`` first), joined once."""
@@ -230,7 +236,7 @@ def _finish(
             NO_PARTITION_LEADER_EPOCH,
             2,
             0,
-            codec & CODEC_MASK,
+            (codec & CODEC_MASK) | (flags & ~CODEC_MASK),
             last_delta,
             base_ts,
             max_ts,

@@ -1,0 +1,302 @@
+"""The transaction coordinator's I/O shell: carries out the decisions of :mod:`.state`.
+
+It owns the transactional ids that hash to the ``__transaction_state`` partitions this broker
+leads (coordination moves with that leadership, as the group coordinator's moves with
+``__consumer_offsets``): on becoming leader it loads the partition's records (the last record
+of an id is its state, a tombstone deletes it), on losing it it forgets them. Each decision's
+metadata replaces the cached one under one lock; its effects run after the lock is released,
+in order: a :class:`~.state.WriteTxnLog` is appended to the id's partition with acks=all and
+reported back through :func:`~.state.log_written`; a :class:`~.state.Reply` answers the waiting
+request. Serves so far: FindCoordinator with key_type 1 (through the offset manager, which
+answers FindCoordinator) and InitProducerId with a transactional id (a null id goes to the
+idempotent path, :class:`~hmbclient.broker.producer_ids.ProducerIdManager`).
+
+Not yet: AddPartitionsToTxn, AddOffsetsToTxn, EndTxn, TxnOffsetCommit (their decisions exist;
+ending a transaction needs the partition leaders to accept markers), the timeout and expiry
+chores, DescribeTransactions/ListTransactions (flexible-only requests).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from hmbclient.broker.controller.decisions import offsets_topic_replication_factor
+from hmbclient.errors import ErrorCode, HmbError
+from hmbclient.protocol import records
+
+from .log import (
+    TRANSACTION_STATE_TOPIC,
+    decode_key,
+    decode_value,
+    encode_key,
+    encode_value,
+    metadata_of,
+    partition_for,
+    value_of,
+)
+from .state import (
+    Decision,
+    Forget,
+    Reply,
+    SendMarkers,
+    TxnConfig,
+    TxnMetadata,
+    WriteTxnLog,
+    error_for_version,
+    init_producer_id,
+    log_written,
+    needs_new_producer_id,
+    on_load,
+)
+
+__all__ = ["TransactionCoordinator", "WRITE_TIMEOUT_MS"]
+
+log = logging.getLogger(__name__)
+
+#: How long an append to ``__transaction_state`` may wait for the ISR (Kafka: request.timeout.ms).
+WRITE_TIMEOUT_MS = 30_000
+
+
+def _write_error(code: int) -> ErrorCode:
+    """Kafka's mapping of a failed ``__transaction_state`` append for the client
+    (TransactionStateManager.appendTransactionToLog)."""
+    if code in (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, ErrorCode.NOT_ENOUGH_REPLICAS, ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND, ErrorCode.REQUEST_TIMED_OUT):
+        return ErrorCode.COORDINATOR_NOT_AVAILABLE
+    if code in (ErrorCode.NOT_LEADER_FOR_PARTITION, ErrorCode.KAFKA_STORAGE_ERROR):
+        return ErrorCode.NOT_COORDINATOR
+    if code in (ErrorCode.MESSAGE_TOO_LARGE, ErrorCode.RECORD_LIST_TOO_LARGE):
+        return ErrorCode.UNKNOWN_SERVER_ERROR
+    return ErrorCode(code)
+
+
+class TransactionCoordinator:
+    """Args:
+    broker_id: this broker.
+    metadata: the metadata cache (leaders of ``__transaction_state``).
+    replica_manager: appends and reads ``__transaction_state``; tells leadership changes.
+    topics: creates ``__transaction_state`` on first use.
+    producer_ids: allocates producer ids (``next_id``), and serves the idempotent path.
+    num_partitions / replication_factor: of ``__transaction_state``.
+    config: the decisions' settings.
+    """
+
+    def __init__(
+        self,
+        broker_id: int,
+        metadata: Any,
+        replica_manager: Any,
+        topics: Any,
+        producer_ids: Any,
+        *,
+        num_partitions: int,
+        replication_factor: int,
+        config: TxnConfig,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.broker_id = broker_id
+        self.metadata = metadata
+        self.rm = replica_manager
+        self.topics = topics
+        self.producer_ids = producer_ids
+        self.num_partitions = num_partitions
+        self.replication_factor = replication_factor
+        self.config = config
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._txns: dict[str, TxnMetadata] = {}
+        self._loaded: dict[int, int] = {}  # partition -> coordinator epoch
+        self._loading: set[int] = set()
+        self._running = False
+
+    def _now_ms(self) -> int:
+        return int(self._clock() * 1000)
+
+    # -- lifecycle -------------------------------------------------------------------------------
+    def start(self) -> None:
+        self._running = True
+        self.rm.add_leadership_listener(self._on_leadership)
+
+    def shutdown(self) -> None:
+        self._running = False
+
+    def _on_leadership(self, topic: str, partition: int, leads: bool) -> None:
+        if topic == TRANSACTION_STATE_TOPIC:
+            self._maybe_load(partition)
+
+    def _maybe_load(self, partition: int) -> None:
+        if not self.rm.is_leader(TRANSACTION_STATE_TOPIC, partition):
+            with self._lock:
+                self._loaded.pop(partition, None)
+                for tid in [t for t in self._txns if self.partition_for(t) == partition]:
+                    del self._txns[tid]
+            return
+        with self._lock:
+            if partition in self._loaded or partition in self._loading:
+                return
+            self._loading.add(partition)
+        threading.Thread(target=self._load, args=(partition,), name=f"txn-load-{partition}", daemon=True).start()
+
+    def _load(self, partition: int) -> None:
+        found: dict[str, TxnMetadata | None] = {}
+        epoch = -1
+        try:
+            p = self.rm.partition(TRANSACTION_STATE_TOPIC, partition)
+            epoch = p.leader_epoch if p is not None else -1
+            txn_log = self.rm.logs.get_or_create(TRANSACTION_STATE_TOPIC, partition)
+            offset, end = txn_log.log_start_offset, txn_log.log_end_offset
+            while offset < end and self._running:
+                chunk, _ = txn_log.read(offset, 1 << 20, min_one_entry=True)
+                if chunk is None:
+                    break
+                recs = records.decode_records(chunk.read())
+                if not recs:
+                    break
+                for r in recs:
+                    offset = r.offset + 1
+                    if r.key is None:
+                        continue
+                    version, tid = decode_key(r.key)
+                    if tid is None:
+                        log.warning("skipping a %s record with key version %d", TRANSACTION_STATE_TOPIC, version)
+                        continue
+                    value = decode_value(r.value)
+                    found[tid] = None if value is None else metadata_of(tid, value)
+        except HmbError as e:
+            log.error("loading %s-%d failed: %s", TRANSACTION_STATE_TOPIC, partition, e)
+            with self._lock:
+                self._loading.discard(partition)
+            return
+        now = self._now_ms()
+        decisions: list[Decision] = []
+        with self._lock:
+            self._loading.discard(partition)
+            if not self.rm.is_leader(TRANSACTION_STATE_TOPIC, partition):
+                return
+            for tid, txn in found.items():
+                if txn is None:
+                    self._txns.pop(tid, None)
+                else:
+                    d = on_load(txn, epoch, now)
+                    self._keep(tid, d)
+                    decisions.append(d)
+            self._loaded[partition] = epoch
+        for d in decisions:
+            self._effects(d)
+        log.info("loaded %d transactional ids from %s-%d", len(found), TRANSACTION_STATE_TOPIC, partition)
+
+    # -- lookup ----------------------------------------------------------------------------------
+    def partition_for(self, transactional_id: str) -> int:
+        return partition_for(transactional_id, self.num_partitions)
+
+    def ensure_topic(self) -> None:
+        if not self.metadata.has_topic(TRANSACTION_STATE_TOPIC):
+            live = len(self.metadata.live_broker_ids()) or 1
+            self.topics.create(TRANSACTION_STATE_TOPIC, self.num_partitions, offsets_topic_replication_factor(self.replication_factor, live))
+
+    def _status(self, transactional_id: str) -> ErrorCode:
+        """NONE if this broker coordinates the id and has its partition loaded, else the error."""
+        self.ensure_topic()
+        p = self.partition_for(transactional_id)
+        leader = self.metadata.leader(TRANSACTION_STATE_TOPIC, p)
+        if leader is None or leader < 0:
+            return ErrorCode.COORDINATOR_NOT_AVAILABLE
+        if leader != self.broker_id:
+            return ErrorCode.NOT_COORDINATOR
+        if not self.rm.is_leader(TRANSACTION_STATE_TOPIC, p):
+            return ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
+        with self._lock:
+            if p in self._loaded:
+                return ErrorCode.NONE
+        self._maybe_load(p)
+        return ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
+
+    def metadata_of(self, transactional_id: str) -> TxnMetadata | None:
+        """The cached metadata (tests, DescribeTransactions later)."""
+        with self._lock:
+            return self._txns.get(transactional_id)
+
+    # -- running decisions -----------------------------------------------------------------------
+    def _keep(self, tid: str, d: Decision) -> None:
+        if d.txn is None:
+            self._txns.pop(tid, None)
+        else:
+            self._txns[tid] = d.txn
+
+    def _effects(self, d: Decision) -> None:
+        for e in d.effects:
+            if isinstance(e, Reply):
+                if e.waiter is not None:
+                    e.waiter(e)
+            elif isinstance(e, WriteTxnLog):
+                self._write(e)
+            elif isinstance(e, Forget):
+                with self._lock:
+                    self._txns.pop(e.transactional_id, None)
+            elif isinstance(e, SendMarkers):
+                # Ending transactions is not served yet (no EndTxn): a Prepare* can only come
+                # from a log written by a newer version; it stays until markers are supported.
+                log.warning("markers for %s not sent: transaction markers are not supported yet", e.transactional_id)
+
+    def _write(self, w: WriteTxnLog) -> None:
+        tid = w.transactional_id
+        p = self.partition_for(tid)
+        value = None if w.value is None else encode_value(value_of(w.value))
+        buf = records.encode_records(2, records.NONE, [(encode_key(tid), value, self._now_ms())])
+        tp = (TRANSACTION_STATE_TOPIC, p)
+
+        def appended(outcome: dict[tuple[str, int], Any]) -> None:
+            r = outcome.get(tp)
+            code = ErrorCode(r.error_code) if r is not None else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+            if code != ErrorCode.NONE:
+                code = _write_error(code)
+            with self._lock:
+                txn = self._txns.get(tid)
+                if txn is None or txn.pending is None or self._loaded.get(p) is None:
+                    return  # the partition moved away meanwhile: the waiting client times out and retries
+                d = log_written(txn, code, self._now_ms(), self._loaded[p])
+                self._keep(tid, d)
+            self._effects(d)
+
+        self.rm.append_messages(WRITE_TIMEOUT_MS, -1, [(TRANSACTION_STATE_TOPIC, p, buf)], appended, allow_internal=True)
+
+    # -- handlers --------------------------------------------------------------------------------
+    def handle_init_producer_id(self, header: Any, req: Any, channel: Any) -> None:
+        if req.transactional_id is None:
+            self.producer_ids.handle_init_producer_id(header, req, channel)
+            return
+        resp_cls = type(req).RESPONSE_TYPE
+        version = header.api_version
+
+        def reply(r: Reply) -> None:
+            channel.send(resp_cls.build(throttle_time_ms=0, error_code=error_for_version(r.error, "InitProducerId", version), producer_id=r.producer_id, producer_epoch=r.producer_epoch))
+
+        tid = req.transactional_id
+        status = self._status(tid) if tid else ErrorCode.NONE
+        if status != ErrorCode.NONE:
+            reply(Reply(None, status))
+            return
+        with self._lock:
+            txn = self._txns.get(tid)
+            fresh = needs_new_producer_id(txn)
+        new_pid = None
+        if fresh and tid:
+            try:
+                new_pid = self.producer_ids.next_id()
+            except HmbError as e:
+                log.error("InitProducerId for %r: %s", tid, e)
+                reply(Reply(None, ErrorCode.COORDINATOR_NOT_AVAILABLE))
+                return
+        with self._lock:
+            txn = self._txns.get(tid)
+            if tid and new_pid is None and needs_new_producer_id(txn):
+                # the id changed under us between the two looks: let the client retry
+                d = Decision(txn, (Reply(reply, ErrorCode.CONCURRENT_TRANSACTIONS),))
+            else:
+                d = init_producer_id(txn, tid, req.transaction_timeout_ms, self._now_ms(), self.config, waiter=reply, new_producer_id=new_pid)
+                if d.txn is not None:
+                    self._txns[tid] = d.txn
+        self._effects(d)
