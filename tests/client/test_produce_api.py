@@ -295,6 +295,38 @@ def test_full_async_queue_raises_buffer_error(tmp_path: Any) -> None:
             assert len(cb.calls) == 20 and b"over" not in {r.value for _, r, _ in cb.calls}
 
 
+def test_sync_produce_sends_once_its_queue_bound_is_reached(broker: BrokerHandle) -> None:
+    """A sync producer has no background sender: past queue_buffering_max_messages, produce()
+    sends in the caller's thread; callbacks still wait for poll/flush."""
+    topic = unique("papi-syncbound")
+    create_topic(broker.bootstrap, topic, 1)
+    cb = Reports()
+    with _producer(broker.bootstrap, "sync", queue_buffering_max_messages=50, batch_num_messages=50) as p:
+        for i in range(500):
+            p.produce(topic, b"%03d" % i, on_delivery=cb)
+        stored_before_flush = len(read_partition(broker.host, broker.port, topic, 0))
+        assert cb.calls == []  # served only by poll/flush
+        assert p.flush(30) == 0
+    assert stored_before_flush >= 450, stored_before_flush
+    assert [r.offset for _, r, _ in cb.calls] == list(range(500))
+
+
+@pytest.mark.parametrize("ptype", PTYPES)
+def test_produce_and_send_share_one_order(broker: BrokerHandle, ptype: str) -> None:
+    from hmbclient import ProducerData
+
+    topic = unique(f"papi-mixed-{ptype}")
+    create_topic(broker.bootstrap, topic, 1)
+    cb = Reports()
+    with _producer(broker.bootstrap, ptype) as p:
+        for i in range(0, 60, 3):
+            p.produce(topic, b"%02d" % i, on_delivery=cb)
+            p.send(ProducerData(topic, None, [b"%02d" % (i + 1), b"%02d" % (i + 2)]))
+        assert p.flush(30) == 0
+    assert [r.value for r in read_partition(broker.host, broker.port, topic, 0)] == [b"%02d" % i for i in range(60)]
+    assert [r.offset for _, r, _ in cb.calls] == list(range(0, 60, 3))
+
+
 # -- idempotence through lost answers ---------------------------------------------------------
 
 
