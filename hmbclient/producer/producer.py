@@ -533,7 +533,7 @@ class Producer:
         Args:
             topic: the topic (its metadata is fetched on first use).
             value, key: bytes-like or None, or anything the producer's serializers take.
-            partition: an explicit partition (None: the partitioner picks).
+            partition: an explicit partition (None or -1: the partitioner picks).
             headers: ``[(name, bytes | str | None), ...]`` or a dict (Kafka 0.11+ brokers).
             timestamp: the record's timestamp in ms (None: now).
             on_delivery: ``callable(err, DeliveryReport)``.
@@ -578,7 +578,7 @@ class Producer:
         ts = acc.topics.get(topic)
         if ts is None:
             ts = self._topic_state(acc, topic)
-        if partition is None:
+        if partition is None or partition == -1:  # -1: confluent-kafka's "unassigned"
             queue = ts.sole
             if queue is None:
                 count = len(ts.parts)

@@ -114,14 +114,19 @@ def test_partition_headers_and_timestamp_are_honoured(broker: BrokerHandle, ptyp
         p.produce(topic, b"after", partition=1, on_delivery=cb)
         p.produce(topic, b"p0", partition=0, on_delivery=cb)
         assert p.flush(30) == 0
+        p.produce(topic, b"any", partition=-1, on_delivery=cb)  # confluent-kafka's "unassigned"
+        assert p.flush(30) == 0
+        [(_, anywhere, _)] = [c for c in cb.calls if c[1].value == b"any"]
+        cb.calls = [c for c in cb.calls if c[1].value != b"any"]
     assert [r.value for _, r, _ in sorted(cb.calls, key=lambda c: (c[1].partition, c[1].offset))] == [
         b"p0", b"plain", b"stamped", b"headed", b"dict-headed", b"after"
     ]
     recs = {r.value: r for r in read_partition(broker.host, broker.port, topic, 1)}
     assert [r.value for r in read_partition(broker.host, broker.port, topic, 1)] == [
         b"plain", b"stamped", b"headed", b"dict-headed", b"after"
-    ]
-    assert [r.value for r in read_partition(broker.host, broker.port, topic, 0)] == [b"p0"]
+    ] + [b"any"][: anywhere.partition]
+    assert [r.value for r in read_partition(broker.host, broker.port, topic, 0)] == [b"p0", b"any"][: 2 - anywhere.partition]
+    assert anywhere.partition in (0, 1) and anywhere.offset is not None
     assert recs[b"stamped"].timestamp == 1_600_000_000_000
     assert recs[b"dict-headed"].timestamp == 1_600_000_000_500
     assert recs[b"plain"].timestamp > 1_700_000_000_000 and recs[b"after"].timestamp > 1_700_000_000_000
