@@ -262,6 +262,42 @@ def test_errors_before_queueing_are_raised_and_queue_nothing(small_broker: Embed
     assert read_partition(b.host, b.port, topic, 1) == []
 
 
+class _Fixed:
+    """A partitioner answering ``answer`` whatever the key (recording the keys it saw)."""
+
+    def __init__(self, answer: int) -> None:
+        self.answer = answer
+        self.keys: list[Any] = []
+
+    def partition(self, key: Any, num_partitions: int) -> int:
+        self.keys.append(key)
+        return self.answer
+
+
+@pytest.mark.parametrize("key", [None, b"k"])
+def test_the_inlined_produce_keeps_the_general_checks(broker: BrokerHandle, key: bytes | None) -> None:
+    """The async, bytes-only produce is inlined: once the topic is known it must still ask the
+    partitioner, check its answer and the size, and refuse after close."""
+    topic = unique("papi-fast")
+    create_topic(broker.bootstrap, topic, 3)
+    part = _Fixed(2)
+    cb = Reports()
+    with _producer(broker.bootstrap, "async", partitioner=part, message_max_bytes=500) as p:
+        for i in range(20):
+            p.produce(topic, b"m%d" % i, key=key, on_delivery=cb)
+        assert part.keys == [key] * 20
+        with pytest.raises(MessageSizeTooLargeError, match="500"):
+            p.produce(topic, b"x" * 501, key=key)
+        part.answer = 3
+        with pytest.raises(ValueError, match="partitioner returned 3"):
+            p.produce(topic, b"x", key=key)
+        assert p.flush(30) == 0
+    assert [(r.partition, r.offset) for _, r, _ in cb.calls] == [(2, i) for i in range(20)]
+    assert [r.value for r in read_partition(broker.host, broker.port, topic, 2)] == [b"m%d" % i for i in range(20)]
+    with pytest.raises(ProducerClosedError):
+        p.produce(topic, b"late", key=key)
+
+
 def test_a_raising_callback_loses_no_report(broker: BrokerHandle) -> None:
     topic = unique("papi-raise")
     create_topic(broker.bootstrap, topic, 1)
