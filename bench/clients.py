@@ -18,7 +18,8 @@ client's own batching; produce-batch: hmbclient sends ProducerData of 1000 messa
 batch form, against the peers' per-message produce of the same round, which have no such call;
 not run unless asked; hmbclient-only variants, the peers running their produce: produce-sync,
 the sync producer with ProducerData of 1000; produce-plain and produce-idem, acks=-1 without and
-with enable.idempotence; produce-sync-plain/-idem); consume N messages from a topic filled with
+with enable.idempotence; produce-sync-plain/-idem; produce-api: hmbclient's confluent-style
+produce()/poll()/flush(), no future per message); consume N messages from a topic filled with
 N + 1 (each value touched).
 Checks that stop the run (BenchError) rather than print a skewed figure: every producer's flush
 left nothing queued and its last acknowledged offset is N; every topic a run wrote or a consumer
@@ -171,6 +172,36 @@ def produce_hmbclient_as(workload: str, bootstrap: str, topic: str, n: int, size
     producer.flush(FLUSH_TIMEOUT_S)
     elapsed = time.perf_counter() - t0
     assert last is not None and last[-1].result(60).offset == n, last[-1].result(60)
+    producer.close()
+    return elapsed
+
+
+def produce_api_hmbclient(bootstrap: str, topic: str, n: int, size: int) -> float:
+    """The produce-api workload: only ``produce()`` / ``poll()`` / ``flush()``, as
+    produce_confluent drives librdkafka (a delivery callback on the last message, poll(0)
+    every 10,000); the peers run their produce under this name."""
+    from hmbclient import Producer
+
+    value = payload(size)
+    producer = Producer(metadata_broker_list=bootstrap, producer_type="async", queue_buffering_max_ms=5, compression_codec=_CODEC)
+    warm: list[Any] = []
+    # The readiness rule: the warm-up message (offset 0) acknowledged before the clock starts.
+    producer.produce(topic, value, on_delivery=lambda err, r: warm.append((err, r.offset)))
+    if producer.flush(60) or warm != [(None, 0)]:
+        raise BenchError(f"hmbclient produce-api: the warm-up message was not acknowledged at offset 0: {warm}")
+    last: list[Any] = []
+    t0 = time.perf_counter()
+    produce = producer.produce
+    poll = producer.poll
+    for i in range(n - 1):
+        produce(topic, value)
+        if i % 10000 == 0:
+            poll(0)
+    produce(topic, value, on_delivery=lambda err, r: last.append((err, r.offset)))
+    left = producer.flush(FLUSH_TIMEOUT_S)
+    elapsed = time.perf_counter() - t0
+    if left or last != [(None, n)]:
+        raise BenchError(f"hmbclient produce-api: {left} messages left after flush, last report {last}")
     producer.close()
     return elapsed
 
@@ -381,6 +412,8 @@ def worker(argv: list[str]) -> None:
     longest = None
     if workload == "produce-batch" and client == "hmbclient":
         elapsed = produce_batch_hmbclient(bootstrap, topic, n, int(size))
+    elif workload == "produce-api" and client == "hmbclient":
+        elapsed = produce_api_hmbclient(bootstrap, topic, n, int(size))
     elif workload in HMB_PRODUCE_WORKLOADS and client == "hmbclient":
         elapsed = produce_hmbclient_as(workload, bootstrap, topic, n, int(size))
     elif workload.startswith("produce"):

@@ -103,8 +103,9 @@ class UnresolvedSequenceError(HmbError):
     The batch's messages are in the log once or not at all; never twice."""
 
 
-class QueueFullError(HmbError):
-    """The async producer's bounded queue stayed full past queue_enqueue_timeout_ms."""
+class QueueFullError(HmbError, BufferError):
+    """The async producer's bounded queue stayed full past queue_enqueue_timeout_ms (also a
+    BufferError, what confluent-kafka's produce() raises on a full queue)."""
 
     retriable = True
 

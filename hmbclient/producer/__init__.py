@@ -5,6 +5,7 @@
 
 from hmbclient.producer.callbacks import CallbackHandler, EventHandler
 from hmbclient.producer.data import (
+    DeliveryReport,
     ProducerBatch,
     ProducerData,
     RecordFuture,
@@ -24,4 +25,5 @@ __all__ = [
     "CallbackHandler",
     "EventHandler",
     "ProducerEvent",
+    "DeliveryReport",
 ]

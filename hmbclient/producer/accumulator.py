@@ -37,7 +37,7 @@ from typing import Any
 
 from hmbclient.clock import monotonic_ms, wall_ms
 from hmbclient.errors import ProducerClosedError, QueueFullError
-from hmbclient.producer.data import OneSendFuture, ProducerBatch, SendFutures
+from hmbclient.producer.data import DeliveryQueue, OneSendFuture, ProducerBatch, SendFutures
 
 __all__ = ["PartitionQueue", "TopicState", "RecordAccumulator", "Unit"]
 
@@ -150,6 +150,7 @@ class RecordAccumulator:
         self.closing_hard = False  # close() ran out of time: no more retries
         self.flushing = 0
         self.after_batching: Any = None  # hook, called by the sender
+        self.reports = DeliveryQueue()  # completed batches with produce() callbacks
 
     # -- caller side (lock held) -----------------------------------------------------------
 
@@ -222,7 +223,14 @@ class RecordAccumulator:
             self.work.notify()
 
     def append(
-        self, queue: PartitionQueue, values: list[Any], key: bytes | None, nbytes: int, headers: Any = None
+        self,
+        queue: PartitionQueue,
+        values: list[Any],
+        key: bytes | None,
+        nbytes: int,
+        headers: Any = None,
+        timestamp: int | None = None,
+        on_delivery: Any = None,
     ) -> SendFutures:
         """Add checked messages to the open batch of ``queue``: the one way in (lock taken here).
 
@@ -230,6 +238,11 @@ class RecordAccumulator:
         closed meanwhile, and the batch: rolled over when the messages do not fit (every batch
         stays under ``batch_max_bytes``), closed once full. ``nbytes`` is the messages'
         estimated size. Returns the messages' futures.
+
+        ``timestamp`` (ms; None: the batch's creation time): the messages go in a batch of
+        their own stamped with it, closed at once (the sender may still merge it with its
+        neighbours into one record set, each keeping its timestamp). ``on_delivery``: the
+        messages' produce() callback, served by poll() once their batch completes.
 
         Raises:
             QueueFullError, ProducerClosedError: see :meth:`admit`.
@@ -242,10 +255,12 @@ class RecordAccumulator:
             if self.queued + n > self.admit_below:
                 self.admit(n)
             batch = queue.open
-            if batch is None or (batch.nbytes + nbytes > self.batch_max_bytes and batch.values):
+            if batch is None or timestamp is not None or (batch.nbytes + nbytes > self.batch_max_bytes and batch.values):
                 if batch is not None:
                     self.close_batch(queue)  # keep every batch under the cap
                 batch = self.open_batch(queue)
+                if timestamp is not None:
+                    batch.created_ms = timestamp
             column = batch.values
             start = len(column)
             keys = batch.keys
@@ -260,10 +275,12 @@ class RecordAccumulator:
                 column.extend(values)
                 if key is not None or headers is not None or keys is not None:
                     batch.add_keyed(start, key, n, headers)
+            if on_delivery is not None or batch.cbs is not None:
+                batch.add_report(start, n, on_delivery, self.reports)
             nbytes += batch.nbytes
             batch.nbytes = nbytes
             self.queued += n
-            if start + n > self.last_index or nbytes >= self.batch_max_bytes:
+            if start + n > self.last_index or nbytes >= self.batch_max_bytes or timestamp is not None:
                 self.close_batch(queue)
         finally:
             lock.release()

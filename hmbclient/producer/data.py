@@ -14,11 +14,22 @@ ProducerData handed to ``send`` is in exactly one batch, so no message is silent
 
 from __future__ import annotations
 
+import threading
+from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future
 from typing import Any, NamedTuple, overload
 
-__all__ = ["ProducerData", "RecordMetadata", "ProducerBatch", "RecordFuture", "SendFutures", "OneSendFuture"]
+__all__ = [
+    "ProducerData",
+    "RecordMetadata",
+    "ProducerBatch",
+    "RecordFuture",
+    "SendFutures",
+    "OneSendFuture",
+    "DeliveryReport",
+    "DeliveryQueue",
+]
 
 
 class ProducerData(NamedTuple):
@@ -81,6 +92,8 @@ class ProducerBatch:
         "seq",
         "wire",
         "maybe_stored",
+        "cbs",
+        "reports",
     )
 
     def __init__(self, topic: str, partition: int, created_ms: int) -> None:
@@ -102,6 +115,11 @@ class ProducerBatch:
         self.seq = -1
         self.wire: list[ProducerBatch] | None = None
         self.maybe_stored = False
+        # produce(): each message's on_delivery (aligned with ``values``; None: no callback),
+        # or None while no message of the batch has one; ``reports``: where the batch goes
+        # once complete, for poll() to serve them (set together with ``cbs``).
+        self.cbs: list[Any] | None = None
+        self.reports: DeliveryQueue | None = None
 
     def add_keyed(self, start: int, key: Any, n: int, headers: Any) -> None:
         """Record the key (and headers) of the ``n`` messages just appended at ``start``:
@@ -140,17 +158,78 @@ class ProducerBatch:
         else:
             self.keys = self.headers = None
 
+    def add_report(self, start: int, n: int, on_delivery: Any, reports: DeliveryQueue) -> None:
+        """Record the ``on_delivery`` of the ``n`` messages just appended at ``start`` (None:
+        none), entering the reporting form of the batch on the first callback."""
+        cbs = self.cbs
+        if cbs is None:
+            cbs = self.cbs = [None] * start
+            self.reports = reports
+        if n == 1:
+            cbs.append(on_delivery)
+        else:
+            cbs.extend([on_delivery] * n)
+
     def complete(self, base_offset: int | None) -> None:
         self.base_offset = base_offset
         if not self.future.done():
             self.future.set_result(base_offset)
+            if self.reports is not None:
+                self.reports.put(self)
 
     def fail(self, error: BaseException) -> None:
         if not self.future.done():
             self.future.set_exception(error)
+            if self.reports is not None:
+                self.reports.put(self)
 
     def __repr__(self) -> str:
         return f"ProducerBatch({self.topic}-{self.partition}, {len(self.values)} messages, attempts={self.attempts})"
+
+
+class DeliveryReport(NamedTuple):
+    """The second argument of a ``produce(..., on_delivery=cb)`` callback: where the message
+    landed (``offset`` None when it failed or the broker gave none: acks=0, HMB) and what it
+    was. Attributes, where confluent-kafka's Message has methods (``msg.offset`` there is
+    ``msg.offset()``)."""
+
+    topic: str
+    partition: int
+    offset: int | None
+    key: Any
+    value: Any
+    headers: Any
+    timestamp: int
+
+
+class DeliveryQueue:
+    """Batches whose messages have delivery callbacks, once complete (acknowledged or failed),
+    in completion order, waiting for ``poll()`` / ``flush()`` to serve them in the caller's
+    thread. ``put`` runs on the thread that completes the batch; ``wait`` blocks a poller
+    until one arrives."""
+
+    __slots__ = ("done", "cond", "waiters")
+
+    def __init__(self) -> None:
+        self.done: deque[ProducerBatch] = deque()
+        self.cond = threading.Condition()
+        self.waiters = 0
+
+    def put(self, batch: ProducerBatch) -> None:
+        self.done.append(batch)
+        if self.waiters:
+            with self.cond:
+                self.cond.notify_all()
+
+    def wait(self, timeout_s: float | None) -> None:
+        """Return once a batch is waiting, or after ``timeout_s``."""
+        with self.cond:
+            self.waiters += 1
+            try:
+                if not self.done:
+                    self.cond.wait(timeout_s)
+            finally:
+                self.waiters -= 1
 
 
 class RecordFuture:

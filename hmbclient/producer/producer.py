@@ -26,6 +26,27 @@ send, apply the answers, retry or fail):
   ``queue_enqueue_timeout_ms`` (QueueFullError).
 * with an ``event_handler``: hands ProducerData to it instead (see callbacks.py).
 
+``produce(topic, value, key=, partition=, headers=, timestamp=, on_delivery=)`` is the same
+path for one message in confluent-kafka's shape: no future and no ProducerData; it returns
+nothing, and ``on_delivery(err, DeliveryReport)`` is called once per message from ``poll()`` /
+``flush()`` / ``close()`` in the caller's thread (``err`` None or the hmbclient.errors error).
+Its checks are ``_queue``'s (key rule, type, size, partition), then ``RecordAccumulator.append``
+(which keeps the callback in the batch and hands the completed batch to ``poll``). Decisions:
+
+* a full queue (async) behaves as ``send``: per ``queue_enqueue_timeout_ms`` (-1 blocks until
+  there is room, 0 raises at once, >0 raises after that long); the error, QueueFullError, is
+  also a ``BufferError`` so confluent-kafka code that catches BufferError keeps working.
+* sync producer: ``produce`` only queues; ``poll`` / ``flush`` drive the engine in the
+  caller's thread (``poll(0)`` sends what is queued and serves what is already answered,
+  without waiting). Once ``queue_buffering_max_messages`` are queued, ``produce`` drives the
+  engine itself until there is room (no background thread could free it).
+* ``flush(timeout)`` returns the number of messages still unacknowledged (0: all done), as
+  confluent-kafka does, and serves every waiting callback; ``close()`` serves the callbacks
+  of everything it completed or failed (ProducerClosedError) before it returns.
+* a callback that raises: the batch's other callbacks still run, then ``poll`` raises the
+  first such exception (no report is lost or served twice).
+* delivery reports are not bounded by ``queue_buffering_max_messages``: call ``poll()``.
+
 Errors raised by ``send`` itself (nothing was queued for the failing ProducerData): ConfigError,
 TypeError (a value that is not bytes and no serializer), MessageSizeTooLargeError (over
 ``message_max_bytes``), UnsupportedByBroker (a keyed message to HMB, which never answers one),
@@ -59,6 +80,7 @@ from hmbclient.producer.accumulator import PartitionQueue, RecordAccumulator, To
 from hmbclient.producer.callbacks import overridden_hooks
 from hmbclient.producer.config import ProducerConfig
 from hmbclient.producer.data import (
+    DeliveryReport,
     ProducerBatch,
     ProducerData,
     RecordFuture,
@@ -71,6 +93,8 @@ from hmbclient.protocol.records import NONE, codec_from_name
 from partitioners import DefaultPartitioner
 
 __all__ = ["Producer"]
+
+_new_report = tuple.__new__
 
 log = logging.getLogger("hmbclient.producer")
 
@@ -493,6 +517,221 @@ class Producer:
             queue = ts.parts[partition]
         return self._queue(acc, topic, key, values, queue, tuple(headers) if headers else None)[0]
 
+    def produce(
+        self,
+        topic: str,
+        value: Any = None,
+        key: Any = None,
+        partition: int | None = None,
+        headers: Any = None,
+        timestamp: int | None = None,
+        on_delivery: Any = None,
+    ) -> None:
+        """Queue one message, confluent-kafka style: nothing is returned; ``on_delivery(err,
+        report)`` runs once from ``poll`` / ``flush`` / ``close`` (see the module docstring).
+
+        Args:
+            topic: the topic (its metadata is fetched on first use).
+            value, key: bytes-like or None, or anything the producer's serializers take.
+            partition: an explicit partition (None or -1: the partitioner picks).
+            headers: ``[(name, bytes | str | None), ...]`` or a dict (Kafka 0.11+ brokers).
+            timestamp: the record's timestamp in ms (None: now).
+            on_delivery: ``callable(err, DeliveryReport)``.
+
+        Raises:
+            TypeError, ValueError, MessageSizeTooLargeError, UnsupportedByBroker,
+            QueueFullError (a BufferError), ProducerClosedError: nothing was queued.
+        """
+        acc = self._direct_acc
+        if (
+            acc is not None
+            and value.__class__ is bytes
+            and partition is None
+            and headers is None
+            and timestamp is None
+            and (on_delivery is None or callable(on_delivery))
+        ):
+            # The commonest produce (async, no serializer, a bytes value with a null or bytes
+            # key, to a topic the accumulator knows), its checks inlined: the general path's
+            # below, step for step.
+            ts = acc.topics.get(topic)
+            if ts is not None:
+                size = len(value)
+                if key is None:
+                    if size <= self._message_max_bytes:
+                        queue = ts.sole
+                        if queue is None:
+                            count = len(ts.parts)
+                            p = self._partitioner.partition(None, count)
+                            if not 0 <= p < count:
+                                raise ValueError(f"partitioner returned {p} for {count} partitions of {topic!r}")
+                            queue = ts.parts[p]
+                        acc.append(queue, [value], None, size + _RECORD_OVERHEAD, None, None, on_delivery)
+                        return
+                elif key.__class__ is bytes and self._allows_keys:
+                    size += len(key)
+                    if size <= self._message_max_bytes:
+                        queue = ts.sole
+                        if queue is None:
+                            count = len(ts.parts)
+                            p = self._partitioner.partition(key, count)
+                            if not 0 <= p < count:
+                                raise ValueError(f"partitioner returned {p} for {count} partitions of {topic!r}")
+                            queue = ts.parts[p]
+                        acc.append(queue, [value], key, size + _RECORD_OVERHEAD, None, None, on_delivery)
+                        return
+        acc = self._acc
+        if acc is None:
+            raise TypeError("produce() is not available with an event_handler; use send()")
+        if self._closed:
+            raise ProducerClosedError("produce() after close()")
+        if self._encode_value is not None:
+            value = self._encode_value(value)
+        if value.__class__ is bytes:
+            size = len(value)
+        elif value is None:
+            size = 0
+        elif isinstance(value, (bytearray, memoryview)):
+            size = len(value)
+        else:
+            raise _bad_value(value, "value")
+        if key is not None:
+            if self._encode_key is not None:
+                key = self._encode_key(key)
+            if key.__class__ is not bytes:
+                if not isinstance(key, (bytes, bytearray, memoryview)):
+                    raise _bad_value(key, "key")
+                key = bytes(key)
+            if not self._allows_keys:
+                raise UnsupportedByBroker(
+                    f"{self._dialect_label} cannot take a message with a non-null key (it never answers "
+                    "such a request); produce with key=None. Nothing was sent."
+                )
+            size += len(key)
+        if size > self._message_max_bytes:
+            raise MessageSizeTooLargeError(
+                f"a message of {size} bytes (key + value) to {topic!r} is over "
+                f"message_max_bytes={self._message_max_bytes}; nothing was sent"
+            )
+        ts = acc.topics.get(topic)
+        if ts is None:
+            ts = self._topic_state(acc, topic)
+        if partition is None or partition == -1:  # -1: confluent-kafka's "unassigned"
+            queue = ts.sole
+            if queue is None:
+                count = len(ts.parts)
+                p = self._partitioner.partition(key, count)
+                if not 0 <= p < count:
+                    raise ValueError(f"partitioner returned {p} for {count} partitions of {topic!r}")
+                queue = ts.parts[p]
+        else:
+            if partition.__class__ is not int or not 0 <= partition < len(ts.parts):
+                raise ValueError(f"partition {partition!r} is out of range: {topic!r} has {len(ts.parts)} partitions")
+            queue = ts.parts[partition]
+        if headers is not None:
+            headers = _headers(headers)
+        if timestamp is not None and (timestamp.__class__ is not int or timestamp < 0):
+            raise ValueError(f"timestamp must be a non-negative int of milliseconds, not {timestamp!r}")
+        if on_delivery is not None and not callable(on_delivery):
+            raise TypeError(f"on_delivery must be callable, not {type(on_delivery).__name__}")
+        if not self._async and acc.queued >= self.config.queue_buffering_max_messages:
+            # Sync: nothing sends in the background; make room by sending in this thread.
+            bound = self.config.queue_buffering_max_messages
+            self._drive_sync(lambda: acc.queued < bound, None)
+        acc.append(queue, [value], key, size + _RECORD_OVERHEAD, headers, timestamp, on_delivery)
+
+    def poll(self, timeout: float | None = None) -> int:
+        """Serve delivery callbacks in this thread; returns how many were served.
+
+        Waits up to ``timeout`` seconds (None: until one is served or nothing is left to
+        report; 0: not at all) for a first one. A sync producer sends what is queued here.
+
+        Raises:
+            the first exception a callback raised (after the rest of its batch was served).
+        """
+        served = self._serve()
+        if served or self._acc is None:
+            return served
+        acc = self._acc
+        reports = acc.reports
+        deadline = None if timeout is None else monotonic_ms() + max(0.0, timeout) * 1000.0
+        if not self._async:
+            self._drive_sync(lambda: bool(reports.done) or not acc.queued, deadline)
+            return self._serve()
+        while not reports.done and acc.queued:
+            if deadline is None:
+                reports.wait(0.1)
+            else:
+                left = deadline - monotonic_ms()
+                if left <= 0:
+                    break
+                reports.wait(min(left / 1000.0, 0.1))
+        return self._serve()
+
+    def _drive_sync(self, until: Any, deadline_ms: float | None) -> None:
+        """Sync producer: run the engine in this thread until ``until()`` or ``deadline_ms``
+        passed (checked only after a first round, so that what is queued is sent)."""
+        first = [True]
+
+        def done() -> bool:
+            if until():
+                return True
+            if first[0]:
+                first[0] = False
+                return False
+            return deadline_ms is not None and monotonic_ms() >= deadline_ms
+
+        with self._drive:
+            self._engine.run(done, deadline_ms)
+
+    def _serve(self) -> int:
+        """Call the callbacks of every completed batch waiting in the report queue."""
+        acc = self._acc
+        if acc is None:
+            return 0
+        done = acc.reports.done
+        served = 0
+        raised: BaseException | None = None
+        while done:
+            try:
+                b = done.popleft()
+            except IndexError:  # another thread polled it
+                break
+            cbs = b.cbs
+            assert cbs is not None
+            err = b.future.exception()
+            base = None if err is not None else b.base_offset
+            topic = b.topic
+            partition = b.partition
+            values = b.values
+            keys = b.keys
+            headers = b.headers
+            created = b.created_ms
+            for i, cb in enumerate(cbs):
+                if cb is None:
+                    continue
+                report = _new_report(
+                    DeliveryReport,
+                    (
+                        topic,
+                        partition,
+                        None if base is None else base + i,
+                        None if keys is None else keys[i],
+                        values[i],
+                        None if headers is None else headers[i],
+                        created,
+                    ),
+                )
+                served += 1
+                try:
+                    cb(err, report)
+                except Exception as e:
+                    if raised is None:
+                        raised = e
+            if raised is not None:
+                raise raised
+        return served
+
     def _append(self, acc: RecordAccumulator, pd: Any) -> list[tuple[ProducerBatch, int, int]]:
         """Queue one ProducerData (async mode), telling ``after_enqueue``: its segments."""
         topic, key, values = self._convert(pd)
@@ -552,24 +791,34 @@ class Producer:
 
     # -- lifecycle -------------------------------------------------------------------------
 
-    def flush(self, timeout_s: float | None = None) -> None:
-        """Send everything queued now and wait until it is acknowledged or failed.
+    def flush(self, timeout: float | None = None, *, timeout_s: float | None = None) -> int:
+        """Send everything queued now, wait until it is acknowledged or failed (at most
+        ``timeout`` seconds; None: no limit) and serve the delivery callbacks.
+
+        Returns:
+            How many messages are still unacknowledged (0: everything is done), as
+            confluent-kafka's ``flush``.
 
         Raises:
-            RequestTimedOutError: not done within ``timeout_s``.
+            RequestTimedOutError: with an event_handler, not done within ``timeout``.
         """
+        if timeout is None:
+            timeout = timeout_s
         if self._events is not None:
-            self._events.flush(timeout_s)
-            return
+            self._events.flush(timeout)
+            return 0
         acc = self._acc
         if acc is None:
-            return
+            return 0
+        deadline = None if timeout is None else monotonic_ms() + timeout * 1000.0
         sender = self._sender
-        if sender is None:  # sync: every send returned complete
-            return
-        deadline = None if timeout_s is None else monotonic_ms() + timeout_s * 1000.0
-        if not acc.wait_until_empty(deadline, sender.is_alive):
-            raise RequestTimedOutError(f"flush: {acc.queued} messages still unacknowledged after {timeout_s} s")
+        if sender is None:  # sync: send() returned complete; produce() left its messages here
+            if acc.queued:
+                self._drive_sync(lambda: not acc.queued, deadline)
+        elif not acc.wait_until_empty(deadline, sender.is_alive):
+            log.debug("flush: %d messages still unacknowledged after %s s", acc.queued, timeout)
+        self._serve()
+        return acc.queued
 
     def close(self, timeout_s: float | None = None) -> None:
         """Flush, stop the sender, close connections. Idempotent.
@@ -587,14 +836,19 @@ class Producer:
                 self._events.close(timeout_s)
             elif self._acc is not None and self._sender is not None:
                 acc = self._acc
-                try:
-                    self.flush(timeout_s)
-                except RequestTimedOutError:
+                if self._flush_quietly(timeout_s):
                     log.warning("close: giving up on unacknowledged messages after %s s", timeout_s)
                 acc.stop()
                 self._sender.join(5.0 if timeout_s is not None else None)
                 if self._sender.is_alive() or acc.queued:
                     self._engine.abort(ProducerClosedError("producer closed before these messages were acknowledged"))
+                self._serve_at_close()
+            elif self._acc is not None:
+                # sync: what produce() left queued is sent now, or failed after timeout_s
+                if self._flush_quietly(timeout_s):
+                    log.warning("close: giving up on unacknowledged messages after %s s", timeout_s)
+                    self._engine.abort(ProducerClosedError("producer closed before these messages were acknowledged"))
+                self._serve_at_close()
             if self._event_handler is not None and hasattr(self._event_handler, "close"):
                 try:
                     self._event_handler.close()
@@ -604,11 +858,51 @@ class Producer:
         finally:
             self._client.close()
 
+    def _flush_quietly(self, timeout_s: float | None) -> int:
+        """flush() for close(): callback errors are logged (close goes on). Returns how many
+        messages are still unacknowledged."""
+        try:
+            return self.flush(timeout_s)
+        except Exception:
+            log.exception("close: a delivery callback raised")
+            return self._acc.queued if self._acc is not None else 0
+
+    def _serve_at_close(self) -> None:
+        """Serve every callback still waiting (the producer is closing: errors are logged)."""
+        acc = self._acc
+        while acc is not None and acc.reports.done:
+            try:
+                self._serve()
+            except Exception:
+                log.exception("close: a delivery callback raised")
+
     def __enter__(self) -> Producer:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _headers(headers: Any) -> tuple[tuple[str, bytes | None], ...] | None:
+    """produce()'s headers as the accumulator keeps them: ``(name, bytes or None)`` pairs
+    (str values are UTF-8 encoded; a dict gives its items)."""
+    items = headers.items() if isinstance(headers, dict) else headers
+    out = []
+    for item in items:
+        try:
+            name, value = item
+        except (TypeError, ValueError):
+            raise TypeError(f"headers must be (name, value) pairs or a dict, not {item!r}") from None
+        if not isinstance(name, str):
+            raise TypeError(f"a header name must be a str, not {type(name).__name__}")
+        if isinstance(value, str):
+            value = value.encode()
+        elif value is not None and not isinstance(value, bytes):
+            if not isinstance(value, (bytearray, memoryview)):
+                raise TypeError(f"header {name!r}: value must be bytes, str or None, not {type(value).__name__}")
+            value = bytes(value)
+        out.append((name, value))
+    return tuple(out) or None
 
 
 def _chunks(values: list[Any], key: bytes | None, cap: int) -> list[tuple[list[Any], int]]:

@@ -286,8 +286,9 @@ class SendEngine:
         """The async sender's end (lock held): closing, and nothing queued or in flight."""
         return self.acc.closing and not self.acc.queued and not self.in_flight and not self.completions
 
-    def run(self, done: Callable[[], bool]) -> None:
-        """Drive the engine until ``done()`` (asked with the accumulator's lock held)."""
+    def run(self, done: Callable[[], bool], deadline_ms: float | None = None) -> None:
+        """Drive the engine until ``done()`` (asked with the accumulator's lock held); with
+        ``deadline_ms`` (monotonic), never sleep past it (``done`` decides what it means)."""
         acc = self.acc
         hooks = self.dispatcher.hooks
         after_batching = hooks.get("after_batching")
@@ -315,6 +316,9 @@ class SendEngine:
                     acc.sender_wake_at = wake
                     acc.sender_waiting = True
                     timeout = None if wake == float("inf") else max(0.0, (wake - now) / 1000.0)
+                    if deadline_ms is not None:
+                        t1 = max(0.0, (deadline_ms - now) / 1000.0)
+                        timeout = t1 if timeout is None else min(timeout, t1)
                     if self._metadata_wanted:
                         t2 = max(0.0, (self._next_metadata_attempt - now) / 1000.0)
                         timeout = t2 if timeout is None else min(timeout, t2)
