@@ -9,6 +9,11 @@
   per-partition order kept. The proxy must really have dropped answers and must have kept the
   client on itself (Metadata rewritten), else the check proves nothing; the same run without
   idempotence is the control that stores duplicates.
+
+What hmbclient negotiates with Kafka 4.x here (seen through the proxy when this was written):
+ApiVersions v0, Metadata v8 (rewritten by the proxy), InitProducerId v3 (flexible: passed
+unchanged, the proxy only reads its correlation id), Produce v7 -- none of them among the
+versions KIP-896 removed, so the idempotent path needed no fix.
 """
 
 from __future__ import annotations
