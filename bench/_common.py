@@ -245,3 +245,12 @@ async def warm_aiokafka_consumer(consumer: Any, topic: str, partition: int = 0) 
                 _check_first_offset("aiokafka consumer", record.offset)
                 return
         _deadline_check("aiokafka", deadline)
+
+
+# --------------------------------------------------------------------------- Apache Kafka as a target
+
+# Apache Kafka as a bench broker runs with kafka-server-start.sh's own JVM settings (1 GiB heap,
+# G1, the full JIT), not the small C1-only JVM hmbclient.testing.ApacheKafka uses in tests.
+KAFKA_BENCH_JVM_OPTIONS = ("-Xms1g", "-Xmx1g", "-XX:+UseG1GC", "-XX:MaxGCPauseMillis=20",
+                           "-XX:InitiatingHeapOccupancyPercent=35", "-Djava.net.preferIPv4Stack=true",
+                           "-Djava.awt.headless=true")

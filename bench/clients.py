@@ -25,7 +25,10 @@ Checks that stop the run (BenchError) rather than print a skewed figure: every p
 left nothing queued and its last acknowledged offset is N; every topic a run wrote or a consumer
 reads ends at offset N + 1, checked before the consume is timed.
 
-Brokers: Tansu (modern protocol, memory storage) and the embedded broker (in a subprocess). Each
+Brokers: Tansu (modern protocol, memory storage), the embedded broker (in a subprocess) and, with
+``--brokers kafka``, Apache Kafka 4.x itself (hmbclient.testing.ApacheKafka: one KRaft node from
+the jars ``make peers`` fetched, run with kafka-server-start.sh's JVM settings; its JIT warms up
+during the round's fill, which every client's run comes after). Each
 round starts each broker afresh (a new process and log directory), fills the consume topic, and
 runs every client in a rotating order, consume then produce; produce topics are deleted after
 their check where the broker can (Tansu: its memory then holds the consume topic and one produce
@@ -70,6 +73,7 @@ sys.path[:] = [entry for entry in sys.path if os.path.abspath(entry or os.curdir
 
 from _common import (  # noqa: E402
     FETCH_BYTES,
+    KAFKA_BENCH_JVM_OPTIONS,
     BenchError,
     confluent_flush,
     delete_topic,
@@ -471,8 +475,14 @@ def fresh_broker(name: str) -> Iterator[str]:
         with LocalTansu() as tansu:
             yield tansu.bootstrap
         return
+    if name == "kafka":
+        from hmbclient.testing import ApacheKafka
+
+        with ApacheKafka(jvm_options=KAFKA_BENCH_JVM_OPTIONS) as kafka:
+            yield kafka.bootstrap
+        return
     if name != "embedded":
-        raise SystemExit(f"unknown broker {name!r} (tansu, embedded)")
+        raise SystemExit(f"unknown broker {name!r} (tansu, kafka, embedded)")
     from hmbclient.broker.process import BrokerProcess
 
     log_dir = tempfile.mkdtemp(prefix="bench-broker-")
@@ -571,7 +581,7 @@ def table(results: Results, args: argparse.Namespace, brokers: list[str], sizes:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--worker", nargs=6, metavar=("CLIENT", "WORKLOAD", "BOOTSTRAP", "TOPIC", "N", "SIZE"))
-    parser.add_argument("--brokers", default="tansu,embedded")
+    parser.add_argument("--brokers", default="tansu,kafka,embedded", help="of tansu, kafka (Apache Kafka 4.x), embedded")
     parser.add_argument("--sizes", default="100,1000")
     parser.add_argument("--clients", default=",".join(CLIENTS))
     parser.add_argument("--workloads", default="produce,consume", help="of produce, consume, produce-batch")

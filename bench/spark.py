@@ -2,8 +2,8 @@
 Spark standalone cluster with ``--cluster``) vs one hmbclient client in one process.
 
     .venv/bin/python bench/spark.py [--partitions 4] [--messages 250000] [--size 100]
-                                    [--broker embedded|tansu] [--repeat 5] [--warmup 1]
-                                    [--no-read] [--no-write] [--cluster]
+                                    [--broker embedded|tansu|kafka] [--repeat 5] [--warmup 1]
+                                    [--no-read] [--no-write] [--cluster] [--(only-)vs-kafka]
 
 Fills a topic with ``partitions x messages`` values of ``size`` bytes, then times
 ``--repeat`` interleaved rounds of:
@@ -26,6 +26,19 @@ duplicates, fewer fail the bench):
 * ``pipeline``: read -> transform -> write: ``spark.read.format("hmb")`` on the filled topic,
   the value upper-cased and prefixed with its offset, keyed by partition, written back with the
   sink to another topic (read and write in one Spark job).
+
+``--vs-kafka`` (``--only-vs-kafka``: these alone): ``hmb`` against Spark's own Kafka connector
+(``format("kafka")``, org.apache.spark:spark-sql-kafka-0-10 from ``make peers``) on the same
+topic and frame, one task per topic partition both ways:
+
+* ``kafka read`` / ``hmb read``: ``spark.read.format(...)`` of the whole filled topic,
+  ``count(*)`` and ``sum(length(value))`` in one aggregate (every value touched, both checked);
+* ``kafka sink write`` / ``hmb sink write``: the ``sink write`` frame written with each format,
+  acks=-1 (``kafka.acks=all``) both, each sink's own batching defaults; rows checked through the
+  topic's latest offsets as above.
+
+``--broker kafka`` runs Apache Kafka 4.x (hmbclient.testing.ApacheKafka, one KRaft node) with
+kafka-server-start.sh's JVM settings; its JIT warms up in the fill and the untimed rounds.
 
 With ``--cluster`` the Spark workloads also run on a LocalSparkCluster (a master and one
 1-core, 512 MiB worker per ``--cluster-workers``, executors in their own JVMs), after the
@@ -65,7 +78,13 @@ from typing import Any
 _HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != _HERE] + [_HERE]  # last: bench/_common.py
 
-from _common import loadavg, ratio_summary, require_end_offset, warm_hmbclient_consumer  # noqa: E402
+from _common import (  # noqa: E402
+    KAFKA_BENCH_JVM_OPTIONS,
+    loadavg,
+    ratio_summary,
+    require_end_offset,
+    warm_hmbclient_consumer,
+)
 
 FETCH_BYTES = 1024 * 1024
 
@@ -379,6 +398,12 @@ def spark_workloads(spark: Any, args: argparse.Namespace, bootstrap: str, host: 
     create_rdd(sc, params, [OffsetRange(topic, p, 0, 10) for p in range(2)]).count()
     workloads: dict[str, Callable[[], int]] = {}
     expect: dict[str, int] = {}
+    if args.vs_kafka:
+        more, more_expect = kafka_connector_workloads(spark, args, bootstrap, topic, tag)
+        workloads.update(more)
+        expect.update(more_expect)
+        if args.only_vs_kafka:
+            return workloads, expect
     if not args.no_read:
         workloads.update({
             "loop count": LoopRead(host, port, ranges, False),
@@ -406,7 +431,58 @@ def spark_workloads(spark: Any, args: argparse.Namespace, bootstrap: str, host: 
     return workloads, expect
 
 
+def frame_read(spark: Any, fmt: str, bootstrap: str, topic: str, size: int, total: int) -> int:
+    """A batch read of the whole topic with ``format(fmt)``, every value touched (count and the
+    sum of value lengths in one aggregate); returns the rows, after checking the bytes."""
+    if fmt == "kafka":
+        reader = (spark.read.format("kafka").option("kafka.bootstrap.servers", bootstrap).option("subscribe", topic)
+                  .option("startingOffsets", "earliest").option("endingOffsets", "latest"))
+    else:
+        reader = (spark.read.format("hmb").option("metadata.broker.list", bootstrap).option("topic", topic)
+                  .option("startingOffsets", "earliest").option("fetch.message.max.bytes", str(FETCH_BYTES)))
+    row = reader.load().selectExpr("count(*) AS n", "sum(length(value)) AS b").collect()[0]
+    if row.n == total and row.b != total * size:
+        raise SystemExit(f"{fmt} read: {row.b} value bytes, expected {total * size}")
+    return int(row.n)
+
+
+def frame_write(spark: Any, fmt: str, bootstrap: str, topic: str, partitions: int, total: int, size: int) -> None:
+    """The same frame as :func:`sink_write` (one task per topic partition) written with
+    ``format(fmt)``, both at acks=WRITE_ACKS; batching is each sink's own default."""
+    df = spark.range(0, total, 1, partitions).selectExpr(
+        f"CAST(id % {partitions} AS STRING) AS key", f"repeat('x', {size}) AS value")
+    if fmt == "kafka":
+        (df.write.format("kafka").option("kafka.bootstrap.servers", bootstrap).option("topic", topic)
+         .option("kafka.acks", "all" if WRITE_ACKS == -1 else str(WRITE_ACKS)).save())
+    else:
+        (df.write.mode("append").format("hmb").option("metadata.broker.list", bootstrap).option("topic", topic)
+         .option("request.required.acks", str(WRITE_ACKS)).save())
+
+
+def kafka_connector_workloads(spark: Any, args: argparse.Namespace, bootstrap: str, topic: str,
+                              tag: str) -> tuple[dict[str, Callable[[], int]], dict[str, int]]:
+    """``--vs-kafka``: Spark's own connector (format "kafka") against ours (format "hmb") on
+    the same topic and frame, the same number of tasks (one per topic partition, both ways)."""
+    total = args.partitions * args.messages
+    workloads: dict[str, Callable[[], int]] = {}
+    expect: dict[str, int] = {}
+    if not args.no_read:
+        for fmt in ("kafka", "hmb"):
+            workloads[f"{fmt} read"] = (lambda f: lambda: frame_read(spark, f, bootstrap, topic, args.size, total))(fmt)
+            expect[f"{fmt} read"] = total
+    if not args.no_write:
+        for fmt in ("kafka", "hmb"):
+            out = f"bench-{tag}-{fmt}-sink"
+            create_topic(bootstrap, out, args.partitions)
+            workloads[f"{fmt} sink write"] = written(bootstrap, out, (lambda f, o: lambda: frame_write(
+                spark, f, bootstrap, o, args.partitions, total, args.size))(fmt, out))
+            expect[f"{fmt} sink write"] = total
+    return workloads, expect
+
+
 RATIOS = [
+    ("hmb/kafka read", "hmb read", "kafka read"),
+    ("hmb/kafka sink write", "hmb sink write", "kafka sink write"),
     ("spark/loop count", "spark count", "loop count"),
     ("spark/loop content", "spark content", "loop content"),
     ("sink/producer write", "sink write", "producer write"),
@@ -419,7 +495,8 @@ def main() -> None:
     ap.add_argument("--partitions", type=int, default=4)
     ap.add_argument("--messages", type=int, default=250_000, help="per partition")
     ap.add_argument("--size", type=int, default=100, help="value bytes")
-    ap.add_argument("--broker", choices=("embedded", "tansu"), default="embedded")
+    ap.add_argument("--broker", choices=("embedded", "tansu", "kafka"), default="embedded",
+                    help="kafka: Apache Kafka 4.x (hmbclient.testing.ApacheKafka, `make peers`)")
     ap.add_argument("--repeat", type=int, default=5, help="timed rounds")
     ap.add_argument("--warmup", type=int, default=1, help="untimed rounds first")
     ap.add_argument("--no-read", action="store_true", help="skip the read workloads")
@@ -427,7 +504,12 @@ def main() -> None:
     ap.add_argument("--cluster", action="store_true",
                     help="also run the Spark workloads on a local standalone cluster")
     ap.add_argument("--cluster-workers", type=int, default=2, help="1-core workers (--cluster)")
+    ap.add_argument("--vs-kafka", action="store_true",
+                    help='also Spark\'s own connector, format("kafka"), vs format("hmb"), read and write')
+    ap.add_argument("--only-vs-kafka", action="store_true",
+                    help="--vs-kafka without the create_rdd/loop/producer workloads")
     args = ap.parse_args()
+    args.vs_kafka = args.vs_kafka or args.only_vs_kafka
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
@@ -442,6 +524,10 @@ def main() -> None:
 
             log_dir = stack.enter_context(tempfile.TemporaryDirectory(prefix="bench-spark-"))
             broker: Any = stack.enter_context(BrokerProcess(log_dir=log_dir))
+        elif args.broker == "kafka":
+            from hmbclient.testing import ApacheKafka
+
+            broker = stack.enter_context(ApacheKafka(jvm_options=KAFKA_BENCH_JVM_OPTIONS))
         else:
             from hmbclient.testing.tansu import LocalTansu
 
@@ -455,12 +541,17 @@ def main() -> None:
         fill(bootstrap, topic, args.partitions, args.messages, args.size)
         print(f"filled {total:,} x {args.size} B in {time.perf_counter() - t0:.1f} s "
               f"({args.broker} broker at {bootstrap})")
-        broker_pid = broker.proc.pid if args.broker == "embedded" else None
+        broker_pid = broker.proc.pid if args.broker == "embedded" else broker.pid(0) if args.broker == "kafka" else None
 
         from pyspark.sql import SparkSession
 
+        builder = SparkSession.builder
+        if args.vs_kafka:
+            from hmbclient.testing.apache_kafka import spark_kafka_connector_jars
+
+            builder = builder.config("spark.jars", ",".join(spark_kafka_connector_jars()))
         spark = (
-            SparkSession.builder.master("local[2]")
+            builder.master("local[2]")
             .appName("bench-spark")
             .config("spark.driver.host", "127.0.0.1")
             .config("spark.driver.bindAddress", "127.0.0.1")

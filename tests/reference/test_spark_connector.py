@@ -2,6 +2,8 @@
 and our ``format("hmb")`` on the same Apache Kafka 4.x broker and data, batch: each writes the
 same rows to a topic of three partitions, each reads both topics, and both readers return the
 same rows (topic, partition, offset, key, value) for each topic, which are the rows written.
+Streaming: readStream with each format over one topic (availableNow, several micro-batches)
+into a memory sink returns the same rows (spark_stream_compare.py).
 
 Version note: pyspark here is 4.3.0, whose connector Maven Central does not serve; the
 connector is 4.2.0 (peers/spark-kafka/pom.xml), the newest it serves, and works unchanged.
@@ -17,7 +19,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from hmbclient import admin
+from hmbclient import Producer, ProducerData, admin
 from hmbclient.testing.apache_kafka import spark_kafka_connector_jars
 
 from .helpers import unique
@@ -48,3 +50,36 @@ def test_kafka_and_hmb_formats_agree_on_the_same_broker(kafka4):
         for p in partitions:
             assert sorted(o for _t, q, o, _k, _v in by_kafka if q == p) == list(range(
                 sum(1 for row in by_kafka if row[1] == p)))
+
+
+STREAM_ROWS = 900
+PER_TRIGGER = 200
+
+
+def test_kafka_and_hmb_streaming_reads_agree(kafka4):
+    """Streaming: readStream.format("kafka") and readStream.format("hmb") over the same topic of
+    three partitions (written by hmbclient, keyed), trigger availableNow with
+    maxOffsetsPerTrigger so each takes several micro-batches, into a memory sink: the same rows,
+    which are the rows written, each once."""
+    topic = unique("sparkstream")
+    admin.create_topic(kafka4.bootstrap, topic, 3, 1)
+    with Producer(metadata_broker_list=kafka4.bootstrap, request_required_acks=-1) as producer:
+        for f in [f for i in range(STREAM_ROWS)
+                  for f in producer.send(ProducerData(topic, f"k{i % 13}".encode(), [f"srow {i}".encode()]))]:
+            f.result(timeout=60)
+    done = subprocess.run(
+        [sys.executable, str(Path(__file__).with_name("spark_stream_compare.py")), kafka4.bootstrap, topic,
+         str(PER_TRIGGER), ",".join(spark_kafka_connector_jars())],
+        capture_output=True, text=True, timeout=600,
+    )
+    result = next((ln for ln in done.stdout.splitlines() if ln.startswith("RESULT ")), None)
+    assert done.returncode == 0 and result, done.stderr[-4000:]
+    out = json.loads(result[len("RESULT "):])
+    by_kafka, by_hmb = out["kafka"]["rows"], out["hmb"]["rows"]
+    assert by_kafka == by_hmb, "the two streaming readers differ"
+    assert sorted((k, v) for _t, _p, _o, k, v in by_kafka) == sorted(
+        (f"k{i % 13}", f"srow {i}") for i in range(STREAM_ROWS))
+    assert {p for _t, p, _o, _k, _v in by_kafka} == {0, 1, 2}
+    for name in ("kafka", "hmb"):
+        batches = out[name]["batches"]
+        assert sum(batches) == STREAM_ROWS and len(batches) >= 3 and max(batches) <= PER_TRIGGER, (name, batches)
