@@ -11,9 +11,13 @@
   writes while the leader of its partition is killed and brought back; every acknowledged
   value is read back by Kafka's consumer.
 
-Idempotence: ``enable.idempotence=false`` throughout. Our broker hands out producer ids but
-does not yet de-duplicate by sequence (the broker-side de-dup is being built on the
-``idem-broker`` branch), so retries after the leader kill may duplicate — allowed, never a loss.
+* The same cluster as broker processes, with ``enable.idempotence=true``: VerifiableProducer
+  (acks=all, 5 in flight) writes to 3 partitions through FaultProxies that lose Produce answers,
+  while the leader of partition 0 is killed -9 and brought back. Every acknowledged value is read
+  back exactly once, in send order per partition, at the offset its acknowledgement named.
+
+The first leader-kill test runs with ``enable.idempotence=false``: its retries may duplicate
+(allowed there, never a loss); the idempotent one judges duplicates and order too.
 """
 
 from __future__ import annotations
@@ -29,7 +33,7 @@ from hmbclient import admin
 from hmbclient.broker import EmbeddedBroker, EmbeddedCluster
 from hmbclient.broker.security.credentials import FileCredentialStore
 from hmbclient.broker.security.tool import add_user
-from hmbclient.testing import kafka_java, kafka_java_process
+from hmbclient.testing import drop_every, kafka_java, kafka_java_process, proxy_cluster
 from hmbclient.testing.pki import make_pki
 
 from .helpers import java_read_all, unique
@@ -242,3 +246,76 @@ def test_java_producer_through_a_leader_kill(zookeeper, tmp_path):
         records = java_read_all(cluster.bootstrap, topic, len(acked))
         got = {r[4].decode() for r in records}
         assert set(acked) <= got
+
+
+def test_java_idempotent_producer_through_lost_answers_and_a_leader_kill(zookeeper, tmp_path):
+    """enable.idempotence=true, acks=all, 5 in flight, against 3 broker processes (replication 3,
+    min ISR 2) behind FaultProxies dropping every 40th Produce answer (the broker wrote the batch,
+    the producer never hears of it and resends it with the same sequence), and the leader of
+    partition 0 killed -9 mid-run. Judged per partition: the values read back are the acked ones
+    exactly once and in send order (VerifiableProducer's values are its send counter), and each
+    acked offset holds its value (a de-duplicated retry is answered with the first write's offset)."""
+    topic, partitions, count = unique("jidemkill"), 3, 3000
+    with EmbeddedCluster(brokers=3, zookeeper_connect=f"{zookeeper.connect}/{unique('jci')}",
+                         log_dir=str(tmp_path / "cluster"), processes=True, replication_factor=3,
+                         min_insync_replicas=2, offsets_topic_replication_factor=3,
+                         unclean_leader_election_enable=False, zookeeper_session_timeout_ms=6000,
+                         replica_lag_time_max_ms=1000) as cluster:
+        cluster.create_topic(topic, partitions, 3)
+        cluster.await_isr(topic)
+        proxies = proxy_cluster([f"{b.host}:{b.port}" for b in cluster.brokers], drop=drop_every(40, first=20))
+        for p in proxies:
+            p.start()
+        config = _props_file(tmp_path / "idem.properties", {
+            "enable.idempotence": "true", "retries": "2147483647", "delivery.timeout.ms": "120000",
+            "request.timeout.ms": "10000", "max.in.flight.requests.per.connection": "5", "linger.ms": "5",
+            "partitioner.class": "org.apache.kafka.clients.producer.RoundRobinPartitioner"})
+        proc = kafka_java_process("org.apache.kafka.tools.VerifiableProducer", "--bootstrap-server",
+                                  ",".join(p.bootstrap for p in proxies), "--topic", topic, "--max-messages",
+                                  str(count), "--throughput", "300", *PRODUCER_FLAGS, "--command-config", config,
+                                  stderr_path=str(tmp_path / "producer.log"))
+        acked: list[dict[str, Any]] = []
+        lines: list[str] = []
+
+        def read() -> None:
+            assert proc.stdout is not None
+            for line in proc.stdout:
+                lines.append(line)
+                if '"producer_send_success"' in line:
+                    acked.append(json.loads(line))
+
+        reader = threading.Thread(target=read, daemon=True)
+        reader.start()
+        try:
+            wait_until(lambda: len(acked) >= 600, 60, "600 acks before the kill", lambda: lines[-3:])
+            leader = cluster.leader(topic, 0)
+            assert leader is not None and leader >= 0, leader
+            cluster.kill(leader)
+            n_at_kill = len(acked)
+            wait_until(lambda: len(acked) >= n_at_kill + 600, 90, "acks again from the new leader",
+                       lambda: lines[-3:])
+            cluster.restart(leader)
+            assert proc.wait(120) == 0, (tmp_path / "producer.log").read_text()[-3000:]
+            reader.join(10)
+            dropped = sum(p.stats().get("dropped", 0) for p in proxies)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait(10)
+            reader.join(10)
+            for p in proxies:
+                p.stop()
+        assert len(acked) == count, lines[-5:]
+        assert dropped > 0, [p.stats() for p in proxies]
+        cluster.await_isr(topic)
+        records = java_read_all(cluster.bootstrap, topic, count)
+    for part in range(partitions):
+        sent = sorted((e for e in acked if e["partition"] == part), key=lambda e: int(e["value"]))
+        got = [(r[2], r[4].decode()) for r in records if r[1] == part]
+        got_values = [v for _, v in got]
+        dupes = sorted({v for v in got_values if got_values.count(v) > 1}, key=int)
+        assert not dupes, f"partition {part}: values written twice: {dupes[:20]}"
+        assert got_values == [e["value"] for e in sent], f"partition {part}: not the acked values in send order"
+        at = dict(got)
+        wrong = [(e["offset"], e["value"], at.get(e["offset"])) for e in sent if at.get(e["offset"]) != e["value"]]
+        assert not wrong, f"partition {part}: acked offset -> value read there: {wrong[:20]}"
