@@ -86,6 +86,8 @@ class SinkOptions(ConfigBase):
     topic: str | None = setting(None, doc="topic: where rows without a topic column go")
     path: str | None = setting(None, doc="path: not used (topics are options)")
     checkpoint_location: str | None = setting(None, prop="checkpointLocation", doc="checkpointLocation: Spark's own (streaming)")
+    # Spark passes a named streaming query's name (writeStream.queryName) among the options.
+    query_name: str | None = setting(None, prop="queryName", doc="queryName: Spark's own (streaming)")
 
     def _validate(self) -> None:
         super()._validate()

@@ -143,3 +143,16 @@ def test_write_and_read_over_sasl_ssl(spark: Any, tmp_path: Any) -> None:
         assert sorted((r.key.decode(), r.value.decode()) for r in got) == sorted(rows)
         with pytest.raises(Exception, match="SaslAuthenticationFailed|authentication"):
             spark.read.format("hmb").options(**{**opts, "sasl.password": "wrong"}).option("topic", topic).load().collect()
+
+
+def test_spark_own_streaming_options_are_accepted_and_typos_are_not() -> None:
+    """Spark hands a named streaming query's queryName and its checkpointLocation to the writer
+    among the options (lower-cased): both are Spark's own, not producer settings."""
+    from hmbclient.errors import ConfigError
+    from spark_integration.sink import parse_sink_options
+
+    opts, _cfg = parse_sink_options({"metadata.broker.list": "127.0.0.1:9092", "topic": "t",
+                                     "queryname": "q", "checkpointlocation": "/ckpt"})
+    assert (opts.query_name, opts.checkpoint_location) == ("q", "/ckpt")
+    with pytest.raises(ConfigError, match="querynam"):
+        parse_sink_options({"metadata.broker.list": "127.0.0.1:9092", "querynam": "q"})
