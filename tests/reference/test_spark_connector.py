@@ -3,7 +3,9 @@ and our ``format("hmb")`` on the same Apache Kafka 4.x broker and data, batch: e
 same rows to a topic of three partitions, each reads both topics, and both readers return the
 same rows (topic, partition, offset, key, value) for each topic, which are the rows written.
 Streaming: readStream with each format over one topic (availableNow, several micro-batches)
-into a memory sink returns the same rows (spark_stream_compare.py).
+into a memory sink returns the same rows (spark_stream_compare.py). Streaming write: one
+streaming read written with writeStream.format("kafka") and writeStream.format("hmb") to two
+topics, each read back by Kafka's Java consumer, holds the same rows (spark_stream_write.py).
 
 Version note: pyspark here is 4.3.0, whose connector Maven Central does not serve; the
 connector is 4.2.0 (peers/spark-kafka/pom.xml), the newest it serves, and works unchanged.
@@ -22,7 +24,7 @@ from pathlib import Path
 from hmbclient import Producer, ProducerData, admin
 from hmbclient.testing.apache_kafka import spark_kafka_connector_jars
 
-from .helpers import unique
+from .helpers import java_read_all, unique
 
 ROWS = 600
 
@@ -83,3 +85,49 @@ def test_kafka_and_hmb_streaming_reads_agree(kafka4):
     for name in ("kafka", "hmb"):
         batches = out[name]["batches"]
         assert sum(batches) == STREAM_ROWS and len(batches) >= 3 and max(batches) <= PER_TRIGGER, (name, batches)
+
+
+WRITE_ROWS = 900
+
+
+def test_kafka_and_hmb_streaming_writes_agree(kafka4):
+    """Streaming write: one keyed source topic of three partitions (written by hmbclient), read
+    as a stream (availableNow, several micro-batches) and written with
+    writeStream.format("kafka") to one topic and writeStream.format("hmb") to another, each of
+    three partitions: read back by Kafka's Java consumer, each holds exactly the source's
+    (key, value) rows, each once; each key lies in one partition, in the source's order there,
+    and the partition offsets are dense from 0."""
+    source, to_kafka, to_hmb = (unique(f"sparkw-{name}") for name in ("src", "kafka", "hmb"))
+    for topic in (source, to_kafka, to_hmb):
+        admin.create_topic(kafka4.bootstrap, topic, 3, 1)
+    rows = [(f"k{i % 13}".encode(), f"wrow {i}".encode()) for i in range(WRITE_ROWS)]
+    with Producer(metadata_broker_list=kafka4.bootstrap, request_required_acks=-1) as producer:
+        for f in [f for k, v in rows for f in producer.send(ProducerData(source, k, [v]))]:
+            f.result(timeout=60)
+    done = subprocess.run(
+        [sys.executable, str(Path(__file__).with_name("spark_stream_write.py")), kafka4.bootstrap, source,
+         to_kafka, to_hmb, str(PER_TRIGGER), ",".join(spark_kafka_connector_jars())],
+        capture_output=True, text=True, timeout=600,
+    )
+    result = next((ln for ln in done.stdout.splitlines() if ln.startswith("RESULT ")), None)
+    assert done.returncode == 0 and result, done.stderr[-4000:]
+    batches = json.loads(result[len("RESULT "):])
+    for name in ("kafka", "hmb"):
+        assert sum(batches[name]) == WRITE_ROWS and len(batches[name]) >= 3, (name, batches[name])
+        assert max(batches[name]) <= PER_TRIGGER, (name, batches[name])
+    # The source's own per-key order, as Kafka's Java consumer reads it back.
+    source_rows = java_read_all(kafka4.bootstrap, source, WRITE_ROWS)
+    assert sorted((k, v) for _t, _p, _o, k, v in source_rows) == sorted(rows)
+    by_key: dict[bytes, list[bytes]] = {}
+    for _t, _p, _o, k, v in sorted(source_rows, key=lambda r: (r[1], r[2])):
+        by_key.setdefault(k, []).append(v)
+    for name, topic in (("kafka", to_kafka), ("hmb", to_hmb)):
+        written = java_read_all(kafka4.bootstrap, topic, WRITE_ROWS)
+        assert sorted((k, v) for _t, _p, _o, k, v in written) == sorted(rows), name
+        for p in {p for _t, p, _o, _k, _v in written}:
+            offsets = sorted(o for _t, q, o, _k, _v in written if q == p)
+            assert offsets == list(range(len(offsets))), (name, p)
+        for key, values in by_key.items():
+            mine = sorted((p, o, v) for _t, p, o, k, v in written if k == key)
+            assert len({p for p, _o, _v in mine}) == 1, (name, key, "spread over partitions")
+            assert [v for _p, _o, v in mine] == values, (name, key, "out of the source's order")
