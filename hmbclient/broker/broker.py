@@ -484,9 +484,17 @@ class Broker:
             box: list[Any] = []
             worker = threading.Thread(target=lambda b=box: b.append(_outcome(self._shutdown_attempt)), name=f"broker-{self.broker_id}-controlled-shutdown", daemon=True)
             worker.start()
-            worker.join(cfg.controller_socket_timeout_ms / 1000.0)
+            # Wait for the answer, but give the attempt up as soon as ZooKeeper drops: a signal
+            # can arrive before the client has noticed ZooKeeper is gone, and the attempt's
+            # calls would then wait for a reconnection for the whole socket timeout.
+            deadline = monotonic_ms() + cfg.controller_socket_timeout_ms
+            while worker.is_alive() and monotonic_ms() < deadline and self._coordination_reachable():
+                worker.join(0.05)
             if not box:
-                why = f"no answer within controller.socket.timeout.ms={cfg.controller_socket_timeout_ms}"
+                if not self._coordination_reachable():
+                    why = "ZooKeeper became unreachable during the attempt"
+                else:
+                    why = f"no answer within controller.socket.timeout.ms={cfg.controller_socket_timeout_ms}"
                 log.warning("controlled shutdown of broker %d: attempt %d of %d: %s", self.broker_id, attempt + 1, attempts, why)
                 continue
             outcome = box[0]

@@ -532,15 +532,20 @@ class Producer:
 
         Args:
             topic: the topic (its metadata is fetched on first use).
-            value, key: bytes-like or None, or anything the producer's serializers take.
+            value: bytes-like or None, or anything the producer's serializer takes.
+            key: bytes-like or None, or anything the producer's key serializer takes.
             partition: an explicit partition (None or -1: the partitioner picks).
             headers: ``[(name, bytes | str | None), ...]`` or a dict (Kafka 0.11+ brokers).
             timestamp: the record's timestamp in ms (None: now).
             on_delivery: ``callable(err, DeliveryReport)``.
 
         Raises:
-            TypeError, ValueError, MessageSizeTooLargeError, UnsupportedByBroker,
-            QueueFullError (a BufferError), ProducerClosedError: nothing was queued.
+            TypeError: a value, key or header of a type that cannot be sent; nothing was queued.
+            ValueError: a bad argument (e.g. a partition out of range); nothing was queued.
+            MessageSizeTooLargeError: the message exceeds the batch limit; nothing was queued.
+            UnsupportedByBroker: a key for a broker that takes none (HMB).
+            QueueFullError: the queue stayed full (also a ``BufferError``); nothing was queued.
+            ProducerClosedError: the producer is closed; nothing was queued.
         """
         acc = self._direct_acc
         if (
@@ -647,7 +652,8 @@ class Producer:
         report; 0: not at all) for a first one. A sync producer sends what is queued here.
 
         Raises:
-            the first exception a callback raised (after the rest of its batch was served).
+            Exception: the first exception a callback raised (after the rest of its batch
+                was served).
         """
         served = self._serve()
         if served or self._acc is None:
