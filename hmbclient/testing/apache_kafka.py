@@ -49,7 +49,6 @@ Note: sockets belong to ``hmbclient.net``, the broker and these local servers
 
 from __future__ import annotations
 
-import atexit
 import base64
 import contextlib
 import os
@@ -59,7 +58,6 @@ import socket  # readiness probe and free ports only (see module docstring)
 import struct
 import subprocess
 import tempfile
-import threading
 import time
 import uuid
 from collections.abc import Mapping, Sequence
@@ -67,7 +65,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from hmbclient.testing._process import preexec_for_current_thread
+from hmbclient.testing._process import at_exit, preexec_for_current_thread
 
 __all__ = [
     "ApacheKafka",
@@ -217,7 +215,7 @@ def _tool_logging(version: str) -> list[str]:
     """JVM flags that send a tool's log (WARN and up) to stderr, keeping stdout for its output."""
     if not _TOOL_LOG_DIR:
         d = tempfile.mkdtemp(prefix="kafka-tools-")
-        _TEMP_DIRS.add(d)
+        at_exit.add_dir(d)
         Path(d, "log4j2.properties").write_text(_LOG4J2.format(target="SYSTEM_ERR", level="WARN"))
         Path(d, "log4j.properties").write_text(_LOG4J1.format(target="System.err", level="WARN"))
         _TOOL_LOG_DIR.append(d)
@@ -373,27 +371,6 @@ def _answers(port: int, probe: bytes) -> bool:
         return False
 
 
-# --------------------------------------------------------------------- process cleanup
-
-_LIVE: set[_Node] = set()
-_TEMP_DIRS: set[str] = set()
-_LOCK = threading.Lock()
-
-
-def _cleanup_at_exit() -> None:
-    with _LOCK:
-        nodes = list(_LIVE)
-        dirs = list(_TEMP_DIRS)
-    for node in nodes:
-        with contextlib.suppress(Exception):
-            node.kill()
-    for d in dirs:
-        shutil.rmtree(d, ignore_errors=True)
-
-
-atexit.register(_cleanup_at_exit)
-
-
 def _properties(config: Mapping[str, str]) -> str:
     def esc(v: str) -> str:
         return v.replace("\\", "\\\\").replace("\n", "\\n")
@@ -465,8 +442,7 @@ class _Node:
                 cmd, cwd=self.workdir, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                 start_new_session=True, preexec_fn=preexec_for_current_thread(),
             )
-        with _LOCK:
-            _LIVE.add(self)
+        at_exit.add_server(self)
 
     def log_since_launch(self) -> str:
         try:
@@ -492,8 +468,7 @@ class _Node:
         if self._proc is not None and self._proc.poll() is not None:
             rc = self._proc.returncode
             self._proc = None
-            with _LOCK:
-                _LIVE.discard(self)
+            at_exit.discard_server(self)
             raise ApacheKafkaError(f"Kafka node {self.index} exited with {rc}; last lines of {self.log_path}:\n"
                                    f"{self.log_tail()}")
 
@@ -510,8 +485,7 @@ class _Node:
                 proc.kill()
                 proc.wait(10)
         self._proc = None
-        with _LOCK:
-            _LIVE.discard(self)
+        at_exit.discard_server(self)
 
     def kill(self) -> None:
         self.signal(signal.SIGKILL, 10.0)
@@ -575,8 +549,7 @@ class ApacheKafka:
         if data_dir is None:
             self._root = Path(tempfile.mkdtemp(prefix="apache-kafka-"))
             self._owns_root = True
-            with _LOCK:
-                _TEMP_DIRS.add(str(self._root))
+            at_exit.add_dir(str(self._root))
         else:
             self._root = Path(data_dir)
             self._root.mkdir(parents=True, exist_ok=True)
@@ -835,8 +808,7 @@ class ApacheKafka:
             self._zookeeper = None
         if self._owns_root:
             shutil.rmtree(self._root, ignore_errors=True)
-            with _LOCK:
-                _TEMP_DIRS.discard(str(self._root))
+            at_exit.discard_dir(str(self._root))
 
     def __enter__(self) -> ApacheKafka:
         try:

@@ -37,22 +37,19 @@ a four-letter word; it is kept to that one small function.
 
 from __future__ import annotations
 
-import atexit
-import contextlib
 import glob
 import os
 import shutil
 import socket  # four-letter-word probe and free-port picking only (see module docstring)
 import subprocess
 import tempfile
-import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from hmbclient.testing._process import preexec_for_current_thread
+from hmbclient.testing._process import at_exit, preexec_for_current_thread
 
 __all__ = [
     "LocalZooKeeper",
@@ -217,27 +214,6 @@ def _parse_mode(answer: str) -> str | None:
     return None
 
 
-# --------------------------------------------------------------------- process cleanup
-
-_LIVE: set[_ServerProcess] = set()
-_TEMP_DIRS: set[str] = set()
-_REGISTRY_LOCK = threading.Lock()
-
-
-def _cleanup_at_exit() -> None:
-    with _REGISTRY_LOCK:
-        servers = list(_LIVE)
-        dirs = list(_TEMP_DIRS)
-    for server in servers:
-        with contextlib.suppress(Exception):
-            server.kill()
-    for d in dirs:
-        shutil.rmtree(d, ignore_errors=True)
-
-
-atexit.register(_cleanup_at_exit)
-
-
 # --------------------------------------------------------------------- one JVM
 
 
@@ -307,8 +283,7 @@ class _ServerProcess:
                 start_new_session=True,  # a terminal's Ctrl-C goes to us, and we clean up
                 preexec_fn=preexec,
             )
-        with _REGISTRY_LOCK:
-            _LIVE.add(self)
+        at_exit.add_server(self)
 
     def mode(self) -> str | None:
         """The ``Mode:`` of ``srvr`` (standalone/leader/follower), None if not serving."""
@@ -381,8 +356,7 @@ class _ServerProcess:
         self._forget()
 
     def _forget(self) -> None:
-        with _REGISTRY_LOCK:
-            _LIVE.discard(self)
+        at_exit.discard_server(self)
 
 
 def _base_config(data_dir: Path, client_port: int, tick_time_ms: int) -> dict[str, str]:
@@ -438,8 +412,7 @@ class _Base:
         if data_dir is None:
             self._root = Path(tempfile.mkdtemp(prefix="hmb-zookeeper-"))
             self._owns_root = True
-            with _REGISTRY_LOCK:
-                _TEMP_DIRS.add(str(self._root))
+            at_exit.add_dir(str(self._root))
         else:
             self._root = Path(data_dir).resolve()
             self._root.mkdir(parents=True, exist_ok=True)
@@ -453,8 +426,7 @@ class _Base:
     def _remove_root(self) -> None:
         if self._owns_root:
             shutil.rmtree(self._root, ignore_errors=True)
-            with _REGISTRY_LOCK:
-                _TEMP_DIRS.discard(str(self._root))
+            at_exit.discard_dir(str(self._root))
 
 
 # --------------------------------------------------------------------- standalone
