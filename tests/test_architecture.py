@@ -92,6 +92,7 @@ ALLOWED: dict[str, tuple[str, ...]] = {
     # the application layer: the `hmb` command and its demo
     "hmbclient.cli": (ANYTHING,),
     "hmbclient.demo": (ANYTHING,),
+    "hmbclient.top": (ANYTHING,),
 }
 
 #: Components that may import socket, selectors or ssl.
