@@ -141,9 +141,7 @@ _JOIN_GRACE_MS = 5_000
 _LEAVE_TIMEOUT_MS = 3_000
 
 # Heartbeat, SyncGroup and OffsetCommit answers that mean "the coordinator dropped us".
-_DROPPED = frozenset(
-    {ErrorCode.ILLEGAL_GENERATION, ErrorCode.UNKNOWN_MEMBER_ID, ErrorCode.FENCED_INSTANCE_ID}
-)
+_DROPPED = frozenset({ErrorCode.ILLEGAL_GENERATION, ErrorCode.UNKNOWN_MEMBER_ID})
 
 
 class IllegalTransition(RuntimeError):
@@ -268,6 +266,9 @@ class BrokerGroupMember:
         retry_backoff_ms: first wait after a failed step (doubles, at most 5 s).
         exclude_internal_topics: topic filters never match internal topics.
         status: ``status(kind, fields)`` for status events (never raises into the loop).
+        group_instance_id: Kafka's ``group.instance.id``: a static member (KIP-345; needs
+            JoinGroup v5+). Restarted within the session timeout it gets its partitions back
+            without a rebalance; it sends no LeaveGroup on close.
     """
 
     def __init__(
@@ -288,6 +289,7 @@ class BrokerGroupMember:
         retry_backoff_ms: int = 200,
         exclude_internal_topics: bool = True,
         status: StatusCallback | None = None,
+        group_instance_id: str | None = None,
     ) -> None:
         if assignor not in GROUP_ASSIGNORS:
             raise ValueError(f"assignor must be one of {sorted(GROUP_ASSIGNORS)}, got {assignor!r}")
@@ -308,6 +310,12 @@ class BrokerGroupMember:
         self.backoff_s = retry_backoff_ms / 1000
         self.exclude_internal_topics = exclude_internal_topics
         self._status = status
+        if group_instance_id is not None and not group_instance_id:
+            raise ValueError("group_instance_id must be a non-empty string or None")
+        self.group_instance_id = group_instance_id
+        #: Set when the member stopped for good (FENCED_INSTANCE_ID: another member took our
+        #: group.instance.id); the member is CLOSED then and owns nothing.
+        self.fatal_error: BaseException | None = None
 
         # The state and the Condition await_rebalance and start wait on.
         self._lock = threading.RLock()
@@ -433,7 +441,9 @@ class BrokerGroupMember:
                 owned, self.owned = dict(self.owned), {}
                 self._revoke(owned, commit=release and self.generation_id >= 0, reason="close")
         finally:
-            if self.member_id and self._coordinator is not None:
+            # A static member does not leave (as Java's): restarted within the session timeout
+            # it takes its partitions back with no rebalance.
+            if self.member_id and self._coordinator is not None and self.group_instance_id is None:
                 self._leave()
             self._emit("closed", consumer_id=self.consumer_id)
 
@@ -592,8 +602,14 @@ class BrokerGroupMember:
         versions = self._coordinator_versions()
         if versions is None:
             return
-        # v4+: a join without member id only fetches one (MEMBER_ID_REQUIRED); the next counts.
-        real = bool(self.member_id) or versions.version(ApiKey.JOIN_GROUP) < 4
+        if self.group_instance_id is not None and versions.version(ApiKey.JOIN_GROUP) < 5:
+            raise UnsupportedByBroker(
+                f"group.instance.id needs JoinGroup v5+ (KIP-345); the coordinator speaks "
+                f"v{versions.version(ApiKey.JOIN_GROUP)}"
+            )
+        # v4+: a dynamic member's join without member id only fetches one (MEMBER_ID_REQUIRED);
+        # the next counts. A static member joins at once.
+        real = bool(self.member_id) or versions.version(ApiKey.JOIN_GROUP) < 4 or self.group_instance_id is not None
         if not self._rebalance_started:
             self._rebalance_started = time.monotonic()
         timeout_ms = self.rebalance_timeout_ms + _JOIN_GRACE_MS
@@ -605,7 +621,7 @@ class BrokerGroupMember:
                 session_timeout_ms=self.session_timeout_ms,
                 rebalance_timeout_ms=self.rebalance_timeout_ms,
                 member_id=self.member_id,
-                group_instance_id=None,
+                group_instance_id=self.group_instance_id,
                 protocol_type=PROTOCOL_TYPE,
                 protocols=[{"name": name, "metadata": metadata} for name in self.protocols],
             ),
@@ -644,6 +660,9 @@ class BrokerGroupMember:
         if code == ErrorCode.UNKNOWN_MEMBER_ID:
             self.member_id = ""
             self._transition(Event.REJOIN)
+            return
+        if code == ErrorCode.FENCED_INSTANCE_ID:
+            self._fatal("JoinGroup", code)
             return
         if code in COORDINATOR_MOVED:
             self._lose_coordinator(f"JoinGroup: {for_code(code).__name__}")
@@ -694,7 +713,7 @@ class BrokerGroupMember:
                 group_id=self.group,
                 generation_id=self.generation_id,
                 member_id=self.member_id,
-                group_instance_id=None,
+                group_instance_id=self.group_instance_id,
                 assignments=assignments,
             )
         except (KafkaConnectionError, RequestTimedOutError) as exc:
@@ -703,6 +722,9 @@ class BrokerGroupMember:
         code = answer.error_code
         if code in COORDINATOR_MOVED:
             self._lose_coordinator(f"SyncGroup: {for_code(code).__name__}")
+            return
+        if code == ErrorCode.FENCED_INSTANCE_ID:
+            self._fatal("SyncGroup", code)
             return
         if code == ErrorCode.REBALANCE_IN_PROGRESS or code in _DROPPED:
             if code == ErrorCode.UNKNOWN_MEMBER_ID:
@@ -817,7 +839,7 @@ class BrokerGroupMember:
                 group_id=self.group,
                 generation_id=self.generation_id,
                 member_id=self.member_id,
-                group_instance_id=None,
+                group_instance_id=self.group_instance_id,
             )
         except (KafkaConnectionError, RequestTimedOutError) as exc:
             self._lose_coordinator(f"Heartbeat: {exc}")
@@ -830,6 +852,8 @@ class BrokerGroupMember:
             return
         if code == ErrorCode.REBALANCE_IN_PROGRESS:
             self._rebalance("the coordinator is rebalancing the group")
+        elif code == ErrorCode.FENCED_INSTANCE_ID:
+            self._fatal("Heartbeat", code)
         elif code in _DROPPED:
             self._fence(f"Heartbeat: {for_code(code).__name__}", forget_member=code == ErrorCode.UNKNOWN_MEMBER_ID)
         elif code in COORDINATOR_MOVED:
@@ -884,6 +908,27 @@ class BrokerGroupMember:
             self.member_id = ""
         self.generation_id = -1
         self._transition(Event.FENCED)
+
+    def _fatal(self, api: str, code: int) -> None:
+        """Another member registered our ``group.instance.id``: we are a zombie. Revoke without
+        a commit and stop for good (no rejoin, which would fence the other in turn)."""
+        exc = for_code(code)(
+            f"{api} of group {self.group!r}: group.instance.id {self.group_instance_id!r} was "
+            f"taken by another member; this member stops"
+        )
+        log.error("%s: %s", self.consumer_id, exc)
+        owned, self.owned = self.owned, {}
+        if owned:
+            self._revoke(owned, commit=False, reason="fenced instance")
+        self.generation_id = -1
+        with self._changed:
+            self.fatal_error = exc
+            if not self._join_sent:
+                self._start_error = exc
+            self._changed.notify_all()
+        self._emit("fatal", consumer_id=self.consumer_id, error=repr(exc))
+        self._transition(Event.CLOSE)
+        raise _Closed()
 
     def _revoke(self, owned: Mapping[TopicPartition, str], *, commit: bool, reason: str) -> None:
         committed = commit
