@@ -12,12 +12,50 @@ Protocol
 --------
 FindCoordinator -> JoinGroup (protocol type "consumer"; one protocol per assignor, the
 configured ``partition.assignment.strategy`` first, each with a ConsumerProtocolMemberMetadata
-v0 naming the subscribed topics; v4+ coordinators first answer MEMBER_ID_REQUIRED with the id
-to join with) -> the leader assigns with :mod:`.assignors` (the Java consumer's "range" and
-"roundrobin", so kafka-python, aiokafka and librdkafka members can share the group) and hands
-every member's ConsumerProtocolMemberAssignment in with SyncGroup -> each member spreads its
-share over its streams and the consumer fetches -> Heartbeat every ``heartbeat_interval_ms``.
-Eager rebalancing: every rebalance revokes every partition before rejoining.
+naming the subscribed topics; v4+ coordinators first answer a dynamic member MEMBER_ID_REQUIRED
+with the id to join with) -> the leader assigns with :mod:`.assignors` (the Java consumer's
+"range", "roundrobin" and "cooperative-sticky", so kafka-python, aiokafka and librdkafka
+members can share the group) and hands every member's ConsumerProtocolMemberAssignment in with
+SyncGroup -> each member spreads its share over its streams and the consumer fetches ->
+Heartbeat every ``heartbeat_interval_ms``.
+
+Two rebalance protocols, decided by the assignor:
+
+* EAGER ("range", "roundrobin", offered together, subscription v0): every rebalance revokes
+  every partition before rejoining.
+* COOPERATIVE ("cooperative-sticky", KIP-429, offered alone, so a group with members that only
+  offer eager assignors refuses us, INCONSISTENT_GROUP_PROTOCOL): the subscription (v3) carries
+  the partitions we own and their generation; on a rebalance we rejoin *still owning and
+  consuming* them; after SyncGroup the partitions no longer ours are revoked (with a commit),
+  then only the new ones are assigned, and if anything was revoked we rejoin at once: the
+  follow-up rebalance hands the revoked partitions to their new owner (the assignor never gives
+  a partition another member still owns). Partitions that stay put are never revoked.
+
+Static membership (``group_instance_id``, KIP-345): sent in JoinGroup v5+, SyncGroup v3+,
+Heartbeat v3+; the coordinator gives a restarted member its partitions back under the same
+generation (no rebalance), so ``close`` sends no LeaveGroup for a static member (as Java). A
+coordinator answer FENCED_INSTANCE_ID (another process took our instance id) stops the member
+for good: partitions lost, ``fatal_error`` set, state CLOSED; it never rejoins (that would
+fence the other in turn).
+
+Hooks for a consumer (the ``listener``, an OwnershipListener)
+--------------------------------------------------------------
+Called on the group thread, never concurrently, in this order within a rebalance:
+
+* ``on_revoke(partitions, commit=True)`` -- *revoked*: stop handing out and fetching these,
+  commit what was handed out, return (raise if the commit failed: the rebalance goes on and the
+  partitions are then reported again with ``commit=False``). Eager: every owned partition at
+  the start of each rebalance; cooperative: only the partitions taken away, after SyncGroup.
+* ``on_revoke(partitions, commit=False)`` -- *lost*: the coordinator dropped us (session ran
+  out, ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID, FENCED_INSTANCE_ID, coordinator lost during a
+  cooperative rejoin): stop at once, commit nothing (another member may own them already).
+* ``on_assign(partitions)`` -- *assigned*: ``{tp: stream thread id}`` of the partitions that
+  are new to us (eager: the whole share; cooperative: only the increment); read committed
+  offsets and start fetching. May raise (the offsets could not be read): SyncGroup is retried.
+
+A subscribe/poll consumer maps these to ``on_revoke``/``on_lost``/``on_assign`` user callbacks;
+``owned`` is the current assignment; ``commit_generation()`` gives the generation and member id
+for OffsetCommit; ``fatal_error`` says why a member stopped for good.
 
 Member states
 -------------
@@ -39,14 +77,15 @@ Where the member stands is one :class:`MemberState`; every change goes through
 
 * NEW: constructed; :meth:`BrokerGroupMember.start` starts the group thread.
 * DISCOVERING: no coordinator known, nothing owned: FindCoordinator (retried with backoff).
-* JOINING: nothing owned; JoinGroup is due (again after MEMBER_ID_REQUIRED, UNKNOWN_MEMBER_ID,
-  REBALANCE_IN_PROGRESS or a retriable error).
+* JOINING: nothing owned (cooperative: what we keep through the rebalance); JoinGroup is due
+  (again after MEMBER_ID_REQUIRED, UNKNOWN_MEMBER_ID, REBALANCE_IN_PROGRESS or a retriable
+  error).
 * SYNCING: JoinGroup answered (the leader also got every member's subscription); SyncGroup is
   due, then the assignment is handed to the consumer (``on_assign``).
 * STABLE: the consumer fetches our share; heartbeats every ``heartbeat_interval_ms``. A
   heartbeat answered REBALANCE_IN_PROGRESS, a change of the subscribed topics or their
-  partitions, or :meth:`BrokerGroupMember.trigger` -> revoke every partition *with* a commit,
-  then REJOIN. ILLEGAL_GENERATION / UNKNOWN_MEMBER_ID (the coordinator dropped us) -> revoke
+  partitions, or :meth:`BrokerGroupMember.trigger` -> revoke every partition *with* a commit
+  (eager; cooperative: none), then REJOIN. ILLEGAL_GENERATION / UNKNOWN_MEMBER_ID (the coordinator dropped us) -> revoke
   *without* a commit (our partitions may already be someone else's), then FENCED.
 * REDISCOVERING: the coordinator moved or cannot be reached (NOT_COORDINATOR,
   COORDINATOR_NOT_AVAILABLE, a lost connection, a heartbeat without answer) while we own
@@ -63,7 +102,8 @@ Invariants
 ----------
 * Only the owner hands out: partitions are handed to the consumer (``on_assign``) only after
   a SyncGroup of the current generation answered, and revoked (``on_revoke``) before any
-  JoinGroup is sent. A member whose last successful heartbeat was *sent* a session timeout
+  JoinGroup is sent (cooperative: those taken away are revoked before the follow-up JoinGroup,
+  and the assignor gives nobody a partition another member still reports owned). A member whose last successful heartbeat was *sent* a session timeout
   ago revokes without a commit: the coordinator, whose clock for us started no earlier, may
   have dropped us and given our partitions away.
 * Commit before revoke: on a rebalance the consumer stops handing out, then commits exactly
@@ -112,7 +152,7 @@ from hmbclient.protocol.api.consumer_protocol import (
 )
 from rebalance.rebalancer import OwnershipListener, Subscription
 
-from .assignors import GROUP_ASSIGNORS, MemberSubscription, streams_for
+from .assignors import COOPERATIVE_ASSIGNORS, GROUP_ASSIGNORS, MemberSubscription, streams_for
 from .offsets import COORDINATOR_MOVED, KafkaOffsetStorage
 
 __all__ = [
@@ -246,6 +286,21 @@ def next_state(state: MemberState, event: Event) -> MemberState:
 # ---------------------------------------------------------------------- the member
 
 
+def _member_subscription(meta: Any, instance: str | None) -> MemberSubscription:
+    """A member's JoinGroup metadata as the assignors read it: owned partitions (v1+) and their
+    generation (v2+ ``generation_id``; before, Java's 4-byte ``user_data``, or the generation
+    that ends librdkafka's sticky ``user_data``)."""
+    owned = tuple((e.topic, int(p)) for e in (getattr(meta, "owned_partitions", None) or ()) for p in e.partitions)
+    generation = getattr(meta, "generation_id", -1)
+    if meta.version < 2 or generation is None:
+        generation = -1
+        data = meta.user_data
+        if data is not None and len(data) >= 4:
+            generation = int.from_bytes(bytes(data[-4:]), "big", signed=True)
+    return MemberSubscription(tuple(meta.topics), instance, owned, generation)
+
+
+
 class BrokerGroupMember:
     """Membership and assignment of one member of a broker-coordinated consumer group.
 
@@ -300,7 +355,14 @@ class BrokerGroupMember:
         self.subscription = subscription
         self.listener = listener
         self.metadata_partitions = metadata_partitions
-        self.protocols = [assignor, *sorted(set(GROUP_ASSIGNORS) - {assignor})]
+        #: COOPERATIVE rebalance protocol (KIP-429): offered alone, so a group never picks an
+        #: eager assignor for it (members sharing no assignor are refused by the coordinator).
+        self.cooperative = assignor in COOPERATIVE_ASSIGNORS
+        if self.cooperative:
+            self.protocols = [assignor]
+        else:
+            eager = set(GROUP_ASSIGNORS) - COOPERATIVE_ASSIGNORS - {assignor}
+            self.protocols = [assignor, *sorted(eager)]
         self.session_timeout_s = session_timeout_ms / 1000
         self.heartbeat_interval_s = heartbeat_interval_ms / 1000
         self.rebalance_timeout_ms = rebalance_timeout_ms
@@ -507,7 +569,10 @@ class BrokerGroupMember:
             except _Closed:
                 return
             except Exception as exc:  # noqa: BLE001 - the loop must go on; logged, retried
-                self._step_failed(exc)
+                try:
+                    self._step_failed(exc)
+                except _Closed:
+                    return
 
     def _step_failed(self, exc: BaseException) -> None:
         # A failing step is retried after a backoff that doubles per consecutive failure
@@ -560,6 +625,8 @@ class BrokerGroupMember:
 
     def _lose_coordinator(self, why: str) -> None:
         log.info("%s: coordinator of %s lost (%s); looking it up again", self.consumer_id, self.group, why)
+        if self._state in (MemberState.JOINING, MemberState.SYNCING):
+            self._lose_owned(f"coordinator lost while rejoining: {why}")
         self.offsets.forget_coordinator()
         self._coordinator = None
         self._emit("coordinator_lost", consumer_id=self.consumer_id, reason=why)
@@ -593,12 +660,12 @@ class BrokerGroupMember:
     # ------------------------------------------------------------------ JOINING
 
     def _join(self) -> None:
-        assert not self.owned, "partitions must be revoked before joining"
+        assert self.cooperative or not self.owned, "partitions must be revoked before joining"
         with self._lock:
             self._rejoin_wanted = False
         topics, partitions = self._subscribed_now()
         self._joined_topics, self._joined_partitions = topics, partitions
-        metadata = ConsumerProtocolMemberMetadata[0](topics=topics, user_data=None).encode()
+        metadata = self._subscription_metadata(topics)
         versions = self._coordinator_versions()
         if versions is None:
             return
@@ -657,8 +724,12 @@ class BrokerGroupMember:
             self.member_id = answer.member_id
             self._transition(Event.REJOIN)
             return
-        if code == ErrorCode.UNKNOWN_MEMBER_ID:
-            self.member_id = ""
+        if code in _DROPPED:
+            # The coordinator no longer knows our generation: what we kept is lost.
+            self._lose_owned(f"JoinGroup: {for_code(code).__name__}")
+            if code == ErrorCode.UNKNOWN_MEMBER_ID:
+                self.member_id = ""
+            self.generation_id = -1
             self._transition(Event.REJOIN)
             return
         if code == ErrorCode.FENCED_INSTANCE_ID:
@@ -672,6 +743,24 @@ class BrokerGroupMember:
             self._sleep(self.backoff_s)
             return
         raise for_code(code)(f"JoinGroup of group {self.group!r}")
+
+    def _subscription_metadata(self, topics: list[str]) -> bytes:
+        """ConsumerProtocolSubscription: v0 (topics) for the eager assignors; v3 for the
+        cooperative ones, with what we own and since which generation (also in ``user_data``,
+        4 bytes, as Java's CooperativeStickyAssignor writes it for leaders reading v0/v1)."""
+        if not self.cooperative:
+            return ConsumerProtocolMemberMetadata[0](topics=topics, user_data=None).encode()
+        by_topic: dict[str, list[int]] = {}
+        for topic, partition in sorted(self.owned):
+            by_topic.setdefault(topic, []).append(partition)
+        generation = self.generation_id if self.owned else -1
+        return ConsumerProtocolMemberMetadata[3](
+            topics=topics,
+            user_data=generation.to_bytes(4, "big", signed=True) if generation >= 0 else None,
+            owned_partitions=sorted(by_topic.items()),
+            generation_id=generation,
+            rack_id=None,
+        ).encode()
 
     def _coordinator_versions(self) -> BrokerVersions | None:
         """The versions the coordinator connection speaks; None (coordinator lost) when it
@@ -727,6 +816,8 @@ class BrokerGroupMember:
             self._fatal("SyncGroup", code)
             return
         if code == ErrorCode.REBALANCE_IN_PROGRESS or code in _DROPPED:
+            if code in _DROPPED:
+                self._lose_owned(f"SyncGroup: {for_code(code).__name__}")
             if code == ErrorCode.UNKNOWN_MEMBER_ID:
                 self.member_id = ""
             self._transition(Event.REJOIN)
@@ -737,9 +828,23 @@ class BrokerGroupMember:
         mine = streams_for(
             self.consumer_id, share, self.subscription.topic_counts, self.subscription.num_streams
         )
-        if mine:
+        added = mine
+        if self.cooperative:
+            # Keep consuming what we still own (same streams); revoke only what was taken
+            # away, then start the new partitions; a revocation calls for the follow-up
+            # rebalance at once, in which the partitions reach their new owner.
+            kept = {tp: tid for tp, tid in self.owned.items() if tp in mine}
+            revoked = {tp: tid for tp, tid in self.owned.items() if tp not in mine}
+            if revoked:
+                self.owned = kept
+                self._revoke(revoked, commit=True, reason="cooperative rebalance")
+                with self._lock:
+                    self._rejoin_wanted = True
+            added = {tp: tid for tp, tid in mine.items() if tp not in kept}
+            mine = {**kept, **added}
+        if added:
             # Raises when the committed offsets cannot be read: SyncGroup is sent again.
-            self.listener.on_assign(dict(mine))
+            self.listener.on_assign(dict(added))
         self.owned = mine
         self._last_alive = sent
         self._next_heartbeat = sent + self.heartbeat_interval_s
@@ -753,8 +858,8 @@ class BrokerGroupMember:
             "topics": list(self._joined_topics),
             "partitions": dict(self._joined_partitions),
         }
-        if mine:
-            self._emit("partitions_assigned", consumer_id=self.consumer_id, partitions=sorted(mine))
+        if added:
+            self._emit("partitions_assigned", consumer_id=self.consumer_id, partitions=sorted(added))
         seconds = time.monotonic() - self._rebalance_started if self._rebalance_started else 0.0
         self._rebalance_started = 0.0
         self._transition(Event.SYNCED)
@@ -776,13 +881,13 @@ class BrokerGroupMember:
             )
         members: dict[str, MemberSubscription] = {}
         for member in self._join_members:
-            member_topics: tuple[str, ...] = ()
+            instance = getattr(member, "group_instance_id", None)
             try:
-                member_topics = tuple(decode_member_metadata(member.metadata).topics)
+                members[member.member_id] = _member_subscription(decode_member_metadata(member.metadata), instance)
             except HmbError as exc:
                 log.warning("%s: member %s sent unreadable metadata (%s); it gets nothing",
                             self.consumer_id, member.member_id, exc)
-            members[member.member_id] = MemberSubscription(member_topics, getattr(member, "group_instance_id", None))
+                members[member.member_id] = MemberSubscription((), instance)
         topics = sorted({t for sub in members.values() for t in sub.topics})
         partitions = {t: sorted(p) for t, p in self.metadata_partitions(topics).items()} if topics else {}
         self._group_topics = topics
@@ -888,13 +993,22 @@ class BrokerGroupMember:
             self._fence("no heartbeat answered within session.timeout.ms", forget_member=False)
 
     def _rebalance(self, reason: str) -> None:
-        """Revoke everything with a commit (stop hand-out, commit, stop fetching), then rejoin."""
+        """Eager: revoke everything with a commit (stop hand-out, commit, stop fetching), then
+        rejoin. Cooperative: rejoin owning what we own (the assignment says what goes)."""
         self._rebalance_started = time.monotonic()
         self._emit("rebalance_started", consumer_id=self.consumer_id, reason=reason, owned=len(self.owned))
+        if not self.cooperative:
+            owned, self.owned = self.owned, {}
+            if owned:
+                self._revoke(owned, commit=True, reason=reason)
+        self._transition(Event.REJOIN)
+
+    def _lose_owned(self, reason: str) -> None:
+        """Partitions kept through a cooperative rebalance are lost (revoked uncommitted):
+        the coordinator dropped us or cannot be reached while we rejoin."""
         owned, self.owned = self.owned, {}
         if owned:
-            self._revoke(owned, commit=True, reason=reason)
-        self._transition(Event.REJOIN)
+            self._revoke(owned, commit=False, reason=reason)
 
     def _fence(self, reason: str, *, forget_member: bool) -> None:
         """The coordinator dropped us: revoke everything *without* a commit, then join anew."""
