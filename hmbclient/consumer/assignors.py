@@ -21,8 +21,9 @@ kafka-python, aiokafka and librdkafka implement too, under the protocol names ``
   it owns and from which generation (ConsumerProtocolSubscription v1+ ``owned_partitions``,
   v2+ ``generation_id``, or the generation in ``user_data``); a partition claimed by several
   members belongs to the claim of the highest generation. Rules, in order: (1) a member keeps
-  the valid partitions it owns, at most the larger quota (the ceiling of partitions per
-  member), and only as many members keep the larger quota as the balance allows; (2) the
+  the valid partitions it owns; when all members subscribe to the same topics, at most the
+  larger quota (the ceiling of partitions per member), and only as many members keep the
+  larger quota as the balance allows; (2) the
   partitions nobody keeps go, those with the fewest eligible members first, each to the
   eligible member with the fewest partitions; (3) while a member has two more than another
   member subscribed to one of its topics, one such partition moves. Then the *cooperative*
@@ -178,10 +179,13 @@ def sticky_assign(
         key=lambda tp: (java_sort_key(tp[0]), tp[1]),
     )
     owners = _valid_owners(partitions_by_topic, members)
-    # Rule 1: keep what is owned, within the quotas (exact when subscriptions are equal; an
-    # upper bound otherwise, rule 3 evens out the rest).
+    # Rule 1: keep what is owned, within the quotas when every member subscribes to the same
+    # topics (Java's constrainedAssign); otherwise keep it all, and rule 3 evens out.
     floor, extra = divmod(len(everything), len(order))
     ceiling = floor + (1 if extra else 0)
+    if len({frozenset(t) for t in subscribed.values()}) > 1:
+        floor = ceiling = len(everything)
+        extra = 0
     kept: dict[str, list[TopicPartition]] = {m: [] for m in order}
     for tp in everything:
         owner = owners.get(tp)
