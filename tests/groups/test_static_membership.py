@@ -16,10 +16,11 @@ from waiting import wait_until
 from hmbclient.broker import EmbeddedBroker
 from hmbclient.consumer.group import MemberState
 from hmbclient.errors import FencedInstanceIdError
+from hmbclient.protocol.api.base import ApiKey
 
 from .conftest import unique
 from .members import Member
-from .test_broker_groups import create_topic
+from .test_broker_groups import call, create_topic
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -72,6 +73,16 @@ def test_a_restarted_static_member_gets_its_partitions_back_without_a_rebalance(
     wait_until(lambda: members[-1].journal.owned == before, 20, "the twin owns the partitions")
     for m in (members[0], members[2]):
         assert m.member.await_rebalance(10) and m.generation == generation and m.journal.taken_away() == set()
+
+    # DescribeGroups v4 names the instances; an admin's LeaveGroup v3 by instance id alone
+    # removes that member (a rebalance), which then joins again as a new member.
+    described = call(broker.bootstrap, ApiKey.DESCRIBE_GROUPS, groups=[group], include_authorized_operations=False)
+    assert sorted(m.group_instance_id for m in described.groups[0].members) == ["instance-0", "instance-1", "instance-2"]
+    left = call(broker.bootstrap, ApiKey.LEAVE_GROUP, group_id=group, members=[{"member_id": "", "group_instance_id": "instance-2"}])
+    assert (left.error_code, [(m.group_instance_id, m.error_code) for m in left.members]) == (0, [("instance-2", 0)])
+    removed_id = members[2].member.member_id
+    wait_until(lambda: settled([members[0], members[2], members[-1]]) and members[2].member.member_id != removed_id, 20, "the removed member rejoined")
+    assert members[0].generation > generation
 
 
 def test_a_confluent_kafka_static_member_restarts_without_a_rebalance(broker: EmbeddedBroker, members: list[Member]) -> None:
