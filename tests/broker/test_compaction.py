@@ -253,6 +253,16 @@ def test_broker_cleans_compacted_topic_and_peers_read_it(tmp_path: Path) -> None
         finally:
             kc.close()
         assert got == model
+        # hmb topics --create --config; a bad config is refused with the broker's reason
+        from hmbclient.cli import main
+
+        assert main(["topics", "-b", b.bootstrap, "--create", "kv2", "--partitions", "1", "--replication-factor", "1",
+                     "--config", "cleanup.policy=compact,delete", "--config", "delete.retention.ms=5"]) == 0
+        c2 = b.broker.logs.get("kv2", 0) or wait_until(lambda: b.broker.logs.get("kv2", 0), 10, "kv2's log")
+        assert c2.config.compact and c2.config.retention_ms is not None and c2.config.delete_retention_ms == 5
+        assert main(["topics", "-b", b.bootstrap, "--create", "kv3", "--partitions", "1", "--replication-factor", "1",
+                     "--config", "cleanup.policy=shred"]) == 1
+        assert "kv3" not in b.broker.logs.topics()
     # the override survives a restart of the standalone broker (topic-configs.json)
     with EmbeddedBroker(log_dir=str(tmp_path / "data"), **_FAST) as b:
         assert b.broker.logs.get("kv", 0).config.compact
