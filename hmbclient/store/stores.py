@@ -71,7 +71,7 @@ from hmbclient.store.ops import (
     encode_value,
 )
 
-__all__ = ["MasterStore", "CloneStore", "StoreTimeoutError"]
+__all__ = ["MasterStore", "CloneStore", "StoreTimeoutError", "expect"]
 
 log = logging.getLogger("hmbclient.store")
 
@@ -147,6 +147,28 @@ def _backend(spec: Backend | str) -> Backend:
     raise ConfigError(f"backend must be 'memory', 'sqlite:<path>' or a Backend, not {spec!r}")
 
 
+def expect(synced: bool, epoch: str | None, count: int, meta: dict[str, Any] | None, data_seq: int | None) -> tuple[bool, int]:
+    """A clone's sequence check of one record of the state topic: ``(gap, new count)``.
+
+    Args:
+        synced: the clone has a table for the current epoch (caught up once).
+        epoch: the master epoch of that table.
+        count: updates counted so far (the seq of the last one).
+        meta: the record, if it is a meta record.
+        data_seq: the seq of a data record; None for a tombstone (or a meta record).
+    Returns:
+        Whether the record reveals a gap (missed updates, or a new master epoch), and the
+        count after it. Cases: a meta record must carry the same epoch and the count; a data
+        record the count + 1; a tombstone counts one and carries nothing to check.
+    """
+    if meta is not None:
+        s = int(meta.get("s", 0))
+        return (synced and (meta.get("e") != epoch or s != count)), s
+    if data_seq is None:
+        return False, count + 1
+    return (synced and data_seq != count + 1), count + 1
+
+
 class _Reads:
     """What both roles answer from their table."""
 
@@ -205,6 +227,9 @@ class MasterStore(_Reads):
         self._topics.ensure()
         self._producer = self._topics.producer()
         self._consumer = self._topics.consumer(min(100, self.heartbeat_ms))
+        # Without a wait: used right after local writes, so a burst of them is not paced by
+        # the command topic's long poll.
+        self._busy_consumer = self._topics.consumer(0)
         self.epoch = uuid.uuid4().hex
         self.seq = 0
         self._cmd_next = 0
@@ -321,7 +346,7 @@ class MasterStore(_Reads):
                 r = self._apply(cmd, -1)
                 applied = True
                 (fut.set_exception if isinstance(r, Exception) else fut.set_result)(r)
-        msgs = _read(self._consumer, self._topics.cmd, self._cmd_next)
+        msgs = _read(self._busy_consumer if applied else self._consumer, self._topics.cmd, self._cmd_next)
         now_s = time.monotonic()
         with self._lock:
             for m in msgs:
@@ -473,6 +498,7 @@ class MasterStore(_Reads):
         self._thread.join(10)
         self._producer.close()
         self._consumer.close()
+        self._busy_consumer.close()
         self._table.close()
 
 
@@ -556,6 +582,8 @@ class CloneStore(_Reads):
                     meta = _json(m.value)
                     if meta is not None:
                         epoch, count = meta.get("e"), int(meta.get("s", 0))
+                        with self._cond:
+                            self._on_meta(meta, live=False)  # answers and acks of every meta record
                     continue
                 key = decode_key(m.key)
                 count += 1  # records after the last meta record count from its seq
@@ -571,12 +599,13 @@ class CloneStore(_Reads):
             self._epoch = epoch
             self._count = count
             self._synced = meta is not None
-            if meta is not None:
-                self._on_meta(meta)
             self._cond.notify_all()
 
-    def _on_meta(self, meta: dict[str, Any]) -> None:
-        self._last_meta_s = time.monotonic()
+    def _on_meta(self, meta: dict[str, Any], live: bool = True) -> None:
+        # A meta record read live says the master is there now; one read back by a resync
+        # only if it is recent (its wall-clock stamp).
+        age_s = 0.0 if live else max(0.0, (wall_ms() - int(meta.get("t", 0))) / 1000.0)
+        self._last_meta_s = max(self._last_meta_s, time.monotonic() - age_s)
         self._acked = max(self._acked, int(meta.get("a", {}).get(self.id, 0)))
         for n, r in meta.get("r", {}).get(self.id, {}).items():
             self._results[int(n)] = r
@@ -594,26 +623,23 @@ class CloneStore(_Reads):
                 gap = False
                 with self._cond:
                     for m in msgs:
+                        meta = rec = None
                         if m.key == _META:
                             meta = _json(m.value) or {}
-                            if self._synced and (meta.get("e") != self._epoch or int(meta.get("s", 0)) != self._count):
-                                gap = True
-                                break
+                        elif m.value is not None:
+                            rec = _json(m.value)
+                        gap, count = expect(self._synced, self._epoch, self._count, meta, None if rec is None else rec.get("s"))
+                        if gap:
+                            break
+                        self._count = count
+                        if meta is not None:
                             if not self._synced:
-                                self._epoch, self._count, self._synced = meta.get("e"), int(meta.get("s", 0)), True
+                                self._epoch, self._synced = meta.get("e"), True
                             self._on_meta(meta)
+                        elif rec is None:
+                            self._table.erase(decode_key(m.key))
                         else:
-                            key = decode_key(m.key)
-                            if m.value is None:
-                                self._count += 1
-                                self._table.erase(key)
-                            else:
-                                rec = _json(m.value)
-                                self._count += 1
-                                if self._synced and rec.get("s") != self._count:
-                                    gap = True
-                                    break
-                                self._table.put(key, Entry(decode_value(rec["v"]), rec.get("x")))
+                            self._table.put(decode_key(m.key), Entry(decode_value(rec["v"]), rec.get("x")))
                         self._position = m.offset + 1
                     self._cond.notify_all()
                 if gap:

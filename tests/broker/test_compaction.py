@@ -263,6 +263,16 @@ def test_broker_cleans_compacted_topic_and_peers_read_it(tmp_path: Path) -> None
         assert main(["topics", "-b", b.bootstrap, "--create", "kv3", "--partitions", "1", "--replication-factor", "1",
                      "--config", "cleanup.policy=shred"]) == 1
         assert "kv3" not in b.broker.logs.topics()
+        # kafka-python's admin client creates a compacted topic the same way
+        from kafka.admin import KafkaAdminClient, NewTopic
+
+        admin = KafkaAdminClient(bootstrap_servers=b.bootstrap)
+        try:
+            admin.create_topics([NewTopic("kp", 1, 1, topic_configs={"cleanup.policy": "compact", "min.compaction.lag.ms": "100"})])
+        finally:
+            admin.close()
+        kp = wait_until(lambda: b.broker.logs.get("kp", 0), 10, "kp's log")
+        assert kp.config.compact and kp.config.min_compaction_lag_ms == 100 and kp.config.retention_ms is None
     # the override survives a restart of the standalone broker (topic-configs.json)
     with EmbeddedBroker(log_dir=str(tmp_path / "data"), **_FAST) as b:
         assert b.broker.logs.get("kv", 0).config.compact
