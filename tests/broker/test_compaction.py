@@ -304,3 +304,37 @@ def test_kill_9_in_the_middle_of_a_cleaning_loses_nothing(tmp_path: Path) -> Non
 def cleaner_passes(data: Path) -> int:
     p = data / cleaner.CLEANER_CHECKPOINT
     return len(p.read_text().split("\n")) - 3 if p.exists() else 0
+
+
+def test_replicated_compacted_topic_in_a_zookeeper_cluster(zookeeper: Any, tmp_path: Path) -> None:
+    """Two brokers on ZooKeeper: the topic's configs are stored in /config/topics as Kafka does,
+    both replicas' logs are compacted, the follower keeps replicating past the leader's gaps and
+    both end with the newest value of every key."""
+    from kazoo.client import KazooClient
+
+    from hmbclient.broker import EmbeddedCluster
+
+    chroot = "/hmb-compaction-test"
+    with EmbeddedCluster(brokers=2, zookeeper_connect=zookeeper.connect + chroot, log_dir=str(tmp_path / "c"), **_FAST) as cl:
+        b = cl.brokers[0]
+        with RawClient(b.host, b.port) as c:
+            resp = c.request(CreateTopicsRequest[1](topics=[("rkv", 1, 2, [], _TOPIC_CONFIGS)], timeout_ms=10_000, validate_only=False))
+            assert resp.topics[0].error_code == 0
+        zk = KazooClient(hosts=zookeeper.connect + chroot)
+        zk.start(timeout=10)
+        try:
+            import json
+
+            assert json.loads(zk.get("/config/topics/rkv")[0])["config"]["cleanup.policy"] == "compact"
+        finally:
+            zk.stop()
+            zk.close()
+        leader = cl.broker(cl.leader("rkv", 0))
+        with RawClient(leader.host, leader.port) as c:
+            model = _produce_rounds(c, "rkv", 30, 10)
+            logs = [br.logs.get("rkv", 0) for br in cl.brokers]
+            assert all(lg.config.compact for lg in logs)
+            wait_until(lambda: all(len(_all(lg)) < 150 and lg.log_end_offset == 300 for lg in logs), 30, "both replicas compacted")
+            assert _our_read(c, "rkv") == model
+        for lg in logs:
+            assert {k: v for k, (_, v) in _values(lg).items()} == model
