@@ -88,7 +88,7 @@ ALLOWED: dict[str, tuple[str, ...]] = {
     "spark_integration": ("hmbclient", *_CORE, "hmbclient.net", "hmbclient.producer", "hmbclient.consumer",
                           "rebalance", "partitioners", "encoders"),
     # data stores (Zeek Broker) on the client's producer, simple consumer and admin
-    "hmbclient.store": (*_CORE, "hmbclient.producer", "hmbclient.consumer", "hmbclient.admin"),
+    "hmbclient.store": (*_CORE, "hmbclient.net", "hmbclient.producer", "hmbclient.consumer", "hmbclient.admin"),
     # the application layer: the `hmb` command and its demo
     "hmbclient.cli": (ANYTHING,),
     "hmbclient.demo": (ANYTHING,),

@@ -59,6 +59,7 @@ from hmbclient.admin import create_topic
 from hmbclient.clock import wall_ms
 from hmbclient.consumer.simple import LATEST_TIME, FetchRequest, SimpleConsumer
 from hmbclient.errors import BrokerError, ConfigError, ErrorCode, HmbError
+from hmbclient.net.retry import retry_policy
 from hmbclient.producer import Producer, ProducerData
 from hmbclient.store.backend import Backend, MemoryBackend, SqliteBackend
 from hmbclient.store.ops import (
@@ -114,7 +115,9 @@ class _Topics:
     def ensure(self) -> None:
         for topic, configs in (
             (self.state, {"cleanup.policy": "compact", "min.cleanable.dirty.ratio": "0.1", "segment.bytes": str(1 << 20)}),
-            (self.cmd, {"cleanup.policy": "delete"}),
+            # Retention as the broker's (writes buffered for an absent master must outlive its
+            # absence); small segments so it can free what the master has applied.
+            (self.cmd, {"cleanup.policy": "delete", "segment.bytes": str(16 << 20)}),
         ):
             try:
                 create_topic(self.bootstrap, topic, 1, self.rf, configs=configs)
@@ -127,6 +130,11 @@ class _Topics:
 
     def producer(self) -> Producer:
         return Producer(metadata_broker_list=self.bootstrap, producer_type="sync", request_required_acks=-1)
+
+
+# A topic another process has just created may not have its leader yet: the start-up reads
+# retry its retriable errors (UnknownTopicOrPartition, LeaderNotAvailable) for a while.
+_STARTUP_RETRY = {"max_retries": 100, "backoff_ms": 50, "backoff_max_ms": 500, "deadline_ms": 15_000}
 
 
 def _read(consumer: SimpleConsumer, topic: str, offset: int) -> list[Any]:
@@ -239,7 +247,7 @@ class MasterStore(_Reads):
         self._local: queue.Queue[tuple[dict[str, Any], Future[Any]]] = queue.Queue()
         self._stop = threading.Event()
         self._lock = threading.Lock()
-        self._load()
+        retry_policy(**_STARTUP_RETRY)(self._load)
         self._write_meta({})
         self._thread = threading.Thread(target=self._run, name=f"store-master-{name}", daemon=True)
         self._thread.start()
@@ -617,7 +625,7 @@ class CloneStore(_Reads):
         while not self._stop.is_set():
             try:
                 if first:
-                    self._resync()
+                    retry_policy(**_STARTUP_RETRY)(self._resync)
                     first = False
                 msgs = _read(self._consumer, self._topics.state, self._position)
                 gap = False

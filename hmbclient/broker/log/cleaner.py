@@ -48,6 +48,12 @@ the start of every ``Log`` load, finishes what a crash interrupted: a ``.cleaned
 deleted (the originals are intact), a ``.swap`` file deletes every segment file in its range
 and takes its place (the cleaned data is complete). So a kill -9 at any point loses nothing.
 
+Known differences from Kafka: records without a key are accepted and kept (Kafka refuses them
+on a compacted topic); a truncation below a log's first dirty offset (a follower after an
+unclean election) does not move the checkpoint back, so the records between are treated as
+clean: they are not deduplicated against each other until they are, which costs space, never a
+record (the offset map only ever removes records older than one it holds).
+
 ``log.cleaner.io.max.bytes.per.second`` throttles the bytes a thread reads and writes (as
 Kafka's); tests use it to hold a pass open.
 """
