@@ -51,8 +51,8 @@ and takes its place (the cleaned data is complete). So a kill -9 at any point lo
 Known differences from Kafka: records without a key are accepted and kept (Kafka refuses them
 on a compacted topic); a truncation below a log's first dirty offset (a follower after an
 unclean election) does not move the checkpoint back, so the records between are treated as
-clean: they are not deduplicated against each other until they are, which costs space, never a
-record (the offset map only ever removes records older than one it holds).
+clean: a newer record of their key still removes them, but they remove no older one, which
+costs space, never a record (the offset map only removes records older than one it holds).
 
 ``log.cleaner.io.max.bytes.per.second`` throttles the bytes a thread reads and writes (as
 Kafka's); tests use it to hold a pass open.
