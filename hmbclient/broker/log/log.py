@@ -52,7 +52,7 @@ Contract:
   log start until the LogManager restores it from its checkpoint.
 
 Concurrency: one lock serialises writers (append, roll, truncation, retention, flush, high
-watermark moves). Readers take no lock: they bisect ``_segments``, an immutable tuple that
+watermark moves, the cleaner's swap of a segment group: ``replace_segments``). Readers take no lock: they bisect ``_segments``, an immutable tuple that
 writers replace whole (copy-on-write), and a segment's size only grows after its bytes are in the
 file, except under truncation, which cuts the one segment holding the new end in place (a read
 racing with it may come back short, as in Kafka). The high watermark's position is published
@@ -402,8 +402,8 @@ class Log:
     def _chunks_from(self, offset: int) -> Iterator[bytes]:
         """The log's bytes from the segment holding ``offset`` to the end, in chunks of whole
         entries (the producer state's rebuild reads batch headers from them)."""
-        segs = self._segments
-        i = max(bisect_right(self._bases, offset) - 1, 0)
+        segs, bases = self._view
+        i = max(bisect_right(bases, offset) - 1, 0)
         for seg in segs[i:]:
             size = seg.size
             pos = 0
@@ -427,11 +427,10 @@ class Log:
         return seg
 
     def _set_segments(self, segs: tuple[Segment, ...]) -> None:
-        # Publish both tuples; readers may see the pair from either side of this assignment,
-        # and both are consistent views on their own (bases only grows or loses a prefix).
+        # Readers that need both take ``_view``, one object: the cleaner replaces segments in
+        # the middle, so a ``_segments`` and a ``_bases`` read apart may not match.
         self._bases = bases = tuple(s.base_offset for s in segs)
         self._segments = segs
-        # One object for readers: the cleaner replaces segments in the middle.
         self._view = (segs, bases)
 
     # -- state -----------------------------------------------------------------------------
