@@ -89,6 +89,8 @@ ALLOWED: dict[str, tuple[str, ...]] = {
     # on top of the client's public surface
     "spark_integration": ("hmbclient", *_CORE, "hmbclient.net", "hmbclient.producer", "hmbclient.consumer",
                           "rebalance", "partitioners", "encoders"),
+    # data stores (Zeek Broker) on the client's producer, simple consumer and admin
+    "hmbclient.store": (*_CORE, "hmbclient.net", "hmbclient.producer", "hmbclient.consumer", "hmbclient.admin"),
     # the application layer: the `hmb` command and its demo
     "hmbclient.cli": (ANYTHING,),
     "hmbclient.demo": (ANYTHING,),
