@@ -39,6 +39,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Iterator
+from itertools import islice
 from typing import Any, NamedTuple
 
 from hmbclient.errors import ConsumerTimeoutError, HmbError
@@ -223,6 +224,73 @@ class KafkaStream:
                         f"no message on stream {self.name} for {int(self._timeout_s * 1000)} ms"
                     )
                 self._cond.wait(left)
+
+    def take(self, max_records: int, timeout_s: float | None) -> list[tuple[PartitionTopicInfo, list[Any]]]:
+        """Hand out up to ``max_records`` raw records at once, grouped by partition (the batch
+        form of ``next()`` that :class:`hmbclient.Consumer`'s ``poll`` uses; not decoded).
+
+        Returns as soon as at least one record is out and no further chunk is queued; waits
+        up to ``timeout_s`` (None: forever) for the first. Same invariant as ``next()``: each
+        partition's position moves under the stream's lock, so ``revoke`` stops hand-out.
+
+        Args:
+            max_records: at most this many records (at least 1).
+            timeout_s: longest wait for the first record; 0 only takes what is queued.
+
+        Returns:
+            ``[(partition info, records), ...]``; empty on timeout or once the stream is closed.
+
+        Raises:
+            HmbError: a queued chunk carried an error (raised when no records precede it).
+        """
+        out: list[tuple[PartitionTopicInfo, list[Any]]] = []
+        left = max(1, max_records)
+        deadline = None if timeout_s is None else time.monotonic() + max(0.0, timeout_s)
+        with self._cond:
+            while True:
+                if self._closed:
+                    return out
+                if not self._paused:
+                    pti = self._cur_pti
+                    if pti is not None and not pti.revoked:
+                        got = list(islice(self._cur_iter, left))  # type: ignore[arg-type]
+                        exhausted = len(got) < left
+                        floor = pti.consumed
+                        if got and floor is not None and got[0].offset < floor:
+                            # Below the position (a compressed wrapper, a reset): never twice.
+                            got = [record for record in got if record.offset >= floor]
+                        if got:
+                            pti.consumed = got[-1].offset + 1
+                            out.append((pti, got))
+                            left -= len(got)
+                            if not left:
+                                return out
+                        if not exhausted:
+                            continue
+                    self._cur_iter = None
+                    self._cur_pti = None
+                    if self._chunks:
+                        chunk = self._chunks[0]
+                        if chunk.error is not None and out:
+                            return out  # hand out what came before; raise on the next call
+                        self._chunks.popleft()
+                        self._cond.notify_all()  # room for a blocked fetcher
+                        if chunk.pti.revoked:
+                            continue
+                        if chunk.error is not None:
+                            raise chunk.error
+                        self._cur_pti = chunk.pti
+                        self._cur_iter = iter(chunk.records)
+                        continue
+                if out:
+                    return out
+                if deadline is None:
+                    self._cond.wait()
+                else:
+                    wait = deadline - time.monotonic()
+                    if wait <= 0:
+                        return out
+                    self._cond.wait(wait)
 
     def __repr__(self) -> str:
         return f"KafkaStream({self.name!r}, queued={len(self._chunks)})"
