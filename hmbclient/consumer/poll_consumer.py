@@ -458,6 +458,26 @@ class Consumer:
             self._last_poll = time.monotonic()
         return self._records(batches)
 
+    def _poll_ready(self, max_records: int | None = None) -> list[ConsumerRecord] | None:
+        """(hmbclient.aio) ``poll(0)`` when it cannot block: what is queued now, or None when
+        this poll has I/O to do first (an auto commit due, a rejoin) and must run in a thread.
+
+        Raises:
+            ConsumerClosedError: after close().
+            IllegalStateError: nothing subscribed or assigned.
+        """
+        self._check_open()
+        if self._subscription is None and not self._manual:
+            raise IllegalStateError("poll() needs subscribe() or assign() first")
+        now = time.monotonic()
+        cfg = self.config
+        if self._rejoin or (
+            cfg.enable_auto_commit and self._storage is not None and now - self._last_commit >= cfg.auto_commit_interval_ms / 1000
+        ):
+            return None
+        self._last_poll = now
+        return self._records(self._stream.take(max_records or cfg.max_poll_records, 0))
+
     def _records(self, batches: list[tuple[PartitionTopicInfo, list[Any]]]) -> list[ConsumerRecord]:
         out: list[ConsumerRecord] = []
         key_decode, value_decode = self._key_decode, self._value_decode
