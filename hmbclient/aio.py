@@ -23,14 +23,17 @@ How each call avoids blocking the loop (the cases)
   forever), then raises QueueFullError.
 * (flush, close, subscribe, assign, committed) They wait on the network by nature; they run
   in a thread (``asyncio.to_thread`` / the consumer's worker) and are awaited.
-* (poll) ``AIOConsumer.poll`` first takes what the fetchers already queued, on the loop
-  thread, without waiting (``Consumer._poll_ready``: the stream's lock, no I/O). Only when
-  nothing is queued (or an auto commit / rejoin is due) does it run ``Consumer.poll`` on the
-  consumer's **one dedicated worker thread** and await it. Why a worker thread and not the
-  fetcher's futures: the fetchers (one thread per broker) hand records over through the
-  stream's bounded queue and condition (that is what bounds memory and keeps revocation
-  exact), not through futures; a single worker per consumer keeps polls in order, costs one
-  hand-off per *batch* (up to ``max.poll.records``), and leaves the fetch engine unchanged.
+* (poll) ``AIOConsumer.poll`` takes what the fetchers already queued, on the loop thread,
+  without waiting (``Consumer._poll_ready``: the stream's lock, no I/O). When nothing is
+  queued it registers a one-shot waiter on the consumer's stream
+  (:meth:`~hmbclient.consumer.stream.KafkaStream.add_waiter`) and awaits it: the fetcher
+  thread that queues the next chunk calls ``loop.call_soon_threadsafe``, and the loop takes
+  the chunk. Why this and not a worker thread running ``Consumer.poll``: the fetchers hand
+  records over through the stream's bounded queue (what bounds memory and keeps revocation
+  exact), not through futures, so the stream's own wake-up is the fetcher-side "future"; it
+  costs one thread hand-off per chunk instead of two (fetcher -> worker -> loop), and under
+  the GIL every hand-off can wait a switch interval. When an auto commit or a rejoin is due
+  (network I/O), that one poll runs ``Consumer.poll`` on the consumer's single worker thread.
 * (commit) ``AIOConsumer.commit`` uses the consumer's own asynchronous commit (its commit
   thread, commits in call order) and awaits its future, so a commit never waits behind a poll.
 
@@ -52,6 +55,11 @@ from hmbclient.producer import Producer, RecordMetadata
 from hmbclient.producer.config import ProducerConfig
 
 __all__ = ["AIOProducer", "AIOConsumer"]
+
+
+def _set_done(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
 
 
 class AIOProducer:
@@ -216,7 +224,8 @@ class AIOProducer:
 
 
 class AIOConsumer:
-    """An asyncio consumer over one :class:`hmbclient.Consumer` and one worker thread.
+    """An asyncio consumer over one :class:`hmbclient.Consumer` (and one worker thread for the
+    calls that wait on the network).
 
     Args:
         config: a PollConsumerConfig or a mapping of Kafka property names; or None and settings.
@@ -258,16 +267,52 @@ class AIOConsumer:
             max_records: most records returned (default ``max.poll.records``).
 
         Returns:
-            The records; empty on timeout.
+            The records; empty on timeout or once the consumer is closed meanwhile.
 
         Raises:
             ConsumerClosedError: after close().
             IllegalStateError: nothing subscribed or assigned.
             HmbError: as ``Consumer.poll``.
         """
-        ready = self.consumer._poll_ready(max_records)  # case (poll): what is queued, no wait
-        if ready or timeout == 0 and ready is not None:
+        consumer = self.consumer
+        ready = consumer._poll_ready(max_records)  # case (poll): what is queued, no wait
+        if ready is None:
+            return await self._blocking_poll(timeout, max_records)
+        if ready or timeout == 0:
             return ready
+        loop = asyncio.get_running_loop()
+        deadline = None if timeout is None else loop.time() + timeout
+        stream = consumer._stream
+        consumer._in_poll = True  # a wait in poll counts as polling (max.poll.interval.ms)
+        try:
+            while True:
+                woken: asyncio.Future[None] = loop.create_future()
+
+                def wake(woken: asyncio.Future[None] = woken) -> None:
+                    loop.call_soon_threadsafe(_set_done, woken)
+
+                if stream.add_waiter(wake):
+                    left = None if deadline is None else deadline - loop.time()
+                    if left is not None and left <= 0:
+                        stream.remove_waiter(wake)
+                        return []
+                    done, _ = await asyncio.wait({woken}, timeout=left)
+                    if not done:
+                        stream.remove_waiter(wake)
+                        return []
+                if consumer._closed:
+                    return []
+                ready = consumer._poll_ready(max_records)
+                if ready is None:
+                    left = None if deadline is None else max(0.0, deadline - loop.time())
+                    return await self._blocking_poll(left, max_records)
+                if ready:
+                    return ready
+        finally:
+            consumer._in_poll = False
+
+    async def _blocking_poll(self, timeout: float | None, max_records: int | None) -> list[ConsumerRecord]:
+        # An auto commit or a rejoin is due: Consumer.poll does that I/O, on the worker.
         records: list[ConsumerRecord] = await self._run(self.consumer.poll, timeout, max_records)
         return records
 

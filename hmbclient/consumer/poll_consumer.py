@@ -67,6 +67,8 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
+from itertools import repeat
+from operator import add
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from hmbclient.consumer.config import PollConsumerConfig
@@ -115,23 +117,35 @@ class TopicPartition(NamedTuple):
 
 
 class ConsumerRecord(NamedTuple):
-    """One record as :meth:`Consumer.poll` hands it out.
+    """One record as :meth:`Consumer.poll` hands it out: ``topic``, ``partition``, ``offset``,
+    ``timestamp``, ``timestamp_type``, ``key``, ``value``, ``headers``, ``leader_epoch``.
 
+    Read it by name. As a tuple it is the decoded record's fields followed by where it came
+    from (``offset, timestamp, key, value, headers, topic, partition``): ``poll`` builds each
+    one with a single C-level concatenation, several times faster than a field-by-field build.
     ``timestamp_type`` is 0 (CreateTime) when the record has a timestamp and -1 when it has
     none (magic 0); a LogAppendTime topic's records carry the broker's time under type 0 (the
     decoded batch does not keep the type). ``leader_epoch`` is None (the fetcher does not keep
     it). ``headers`` is a tuple of ``(str, bytes | None)``.
     """
 
-    topic: str
-    partition: int
     offset: int
     timestamp: int
-    timestamp_type: int
     key: Any
     value: Any
     headers: tuple[tuple[str, bytes | None], ...]
-    leader_epoch: int | None
+    topic: str
+    partition: int
+
+    @property
+    def timestamp_type(self) -> int:
+        """0 (CreateTime) when the record has a timestamp, -1 when it has none."""
+        return CREATE_TIME if self.timestamp >= 0 else NO_TIMESTAMP_TYPE
+
+    @property
+    def leader_epoch(self) -> int | None:
+        """The leader epoch of the batch: None (not kept by the fetcher)."""
+        return None
 
 
 class OffsetAndTimestamp(NamedTuple):
@@ -485,17 +499,13 @@ class Consumer:
         for pti, records in batches:
             topic, partition = pti.topic, pti.partition
             if key_decode is None and value_decode is None:
-                out.extend(
-                    [
-                        new(cls, (topic, partition, r[0], r[1], CREATE_TIME if r[1] >= 0 else NO_TIMESTAMP_TYPE, r[2], r[3], r[4], None))
-                        for r in records
-                    ]
-                )
+                # Record (offset, timestamp, key, value, headers) + (topic, partition), in C.
+                out.extend(map(new, repeat(cls), map(add, records, repeat((topic, partition)))))
             else:
                 for r in records:
                     key = r[2] if key_decode is None else key_decode(r[2])
                     value = r[3] if value_decode is None else value_decode(r[3])
-                    out.append(new(cls, (topic, partition, r[0], r[1], CREATE_TIME if r[1] >= 0 else NO_TIMESTAMP_TYPE, key, value, r[4], None)))
+                    out.append(new(cls, (r[0], r[1], key, value, r[4], topic, partition)))
         return out
 
     def __iter__(self) -> Iterator[ConsumerRecord]:

@@ -30,7 +30,9 @@ Users only iterate a stream. The fetcher and the connector feed and steer it thr
 hand-off methods, all thread-safe: :meth:`~KafkaStream.put` (a fetched chunk; blocks while
 the queue is full), :meth:`~KafkaStream.put_error`, :meth:`~KafkaStream.reset_position`
 (auto_offset_reset), :meth:`~KafkaStream.revoke` (rebalance), :meth:`~KafkaStream.set_paused`
-and :meth:`~KafkaStream.close` (shutdown).
+and :meth:`~KafkaStream.close` (shutdown). The subscribe/poll consumer takes batches with
+:meth:`~KafkaStream.take`; its asyncio front registers a one-shot :meth:`~KafkaStream.add_waiter`
+that the next ``put`` (or ``close``) calls from the feeding thread.
 """
 
 from __future__ import annotations
@@ -38,7 +40,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from itertools import islice
 from typing import Any, NamedTuple
 
@@ -141,6 +143,8 @@ class KafkaStream:
         self._cur_iter: Iterator[Any] | None = None
         self._paused = False
         self._closed = False
+        # add_waiter's one-shot callbacks, called by the next put or close.
+        self._waiters: list[Callable[[], None]] = []
 
     def __iter__(self) -> KafkaStream:
         return self
@@ -318,7 +322,37 @@ class KafkaStream:
                 return False
             self._chunks.append(chunk)
             self._cond.notify_all()
+            waiters, self._waiters = self._waiters, []
+        for wake in waiters:  # outside the lock: they only schedule work elsewhere
+            wake()
+        return True
+
+    def add_waiter(self, wake: Callable[[], None]) -> bool:
+        """Call ``wake()`` once, from the feeding thread, when the next chunk is queued or the
+        stream closes (how :mod:`hmbclient.aio` waits without a thread). Keep it short.
+
+        Args:
+            wake: the one-shot callback.
+
+        Returns:
+            False, and nothing registered, when there is something to take already (a chunk
+            queued, or one partly handed out) or the stream is closed: take it instead.
+        """
+        with self._cond:
+            if self._chunks or self._cur_pti is not None or self._closed:
+                return False
+            self._waiters.append(wake)
             return True
+
+    def remove_waiter(self, wake: Callable[[], None]) -> None:
+        """Forget a callback of :meth:`add_waiter` that is no longer wanted (timed out).
+
+        Args:
+            wake: the callback given to ``add_waiter``.
+        """
+        with self._cond:
+            if wake in self._waiters:
+                self._waiters.remove(wake)
 
     def revoke(self, pti: PartitionTopicInfo) -> int | None:
         """Stop handing out ``pti``'s messages; return its final consumed position."""
@@ -359,6 +393,9 @@ class KafkaStream:
             self._cur_iter = None
             self._cur_pti = None
             self._cond.notify_all()
+            waiters, self._waiters = self._waiters, []
+        for wake in waiters:
+            wake()
 
     def put_error(self, pti: PartitionTopicInfo, error: HmbError, stop: threading.Event) -> None:
         """Queue an error to be raised when iteration reaches it."""

@@ -124,6 +124,23 @@ def test_the_loop_keeps_ticking_while_poll_waits_and_send_waits_for_room(bootstr
     asyncio.run(main())
 
 
+def test_close_ends_a_waiting_aio_poll(bootstrap: str) -> None:
+    topic = unique("aio-close")
+    create_topic(bootstrap, topic, 1)
+
+    async def main() -> None:
+        consumer = AIOConsumer({"bootstrap.servers": bootstrap})
+        await consumer.assign([(topic, 0)])
+        waiting = asyncio.ensure_future(consumer.poll(30))
+        await asyncio.sleep(0.2)  # let the poll start waiting (its result is checked below)
+        started = time.monotonic()
+        await consumer.close()
+        assert await asyncio.wait_for(waiting, 5) == []
+        assert time.monotonic() - started < 5
+
+    asyncio.run(main())
+
+
 def test_aio_producer_refuses_unknown_settings_and_reports_the_brokers_refusal(tmp_path: Any) -> None:
     from hmbclient.errors import ConfigError, MessageSizeTooLargeError
 
