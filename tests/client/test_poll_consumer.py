@@ -250,6 +250,22 @@ def test_max_poll_interval_exceeded_leaves_the_group_and_the_next_poll_rejoins(b
     wait_until(lambda: (slow.poll(0.1), other.poll(0.1), len(slow.assignment()) == 1 and len(other.assignment()) == 1)[2], 30, "both members sharing")
 
 
+@pytest.mark.parametrize("broker", ["embedded"], indirect=True)  # timing-bound: our coordinator only
+def test_heartbeats_go_on_between_polls(broker: BrokerHandle, consumers: list[Consumer]) -> None:
+    topic, group = unique("pc-hb"), unique("pc-g")
+    create_topic(broker.bootstrap, topic, 2)
+    lost: list[Any] = []
+    c = _consumer(consumers, broker, group_id=group, session_timeout_ms=1000, heartbeat_interval_ms=200)
+    c.subscribe([topic], on_lost=lambda consumer, parts: lost.append(parts))
+    wait_until(lambda: (c.poll(0.1), len(c.assignment()) == 2)[1], 20, "the member owning both partitions")
+    generation = c.generation
+    # Three session timeouts without a poll: the group member's own thread kept the session.
+    threading.Event().wait(3.0)
+    assert not lost and c.generation == generation and len(c.assignment()) == 2
+    _produce(broker.bootstrap, topic, 4, 2)
+    assert len(_poll_until(c, 4, 10)) == 4
+
+
 def test_bad_input_is_refused_with_typed_errors(broker: BrokerHandle, consumers: list[Consumer]) -> None:
     with pytest.raises(ConfigError, match="unknown PollConsumerConfig key 'fetch.max.bytez'"):
         Consumer({"bootstrap.servers": broker.bootstrap, "fetch.max.bytez": 1})
