@@ -226,7 +226,7 @@ class Consumer:
         if cfg.isolation_level != "read_uncommitted":
             if not _accepts(FetcherManager.__init__, "isolation_level"):
                 raise ConfigError("isolation.level=read_committed is not supported by this build's fetcher")
-            fetcher_extra["isolation_level"] = cfg.isolation_level
+            fetcher_extra["isolation_level"] = 1  # the fetcher's read_committed
         if cfg.group_instance_id is not None and not _accepts(BrokerGroupMember.__init__, "group_instance_id"):
             raise ConfigError("group.instance.id (static membership) is not supported by this build's group member")
         self.config = cfg
@@ -456,6 +456,10 @@ class Consumer:
             raise IllegalStateError("poll() needs subscribe() or assign() first")
         now = time.monotonic()
         self._last_poll = now
+        fatal = getattr(self._member, "fatal_error", None)
+        if fatal is not None:
+            # The group member stopped for good (e.g. another process took our group.instance.id).
+            raise fatal
         if self._rejoin:
             with self._lock:
                 if self._rejoin and self._member is None and self._subscription is not None:
@@ -893,7 +897,7 @@ class Consumer:
         """(group member) Our share of the new generation: fetch it from its committed offsets."""
         tps = sorted(TopicPartition(*tp) for tp in partitions)
         with self._lock:
-            self._take(tps)
+            self._take([tp for tp in tps if tp not in self._ptis])  # only what is new (cooperative: the increment)
         if self._on_assign is not None:
             try:
                 self._on_assign(self, tps)
