@@ -332,7 +332,11 @@ class Consumer:
                 member.trigger("subscription changed")
                 return
             self._rejoin = False
-            self._join()
+            try:
+                self._join()
+            except BaseException:
+                self._subscription = None  # as before the call: the caller may fix the cause and retry
+                raise
 
     def _subscription_for(self, topics: Any) -> Subscription:
         try:
@@ -403,7 +407,14 @@ class Consumer:
             raise IllegalStateError("assign() after subscribe(): call unsubscribe() first")
         with self._lock:
             gone = [tp for tp in self._ptis if tp not in wanted]
-            self._drop(gone)
+            positions = self._drop(gone)
+            if gone and self.config.enable_auto_commit and self._storage is not None:
+                # As Java's assign(): the old assignment's positions are committed first.
+                todo = {tp: o for tp, o in positions.items() if o is not None}
+                try:
+                    self._commit_now(todo)
+                except HmbError as exc:
+                    log.warning("%s: commit of the previous assignment failed: %s", self.consumer_id, exc)
             new = [tp for tp in wanted if tp not in self._ptis]
             self._manual = bool(wanted)
             self._take(new)
@@ -424,6 +435,8 @@ class Consumer:
         with self._lock:
             self._drop(list(self._ptis))
             self._manual = False
+            if self._storage is not None:
+                self._storage.generation = None  # commits after this are a memberless group's
 
     def assignment(self) -> set[TopicPartition]:
         """The partitions assigned now (by the group or by assign()), paused ones included."""

@@ -214,6 +214,21 @@ def test_commits_sync_async_with_callback_and_manual_assignment(broker: BrokerHa
     c2 = _consumer(consumers, broker, group_id=group)
     c2.assign([tp])
     assert [r.offset for r in _poll_until(c2, 8)] == list(range(42, 50))
+    c2.close()
+    # A member that leaves (unsubscribe) and then assigns commits as a memberless group again;
+    # replacing an assignment commits the old one's positions first (auto commit, as Java).
+    c3 = _consumer(consumers, broker, group_id=group)
+    c3.subscribe([tp.topic])
+    wait_until(lambda: (c3.poll(0.1), c3.assignment() == {tp})[1], 30, "the member owning the partition")
+    c3.unsubscribe()
+    assert c3.assignment() == set()
+    c3.assign([tp])
+    assert c3.committed([tp]) == {tp: 50}  # the revoke on unsubscribe committed what it polled
+    c3.seek(tp, 45)
+    got = wait_until(lambda: c3.poll(0.5, max_records=2), 10, "two records from 45")
+    assert [r.offset for r in got] == [45, 46]
+    c3.assign([])
+    assert c3.committed([tp]) == {tp: 47}
 
 
 def test_pattern_subscription_sees_a_topic_created_later(broker: BrokerHandle, consumers: list[Consumer]) -> None:
