@@ -57,6 +57,14 @@ from hmbclient.producer.config import ProducerConfig
 __all__ = ["AIOProducer", "AIOConsumer"]
 
 
+def _call_soon(loop: asyncio.AbstractEventLoop, fn: Any, *args: Any) -> None:
+    # From another thread: nobody awaits any more once the loop is closed.
+    try:
+        loop.call_soon_threadsafe(fn, *args)
+    except RuntimeError:
+        pass
+
+
 def _set_done(future: asyncio.Future[None]) -> None:
     if not future.done():
         future.set_result(None)
@@ -180,7 +188,7 @@ class AIOProducer:
         entries = self._waiting.get(batch)
         if entries is None:
             entries = self._waiting[batch] = []
-            batch.future.add_done_callback(lambda _f: loop.call_soon_threadsafe(self._settle, batch))
+            batch.future.add_done_callback(lambda _f: _call_soon(loop, self._settle, batch))
         entries.append((index, future))
         return future
 
@@ -289,7 +297,7 @@ class AIOConsumer:
                 woken: asyncio.Future[None] = loop.create_future()
 
                 def wake(woken: asyncio.Future[None] = woken) -> None:
-                    loop.call_soon_threadsafe(_set_done, woken)
+                    _call_soon(loop, _set_done, woken)
 
                 if stream.add_waiter(wake):
                     left = None if deadline is None else deadline - loop.time()
