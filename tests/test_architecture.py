@@ -80,6 +80,8 @@ ALLOWED: dict[str, tuple[str, ...]] = {
                            "hmbclient.net", "hmbclient.zkpaths", "rebalance", "encoders"),
     "hmbclient": (*_CORE, "hmbclient.net", "hmbclient.producer", "hmbclient.consumer", "hmbclient.admin",
                   "rebalance", "partitioners", "encoders"),
+    # asyncio fronts of the producer and the poll consumer
+    "hmbclient.aio": (*_CORE, "hmbclient.producer", "hmbclient.producer.config", "hmbclient.consumer"),
     "hmbclient.admin": (*_CORE, "hmbclient", "hmbclient.protocol", "hmbclient.net", "hmbclient.consumer",
                         "hmbclient.zkpaths", "rebalance"),
     # the server and the local servers built on it
