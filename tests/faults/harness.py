@@ -94,6 +94,12 @@ SESSION_TIMEOUT_MS = 6000
 #: The ISR-shrink fault needs this plus the leader's check interval (half of it) well under
 #: the session.
 REPLICA_LAG_TIME_MAX_MS = 1000
+#: Every run's cluster: replication 3, min.insync.replicas 2, no unclean election.
+CLUSTER_SETTINGS: dict[str, Any] = dict(
+    num_partitions=PARTITIONS, replication_factor=BROKERS, min_insync_replicas=2,
+    unclean_leader_election_enable=False, zookeeper_session_timeout_ms=SESSION_TIMEOUT_MS,
+    replica_lag_time_max_ms=REPLICA_LAG_TIME_MAX_MS, offsets_topic_num_partitions=1,
+)
 
 FAULT_KINDS = (
     "kill_leader", "kill_controller", "pause_follower", "pause_past_session", "restart_all",
@@ -109,12 +115,12 @@ PROGRESS_ACKS = 20
 RECOVERY_TIMEOUT_S = 90.0
 
 
-def fault_sequence(seed: int, count: int) -> list[str]:
-    """``count`` fault kinds drawn by ``seed``: every kind once before any repeats."""
+def fault_sequence(seed: int, count: int, kinds_from: Sequence[str] = FAULT_KINDS) -> list[str]:
+    """``count`` fault kinds (of ``kinds_from``) drawn by ``seed``: every kind once before any repeats."""
     rng = random.Random(f"sequence-{seed}")
     out: list[str] = []
     while len(out) < count:
-        kinds = list(FAULT_KINDS)
+        kinds = list(kinds_from)
         rng.shuffle(kinds)
         out.extend(kinds)
     return out[:count]
@@ -440,8 +446,23 @@ class RunResult:
     #: the producers that ran with idempotence on
     idempotent: list[str] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
+    #: per producer: acknowledged values not found
+    lost_by: Counter[str] = field(default_factory=Counter)
+    #: per reader: records read, and those read that the final log does not hold there
+    reads: dict[str, int] = field(default_factory=dict)
+    dirty_reads: dict[str, int] = field(default_factory=dict)
     seconds: float = 0.0
     report_path: str = ""
+
+    def rows(self) -> list[tuple[str, str, int, int, int, int, float]]:
+        """Table rows: (fault kinds, client, acked or read, lost, duplicates, dirty reads,
+        longest recovery in seconds)."""
+        kinds = "+".join(dict.fromkeys(f.kind for f in self.faults)) or "none"
+        recover = max((f.recovery_s for f in self.faults), default=0.0)
+        out = [(kinds, name, self.acked.get(name, 0), self.lost_by.get(name, 0), self.duplicates.get(name, 0), 0, recover)
+               for name in self.sent]
+        out += [(kinds, name, n, 0, 0, self.dirty_reads.get(name, 0), recover) for name, n in self.reads.items()]
+        return out
 
     @property
     def survived(self) -> int:
@@ -461,6 +482,7 @@ class RunResult:
             f"(of {sum(self.sent.values())} sent, {sum(self.failed.values())} failed), lost={len(self.lost)}, "
             f"misplaced={len(self.misplaced)}, duplicates={dups}{f' ({per})' if per else ''}{idem}, "
             f"reordered={reordered}{f' ({per_order})' if per_order else ''}, "
+            f"read={sum(self.reads.values())} dirty={sum(self.dirty_reads.values())}, "
             f"problems={len(self.problems)}, {self.seconds:.1f} s"
         )
 
@@ -494,7 +516,8 @@ class RunResult:
 
 
 class FaultRun:
-    """One seeded run: a cluster, producers, ``faults`` one after another, then validation.
+    """One seeded run: a cluster, producers (and readers), ``faults`` one after another, then
+    validation.
 
     Args:
         zookeeper_connect: a ZooKeeper ("host:port"); the run uses its own chroot.
@@ -504,7 +527,11 @@ class FaultRun:
         faults: a count, or the kinds in order (names from :data:`FAULT_KINDS`).
         producers: kinds from :data:`PRODUCER_KINDS`.
         rate: values per second per producer.
+        readers: kinds from :data:`READER_KINDS`, reading while the faults happen.
     """
+
+    #: the fault kinds this run knows (each a method ``_<kind>``)
+    fault_kinds: Sequence[str] = FAULT_KINDS
 
     def __init__(
         self,
@@ -515,11 +542,12 @@ class FaultRun:
         *,
         producers: Sequence[str] = PRODUCER_KINDS,
         rate: float = 100.0,
+        readers: Sequence[str] = (),
     ) -> None:
-        self.kinds = fault_sequence(seed, faults) if isinstance(faults, int) else list(faults)
-        unknown = [k for k in self.kinds if k not in FAULT_KINDS]
+        self.kinds = fault_sequence(seed, faults, self.fault_kinds) if isinstance(faults, int) else list(faults)
+        unknown = [k for k in self.kinds if k not in self.fault_kinds]
         if unknown:
-            raise ValueError(f"unknown faults {unknown}; known: {FAULT_KINDS}")
+            raise ValueError(f"unknown faults {unknown}; known: {self.fault_kinds}")
         self.zookeeper_connect = zookeeper_connect
         self.log_dir = Path(log_dir)
         self.seed = seed
@@ -529,6 +557,8 @@ class FaultRun:
         self.session_s = SESSION_TIMEOUT_MS / 1000.0
         self.result = RunResult(seed)
         self.workers: list[ProducerWorker] = []
+        self.reader_kinds = list(readers)
+        self.readers: list[Any] = []
         self.events: list[str] = []
         self.broker_output: dict[int, list[str]] = {i: [] for i in range(BROKERS)}
         self._t0 = time.monotonic()
@@ -770,6 +800,20 @@ class FaultRun:
             if bad and w.idempotent:
                 r.problems.append(f"{w.name} (idempotent): {bad} value(s) stored out of send order, first {first}")
 
+    def _judge_readers(self, at: dict[tuple[int, int], bytes | None]) -> None:
+        """No reader may have seen a record the final log does not hold at that offset (a read
+        above the high watermark of a leader that later lost it: a dirty read)."""
+        r = self.result
+        for reader in self.readers:
+            dirty = [(p, o, v) for (p, o), v in reader.seen.items() if at.get((p, o), b"<absent>") != v]
+            r.reads[reader.name] = len(reader.seen)
+            r.dirty_reads[reader.name] = len(dirty)
+            if dirty:
+                p, o, v = min(dirty)
+                r.problems.append(f"{reader.name}: {len(dirty)} dirty read(s), first {TOPIC}-{p}@{o} = {v!r}, "
+                                  f"the log holds {at.get((p, o))!r}")
+            r.problems.extend(f"{reader.name}: {x}" for x in reader.problems)
+
     def _disk(self, broker_id: int, partition: int) -> list[tuple[int, bytes | None]]:
         """The records of one replica, read from its segment files."""
         d = Path(self.cluster.broker_log_dir(broker_id)) / f"{TOPIC}-{partition}"
@@ -873,6 +917,8 @@ class FaultRun:
                 else:
                     verdict = f"only on followers' disks ({text}): lost from the leader"
                 r.lost.append(f"{what}: {verdict}")
+                r.lost_by[what.split(" value ", 1)[0]] += 1
+        self._judge_readers(at)
         self._replicas_agree()
         for p in range(PARTITIONS):
             meta = self.cluster.partition(TOPIC, p)
@@ -887,12 +933,7 @@ class FaultRun:
         self._t0 = time.monotonic()
         chroot = f"{self.zookeeper_connect}/faults-{self.seed}-{uuid.uuid4().hex[:8]}"
         self.log_dir.mkdir(parents=True, exist_ok=True)
-        self.cluster = EmbeddedCluster(
-            brokers=BROKERS, zookeeper_connect=chroot, log_dir=str(self.log_dir / "cluster"), processes=True,
-            num_partitions=PARTITIONS, replication_factor=BROKERS, min_insync_replicas=2,
-            unclean_leader_election_enable=False, zookeeper_session_timeout_ms=SESSION_TIMEOUT_MS,
-            replica_lag_time_max_ms=REPLICA_LAG_TIME_MAX_MS, offsets_topic_num_partitions=1,
-        )
+        self.cluster = self._make_cluster(chroot)
         self.zk = KazooClient(hosts=chroot)
         try:
             with self.cluster:
@@ -912,16 +953,30 @@ class FaultRun:
                 if w.alive:
                     w.stop()
                     w.close(5.0)
+            for reader in self.readers:
+                reader.stop()
             self.zk.stop()
             self.zk.close()
             self.result.seconds = time.monotonic() - self._t0
             self._write_report()
         return self.result
 
+    def _make_cluster(self, chroot: str) -> EmbeddedCluster:
+        """The cluster of the run (not started), on ZooKeeper ``chroot``."""
+        return EmbeddedCluster(
+            brokers=BROKERS, zookeeper_connect=chroot, log_dir=str(self.log_dir / "cluster"), processes=True,
+            **CLUSTER_SETTINGS,
+        )
+
     def _run_producers_and_faults(self) -> None:
+        from .readers import make_reader
+
         self.workers = [_WORKERS[k](i, self.cluster.bootstrap, TOPIC, rate=self.rate) for i, k in enumerate(self.producer_kinds)]
         for w in self.workers:
             w.start()
+        self.readers = [make_reader(k, i, self.cluster, TOPIC, PARTITIONS) for i, k in enumerate(self.reader_kinds)]
+        for reader in self.readers:
+            reader.start()
         try:
             self._await_progress("at the start")
             for kind in self.kinds:
@@ -947,6 +1002,8 @@ class FaultRun:
         finally:
             for w in self.workers:
                 w.stop()
+            for reader in self.readers:
+                reader.stop()
             for w in self.workers:
                 try:
                     w.close(30.0)
