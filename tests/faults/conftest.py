@@ -20,13 +20,14 @@ _ROWS: list[tuple[str, str, int, int, int, int, float]] = []
 
 @pytest.fixture
 def fault_summary() -> Callable[..., None]:
-    """Record a run's summary line for the terminal summary, and with a run's result (anything
-    with ``rows()``) its rows of the table."""
+    """Record a run's summary line for the terminal summary, and its rows of the table: a
+    run's result (anything with ``rows()``) or ``rows`` given as they are."""
 
-    def record(line: str, result: Any = None) -> None:
+    def record(line: str, result: Any = None, rows: list[tuple[str, str, int, int, int, int, float]] | None = None) -> None:
         _SUMMARIES.append(line)
         if result is not None:
             _ROWS.extend(result.rows())
+        _ROWS.extend(rows or ())
 
     return record
 

@@ -18,6 +18,7 @@ unwritable on this leader (clients retry, as they do for Kafka's offline directo
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
@@ -59,8 +60,10 @@ def test_full_disk_answers_storage_error_loses_nothing_and_serves_again(tmp_path
             assert [v for _, v in read_all(ch, TOPIC)] == acked
 
             disk.resize(8 << 20)  # space returns
+            started = time.monotonic()
             more = [b"after-%04d" % j for j in range(200)]
             code, base = produce(ch, TOPIC, more[:100])
+            recovered = time.monotonic() - started
             assert (code, base) == (ErrorCode.NONE, len(acked)), (ErrorCode(code).name, base, len(acked))
             acked += more[:100]
             assert produce(ch, TOPIC, more[100:]) == (ErrorCode.NONE, len(acked))
@@ -77,7 +80,8 @@ def test_full_disk_answers_storage_error_loses_nothing_and_serves_again(tmp_path
             assert [v for _, v in got] == acked
             ch.close()
         fault_summary(f"full disk: acked {len(acked)} ({full_at} before the disk filled), storage errors "
-                      f"{codes[ErrorCode.KAFKA_STORAGE_ERROR]}, lost 0")
+                      f"{codes[ErrorCode.KAFKA_STORAGE_ERROR]}, lost 0",
+                      rows=[("disk_full (leader)", "raw acks=-1", len(acked), 0, 0, 0, recovered)])
 
 
 def _disk_records(log_dir: str, topic: str) -> list[tuple[int, bytes | None]]:
@@ -126,8 +130,10 @@ def test_a_replica_with_a_damaged_segment_truncates_and_refetches(zookeeper: Any
             byte = f.read(1)
             f.seek(bad.position + bad.size - 5)
             f.write(bytes([byte[0] ^ 0xFF]))
+        started = time.monotonic()
         cluster.restart(target, timeout_s=60)
         cluster.await_isr(topic, 60, size=3)
+        recovered = time.monotonic() - started
         fixed, _ = records.scan_entries(damaged.read_bytes(), verify_crc=True)
         assert sum(e.size for e in fixed) == damaged.stat().st_size, "the damaged entry is still there"
         now = cluster.leader(topic, 0)
@@ -142,4 +148,62 @@ def test_a_replica_with_a_damaged_segment_truncates_and_refetches(zookeeper: Any
         wait_until(lambda: all(_disk_records(cluster.broker_log_dir(b), topic) == logs[now] for b in range(3)), 30,
                    "identical replicas", diag=lambda: {b: len(_disk_records(cluster.broker_log_dir(b), topic)) for b in range(3)})
     fault_summary(f"damaged closed segment on the {victim} (broker {target}): cut at offset {bad.base_offset} of {len(acked)}, "
-                  f"refetched, acked {len(acked)}, lost 0")
+                  f"refetched, acked {len(acked)}, lost 0",
+                  rows=[(f"damaged_segment ({victim})", "raw acks=-1", len(acked), 0, 0, 0, recovered)])
+
+
+@pytest.mark.timeout(120)
+def test_a_follower_whose_disk_fills_leaves_the_isr_and_catches_up_when_space_returns(zookeeper: Any, tmp_path: Path, fault_summary: Any) -> None:
+    """Broker 2's log directory is a 1 MiB tmpfs: as a follower it cannot write what it
+    fetches, drops out of the ISR, and the partition goes on taking acks=-1 writes with the
+    other two (min.insync.replicas 2); once space returns it fetches the same offsets again
+    (no truncation loop), rejoins the ISR, and holds exactly the leader's records."""
+    topic = "follower-disk"
+    small = 2
+    with SmallDisk(tmp_path / "cluster" / f"broker-{small}", 1 << 20) as disk:
+        with EmbeddedCluster(3, f"{zookeeper.connect}/{topic}", log_dir=str(tmp_path / "cluster"), processes=True, replication_factor=3,
+                             min_insync_replicas=2, log_segment_bytes=256 * 1024, zookeeper_session_timeout_ms=6000,
+                             replica_lag_time_max_ms=1000, unclean_leader_election_enable=False) as cluster:
+            cluster.create_topic(topic, 3, 3)
+            cluster.await_isr(topic, 30, size=3)
+            partition = next(p for p in range(3) if cluster.leader(topic, p) != small)
+            leader = cluster.leader(topic, partition)
+            assert leader is not None
+            ch = cluster.broker(leader).channel("follower-disk-test")
+            acked: list[bytes] = []
+            errors: dict[int, int] = {}
+
+            def write(n: int, tag: bytes) -> None:
+                for i in range(n):
+                    values = [tag + b"-%04d-%02d-" % (i, j) + b"z" * 1000 for j in range(10)]
+                    code, base = produce(ch, topic, values, partition=partition)
+                    if code == ErrorCode.NONE:
+                        assert base == len(acked)
+                        acked.extend(values)
+                    else:
+                        errors[code] = errors.get(code, 0) + 1
+
+            def isr() -> tuple[int, ...]:
+                meta = cluster.partition(topic, partition)
+                return () if meta is None else tuple(meta.isr)
+
+            write(150, b"fill")  # 1.5 MB: more than the follower's disk holds
+            wait_until(lambda: small not in isr(), 30, f"broker {small} out of the ISR", diag=lambda: (isr(), disk.used()))
+            mark = len(acked)
+            write(20, b"without")  # the other two replicas still make min.insync.replicas
+            assert len(acked) > mark, errors
+            disk.resize(16 << 20)
+            started = time.monotonic()
+            wait_until(lambda: small in isr(), 60, f"broker {small} back in the ISR", diag=isr)
+            recovered = time.monotonic() - started
+            got = read_all(ch, topic, partition=partition)
+            ch.close()
+            assert [v for _, v in got] == acked
+            d = Path(cluster.broker_log_dir(small)) / f"{topic}-{partition}"
+            on_follower = [(r.offset, r.value) for seg in sorted(d.glob("*.log")) for r in records.iter_records(seg.read_bytes())]
+            assert on_follower == got
+            out = "\n".join(cluster.broker(small).output)
+            assert "cannot append what broker" not in out, "a disk error sent the partition back to truncation"
+            assert 1 <= out.count("cannot write what broker") <= 3, "the disk error is logged once per failure streak and partition"
+    fault_summary(f"follower's disk full: acked {len(acked)} (errors {errors}), lost 0, back in the ISR {recovered:.1f} s after space returned",
+                  rows=[("follower_disk_full", "raw acks=-1", len(acked), 0, 0, 0, recovered)])
