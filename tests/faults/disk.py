@@ -4,7 +4,8 @@
 (``resize``: the space "returns") and always unmounts it at the end (``with``, and at
 interpreter exit through the exit registry; a busy mount is detached lazily). The helpers write
 and read one partition with raw Produce/Fetch requests, so every answer's error code is seen as
-the broker sent it (no client retry hides a KAFKA_STORAGE_ERROR).
+the broker sent it (no client retry hides a KAFKA_STORAGE_ERROR). :class:`DiskRun` is the
+fault-run harness with a disk that fills (the ``chaos`` loop).
 """
 
 from __future__ import annotations
@@ -23,7 +24,9 @@ from hmbclient.protocol.api import ApiKey
 from hmbclient.protocol.api.base import REQUESTS
 from hmbclient.testing._process import at_exit
 
-__all__ = ["SmallDisk", "produce", "read_all"]
+from .harness import PARTITIONS, RECOVERY_TIMEOUT_S, FaultRecord, FaultRun, _wait
+
+__all__ = ["DiskRun", "SmallDisk", "produce", "read_all"]
 
 
 class SmallDisk:
@@ -93,3 +96,38 @@ def read_all(ch: BrokerChannel, topic: str, *, partition: int = 0) -> list[tuple
             return out
         out += got
         offset = got[-1][0] + 1
+
+
+class DiskRun(FaultRun):
+    """A :class:`FaultRun` (producers, readers, validation) whose broker 2 keeps its log
+    directory on a tmpfs. Fault ``disk_full``: the tmpfs shrinks to what it holds plus
+    :data:`HEADROOM`, so the producers fill it within moments; once broker 2 has dropped out of
+    an ISR (a follower that cannot write) the space returns, and the run's recovery waits for
+    every ISR whole and every producer acknowledged again. Partitions broker 2 leads answer
+    KAFKA_STORAGE_ERROR meanwhile (the producers retry)."""
+
+    fault_kinds = ("disk_full",)
+    small = 2
+
+    def run(self) -> Any:
+        with SmallDisk(self.log_dir / "cluster" / f"broker-{self.small}", ROOMY) as disk:
+            self.disk = disk
+            return super().run()
+
+    def _disk_full(self, f: FaultRecord) -> None:
+        used = self.disk.used()
+        self.disk.resize(used + HEADROOM)
+        f.detail = f"broker {self.small}: {used // 1024} KiB + {HEADROOM // 1024} KiB"
+        self._event(f"broker {self.small}'s disk shrunk to {used + HEADROOM} bytes")
+        try:
+            _wait(f"broker {self.small} out of an ISR", lambda: any(self.small not in self._state(p).isr for p in range(PARTITIONS)),
+                  RECOVERY_TIMEOUT_S)
+            self._event(f"broker {self.small} left an ISR (disk {self.disk.used()} bytes used)")
+        finally:
+            self.disk.resize(ROOMY)
+        self._event("space returned")
+
+
+#: the tmpfs's size outside the fault (memory is used only for what is written)
+ROOMY = 256 << 20
+HEADROOM = 128 << 10

@@ -14,6 +14,11 @@ offsets move only after the bytes are written, the leader-epoch entry written fi
 no bytes yet), so nothing is left to distrust, and a broker whose disk was full for a moment
 serves again without an operator. The cost: while the disk stays full the partition stays
 unwritable on this leader (clients retry, as they do for Kafka's offline directory).
+
+Replicas: a follower whose disk is full drops out of the ISR and catches up when space returns;
+one whose closed segment was damaged (found by the start-up scan after an unclean shutdown,
+see log.py) cuts its log there and fetches the rest again. The ``chaos`` run fills a broker's
+disk three times under every producer kind and both readers (:class:`~.disk.DiskRun`).
 """
 
 from __future__ import annotations
@@ -29,9 +34,15 @@ from hmbclient.broker import BrokerProcess, EmbeddedCluster
 from hmbclient.errors import ErrorCode
 from hmbclient.protocol import records
 
-from .disk import SmallDisk, produce, read_all
+from .disk import DiskRun, SmallDisk, produce, read_all
+from .readers import READER_KINDS
 
 TOPIC = "disk"
+
+# kafka-python (a DiskRun producer) loads its protocol schemas through a deprecated importlib.resources call.
+pytestmark = pytest.mark.filterwarnings(
+    "ignore:read_text is deprecated:DeprecationWarning", "ignore:open_text is deprecated:DeprecationWarning"
+)
 
 
 @pytest.mark.timeout(120)
@@ -207,3 +218,13 @@ def test_a_follower_whose_disk_fills_leaves_the_isr_and_catches_up_when_space_re
             assert 1 <= out.count("cannot write what broker") <= 3, "the disk error is logged once per failure streak and partition"
     fault_summary(f"follower's disk full: acked {len(acked)} (errors {errors}), lost 0, back in the ISR {recovered:.1f} s after space returned",
                   rows=[("follower_disk_full", "raw acks=-1", len(acked), 0, 0, 0, recovered)])
+
+
+@pytest.mark.chaos
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("seed", [301, 302])
+def test_chaos_disk_full(zookeeper: Any, tmp_path: Path, seed: int, fault_summary: Any) -> None:
+    """Every producer kind and both readers while broker 2's disk fills three times over."""
+    result = DiskRun(zookeeper.connect, tmp_path, seed, ["disk_full"] * 3, readers=READER_KINDS).run()
+    fault_summary(result.summary(), result)
+    result.check()
