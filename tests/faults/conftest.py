@@ -33,10 +33,11 @@ def fault_summary() -> Callable[..., None]:
 
 
 def table(rows: list[tuple[str, str, int, int, int, int, float]]) -> list[str]:
-    """One line per (fault kind, client), rows of several runs summed (recovery: the longest)."""
+    """One line per (fault kind, client kind), rows of several runs summed (recovery: the
+    longest)."""
     merged: dict[tuple[str, str], list[Any]] = {}
     for kind, client, acked, lost, dups, dirty, recover in rows:
-        m = merged.setdefault((kind, client), [0, 0, 0, 0, 0.0])
+        m = merged.setdefault((kind, client.split("#")[0]), [0, 0, 0, 0, 0.0])
         m[0] += acked
         m[1] += lost
         m[2] += dups

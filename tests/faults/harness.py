@@ -425,6 +425,9 @@ class FaultRecord:
     fault_s: float = 0.0
     recovery_s: float = 0.0
     problem: str | None = None
+    #: per producer: values it had sent when the fault began; per reader: records it had read
+    sent_before: dict[str, int] = field(default_factory=dict)
+    read_before: dict[str, int] = field(default_factory=dict)
 
     def __str__(self) -> str:
         text = f"{self.kind}({self.detail}; {self.fault_s:.1f}+{self.recovery_s:.1f} s)"
@@ -451,12 +454,18 @@ class RunResult:
     #: per reader: records read, and those read that the final log does not hold there
     reads: dict[str, int] = field(default_factory=dict)
     dirty_reads: dict[str, int] = field(default_factory=dict)
+    #: the rows of the fault table (see ``rows``), filled by the validation
+    table: list[tuple[str, str, int, int, int, int, float]] = field(default_factory=list)
     seconds: float = 0.0
     report_path: str = ""
 
     def rows(self) -> list[tuple[str, str, int, int, int, int, float]]:
-        """Table rows: (fault kinds, client, acked or read, lost, duplicates, dirty reads,
-        longest recovery in seconds)."""
+        """Table rows: (fault kind, client, acked or read, lost, duplicates, dirty reads,
+        recovery in seconds), one per fault and client, each value counted under the fault during
+        which (or during whose recovery) it was sent or read ("before faults" for the first);
+        without per-fault figures, one row per client for the run's kinds together."""
+        if self.table:
+            return self.table
         kinds = "+".join(dict.fromkeys(f.kind for f in self.faults)) or "none"
         recover = max((f.recovery_s for f in self.faults), default=0.0)
         out = [(kinds, name, self.acked.get(name, 0), self.lost_by.get(name, 0), self.duplicates.get(name, 0), 0, recover)
@@ -800,6 +809,21 @@ class FaultRun:
             if bad and w.idempotent:
                 r.problems.append(f"{w.name} (idempotent): {bad} value(s) stored out of send order, first {first}")
 
+    def _fill_table(self, marks: dict[str, dict[str, list[int]]]) -> None:
+        """One row per fault and client: its values (reads) since the fault began, up to the
+        next fault (see ``RunResult.rows``)."""
+        faults = self.result.faults
+        for name, m in marks.items():
+            reader = "dirty" in m
+            starts = [(f.read_before if reader else f.sent_before).get(name, 0) for f in faults]
+            windows = [("before faults", 0, starts[0] if starts else 1 << 62, 0.0)]
+            windows += [(f.kind, a, b, f.recovery_s) for f, a, b in zip(faults, starts, [*starts[1:], 1 << 62], strict=True)]
+            for kind, low, high, recover in windows:
+                def count(xs: list[int], lo: int = low, hi: int = high) -> int:
+                    return sum(1 for x in xs if lo <= x < hi)
+
+                self.result.table.append((kind, name, count(m["ok"]), count(m["lost"]), count(m["dup"]), count(m.get("dirty", [])), recover))
+
     def _judge_readers(self, at: dict[tuple[int, int], bytes | None]) -> None:
         """No reader may have seen a record the final log does not hold at that offset (a read
         above the high watermark of a leader that later lost it: a dirty read)."""
@@ -885,13 +909,17 @@ class FaultRun:
                 r.problems.append(f"read a value no producer sent: {read_value!r}")
         self._judge_order(read)
         lost: dict[bytes, str] = {}
+        #: per client: the send (or read) positions of its acked, lost, duplicated (dirty) values
+        marks: dict[str, dict[str, list[int]]] = {}
         for w in self.workers:
             dups = 0
+            m = marks[w.name] = {"ok": [v - w.log.base for v in w.log.acked], "lost": [], "dup": []}
             for value, (p, offset) in sorted(w.log.acked.items()):
                 data = encode_value(value)
                 n = counts.get(data, 0)
                 if n == 0:
                     lost[data] = f"{w.name} value {value} acked at {TOPIC}-{p}@{offset}"
+                    m["lost"].append(value - w.log.base)
                 elif offset >= 0 and at.get((p, offset)) != data:
                     r.misplaced.append(
                         f"{w.name} value {value} acked at {TOPIC}-{p}@{offset}, which holds "
@@ -901,6 +929,7 @@ class FaultRun:
                 n = counts.get(encode_value(number), 0)
                 if n > 1:
                     dups += n - 1
+                    m["dup"] += [number - w.log.base] * (n - 1)
             r.duplicates[w.name] = dups
             if w.idempotent and dups:
                 r.problems.append(f"{w.name} (idempotent) stored {dups} duplicate(s)")
@@ -918,7 +947,12 @@ class FaultRun:
                     verdict = f"only on followers' disks ({text}): lost from the leader"
                 r.lost.append(f"{what}: {verdict}")
                 r.lost_by[what.split(" value ", 1)[0]] += 1
+        for reader in self.readers:
+            order = {key: i for i, key in enumerate(reader.seen)}
+            marks[reader.name] = {"ok": list(order.values()), "lost": [], "dup": [],
+                                  "dirty": [order[k] for k, v in reader.seen.items() if at.get(k, b"<absent>") != v]}
         self._judge_readers(at)
+        self._fill_table(marks)
         self._replicas_agree()
         for p in range(PARTITIONS):
             meta = self.cluster.partition(TOPIC, p)
@@ -980,7 +1014,8 @@ class FaultRun:
         try:
             self._await_progress("at the start")
             for kind in self.kinds:
-                f = FaultRecord(kind)
+                f = FaultRecord(kind, sent_before={w.name: w.log.sent for w in self.workers},
+                                read_before={reader.name: len(reader.seen) for reader in self.readers})
                 self.result.faults.append(f)
                 start = time.monotonic()
                 try:

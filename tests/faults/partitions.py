@@ -210,6 +210,11 @@ class PartitionRun(FaultRun):
             self.result.problems.append(f"broker {broker_id} acknowledged {acked} acks=-1 write(s) to {TOPIC}-{partition} {why}")
 
     def _leader(self) -> tuple[int, int, list[int]]:
+        """A partition chosen by the seed, its leader and the partitions that leader leads. (Every
+        fault starts here: the probe's and the stale reader's marks for the table too.)"""
+        f = self.result.faults[-1]
+        f.sent_before[self.probe.name] = self.probe.log.sent
+        f.read_before[self.stale.name] = len(self.stale.seen)
         p = self.rng.randrange(PARTITIONS)
         leader = self._state(p).leader
         return p, leader, self._led_by(leader)
