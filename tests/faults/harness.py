@@ -43,6 +43,15 @@ One run (:class:`FaultRun`):
   segment files: diverging logs are the failure leader epochs exist to prevent). For a lost
   value, the brokers' log directories are searched to tell a loss from a missed read.
 
+* Readers (optional, :mod:`.readers`): consumers reading while the faults happen; every record
+  one was served must be in the final log at that offset (else a dirty read: a value served
+  above the high watermark of a leader that then lost it), and group commits read back must
+  never be lower than what was committed. Subclasses bring other clusters and faults
+  (``partitions.PartitionRun``: network namespaces; ``disk.DiskRun``: a disk that fills).
+* The fault table (``RunResult.rows``, printed by conftest.py): per fault and client, the
+  values acknowledged (or read), lost, duplicated and read dirty, counted under the fault
+  during which they were sent (or read), and that fault's recovery time.
+
 Invariants of the harness itself: every wait is bounded and names what it waited for; every
 broker is stopped by its own process (the cluster's ``stop``), and children die with the test
 process (``PR_SET_PDEATHSIG``); everything listens on 127.0.0.1.

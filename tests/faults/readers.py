@@ -8,6 +8,10 @@ Kinds (:data:`READER_KINDS`):
 * ``hmb-reader``: hmbclient's :class:`SimpleConsumer` on each partition's leader, as the
   metadata of whichever broker answers names it (so a stale, isolated leader is read too, as a
   client with old metadata would). It follows no group.
+* ``hmb-group``: hmbclient's high-level consumer (``Consumer.create``, the group balanced by
+  the brokers' coordinator), auto commit off; after every batch (or a quiet
+  ``consumer.timeout.ms``) it commits (``commit_offsets``) and reads the group's committed
+  offsets back through a second client (librdkafka's ``committed``): judged as below.
 * ``librdkafka-group``: confluent-kafka's Consumer in a group, auto commit off; after every
   batch it commits synchronously what it consumed, then reads the group's committed offsets
   back: a committed offset read back lower than one committed successfully earlier is a
@@ -31,7 +35,7 @@ __all__ = ["READER_KINDS", "make_reader"]
 
 log = logging.getLogger("tests.faults")
 
-READER_KINDS = ("hmb-reader", "librdkafka-group")
+READER_KINDS = ("hmb-reader", "hmb-group", "librdkafka-group")
 
 
 class Reader:
@@ -133,7 +137,7 @@ class LibrdkafkaGroupReader(Reader):
                 pending = {p: o for p, o in consumed.items() if committed.get(p, -1) < o}
                 if pending:
                     self._commit(consumer, pending, committed)
-            self._check_committed(consumer, committed, final=True)
+            _check_committed(self, consumer, committed, final=True)
         finally:
             consumer.close()
 
@@ -148,24 +152,71 @@ class LibrdkafkaGroupReader(Reader):
         for tp in done or ():
             if tp.error is None:
                 committed[tp.partition] = max(committed.get(tp.partition, -1), tp.offset)
-        self._check_committed(consumer, committed, final=False)
+        _check_committed(self, consumer, committed, final=False)
 
-    def _check_committed(self, consumer: Any, committed: dict[int, int], *, final: bool) -> None:
+
+class HmbGroupReader(Reader):
+    kind = "hmb-group"
+
+    def _run(self) -> None:
         import confluent_kafka
 
+        from hmbclient.consumer.connector import Consumer
+        from hmbclient.errors import ConsumerTimeoutError
+
+        group = f"faults-hmb-{uuid.uuid4().hex[:8]}"
+        connector = Consumer.create({
+            "bootstrap.servers": self.cluster.bootstrap, "group.id": group, "group.protocol": "broker",
+            "auto.offset.reset": "smallest", "auto.commit.enable": False, "consumer.timeout.ms": 200,
+            "client.id": f"faults-{self.name}",
+        })
+        checker = confluent_kafka.Consumer({"bootstrap.servers": self.cluster.bootstrap, "group.id": group, "enable.auto.commit": False,
+                                            "logger": logging.getLogger("tests.faults.librdkafka")})
+        committed: dict[int, int] = {}
+        handed: dict[int, int] = {}
         try:
-            back = consumer.committed([confluent_kafka.TopicPartition(self.topic, p) for p in committed], timeout=10)
-        except confluent_kafka.KafkaException as e:
-            if final:
-                self.problems.append(f"the committed offsets could not be read at the end: {e}")
-            return
-        for tp in back:
-            if tp.error is None and tp.offset < committed[tp.partition]:
-                self.problems.append(f"committed offset of {self.topic}-{tp.partition} moved back: {tp.offset} read after "
-                                     f"{committed[tp.partition]} was committed{' (at the end)' if final else ''}")
+            stream = connector.create_message_streams({self.topic: 1})[self.topic][0]
+            it = iter(stream)
+            while not self._stop.is_set():
+                try:
+                    for _ in range(500):
+                        mm = next(it)
+                        self._record(mm.partition, mm.offset, mm.message)
+                        handed[mm.partition] = mm.offset + 1
+                except ConsumerTimeoutError:
+                    pass
+                if not any(committed.get(p, -1) < o for p, o in handed.items()):
+                    continue
+                try:
+                    connector.commit_offsets()
+                except HmbError:
+                    continue  # not committed (a coordinator moving): the next commit writes the same or later
+                for p, o in handed.items():
+                    committed[p] = max(committed.get(p, -1), o)
+                _check_committed(self, checker, committed, final=False)
+            _check_committed(self, checker, committed, final=True)
+        finally:
+            connector.shutdown()
+            checker.close()
 
 
-_READERS: dict[str, type[Reader]] = {r.kind: r for r in (HmbReader, LibrdkafkaGroupReader)}
+def _check_committed(reader: Reader, consumer: Any, committed: dict[int, int], *, final: bool) -> None:
+    """The group's committed offsets, read back: none below what was committed successfully."""
+    import confluent_kafka
+
+    try:
+        back = consumer.committed([confluent_kafka.TopicPartition(reader.topic, p) for p in committed], timeout=10)
+    except confluent_kafka.KafkaException as e:
+        if final:
+            reader.problems.append(f"the committed offsets could not be read at the end: {e}")
+        return
+    for tp in back:
+        if tp.error is None and tp.offset < committed[tp.partition]:
+            reader.problems.append(f"committed offset of {reader.topic}-{tp.partition} moved back: {tp.offset} read after "
+                                   f"{committed[tp.partition]} was committed{' (at the end)' if final else ''}")
+
+
+_READERS: dict[str, type[Reader]] = {r.kind: r for r in (HmbReader, HmbGroupReader, LibrdkafkaGroupReader)}
 
 
 def make_reader(kind: str, index: int, cluster: Any, topic: str, partitions: int) -> Reader:
