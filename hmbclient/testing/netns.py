@@ -11,8 +11,9 @@
 What it builds. One network namespace per node (named ``hmbt<pid>x<n>-<node index>``), each
 with ``lo`` and an ``eth0`` veth whose peer is enslaved to a bridge in the test's own (host)
 namespace; the bridge holds the host's address (:data:`HOST`, ``.1``), node ``i`` gets
-``.(i + 2)`` in a /24 of 10.0.0.0/8 chosen from the pid, so labs of parallel test processes
-do not collide. Processes are put in a namespace by the *calling thread*: :meth:`inside`
+``.(i + 2)`` in a /24 of 198.18.0.0/15 (the range RFC 2544 sets aside for network tests, so
+no real network is shadowed) chosen from the pid, skipping any /24 a route of the host already
+covers, so labs of parallel test processes do not collide. Processes are put in a namespace by the *calling thread*: :meth:`inside`
 moves only that thread (a network namespace is per thread in Linux) with ``setns(2)`` and
 back, so a ``subprocess.Popen`` inside the block starts its child there, and the child still
 dies with the thread that started it (``PR_SET_PDEATHSIG``). Its servers listen on the
@@ -94,6 +95,18 @@ def _remove_stale() -> None:
             _ip("link", "del", m.group(1), check=False)
 
 
+def _free_prefix(seed: int) -> str:
+    """A ``198.(18|19).X`` /24 that no route of the host (nor another lab) uses yet."""
+    routes = _ip("-o", "route", check=False)
+    used = {m.group(1) for m in re.finditer(r"^(198\.1[89]\.\d+)\.\d+/", routes, re.M)}
+    for k in range(512):
+        key = (seed + k) % 512
+        prefix = f"198.{18 + key // 256}.{key % 256}"
+        if prefix not in used:
+            return prefix
+    raise NetworkLabError("no free /24 left in 198.18.0.0/15 for a network lab")
+
+
 class NetworkLab:
     """Network namespaces for ``nodes``, joined by a bridge in the host namespace.
 
@@ -114,9 +127,7 @@ class NetworkLab:
         pid = os.getpid()
         self._tag = f"hmbt{pid}x{n}"
         self.bridge = self._tag[:15]
-        # A /24 of 10/8 from the pid and the lab number.
-        key = (pid * 31 + n) % (250 * 256)
-        self._prefix = f"10.{key // 256 + 1}.{key % 256}"
+        self._prefix = _free_prefix(pid * 31 + n)
         self.nodes = list(nodes)
         self._ns = {node: f"{self._tag}-{i}" for i, node in enumerate(nodes)}
         self._addr = {node: f"{self._prefix}.{i + 2}" for i, node in enumerate(nodes)}
