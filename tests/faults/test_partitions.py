@@ -55,3 +55,28 @@ def test_the_validation_counts_a_dirty_read(tmp_path: Any) -> None:
     assert run.result.dirty_reads == {"reader": 2} and run.result.reads == {"reader": 3}
     assert any("2 dirty read(s), first faults-0@1" in p for p in run.result.problems), run.result.problems
     assert not run.result.ok
+
+
+def test_the_validation_reports_a_committed_offset_moving_back(hmb_broker: Any) -> None:
+    """The commit judge can fail: a group whose committed offset (read back from a real broker)
+    is below what the reader recorded as committed is reported as moved back; one at or above
+    it is not."""
+    import confluent_kafka
+
+    from .readers import Reader, _check_committed
+
+    topic = "commit-judge"
+    group = "commit-judge-group"
+    consumer = confluent_kafka.Consumer({"bootstrap.servers": hmb_broker.bootstrap, "group.id": group, "enable.auto.commit": False})
+    try:
+        p = confluent_kafka.Producer({"bootstrap.servers": hmb_broker.bootstrap})
+        p.produce(topic, b"x")
+        p.flush(30)
+        consumer.commit(offsets=[confluent_kafka.TopicPartition(topic, 0, 1)], asynchronous=False)
+        reader = Reader(0, None, topic, 1)
+        _check_committed(reader, consumer, {0: 1}, final=True)
+        assert reader.problems == []
+        _check_committed(reader, consumer, {0: 5}, final=True)
+        assert reader.problems == [f"committed offset of {topic}-0 moved back: 1 read after 5 was committed (at the end)"]
+    finally:
+        consumer.close()
