@@ -463,6 +463,10 @@ class RunResult:
     #: per reader: records read, and those read that the final log does not hold there
     reads: dict[str, int] = field(default_factory=dict)
     dirty_reads: dict[str, int] = field(default_factory=dict)
+    #: per reader: committed offsets read back lower during a fault (a zombie coordinator)
+    stale_commit_reads: dict[str, int] = field(default_factory=dict)
+    #: findings that do not fail the run
+    notes: list[str] = field(default_factory=list)
     #: the rows of the fault table (see ``rows``), filled by the validation
     table: list[tuple[str, str, int, int, int, int, float]] = field(default_factory=list)
     seconds: float = 0.0
@@ -501,6 +505,7 @@ class RunResult:
             f"misplaced={len(self.misplaced)}, duplicates={dups}{f' ({per})' if per else ''}{idem}, "
             f"reordered={reordered}{f' ({per_order})' if per_order else ''}, "
             f"read={sum(self.reads.values())} dirty={sum(self.dirty_reads.values())}, "
+            f"stale commit reads={sum(self.stale_commit_reads.values())}, "
             f"problems={len(self.problems)}, {self.seconds:.1f} s"
         )
 
@@ -510,7 +515,7 @@ class RunResult:
             lines.append(f"  {name}{' (idempotent)' if name in self.idempotent else ''}: sent {self.sent[name]}, "
                          f"acked {self.acked.get(name, 0)}, failed {self.failed.get(name, 0)}, "
                          f"duplicates {self.duplicates.get(name, 0)}, reordered {self.reordered.get(name, 0)}")
-        for title, items in (("problems", self.problems), ("lost", self.lost), ("misplaced", self.misplaced)):
+        for title, items in (("problems", self.problems), ("lost", self.lost), ("misplaced", self.misplaced), ("notes", self.notes)):
             if items:
                 lines.append(f"{title} ({len(items)}):")
                 lines += [f"  {x}" for x in items[:50]]
@@ -846,6 +851,10 @@ class FaultRun:
                 r.problems.append(f"{reader.name}: {len(dirty)} dirty read(s), first {TOPIC}-{p}@{o} = {v!r}, "
                                   f"the log holds {at.get((p, o))!r}")
             r.problems.extend(f"{reader.name}: {x}" for x in reader.problems)
+            stale = getattr(reader, "stale_commit_reads", [])
+            if stale:
+                r.stale_commit_reads[reader.name] = len(stale)
+                r.notes.append(f"{reader.name}: {len(stale)} stale commit read(s) during faults, first: {stale[0]}")
 
     def _disk(self, broker_id: int, partition: int) -> list[tuple[int, bytes | None]]:
         """The records of one replica, read from its segment files."""

@@ -43,6 +43,7 @@ from hmbclient.protocol.api import ApiKey
 from hmbclient.protocol.api.base import REQUESTS
 from hmbclient.testing import LocalZooKeeper
 from hmbclient.testing.netns import HOST, NetworkLab
+from rebalance import paths
 
 from .harness import (
     BROKERS,
@@ -219,6 +220,13 @@ class PartitionRun(FaultRun):
         leader = self._state(p).leader
         return p, leader, self._led_by(leader)
 
+    def _offsets_leader(self) -> int:
+        """The leader of the (single) offsets partition: every group's coordinator."""
+        try:
+            return paths.decode_partition_state(self.zk.get(paths.partition_state_path("__consumer_offsets", 0))[0]).leader
+        except Exception:  # not created yet (no group so far)
+            return -1
+
     def _others(self, broker_id: int) -> list[str]:
         return [node(b) for b in range(BROKERS) if b != broker_id]
 
@@ -226,7 +234,7 @@ class PartitionRun(FaultRun):
     def _leader_zk_cut(self, f: FaultRecord) -> None:
         p, victim, moved = self._leader()
         f.detail = f"partition {p}: broker {victim}"
-        self._event(f"cut broker {victim} (leader of {moved}) from ZooKeeper")
+        self._event(f"cut broker {victim} (leader of {moved}; __consumer_offsets-0 led by broker {self._offsets_leader()}) from ZooKeeper")
         self.lab.cut(node(victim), "zk")
         try:
             self._deregistered(victim)

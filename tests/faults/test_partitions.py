@@ -59,8 +59,8 @@ def test_the_validation_counts_a_dirty_read(tmp_path: Any) -> None:
 
 def test_the_validation_reports_a_committed_offset_moving_back(hmb_broker: Any) -> None:
     """The commit judge can fail: a group whose committed offset (read back from a real broker)
-    is below what the reader recorded as committed is reported as moved back; one at or above
-    it is not."""
+    is below what the reader recorded as committed is reported as moved back at the end (a
+    problem), and as a stale commit read during the faults; one at or above it is not."""
     import confluent_kafka
 
     from .readers import Reader, _check_committed
@@ -76,6 +76,8 @@ def test_the_validation_reports_a_committed_offset_moving_back(hmb_broker: Any) 
         reader = Reader(0, None, topic, 1)
         _check_committed(reader, consumer, {0: 1}, final=True)
         assert reader.problems == []
+        _check_committed(reader, consumer, {0: 5}, final=False)
+        assert reader.problems == [] and reader.stale_commit_reads == [f"committed offset of {topic}-0 moved back: 1 read after 5 was committed"]
         _check_committed(reader, consumer, {0: 5}, final=True)
         assert reader.problems == [f"committed offset of {topic}-0 moved back: 1 read after 5 was committed (at the end)"]
     finally:
