@@ -2,7 +2,9 @@
 
 :class:`SmallDisk` mounts a tmpfs of ``size`` bytes on a directory (root only), can grow it
 (``resize``: the space "returns") and always unmounts it at the end (``with``, and at
-interpreter exit through the exit registry; a busy mount is detached lazily). The helpers write
+interpreter exit through the exit registry; a busy mount is detached lazily); one left by a
+test process killed outright (its owner file names a pid that is gone) is unmounted by the
+next ``SmallDisk``. The helpers write
 and read one partition with raw Produce/Fetch requests, so every answer's error code is seen as
 the broker sent it (no client retry hides a KAFKA_STORAGE_ERROR). :class:`DiskRun` is the
 fault-run harness with a disk that fills (the ``chaos`` loop).
@@ -38,10 +40,12 @@ class SmallDisk:
         self.mounted = False
 
     def __enter__(self) -> SmallDisk:
+        _unmount_stale()
         self.path.mkdir(parents=True, exist_ok=True)
         subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={self.size}", "tmpfs", str(self.path)], check=True, capture_output=True)
         self.mounted = True
         at_exit.add_server(self)
+        (self.path / f"{_OWNER}{os.getpid()}").touch()  # a plain file: the broker ignores it
         return self
 
     def resize(self, size: int) -> None:
@@ -63,6 +67,25 @@ class SmallDisk:
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
         self.kill()
+
+
+_OWNER = ".hmb-small-disk-"
+
+
+def _unmount_stale() -> None:
+    """Unmount the small disks of test processes that died without unmounting (SIGKILL)."""
+    try:
+        with open("/proc/mounts") as f:
+            points = [line.split()[1] for line in f if line.startswith("tmpfs ")]
+    except OSError:
+        return
+    for point in points:
+        try:
+            owners = [n for n in os.listdir(point) if n.startswith(_OWNER)]
+        except OSError:
+            continue
+        if owners and not any(os.path.exists(f"/proc/{n[len(_OWNER):]}") for n in owners):
+            subprocess.run(["umount", "-l", point], capture_output=True)
 
 
 def _req(api: int, version: int, **fields: Any) -> Any:
