@@ -1,6 +1,6 @@
 # Two commands on a fresh machine: `make demo` (the main job) and `make test` (lint: ruff and
 # mypy, then the suite without the long fault runs). `make chaos` runs those fault runs
-# (tests/faults, marked chaos: about ten to fifteen minutes).
+# (tests/faults, marked chaos: about twenty minutes; one table of fault kind x client at the end).
 # Both install what they need first; every step is idempotent.
 SHELL := /bin/bash
 .SECONDEXPANSION:

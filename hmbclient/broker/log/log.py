@@ -45,9 +45,20 @@ Contract:
     read from the headers after its last index entry (no CRC scan); if those do not end exactly
     at the end of the file it is recovered as after an unclean shutdown.
 
-  No other segment is opened or has its index read at start-up (see ``Segment``: files are opened
-  lazily through the ``HandleCache``, indexes read on first lookup), so start-up costs a folder
-  listing per partition plus the active segment's work, however many segments there are.
+  - the closed segments after an unclean shutdown (the case is in ``_verify_closed``): each is
+    CRC-scanned too, without keeping its entries. A crash does not damage them (a roll
+    fsynced them), but a damaged disk or a stray write can, and an unclean shutdown is when
+    such damage is looked for (decision: a full scan on every start-up would cost a read of
+    the whole log after each clean restart; a scan on read would cost sendfile). At the first
+    entry that fails its CRC, its size or its offset order, the log is truncated to the offset
+    it should have started at (``truncate_to``: later segments, epochs, producer state go too)
+    and an error is logged: a follower fetches the rest from its leader again; a leader has
+    lost it (as a single replica in Kafka would).
+
+  After a clean shutdown no other segment is opened or has its index read at start-up (see
+  ``Segment``: files are opened lazily through the ``HandleCache``, indexes read on first
+  lookup), so start-up costs a folder listing per partition plus the active segment's work,
+  however many segments there are.
   Epoch entries at or past the recovered log end are dropped; the high watermark starts at the
   log start until the LogManager restores it from its checkpoint.
 
@@ -112,6 +123,38 @@ _MIN_ENTRY = 14  # smallest size field of any entry (a magic 0 message)
 _RecordListTooLarge = for_code(ErrorCode.RECORD_LIST_TOO_LARGE)
 # Read handles of Logs built without a LogManager (tools, tests): one cache for the process.
 _SHARED_CACHE = HandleCache()
+
+
+def _first_bad_entry(seg: Segment) -> tuple[int, int] | None:
+    """``(offset, position)`` of ``seg``'s first invalid entry (CRC, size, offsets going
+    backwards, a partial entry at the end): the offset it should have started at and where it
+    starts; None if every entry is sound. Reads the segment in chunks and keeps no entries."""
+    size = seg.store.size
+    pos = 0
+    expect = seg.base_offset
+    chunk = _RECOVERY_CHUNK
+    while pos < size:
+        buf = seg.store.read(pos, min(chunk, size - pos))
+        try:
+            found, valid = records.scan_entries(buf, verify_crc=True)
+        except (CorruptRecordError, ProtocolError):
+            found, valid = [], 0
+        for e in found:
+            if e.last_offset < expect:
+                return expect, pos + e.position
+            expect = e.last_offset + 1
+        pos += valid
+        if valid == len(buf):
+            chunk = _RECOVERY_CHUNK
+            continue
+        head = seg.store.read(pos, 12)
+        if len(head) == 12:
+            n = int.from_bytes(head[8:12], "big", signed=True)
+            if n > 0 and pos + 12 + n <= size and 12 + n > len(buf) - valid:
+                chunk = max(_RECOVERY_CHUNK, 12 + n)  # an entry straddling the chunk end
+                continue
+        return expect, pos
+    return None
 
 
 class AppendInfo(NamedTuple):
@@ -265,6 +308,8 @@ class Log:
         self._segments: tuple[Segment, ...] = ()
         self._bases: tuple[int, ...] = ()
         self._view: tuple[tuple[Segment, ...], tuple[int, ...]] = ((), ())
+        #: where a damaged closed segment's first bad entry starts (the log is cut there)
+        self._corrupt_from: int | None = None
         self._load()
         self.leader_epochs = LeaderEpochCache(os.path.join(directory, LEADER_EPOCH_CHECKPOINT))
         end = self.log_end_offset
@@ -284,6 +329,8 @@ class Log:
         self._hw_mark: tuple[int, Segment, int] = (self._hw, self.segments[0], 0)
         self.producer_state = ProducerStateManager(directory, config.producer_id_expiration_ms)
         self._load_producer_state(clean_shutdown)
+        if self._corrupt_from is not None:
+            self.truncate_to(self._corrupt_from)
 
     # -- start-up --------------------------------------------------------------------------
     def _load(self) -> None:
@@ -336,9 +383,26 @@ class Log:
             if self._clean_shutdown:
                 log.warning("%s: the active segment is not as a clean shutdown leaves it: recovering it", active.log_path)
             self._recover(active)
+        if not self._clean_shutdown:
+            self._corrupt_from = self._verify_closed(segs[:-1])
         if segs[-1].next_offset < segs[-1].base_offset:
             raise StorageError(f"{segs[-1].log_path}: next offset below base offset")
         self._set_segments(tuple(segs))
+
+    def _verify_closed(self, segs: list[Segment]) -> int | None:
+        """CRC-scan closed segments in order; the offset the first bad entry should have held
+        (None: all sound). See the module docstring."""
+        for seg in segs:
+            bad = _first_bad_entry(seg)
+            if bad is not None:
+                offset, position = bad
+                log.error("%s: corrupt entry at position %d of a closed segment, where offset %d should start: truncating "
+                          "the log to %d (a follower fetches the rest from its leader again)", seg.log_path, position, offset, offset)
+                # Cut here first: the header walk of truncate_to cannot step over a damaged
+                # size field; truncate_to then drops the later segments, epochs and state.
+                seg.truncate_to(position, offset)
+                return offset
+        return None
 
     def _recover(self, seg: Segment) -> None:
         size = seg.store.size
