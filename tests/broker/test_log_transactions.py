@@ -66,9 +66,9 @@ def scenario(lg: Log) -> None:
     lg.append(txn(2, 0, b"x"))  # 1
     lg.append(txn(1, 1, b"b"))  # 2
     assert lg.last_stable_offset == 0
-    lg.append(marker(1, COMMIT), markers=True)  # 3
+    lg.append(marker(1, COMMIT), origin="coordinator")  # 3
     assert lg.last_stable_offset == 1  # producer 2 still open
-    lg.append(marker(2, ABORT), markers=True)  # 4
+    lg.append(marker(2, ABORT), origin="coordinator")  # 4
     assert lg.last_stable_offset == 5
     lg.append(encode_records(2, NONE, [(None, b"plain", TS)]))  # 5
     lg.append(txn(3, 0, b"c"))  # 6: left open
@@ -96,7 +96,7 @@ def test_state_and_restarts(tmp_path: Path, segment_bytes: int) -> None:
     clean = Log(d, LogConfig(segment_bytes=segment_bytes), clean_shutdown=True)
     clean.set_high_watermark(clean.log_end_offset)
     check(clean)
-    clean.append(marker(3, COMMIT), markers=True)
+    clean.append(marker(3, COMMIT), origin="coordinator")
     assert clean.last_stable_offset == clean.log_end_offset
     assert committed_values(clean) == [b"a", b"b", b"plain", b"c"]
 
@@ -123,10 +123,10 @@ def test_refusals(tmp_path: Path) -> None:
     with pytest.raises(BrokerError) as e:
         lg.append(idem)  # a plain batch of a producer whose transaction is open
     assert e.value.errno == ErrorCode.INVALID_TXN_STATE
-    lg.append(marker(1, EndTxnMarker(ControlType.COMMIT, 5)), markers=True)
+    lg.append(marker(1, EndTxnMarker(ControlType.COMMIT, 5)), origin="coordinator")
     lg.append(txn(1, 1, b"b"))
     with pytest.raises(BrokerError) as e:
-        lg.append(marker(1, EndTxnMarker(ControlType.COMMIT, 4)), markers=True)  # a deposed coordinator
+        lg.append(marker(1, EndTxnMarker(ControlType.COMMIT, 4)), origin="coordinator")  # a deposed coordinator
     assert e.value.errno == ErrorCode.TRANSACTION_COORDINATOR_FENCED
     assert lg.log_end_offset == 3
 

@@ -34,7 +34,7 @@ Contract:
   ``append_as_follower`` feeds it unchecked; a roll and ``close`` snapshot it; start-up,
   ``truncate_to``, emptying and retention rebuild or trim it.
 * Transactions (KIP-98, ``txns``, a ``txn_state.LogTxnState``): ``append`` refuses control
-  batches unless ``markers=True`` (WriteTxnMarkers) and checks transactional batches; every
+  batches unless ``origin="coordinator"`` (WriteTxnMarkers) and checks transactional batches; every
   append (leader or follower) updates the open transactions and the aborted-transaction index
   (``<base>.txnindex``); ``last_stable_offset`` and ``aborted_transactions`` answer
   ``read_committed`` fetches. Start-up and truncation rebuild it from the producer state
@@ -549,7 +549,7 @@ class Log:
         if self._deleted:
             raise StorageError(f"{self.directory}: the log was deleted")
 
-    def append(self, buf: bytes | bytearray | memoryview, *, leader_epoch: int | None = None, markers: bool = False) -> AppendInfo:
+    def append(self, buf: bytes | bytearray | memoryview, *, leader_epoch: int | None = None, origin: str = "client") -> AppendInfo:
         """Validate, assign offsets and append one produce payload (the leader's append).
 
         Args:
@@ -560,8 +560,10 @@ class Log:
                 nothing of replication: batches stay as the producer sent them, the epoch cache
                 is left alone, and the log is its own only replica, so the high watermark moves
                 to the new log end (what every append did before replication).
-            markers: the payload holds transaction markers from WriteTxnMarkers; without it a
-                control batch is refused (INVALID_RECORD: clients may not write them).
+            origin: "client" (a producer) or "coordinator" (Kafka's AppendOrigin): only a
+                coordinator writes control batches (WriteTxnMarkers; a client's is refused with
+                INVALID_RECORD), and its transactional batches (TxnOffsetCommit) have their
+                producer epoch checked but not their sequence, as Kafka.
         Returns:
             AppendInfo of what was written (count 0 and nothing written for an empty payload).
         Raises:
@@ -595,13 +597,14 @@ class Log:
             # Idempotent producers: refused (raises, nothing written) or a duplicate (nothing
             # written, the original offsets answered) before anything changes.
             batches = producer_batches(new) if magic >= 2 else None
-            if magic >= 2 and not markers and _has_control(new):
+            coordinator = origin == "coordinator"
+            if magic >= 2 and not coordinator and _has_control(new):
                 raise _InvalidRecord("clients are not allowed to write control records")
             if batches:
-                self.txns.check(batches, self.producer_state.producers, markers=markers)
+                self.txns.check(batches, self.producer_state.producers, markers=coordinator)
             updates = None
             if batches:
-                plan = self.producer_state.prepare(batches)
+                plan = self.producer_state.prepare(batches, check_sequence=not coordinator)
                 if plan.duplicate is not None:
                     d = plan.duplicate
                     return AppendInfo(d.first_offset, d.last_offset, 0, -1, magic, 0, True)

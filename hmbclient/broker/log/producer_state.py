@@ -245,6 +245,14 @@ def check_batch(entry: ProducerStateEntry | None, batch: BatchHeader) -> Decisio
     )
 
 
+def _check_epoch(entry: ProducerStateEntry | None, batch: BatchHeader) -> Decision:
+    if entry is not None and batch.producer_epoch < entry.epoch:
+        return Decision(
+            Verdict.REFUSE, ErrorCode.INVALID_PRODUCER_EPOCH, f"producer {batch.producer_id}: epoch {batch.producer_epoch} is older than the current epoch {entry.epoch}"
+        )
+    return _APPEND
+
+
 def apply_batch(entry: ProducerStateEntry | None, batch: BatchHeader) -> ProducerStateEntry:
     """The entry after ``batch`` was written (no check: leaders check first, replicas trust)."""
     if batch.is_control:
@@ -331,8 +339,11 @@ class ProducerStateManager:
         self._has_snapshots = bool(self.snapshot_offsets())
 
     # -- leader appends ------------------------------------------------------------------------
-    def prepare(self, batches: list[BatchHeader]) -> _Plan:
+    def prepare(self, batches: list[BatchHeader], check_sequence: bool = True) -> _Plan:
         """Check a payload's idempotent batches in order.
+
+        ``check_sequence`` False is a coordinator's append (TxnOffsetCommit, markers): only
+        an epoch older than the producer's is refused (Kafka checks sequences of clients only).
 
         Returns:
             ``(duplicate, updates)``: the duplicate's metadata (append nothing; answer its
@@ -341,7 +352,7 @@ class ProducerStateManager:
             BrokerError: INVALID_PRODUCER_EPOCH, UNKNOWN_PRODUCER_ID or
                 OUT_OF_ORDER_SEQUENCE_NUMBER (nothing may be written).
         """
-        if len(batches) == 1:  # what producers send: one batch per partition per request
+        if len(batches) == 1 and check_sequence:  # what producers send: one batch per partition per request
             b = batches[0]
             current = self.producers.get(b.producer_id)
             if check_batch(current, b) is _APPEND:
@@ -349,7 +360,7 @@ class ProducerStateManager:
         updates: dict[int, ProducerStateEntry] = {}
         for b in batches:
             current = updates.get(b.producer_id) or self.producers.get(b.producer_id)
-            d = check_batch(current, b)
+            d = check_batch(current, b) if check_sequence else _check_epoch(current, b)
             if d.verdict is Verdict.DUPLICATE:
                 return _Plan(d.duplicate, {})
             if d.verdict is Verdict.REFUSE:
