@@ -103,7 +103,8 @@ class KafkaApis:
         transactions: the transaction coordinator (``broker.transaction.coordinator``): serves
             InitProducerId, a transactional id through its decisions, a null one on the
             idempotent path (None: ``producer_ids`` alone), AddPartitionsToTxn,
-            AddOffsetsToTxn, EndTxn and WriteTxnMarkers; with ``offset_manager``,
+            AddOffsetsToTxn, EndTxn, WriteTxnMarkers, DescribeTransactions and
+            ListTransactions; with ``offset_manager``,
             TxnOffsetCommit.
     """
 
@@ -151,6 +152,8 @@ class KafkaApis:
             self._handlers[ApiKey.ADD_OFFSETS_TO_TXN] = transactions.handle_add_offsets_to_txn
             self._handlers[ApiKey.END_TXN] = transactions.handle_end_txn
             self._handlers[ApiKey.WRITE_TXN_MARKERS] = transactions.handle_write_txn_markers
+            self._handlers[ApiKey.DESCRIBE_TRANSACTIONS] = transactions.handle_describe_transactions
+            self._handlers[ApiKey.LIST_TRANSACTIONS] = transactions.handle_list_transactions
             transactions.allowed = self._allowed
             if offset_manager is not None:
                 self._handlers[ApiKey.TXN_OFFSET_COMMIT] = offset_manager.handle_txn_offset_commit

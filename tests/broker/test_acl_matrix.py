@@ -411,6 +411,16 @@ def write_txn_markers(ctx: Ctx, c: RawClient) -> Any:
     return r.markers[0].topics[0].partitions[0].error_code
 
 
+def describe_transactions(ctx: Ctx, c: RawClient) -> Any:
+    d = c.request(_req(ApiKey.DESCRIBE_TRANSACTIONS, 0, transactional_ids=[ctx.txn])).transaction_states[0]
+    return d.error_code, d.transaction_state
+
+
+def list_transactions(ctx: Ctx, c: RawClient) -> Any:
+    r = c.request(_req(ApiKey.LIST_TRANSACTIONS, 1, state_filters=[], producer_id_filters=[], duration_filter=-1))
+    return r.error_code, ctx.txn in [t.transactional_id for t in r.transaction_states]
+
+
 INIT_PRODUCER_ID = 22
 
 
@@ -511,6 +521,10 @@ CASES = [
          E.TOPIC_AUTHORIZATION_FAILED, E.NONE, _txn_open, changes=True),
     Case("write-txn-markers", ApiKey.WRITE_TXN_MARKERS, write_txn_markers, (("cluster", "ClusterAction"),), ("cluster", "ClusterAction"),
          E.CLUSTER_AUTHORIZATION_FAILED, E.NONE, changes=True),
+    Case("describe-transactions", ApiKey.DESCRIBE_TRANSACTIONS, describe_transactions, (("txn", "Describe"),), ("txn", "Describe"),
+         (E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, ""), (E.NONE, "Empty"), _txn_ready),
+    Case("list-transactions", ApiKey.LIST_TRANSACTIONS, list_transactions, (("txn", "Describe"),), ("txn", "Describe"),
+         (E.NONE, False), (E.NONE, True), _txn_ready),
     Case("api-versions", ApiKey.API_VERSIONS, api_versions, (), None, E.NONE, E.NONE),
     Case("sasl-handshake", ApiKey.SASL_HANDSHAKE, sasl_reauthenticate, (), None, E.NONE, E.NONE),
     Case("sasl-authenticate", ApiKey.SASL_AUTHENTICATE, sasl_reauthenticate, (), None, E.NONE, E.NONE),

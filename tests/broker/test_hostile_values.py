@@ -144,10 +144,16 @@ committed_fetch_reqs = st.builds(
                                          topics=[(topic, [(part, off, 1 << 20)])]),
     TOPIC, I32, I64, st.sampled_from([-128, -1, 0, 1, 2, 127]),
 )
+describe_txn_reqs = st.builds(lambda ids: _req(ApiKey.DESCRIBE_TRANSACTIONS, 0, transactional_ids=ids), st.lists(TXN_ID, max_size=3))
+list_txn_reqs = st.builds(
+    lambda states, pids, duration: _req(ApiKey.LIST_TRANSACTIONS, 1, state_filters=states, producer_id_filters=pids, duration_filter=duration),
+    st.lists(st.sampled_from(["Ongoing", "Empty", "", "nonsense"]), max_size=3), st.lists(I64, max_size=3), I64,
+)
 
 HOSTILE = st.one_of(produce_reqs, fetch_reqs, list_offsets_reqs, metadata_reqs, commit_reqs, offset_fetch_reqs,
                     create_reqs, join_reqs, heartbeat_reqs, epoch_reqs, init_pid_reqs, txn_init_reqs, add_partitions_reqs,
-                    add_offsets_reqs, end_txn_reqs, txn_commit_reqs, markers_reqs, committed_fetch_reqs)
+                    add_offsets_reqs, end_txn_reqs, txn_commit_reqs, markers_reqs, committed_fetch_reqs,
+                    describe_txn_reqs, list_txn_reqs)
 
 
 class _Errors(logging.Handler):

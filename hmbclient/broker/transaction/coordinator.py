@@ -26,7 +26,11 @@ UNKNOWN_TOPIC_OR_PARTITION for a partition that does not exist and OPERATION_NOT
 the others of that request. PRODUCER_FENCED becomes INVALID_PRODUCER_EPOCH for old request
 versions (:func:`~.state.error_for_version`).
 
-Not yet: DescribeTransactions/ListTransactions (flexible-only requests).
+DescribeTransactions answers, per id, TRANSACTIONAL_ID_AUTHORIZATION_FAILED without Describe
+on it, the coordinator status when this broker does not coordinate it (NOT_COORDINATOR, ...),
+else :func:`~.state.describe`. ListTransactions lists the ids this broker coordinates
+(:func:`~.state.list_transactions`), leaving out those the session may not Describe;
+COORDINATOR_LOAD_IN_PROGRESS while a partition loads (Kafka's answers).
 """
 
 from __future__ import annotations
@@ -59,15 +63,18 @@ from .state import (
     Reply,
     SendMarkers,
     TxnConfig,
+    TxnDescription,
     TxnMetadata,
     WriteTxnLog,
     abort_timed_out,
     add_partitions,
+    describe,
     end_txn,
     error_for_version,
     expire,
     expired,
     init_producer_id,
+    list_transactions,
     log_written,
     markers_written,
     needs_new_producer_id,
@@ -463,3 +470,31 @@ class TransactionCoordinator:
         """Every cached transactional id's metadata (ListTransactions, tests)."""
         with self._lock:
             return list(self._txns.values())
+
+    def handle_describe_transactions(self, header: Any, req: Any, channel: Any) -> None:
+        resp_cls = type(req).RESPONSE_TYPE
+        out: list[TxnDescription] = []
+        for tid in req.transactional_ids:
+            if not self.allowed(channel, "Describe", "TransactionalId", tid):
+                out.append(describe(None, tid)._replace(error_code=ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED))
+                continue
+            status = self._status(tid) if tid else ErrorCode.NONE
+            if status != ErrorCode.NONE:
+                out.append(describe(None, tid)._replace(error_code=status))
+                continue
+            with self._lock:
+                out.append(describe(self._txns.get(tid), tid))
+        channel.send(resp_cls.build(throttle_time_ms=0, transaction_states=[tuple(d) for d in out]))
+
+    def handle_list_transactions(self, header: Any, req: Any, channel: Any) -> None:
+        resp_cls = type(req).RESPONSE_TYPE
+        duration = req.duration_filter if header.api_version >= 1 else -1
+        with self._lock:
+            loading = bool(self._loading)
+            txns = list(self._txns.values())
+        if loading:
+            channel.send(resp_cls.build(throttle_time_ms=0, error_code=ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, unknown_state_filters=[], transaction_states=[]))
+            return
+        visible = [t for t in txns if self.allowed(channel, "Describe", "TransactionalId", t.transactional_id)]
+        found, unknown = list_transactions(visible, req.state_filters, req.producer_id_filters, self._now_ms(), duration)
+        channel.send(resp_cls.build(throttle_time_ms=0, error_code=ErrorCode.NONE, unknown_state_filters=unknown, transaction_states=found))
