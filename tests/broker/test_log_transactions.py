@@ -147,3 +147,31 @@ def test_follower_and_truncation(tmp_path: Path) -> None:
     follower.truncate_fully_and_start_at(10)
     assert follower.last_stable_offset == 10
     assert not [n for n in os.listdir(follower.directory) if n.endswith(".txnindex")]
+
+
+def test_compaction_drops_aborted_records_and_stops_at_the_lso(tmp_path: Path) -> None:
+    d = str(tmp_path / "c-0")
+    cfg = LogConfig(segment_bytes=100, compact=True)  # about a batch per segment
+
+    def kv(pid: int, seq: int, value: bytes) -> bytes:
+        return encode_transactional_batch(NONE, [(b"k", value, TS)], pid, 0, seq, timestamp_ms=TS)
+
+    lg = Log(d, cfg)
+    lg.append(encode_records(2, NONE, [(b"k", b"plain", TS)]))  # 0
+    lg.append(kv(1, 0, b"aborted"))  # 1
+    lg.append(marker(1, ABORT), origin="coordinator")  # 2
+    lg.append(kv(2, 0, b"committed"))  # 3
+    lg.append(marker(2, COMMIT), origin="coordinator")  # 4
+    lg.append(kv(3, 0, b"open"))  # 5: open, the LSO
+    lg.append(encode_records(2, NONE, [(b"other", b"x", TS)]))  # 6
+    assert lg.last_stable_offset == 5
+    assert lg.compact() == 1  # "plain" is superseded; "aborted" and the markers count for nothing
+    kept = committed_values(lg)
+    assert kept == [b"committed"], kept
+    lg.append(marker(3, COMMIT), origin="coordinator")
+    assert committed_values(lg) == [b"committed", b"open", b"x"]
+    again = Log(d, cfg)
+    again.set_high_watermark(again.log_end_offset)
+    assert committed_values(again) == [b"committed", b"open", b"x"]
+    assert again.compact() >= 1
+    assert committed_values(again) == [b"open", b"x"]

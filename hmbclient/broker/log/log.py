@@ -104,6 +104,7 @@ from hmbclient.errors import (
 )
 from hmbclient.protocol import records
 from hmbclient.protocol.records import v2 as _v2
+from hmbclient.protocol.records.control import read_committed
 
 __all__ = ["Log", "AppendInfo", "DELETE_SUFFIX"]
 
@@ -903,12 +904,18 @@ class Log:
         segment keep reading the old file through their handles; a reader of the old segment
         without one retries on the new segments (the old one is retired). A ``.cleaned`` file found at
         start-up is an unfinished rewrite and is deleted.
+
+        Transactions (KIP-98, e.g. TxnOffsetCommit records in ``__consumer_offsets``): only
+        segments below the last stable offset are cleaned; records of aborted transactions
+        count for nothing and go, markers go, committed transactional records stay as plain
+        records (their transaction is decided), so a segment holding transactional batches is
+        always rewritten: a marker is never dropped while records it decides stay transactional.
         """
         if not self.config.compact:
             return 0
         with self._lock:
             segs = self._segments
-            hw = self._hw
+            hw = min(self._hw, self.last_stable_offset)
             cleanable = 0
             while cleanable < len(segs) - 1 and segs[cleanable + 1].base_offset <= hw:
                 cleanable += 1
@@ -918,15 +925,15 @@ class Log:
             for seg in segs:
                 if seg.base_offset >= hw:
                     break
-                for r in records.decode_records(seg.store.read(0, seg.size)):
+                for r in self._decided_records(seg)[0]:
                     if r.key is not None and r.offset < hw:
                         latest[r.key] = r.offset
             dropped = 0
             out: list[Segment] = []
             for seg in segs[:cleanable]:
-                recs = records.decode_records(seg.store.read(0, seg.size))
+                recs, transactional = self._decided_records(seg)
                 keep = [r for r in recs if r.key is None or latest.get(r.key) == r.offset]
-                if len(keep) == len(recs):
+                if len(keep) == len(recs) and not transactional:
                     out.append(seg)
                     continue
                 dropped += len(recs) - len(keep)
@@ -938,6 +945,14 @@ class Log:
         if dropped:
             log.info("%s: compaction dropped %d superseded records", self.directory, dropped)
         return dropped
+
+    def _decided_records(self, seg: Segment) -> tuple[list, bool]:
+        """A segment's records without control records and aborted transactions' records, and
+        whether it holds transactional or control batches (compaction, KIP-98)."""
+        buf = seg.store.read(0, seg.size)
+        if not any(b.is_transactional or b.is_control for b in producer_batches(buf)):
+            return records.decode_records(buf), False
+        return read_committed(buf, self.txns.aborted_transactions(seg.base_offset, seg.next_offset)), True
 
     def _rewrite(self, seg: Segment, keep: list) -> Segment:
         tmp = seg.log_path + _CLEANED_SUFFIX
