@@ -167,3 +167,54 @@ def test_kafka_python_transactional_producer(broker: EmbeddedBroker) -> None:
     finally:
         p.close()
     assert read_all(broker.bootstrap, topic, "read_committed") == sorted(b"k-%d" % i for i in range(5))
+
+
+def test_confluent_transactions_through_lost_answers(broker: EmbeddedBroker) -> None:
+    """Every 4th answer to Produce, AddPartitionsToTxn and EndTxn is lost (the proxy closes the
+    connection instead): librdkafka retries them; 0 committed values lost, 0 aborted visible,
+    0 duplicates."""
+    from confluent_kafka import KafkaException
+
+    from hmbclient.protocol.api import ApiKey
+    from hmbclient.testing import FaultProxy
+    from hmbclient.testing.faultproxy import drop_when
+
+    lossy = {int(ApiKey.PRODUCE), int(ApiKey.ADD_PARTITIONS_TO_TXN), int(ApiKey.END_TXN)}
+    topic = f"txn-lossy-{uuid.uuid4().hex[:8]}"
+    committed: dict[int, list[bytes]] = {0: [], 1: []}
+    aborted: set[bytes] = set()
+    with FaultProxy((broker.host, broker.port), drop_when(lambda a: a.api_key in lossy and a.nth % 4 == 0)) as proxy:
+        p = ck_producer(proxy.bootstrap, f"tid-{topic}", **{"message.timeout.ms": 60_000})
+        p.init_transactions(30)
+        for t in range(21):
+            values = [(i % 2, b"t%02d-%d" % (t, i)) for i in range(6)]
+            p.begin_transaction()
+            for part, v in values:
+                p.produce(topic, v, partition=part)
+            commit = t % 3 != 2
+            try:
+                if commit:
+                    p.commit_transaction(60)
+                else:
+                    p.abort_transaction(60)
+            except KafkaException as e:
+                err = e.args[0]
+                assert err.txn_requires_abort() or err.retriable(), err
+                if err.txn_requires_abort():
+                    p.abort_transaction(60)
+                    commit = False
+                else:
+                    p.commit_transaction(60) if commit else p.abort_transaction(60)
+            for part, v in values:
+                if commit:
+                    committed[part].append(v)
+                else:
+                    aborted.add(v)
+        assert proxy.stats()["dropped"] > 0, "the proxy never dropped an answer: the test proved nothing"
+        assert proxy.failure is None
+    got = read_all(broker.bootstrap, topic, "read_committed")
+    want = sorted(committed[0] + committed[1])
+    assert not set(got) & aborted, "aborted values are visible"
+    assert len(got) == len(set(got)), "duplicates"
+    assert got == want
+    assert len(want) >= 6 * 10
