@@ -9,6 +9,7 @@ aborts it.
 
 from __future__ import annotations
 
+import os
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -258,3 +259,48 @@ def test_kill_9_mid_transaction(tmp_path: Path, ended_by: str) -> None:
                 fresh.commit_transaction(30)
         expected = [b"committed"] if ended_by == "timeout" else [b"committed", b"after"]
         assert _read_committed(bp.bootstrap, topic) == expected
+
+
+def test_a_coordinator_loading_a_decided_commit_writes_its_markers(tmp_path: Path) -> None:
+    """The coordinator wrote PrepareCommit and stopped before any marker (written here into its
+    stopped broker's ``__transaction_state``, as a crash at that point leaves it): the broker
+    that loads the partition sends the markers and completes the commit; the group offset sent
+    in the transaction, pending until then, is committed too."""
+    from dataclasses import replace
+
+    from hmbclient.broker.log.config import LogConfig
+    from hmbclient.broker.log.log import Log
+    from hmbclient.broker.metadata import OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC
+    from hmbclient.broker.transaction.log import encode_key, encode_value, partition_for, value_of
+    from hmbclient.broker.transaction.state import TxnState
+    from hmbclient.protocol.records import encode_records
+
+    topic, tid, group = "reload", "tid-reload", "g-reload"
+    with EmbeddedBroker(port=0, log_dir=str(tmp_path), num_partitions=1) as b, RawClient(b.host, b.port) as c:
+        create_topic(c, topic)
+        r = init(c, tid)
+        pid, epoch = r.producer_id, r.producer_epoch
+        assert add(c, tid, pid, epoch, topic) == E.NONE
+        r = retry(lambda: c.request(_req(ApiKey.ADD_OFFSETS_TO_TXN, 1, transactional_id=tid, producer_id=pid, producer_epoch=epoch, group_id=group)),
+                  lambda r: r.error_code)
+        assert r.error_code == E.NONE
+        assert send(c, tid, topic, pid, epoch, 0, b"decided").error_code == E.NONE
+        r = retry(lambda: c.request(_req(ApiKey.TXN_OFFSET_COMMIT, 1, transactional_id=tid, group_id=group, producer_id=pid, producer_epoch=epoch,
+                                         topics=[(topic, [(0, 1, "m")])])), lambda r: r.topics[0].partitions[0].error_code)
+        assert r.topics[0].partitions[0].error_code == E.NONE
+        assert b.broker.offset_manager.committed(group) == {}  # pending: not visible
+        txn = b.broker.transactions.metadata_of(tid)
+        assert txn is not None and txn.state is TxnState.ONGOING
+        n = b.broker.transactions.num_partitions
+    # the PrepareCommit record, as the coordinator writes it before any marker
+    prepare = replace(txn, state=TxnState.PREPARE_COMMIT)
+    d = os.path.join(str(tmp_path), f"{TRANSACTION_STATE_TOPIC}-{partition_for(tid, n)}")
+    lg = Log(d, LogConfig(compact=True), clean_shutdown=True)
+    lg.append(encode_records(2, NONE, [(encode_key(tid), encode_value(value_of(prepare)), int(time.time() * 1000))]))
+    lg.close()
+    with EmbeddedBroker(port=0, log_dir=str(tmp_path), num_partitions=1) as b, RawClient(b.host, b.port) as c:
+        wait_until(lambda: (t := b.broker.transactions.metadata_of(tid)) is not None and t.state is TxnState.COMPLETE_COMMIT, 20,
+                   "the loaded PrepareCommit completed")
+        wait_until(lambda: committed_values(c, topic)[1] == [b"decided"], 10, "the data committed")
+        wait_until(lambda: b.broker.offset_manager.committed(group) == {(topic, 0): 1}, 10, "the group offset committed")
+        assert OFFSETS_TOPIC in b.broker.metadata.topics()

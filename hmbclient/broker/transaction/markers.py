@@ -14,15 +14,17 @@ INVALID_PRODUCER_EPOCH for a marker older than the producer's epoch, ...).
 markers are not all written (:class:`~.state.SendMarkers`, with its partitions still to do)
 and, until none is left:
 
-* Case A: a partition whose topic is gone counts as done (Kafka drops it too).
-* Case B: a partition with no leader now waits for the next round (metadata changes).
-* Case C: the partitions led by this broker are written through the :class:`MarkerWriter`
+* Case A: a partition the metadata does not know (yet: a broker starting up learns its
+  topics after the coordinator may have loaded a decided transaction) or with no leader now
+  waits for the next round, as Kafka's unknown-partition queue does (topics are never deleted
+  here).
+* Case B: the partitions led by this broker are written through the :class:`MarkerWriter`
   directly; the others go in one WriteTxnMarkers v0 per leader over the inter-broker channel.
-* Case D: NONE is done; INVALID_PRODUCER_EPOCH / TRANSACTION_COORDINATOR_FENCED are done too
+* Case C: NONE is done; INVALID_PRODUCER_EPOCH / TRANSACTION_COORDINATOR_FENCED are done too
   (the partition already has a newer marker of that producer: the transaction was decided
   again since); any other error (not leader, not enough replicas, a lost connection) is
   retried after ``backoff_s``.
-* Case E: done partitions are reported to the coordinator (``report``), which writes
+* Case D: done partitions are reported to the coordinator (``report``), which writes
   Complete* once all are; ``report`` answering False (the coordinator lost the id's
   partition, or a newer coordinator epoch took over) drops the transaction here.
 """
@@ -142,7 +144,7 @@ class _Job:
 
 
 class MarkerSender:
-    """The coordinator's marker thread (the module's Cases A-E).
+    """The coordinator's marker thread (the module's Cases A-D).
 
     Args:
         broker_id: this broker.
@@ -226,27 +228,24 @@ class MarkerSender:
         for j in jobs:
             mine: dict[int, list[TopicPartition]] = {}
             for tp in sorted(j.left):
-                if not self.metadata.has_topic(tp[0]):  # Case A
-                    done.setdefault(id(j), set()).add(tp)
-                    continue
                 leader = self.metadata.leader(*tp)
-                if leader is None or leader < 0:  # Case B
+                if leader is None or leader < 0:  # Case A
                     continue
                 mine.setdefault(leader, []).append(tp)
             for leader, tps in mine.items():
                 by_leader.setdefault(leader, []).append((j, tps))
         for leader, items in by_leader.items():
             markers: list[Marker] = [(j.e.producer_id, j.e.producer_epoch, j.e.committed, j.e.coordinator_epoch, tps) for j, tps in items]
-            results = self._local(markers) if leader == self.broker_id else self._remote(leader, markers)  # Case C
+            results = self._local(markers) if leader == self.broker_id else self._remote(leader, markers)  # Case B
             for (j, _tps), (_pid, codes) in zip(items, results, strict=True):
                 for tp, code in codes.items():
-                    if code in _DONE:  # Case D
+                    if code in _DONE:  # Case C
                         if code != ErrorCode.NONE:
                             log.info("marker of %s for %s-%d: %s (counted as written)", j.e.transactional_id, tp[0], tp[1], ErrorCode(code).name)
                         done.setdefault(id(j), set()).add(tp)
                     else:
                         log.debug("marker of %s for %s-%d: %s, retrying", j.e.transactional_id, tp[0], tp[1], code)
-        for j in jobs:  # Case E
+        for j in jobs:  # Case D
             finished = done.get(id(j))
             if not finished:
                 continue
