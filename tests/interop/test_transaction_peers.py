@@ -2,7 +2,7 @@
 broker (KIP-98, issue 23): confluent-kafka (librdkafka) commits, aborts, is fenced by a second
 producer of the same ``transactional.id``, and sends a consumer group's offsets in its
 transaction; kafka-python's transactional producer commits and aborts. A read_committed reader
-sees exactly the committed values, a read_uncommitted one sees the aborted ones too (so the
+(confluent-kafka's; kafka-python's too) sees exactly the committed values, a read_uncommitted one sees the aborted ones too (so the
 test can tell the two apart), and the group's offsets appear only once committed.
 """
 
@@ -167,6 +167,30 @@ def test_kafka_python_transactional_producer(broker: EmbeddedBroker) -> None:
     finally:
         p.close()
     assert read_all(broker.bootstrap, topic, "read_committed") == sorted(b"k-%d" % i for i in range(5))
+    assert kp_read(broker.bootstrap, topic, "read_committed") == sorted(b"k-%d" % i for i in range(5))
+    assert kp_read(broker.bootstrap, topic, "read_uncommitted") == sorted([b"dropped"] + [b"k-%d" % i for i in range(5)])
+
+
+def kp_read(bootstrap: str, topic: str, isolation: str) -> list[bytes]:
+    """What kafka-python's consumer with ``isolation_level`` reads up to its end offsets."""
+    from kafka import KafkaConsumer, TopicPartition
+
+    c = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, isolation_level=isolation)
+    try:
+        tps = [TopicPartition(topic, p) for p in range(2)]
+        c.assign(tps)
+        c.seek_to_beginning(*tps)
+        ends = c.end_offsets(tps)  # read_committed: the last stable offsets
+        out: list[bytes] = []
+        for _ in range(50):
+            if all(c.position(tp) >= ends[tp] for tp in tps):
+                break
+            for msgs in c.poll(timeout_ms=500).values():
+                out.extend(m.value for m in msgs)
+        assert all(c.position(tp) >= ends[tp] for tp in tps), f"{isolation} reader stuck before {ends}"
+        return sorted(out)
+    finally:
+        c.close()
 
 
 def test_confluent_transactions_through_lost_answers(broker: EmbeddedBroker) -> None:
