@@ -144,7 +144,7 @@ _V2_COUNT_AT = struct.calcsize(">qiibIhiqqqhi")  # 57
 
 
 def _assign_offsets_v2(
-    buf: Any, next_offset: int, max_message_bytes: int, leader_epoch: int | None = None
+    buf: Any, next_offset: int, max_message_bytes: int, leader_epoch: int | None = None, control_ok: bool = True
 ) -> tuple[bytearray, int, int, int, int] | None:
     """Per-batch validation and offset stamping of a payload made only of v2 RecordBatches
     (what every modern producer sends); None if any entry is another format, which then goes
@@ -155,7 +155,8 @@ def _assign_offsets_v2(
     which is most of the broker's CPU on the produce path. The batch CRC-32C (computed in C)
     covers attributes, offsets deltas, timestamps, producer fields, the record count and every
     record byte, so corruption between producer and log is caught here per batch; the checks on
-    the header are the same ones. Raises as ``records.assign_offsets`` does.
+    the header are the same ones. Raises as ``records.assign_offsets`` does, and
+    INVALID_RECORD for a control batch unless ``control_ok`` (KIP-98: clients may not write one).
     """
     mv = memoryview(buf).cast("B") if not isinstance(buf, bytes | bytearray) else memoryview(buf)
     n = len(mv)
@@ -180,6 +181,8 @@ def _assign_offsets_v2(
             raise MessageSizeTooLargeError(f"entry of {end - pos} bytes is over max.message.bytes={max_message_bytes}")
         if crc32c(mv[pos + _v2.ATTRIBUTES_OFFSET : end]) != struct.unpack_from(">I", mv, pos + _v2.CRC_OFFSET)[0]:
             raise CorruptRecordError(f"record batch at {pos}: CRC mismatch")
+        if not control_ok and mv[pos + _v2.ATTRIBUTES_OFFSET + 1] & 0x20:
+            raise _InvalidRecord("clients are not allowed to write control records")
         k = _i32.unpack_from(mv, pos + _V2_COUNT_AT)[0]
         if k <= 0 or _i32.unpack_from(mv, pos + _V2_LAST_DELTA_AT)[0] != k - 1:
             raise CorruptRecordError(f"record batch at {pos}: {k} records but lastOffsetDelta disagrees")
@@ -579,7 +582,8 @@ class Log:
                 self._check_open()
             active = self._segments[-1]
             first = active.next_offset
-            fast = _assign_offsets_v2(buf, first, self.config.max_message_bytes, leader_epoch)
+            coordinator = origin == "coordinator"
+            fast = _assign_offsets_v2(buf, first, self.config.max_message_bytes, leader_epoch, coordinator)
             new: bytes | bytearray
             events: list[tuple[int, int, int]] | None = None
             if fast is not None:
@@ -598,11 +602,15 @@ class Log:
             # Idempotent producers: refused (raises, nothing written) or a duplicate (nothing
             # written, the original offsets answered) before anything changes.
             batches = producer_batches(new) if magic >= 2 else None
-            coordinator = origin == "coordinator"
-            if magic >= 2 and not coordinator and _has_control(new):
+            if fast is None and magic >= 2 and not coordinator and _has_control(new):
                 raise _InvalidRecord("clients are not allowed to write control records")
-            if batches:
-                self.txns.check(batches, self.producer_state.producers, markers=coordinator)
+            # KIP-98: only a payload touching transactions pays for their checks (the hot path
+            # of idempotent producers does not)
+            txn_batches = None
+            if batches and (coordinator or self.txns.state.ongoing or batches[0].is_transactional or (len(batches) > 1 and any(b.is_transactional for b in batches))):
+                txn_batches = batches
+            if txn_batches:
+                self.txns.check(txn_batches, self.producer_state.producers, markers=coordinator)
             updates = None
             if batches:
                 plan = self.producer_state.prepare(batches, check_sequence=not coordinator)
@@ -622,8 +630,8 @@ class Log:
             if active.size and active.size + n > self.config.segment_bytes:
                 active = self._roll(first)
             pos = active.append(new, first, last, max_ts, magic)
-            if batches:
-                self.txns.appended(batches, active.base_offset)
+            if txn_batches:
+                self.txns.appended(txn_batches, active.base_offset)
             if updates:
                 self.producer_state.commit(updates, last + 1)
             else:

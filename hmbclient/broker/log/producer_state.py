@@ -262,18 +262,19 @@ def apply_batch(entry: ProducerStateEntry | None, batch: BatchHeader) -> Produce
         if entry is not None and entry.epoch == batch.producer_epoch:
             return ProducerStateEntry(entry.producer_id, entry.epoch, entry.batches, max(entry.last_timestamp, batch.max_timestamp), -1, batch.coordinator_epoch)
         return ProducerStateEntry(batch.producer_id, batch.producer_epoch, (), batch.max_timestamp, -1, batch.coordinator_epoch)
-    pid, epoch, first_seq, last_seq, first_offset, last_offset, max_ts = batch[:7]
+    pid, epoch, first_seq, last_seq, first_offset, last_offset, max_ts, txn, _, _, _ = batch
     meta = BatchMetadata(first_seq, last_seq, first_offset, last_offset, max_ts)
+    if entry is None:
+        return ProducerStateEntry(pid, epoch, (meta,), max_ts, first_offset if txn else -1)
     # KIP-98: the first transactional batch opens the producer's transaction here
-    open_at = -1 if entry is None else entry.txn_first_offset
-    if batch.is_transactional and open_at < 0:
+    open_at = entry.txn_first_offset
+    if txn and open_at < 0:
         open_at = first_offset
-    coordinator_epoch = -1 if entry is None else entry.coordinator_epoch
-    if entry is None or entry.epoch != epoch:
-        return ProducerStateEntry(pid, epoch, (meta,), max_ts if entry is None else max(entry.last_timestamp, max_ts), open_at, coordinator_epoch)
+    if entry.epoch != epoch:
+        return ProducerStateEntry(pid, epoch, (meta,), max(entry.last_timestamp, max_ts), open_at, entry.coordinator_epoch)
     kept = entry.batches
     batches = (*kept[1:], meta) if len(kept) >= BATCHES_TO_RETAIN else (*kept, meta)
-    return ProducerStateEntry(pid, epoch, batches, max(entry.last_timestamp, max_ts), open_at, coordinator_epoch)
+    return ProducerStateEntry(pid, epoch, batches, max(entry.last_timestamp, max_ts), open_at, entry.coordinator_epoch)
 
 
 def producer_batches(buf: bytes | bytearray | memoryview, limit: int | None = None) -> list[BatchHeader]:
@@ -288,11 +289,11 @@ def producer_batches(buf: bytes | bytearray | memoryview, limit: int | None = No
         base, length, _epoch, magic, _crc, attrs, delta, _first_ts, max_ts, pid, epoch, seq = unpack(buf, pos)
         if magic >= 2 and pid >= 0:
             s = seq + delta
-            ctrl = bool(attrs & 0x20)
-            ctype = cepoch = -1
-            if ctrl:
-                ctype, cepoch = _marker_of(buf, pos)
-            out.append(BatchHeader(pid, epoch, seq, s - _INT32_MAX - 1 if s > _INT32_MAX else s, base, base + delta, max_ts, bool(attrs & 0x10), ctrl, ctype, cepoch))
+            last = s - _INT32_MAX - 1 if s > _INT32_MAX else s
+            if attrs & 0x20:  # a marker (KIP-98): its type and coordinator epoch too
+                out.append(BatchHeader(pid, epoch, seq, last, base, base + delta, max_ts, bool(attrs & 0x10), True, *_marker_of(buf, pos)))
+            else:
+                out.append(BatchHeader(pid, epoch, seq, last, base, base + delta, max_ts, bool(attrs & 0x10)))
         pos += 12 + length
     return out
 

@@ -128,6 +128,8 @@ class LogTxnState:
         """
         state = self.state
         for b in batches:
+            if not (b.is_control or b.is_transactional or b.producer_id in state.ongoing):
+                continue  # an idempotent batch, no transaction here: nothing to check (the hot path)
             if b.is_control and not markers:
                 raise for_code(ErrorCode.INVALID_RECORD)("clients are not allowed to write control records")
             entry = producers.get(b.producer_id)
