@@ -175,3 +175,25 @@ def test_compaction_drops_aborted_records_and_stops_at_the_lso(tmp_path: Path) -
     assert committed_values(again) == [b"committed", b"open", b"x"]
     assert again.compact() >= 1
     assert committed_values(again) == [b"open", b"x"]
+
+
+def test_a_version_1_producer_snapshot_is_still_read(tmp_path: Path) -> None:
+    """Snapshots written before transactions (version 1: no open transaction, no coordinator
+    epoch) load with neither."""
+    import struct
+
+    from crc32c import crc32c
+
+    from hmbclient.broker.log.producer_state import ProducerStateManager
+
+    body = struct.pack(">i", 1) + struct.pack(">qhqb", 42, 3, TS, 1) + struct.pack(">iiqqq", 0, 4, 10, 14, TS)
+    blob = struct.pack(">h", 1) + struct.pack(">I", crc32c(body)) + body
+    (tmp_path / f"{15:020d}.snapshot").write_bytes(blob)
+    ps = ProducerStateManager(str(tmp_path))
+    assert ps.load(0, 15, 0, lambda _o: iter(())) == 15
+    e = ps.producers[42]
+    assert (e.epoch, e.last_seq, e.last_offset, e.txn_first_offset, e.coordinator_epoch) == (3, 4, 14, -1, -1)
+    ps.take_snapshot()  # rewritten as version 2, read back the same
+    again = ProducerStateManager(str(tmp_path))
+    again.load(0, 15, 0, lambda _o: iter(()))
+    assert again.producers == ps.producers
