@@ -4,6 +4,8 @@ the middle of a transaction (the new leader loads the Ongoing transaction from t
 log), the producer (confluent-kafka) finds it and commits, and the new coordinator has the
 markers written by partition leaders on other brokers (WriteTxnMarkers over the inter-broker
 channel). A read_committed reader sees both committed transactions and not the aborted one.
+The coordinator's broker killed (no controlled shutdown) in the middle of a transaction and
+brought back while transactions go on: 0 committed lost, 0 aborted visible, 0 duplicates.
 """
 
 from __future__ import annotations
@@ -90,3 +92,77 @@ def test_the_coordinator_moves_mid_transaction(zookeeper: Any, tmp_path: Path) -
                    timeout_s=20, what="the markers written, the commit complete")
         assert cluster.broker(old).transactions.metadata_of(tid) is None  # the old coordinator forgot it
         assert _read_committed(cluster.bootstrap, topic, 2) == sorted([b"one-0", b"one-1", b"two-0", b"two-1"])
+
+
+def _run_transactions(p: Any, topic: str, first: int, count: int, committed: list[bytes], aborted: set[bytes]) -> None:
+    """``count`` transactions of 4 values over 2 partitions, every third aborted; a transaction
+    the client must abort (its coordinator or a leader died under it) counts as aborted."""
+    from confluent_kafka import KafkaException
+
+    for t in range(first, first + count):
+        values = [b"t%03d-%d" % (t, i) for i in range(4)]
+        commit = t % 3 != 2
+        for attempt in range(20):
+            try:
+                p.begin_transaction()
+                for i, v in enumerate(values):
+                    p.produce(topic, v, partition=i % 2)
+                if commit:
+                    p.commit_transaction(60)
+                else:
+                    p.abort_transaction(60)
+                break
+            except KafkaException as e:
+                err = e.args[0]
+                assert not err.fatal(), err
+                if err.txn_requires_abort():
+                    p.abort_transaction(60)
+                    aborted.update(values)
+                    values = [v + b"-r%d" % (attempt + 1) for v in values[:4]]  # the retry writes new values
+                    continue
+                assert err.retriable(), err
+                p.commit_transaction(60) if commit else p.abort_transaction(60)
+                break
+        (committed.extend if commit else aborted.update)(values)
+
+
+def test_the_coordinator_is_killed_mid_transaction(zookeeper: Any, tmp_path: Path) -> None:
+    """The broker coordinating the producer's id is killed (no controlled shutdown) in the middle
+    of a transaction and brought back while transactions go on: 0 committed values lost, 0
+    aborted visible, 0 duplicates."""
+    from confluent_kafka import KafkaException
+
+    chroot = f"/txn-kill-{uuid.uuid4().hex[:8]}"
+    topic, tid = "txn-kill", "tid-kill"
+    with EmbeddedCluster(brokers=3, zookeeper_connect=zookeeper.connect + chroot, log_dir=str(tmp_path), replication_factor=3,
+                         transaction_state_log_num_partitions=1) as cluster:
+        cluster.create_topic(topic, 2, replication_factor=3)
+        cluster.await_isr(topic)
+        p = _ck_producer(cluster.bootstrap, tid, **{"transaction.timeout.ms": 20_000})
+        p.init_transactions(30)
+        committed: list[bytes] = []
+        aborted: set[bytes] = set()
+        _run_transactions(p, topic, 0, 8, committed, aborted)
+        victim = cluster.leader(TRANSACTION_STATE_TOPIC, 0)
+        assert victim is not None
+        # killed in the middle of a transaction: its successor loads it Ongoing and ends it
+        p.begin_transaction()
+        mid = [b"mid-%d" % i for i in range(4)]
+        for i, v in enumerate(mid):
+            p.produce(topic, v, partition=i % 2)
+        p.flush(30)
+        cluster.kill(victim)
+        try:
+            p.commit_transaction(60)
+            committed.extend(mid)
+        except KafkaException as e:
+            assert e.args[0].txn_requires_abort() and not e.args[0].fatal(), e
+            p.abort_transaction(60)
+            aborted.update(mid)
+        _run_transactions(p, topic, 8, 8, committed, aborted)
+        cluster.restart(victim)
+        _run_transactions(p, topic, 16, 8, committed, aborted)
+        got = _read_committed(cluster.bootstrap, topic, 2)
+        assert not set(got) & aborted, "aborted values are visible"
+        assert len(got) == len(set(got)), "duplicates"
+        assert got == sorted(committed)
