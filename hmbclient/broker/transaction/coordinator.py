@@ -65,6 +65,7 @@ from .state import (
     TxnConfig,
     TxnDescription,
     TxnMetadata,
+    TxnState,
     WriteTxnLog,
     abort_timed_out,
     add_partitions,
@@ -322,7 +323,13 @@ class TransactionCoordinator:
         p = self.partition_for(e.transactional_id)
         with self._lock:
             txn = self._txns.get(e.transactional_id)
-            if txn is None or self._loaded.get(p) != e.coordinator_epoch or txn.producer_id != e.producer_id or txn.producer_epoch != e.producer_epoch:
+            if (
+                txn is None
+                or self._loaded.get(p) != e.coordinator_epoch
+                or txn.producer_id != e.producer_id
+                or txn.producer_epoch != e.producer_epoch
+                or txn.state not in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT)
+            ):
                 return False
             d = markers_written(txn, partitions, self._now_ms())
             self._keep(e.transactional_id, d)

@@ -26,7 +26,9 @@ and, until none is left:
   retried after ``backoff_s``.
 * Case D: done partitions are reported to the coordinator (``report``), which writes
   Complete* once all are; ``report`` answering False (the coordinator lost the id's
-  partition, or a newer coordinator epoch took over) drops the transaction here.
+  partition, or a newer coordinator epoch took over) drops the transaction here. Each round
+  asks first (an empty report), so a job whose partitions keep failing is not retried for a
+  coordinator that no longer owns it.
 """
 
 from __future__ import annotations
@@ -226,6 +228,9 @@ class MarkerSender:
         by_leader: dict[int, list[tuple[_Job, list[TopicPartition]]]] = {}
         done: dict[int, set[TopicPartition]] = {}
         for j in jobs:
+            if not self.report(j.e, set()):  # Case D: no longer this coordinator's to end
+                j.left = set()
+                continue
             mine: dict[int, list[TopicPartition]] = {}
             for tp in sorted(j.left):
                 leader = self.metadata.leader(*tp)
