@@ -20,8 +20,13 @@ always under its lock:
   the markers after its snapshot); the aborted ones from the ``.txnindex`` files below the
   replay's start plus the ones the replay closed (the index files are rewritten so, which also
   drops entries of a tail a crash or a truncation cut).
-* ``segments_changed(bases, log_end)`` after retention, truncation or emptying: index files of
-  segments that are gone are deleted, entries past the log end dropped.
+* ``segments_changed(bases, log_start, log_end)`` after retention: entries outside the log are
+  dropped. ``clear()`` after emptying: no entry, no file.
+
+An entry lives in the index file of the segment holding its marker; when segments change under
+it (the log cleaner merges a group into its first segment, retention deletes some), the next
+``load`` or ``segments_changed`` moves it to the file of the segment that holds the marker now,
+so no aborted transaction is forgotten while its records are in the log.
 
 Invariant: ``state`` equals :func:`~hmbclient.broker.transaction.partition.replay` of the
 log's batches from its start (restricted to aborted transactions still in the log).
@@ -32,6 +37,7 @@ from __future__ import annotations
 import logging
 import os
 import re
+from bisect import bisect_right
 from collections.abc import Iterable
 
 from hmbclient.broker.log.producer_state import BatchHeader as PsBatch
@@ -153,6 +159,27 @@ class LogTxnState:
                 self._add(segment_base, state.aborted[-1])
         self.state = state
 
+    def _files(self) -> list[int]:
+        try:
+            names = os.listdir(self.directory)
+        except OSError as e:
+            raise StorageError(f"cannot list {self.directory}: {e}") from e
+        return sorted(int(m.group(1)) for m in map(TXN_INDEX_FILE.match, names) if m)
+
+    def _regroup(self, bases: list[int], entries: Iterable[txnp.AbortedTxn], files: Iterable[int]) -> None:
+        """Keep ``entries`` in the index file of the segment holding each one's marker (the
+        log cleaner merges segments, retention and truncation drop them: an entry outlives the
+        file it was written to), rewriting only the files that change."""
+        index: dict[int, list[txnp.AbortedTxn]] = {}
+        for a in sorted(set(entries), key=lambda a: a.last_offset):
+            i = bisect_right(bases, a.last_offset) - 1
+            index.setdefault(bases[max(i, 0)], []).append(a)
+        for base in set(files) | set(self._index) | set(index):
+            want = index.get(base, [])
+            if want != self._index.get(base, []):
+                self._rewrite(base, want)
+        self._index = index
+
     def load(self, bases: list[int], open_txns: dict[int, int], replay_start: int, replayed: list[tuple[int, int, int, bool]], log_end: int) -> None:
         """Rebuild after start-up or a truncation.
 
@@ -164,42 +191,17 @@ class LogTxnState:
             replayed: (producer id, first offset, marker offset, aborted) the replay closed.
             log_end: the log end offset.
         """
-        known = set(bases)
-        try:
-            names = os.listdir(self.directory)
-        except OSError as e:
-            raise StorageError(f"cannot list {self.directory}: {e}") from e
-        for name in names:
-            m = TXN_INDEX_FILE.match(name)
-            if m and int(m.group(1)) not in known:
-                self._rewrite(int(m.group(1)), [])  # a segment that is gone
-        index: dict[int, list[txnp.AbortedTxn]] = {}
-        for base in bases:
-            entries = self._read(base)
-            if entries:
-                index[base] = entries
+        files = self._files()
+        cut = min(replay_start, log_end)
+        start = bases[0] if bases else 0
+        self._index = {base: self._read(base) for base in files}  # what the files hold
+        entries = [a for held in self._index.values() for a in held if start <= a.last_offset < cut]
         # the replay's markers: rebuilt with the open transactions they did not close
-        redo: list[txnp.AbortedTxn] = []
-        ongoing = dict(open_txns)
         for pid, first, last, was_aborted in replayed:
             if was_aborted and last < log_end:
-                others = [f for p, f in ongoing.items() if p != pid and f < last]
-                redo.append(txnp.AbortedTxn(pid, first, last, min(others, default=last + 1)))
-        cut = min(replay_start, log_end)
-        changed: set[int] = set()
-        for base, entries in list(index.items()):
-            kept = [e for e in entries if e.last_offset < cut]
-            if len(kept) != len(entries):
-                index[base] = kept
-                changed.add(base)
-        for a in redo:
-            i = max((b for b in bases if b <= a.last_offset), default=bases[0])
-            index.setdefault(i, []).append(a)
-            changed.add(i)
-        for base in changed:
-            index[base].sort(key=lambda a: a.last_offset)
-            self._rewrite(base, index[base])
-        self._index = {b: v for b, v in index.items() if v}
+                others = [f for p, f in open_txns.items() if p != pid and f < last]
+                entries.append(txnp.AbortedTxn(pid, first, last, min(others, default=last + 1)))
+        self._regroup(bases, entries, files)
         in_log = tuple(a for b in bases for a in self._index.get(b, ()))
         self.state = txnp.PartitionTxns(open_txns, in_log)
         if open_txns or in_log:
@@ -207,19 +209,11 @@ class LogTxnState:
 
     def segments_changed(self, bases: Iterable[int], log_start: int, log_end: int) -> None:
         """Retention, truncation or emptying: forget what went with the segments."""
-        known = set(bases)
-        for base in [b for b in self._index if b not in known]:
-            self._rewrite(base, [])
-            del self._index[base]
-        for base, entries in list(self._index.items()):
-            kept = [e for e in entries if e.last_offset < log_end]
-            if len(kept) != len(entries):
-                self._rewrite(base, kept)
-                self._index[base] = kept
         state = txnp.drop_before(self.state, log_start)
         aborted = tuple(a for a in state.aborted if a.last_offset < log_end)
         ongoing = {p: f for p, f in state.ongoing.items() if f < log_end}
         self.state = txnp.PartitionTxns(ongoing, aborted)
+        self._regroup(list(bases), aborted, [])
 
     def clear(self) -> None:
         """The log was emptied: no state, no index file."""
@@ -237,6 +231,10 @@ class LogTxnState:
     # -- queries -------------------------------------------------------------------------------
     def last_stable_offset(self, high_watermark: int) -> int:
         return txnp.last_stable_offset(self.state, high_watermark)
+
+    def is_aborted(self, producer_id: int, offset: int) -> bool:
+        """Whether ``offset`` of ``producer_id`` is in one of its aborted transactions."""
+        return any(a.producer_id == producer_id and a.first_offset <= offset <= a.last_offset for a in self.state.aborted)
 
     def aborted_transactions(self, fetch_offset: int, upper_bound: int) -> list[tuple[int, int]]:
         return txnp.aborted_transactions(self.state, fetch_offset, upper_bound)
