@@ -551,6 +551,22 @@ def cmd_groups(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_transactions(args: argparse.Namespace) -> int:
+    """Transactional ids the brokers' coordinators hold (--list), or some described."""
+    from hmbclient.admin import describe_transactions, list_transactions
+
+    security = _security(args)
+    if args.describe:
+        rows = []
+        for t in describe_transactions(args.brokers, args.describe, api_version=args.api_version, security=security):
+            parts = ",".join(f"{topic}-{p}" for topic, p in t.partitions) or "-"
+            rows.append((t.transactional_id, t.state, t.producer_id, t.producer_epoch, t.timeout_ms, t.start_time_ms, parts))
+        _table(("transactional-id", "state", "producer-id", "epoch", "timeout-ms", "start-ms", "partitions"), rows, sys.stdout)
+        return 0
+    _table(("transactional-id", "producer-id", "state"), list_transactions(args.brokers, api_version=args.api_version, security=security), sys.stdout)
+    return 0
+
+
 def _broker_groups(args: argparse.Namespace) -> int:
     """Groups the brokers' coordinators balance (no --zookeeper): list, or describe one."""
     from hmbclient.consumer.group_admin import describe_broker_group, list_broker_groups
@@ -727,6 +743,16 @@ def _add_inspect_commands(sub: Subparsers) -> None:
     _client_opts(p)
     _zookeeper_opt(p, "read ZooKeeper groups from here (default: the brokers' coordinated groups)")
     p.set_defaults(func=cmd_groups)
+
+    p = sub.add_parser("transactions", help="transactional ids the brokers coordinate: --list, --describe ID ...",
+                       description="ListTransactions on every broker (--list, the default), or each named id "
+                       "as its coordinator describes it (--describe: state, producer id and epoch, timeout, "
+                       "start time, partitions in the open transaction).")
+    action = p.add_mutually_exclusive_group()
+    action.add_argument("--list", action="store_true", help="every transactional id (the default)")
+    action.add_argument("--describe", nargs="+", default=None, metavar="ID", help="describe these transactional ids")
+    _client_opts(p)
+    p.set_defaults(func=cmd_transactions)
 
 
 def _add_security_commands(sub: Subparsers) -> None:

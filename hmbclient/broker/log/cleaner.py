@@ -26,7 +26,9 @@ Decisions (pure functions of state, below; the thread only does the I/O):
   total size fits ``segment.bytes`` and their offsets fit one index (int32 relative offsets).
 * Control batches (transaction markers) are kept as they are: ``retain_control_batch`` is the
   hook for the transaction work (Kafka drops a marker once no data of its transaction is left,
-  and drops aborted transactional records: not done here, see the note there).
+  and drops aborted transactional records: not done here, see the note there). Transactions
+  (KIP-98) bound a pass by the last stable offset instead of the high watermark, and the
+  records of aborted transactions are left out of the offset map (they supersede nothing).
 
 Rewriting a batch: a v2 batch whose records all survive is copied byte for byte; one that loses
 every record is dropped (our producer state is rebuilt from snapshots and the active segment,
@@ -328,7 +330,9 @@ def clean_log(
     segs = lg.segments
     infos = [_info(s) for s in segs]
     first_dirty = max(first_dirty, infos[0].base_offset)
-    end = cleanable_end(infos, lg.high_watermark, now, cfg.min_compaction_lag_ms)
+    # KIP-98: never past the last stable offset (a record of an open transaction may yet be
+    # aborted, and must not cost the committed one it would supersede)
+    end = cleanable_end(infos, lg.last_stable_offset, now, cfg.min_compaction_lag_ms)
     if end <= first_dirty:
         return None
     account = throttle or (lambda n: None)
@@ -344,8 +348,12 @@ def clean_log(
         for e, data in _entries(s):
             if e.last_offset < first_dirty:
                 continue
-            if e.magic == 2 and control.batch_header(data).is_control:
-                continue
+            if e.magic == 2:
+                header = control.batch_header(data)
+                if header.is_control:
+                    continue
+                if header.is_transactional and lg.txns.is_aborted(header.producer_id, header.base_offset):
+                    continue  # an aborted transaction's record supersedes nothing (KIP-98)
             for r in records.decode_records(data):
                 if r.key is not None and first_dirty <= r.offset < end:
                     latest[r.key] = r.offset
