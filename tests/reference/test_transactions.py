@@ -1,5 +1,6 @@
 """hmbclient's transactions (issue 23) against Apache Kafka 4.x, Kafka's own Java consumer the
-oracle where one is needed.
+oracle where one is needed, and the same cases against our embedded broker (whose transaction
+coordinator landed with issue 23 too): every test runs on both.
 
 * Producer: commits visible to ``read_committed`` readers, aborts never; sync and async.
 * Zombie fencing: a second producer with the same transactional.id fences the first, whose
@@ -16,12 +17,14 @@ oracle where one is needed.
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from waiting import wait_until
 
 from hmbclient import Consumer, Producer, ProducerData, SimpleConsumer, admin
+from hmbclient.broker import EmbeddedBroker
 from hmbclient.consumer.offsets import KafkaOffsetStorage
 from hmbclient.consumer.simple import LATEST_TIME, FetchRequest
 from hmbclient.errors import ConsumerTimeoutError, ProducerFencedError
@@ -30,6 +33,16 @@ from hmbclient.net.client import NetClient
 from .helpers import java_read_all, unique
 
 pytestmark = pytest.mark.timeout(240)
+
+
+@pytest.fixture(scope="module", params=["kafka4", "hmb"])
+def broker(request: pytest.FixtureRequest) -> Iterator[Any]:
+    """Apache Kafka 4 (the package's shared node), or an embedded broker of ours."""
+    if request.param == "kafka4":
+        yield request.getfixturevalue("kafka4")
+        return
+    with EmbeddedBroker(port=0, num_partitions=1) as ours:
+        yield ours
 
 
 def _txn_producer(bootstrap: str, tid: str, ptype: str = "sync", **extra: Any) -> Producer:
@@ -59,10 +72,10 @@ def _read(consumer: SimpleConsumer, topic: str, partition: int, until: int) -> t
 
 
 @pytest.mark.parametrize("ptype", ["sync", "async"])
-def test_commit_visible_abort_invisible(kafka4, tmp_path, ptype):
+def test_commit_visible_abort_invisible(broker, tmp_path, ptype):
     topic = unique(f"txn-{ptype}")
-    admin.create_topic(kafka4.bootstrap, topic, 2, 1)
-    p = _txn_producer(kafka4.bootstrap, unique("tid"), ptype)
+    admin.create_topic(broker.bootstrap, topic, 2, 1)
+    p = _txn_producer(broker.bootstrap, unique("tid"), ptype)
     committed: list[bytes] = []
     aborted: list[bytes] = []
     try:
@@ -87,9 +100,9 @@ def test_commit_visible_abort_invisible(kafka4, tmp_path, ptype):
         p.close()
     props = tmp_path / "rc.properties"
     props.write_text("isolation.level=read_committed\n")
-    seen = [r[4] for r in java_read_all(kafka4.bootstrap, topic, len(committed), properties=str(props))]
+    seen = [r[4] for r in java_read_all(broker.bootstrap, topic, len(committed), properties=str(props))]
     assert sorted(seen) == sorted(committed)
-    with _simple(kafka4.bootstrap, isolation_level="read_committed") as rc, _simple(kafka4.bootstrap) as ru:
+    with _simple(broker.bootstrap, isolation_level="read_committed") as rc, _simple(broker.bootstrap) as ru:
         ours: list[bytes] = []
         every: list[bytes] = []
         for part in (0, 1):
@@ -107,15 +120,15 @@ def test_commit_visible_abort_invisible(kafka4, tmp_path, ptype):
     assert sorted(every) == sorted(committed + aborted)
 
 
-def test_zombie_is_fenced(kafka4):
+def test_zombie_is_fenced(broker):
     topic, tid = unique("zombie"), unique("tid")
-    admin.create_topic(kafka4.bootstrap, topic, 1, 1)
-    old = _txn_producer(kafka4.bootstrap, tid)
+    admin.create_topic(broker.bootstrap, topic, 1, 1)
+    old = _txn_producer(broker.bootstrap, tid)
     new = None
     try:
         old.begin_transaction()
         old.send(ProducerData(topic, None, [b"zombie"]))
-        new = _txn_producer(kafka4.bootstrap, tid)  # fences `old`, aborts its transaction
+        new = _txn_producer(broker.bootstrap, tid)  # fences `old`, aborts its transaction
         assert new.producer_identity is not None and old.producer_identity is not None
         assert new.producer_identity[0] == old.producer_identity[0]
         assert new.producer_identity[1] > old.producer_identity[1]
@@ -133,16 +146,16 @@ def test_zombie_is_fenced(kafka4):
         old.close()
         if new is not None:
             new.close()
-    with _simple(kafka4.bootstrap, isolation_level="read_committed") as rc:
+    with _simple(broker.bootstrap, isolation_level="read_committed") as rc:
         end = rc.get_offsets_before(topic, 0, LATEST_TIME, 1)[0]
         assert _read(rc, topic, 0, end)[0] == [b"successor"]
 
 
-def test_send_offsets_committed_only_on_commit(kafka4):
+def test_send_offsets_committed_only_on_commit(broker):
     topic, group = unique("eos-offsets"), unique("group")
-    admin.create_topic(kafka4.bootstrap, topic, 2, 1)
-    p = _txn_producer(kafka4.bootstrap, unique("tid"))
-    host, port = kafka4.bootstrap.rsplit(":", 1)
+    admin.create_topic(broker.bootstrap, topic, 2, 1)
+    p = _txn_producer(broker.bootstrap, unique("tid"))
+    host, port = broker.bootstrap.rsplit(":", 1)
     client = NetClient([(host, int(port))], name="offsets-check")
     store = KafkaOffsetStorage(client, group)
     tps = [(topic, 0), (topic, 1)]
@@ -196,13 +209,13 @@ class _Member:
         self.connector.shutdown()
 
 
-def test_read_committed_stops_at_the_last_stable_offset(kafka4):
+def test_read_committed_stops_at_the_last_stable_offset(broker):
     topic = unique("lso")
-    admin.create_topic(kafka4.bootstrap, topic, 1, 1)
-    p = _txn_producer(kafka4.bootstrap, unique("tid"))
-    plain = Producer(metadata_broker_list=kafka4.bootstrap, request_required_acks=-1)
-    rc_member = _Member(kafka4.bootstrap, topic, "read_committed")
-    ru_member = _Member(kafka4.bootstrap, topic, "read_uncommitted")
+    admin.create_topic(broker.bootstrap, topic, 1, 1)
+    p = _txn_producer(broker.bootstrap, unique("tid"))
+    plain = Producer(metadata_broker_list=broker.bootstrap, request_required_acks=-1)
+    rc_member = _Member(broker.bootstrap, topic, "read_committed")
+    ru_member = _Member(broker.bootstrap, topic, "read_uncommitted")
     try:
         p.begin_transaction()
         p.send(ProducerData(topic, None, [b"a1", b"a2"]))
@@ -210,7 +223,7 @@ def test_read_committed_stops_at_the_last_stable_offset(kafka4):
         p.begin_transaction()
         p.send(ProducerData(topic, None, [b"open"]))  # offset 3 (2 is the commit marker)
         plain.send(ProducerData(topic, None, [b"after"]))  # not transactional, behind the open one
-        with _simple(kafka4.bootstrap, isolation_level="read_committed") as rc, _simple(kafka4.bootstrap) as ru:
+        with _simple(broker.bootstrap, isolation_level="read_committed") as rc, _simple(broker.bootstrap) as ru:
             lso = rc.get_offsets_before(topic, 0, LATEST_TIME, 1)[0]
             hw = ru.get_offsets_before(topic, 0, LATEST_TIME, 1)[0]
             assert (lso, hw) == (3, 5)
@@ -230,11 +243,11 @@ def test_read_committed_stops_at_the_last_stable_offset(kafka4):
         plain.close()
 
 
-def test_confluent_transactional_producer_aborted_data_filtered(kafka4):
+def test_confluent_transactional_producer_aborted_data_filtered(broker):
     import confluent_kafka  # a peer the project installs (make peers): missing fails, never skips
     topic = unique("librdkafka-txn")
-    admin.create_topic(kafka4.bootstrap, topic, 1, 1)
-    p = confluent_kafka.Producer({"bootstrap.servers": kafka4.bootstrap, "transactional.id": unique("tid")})
+    admin.create_topic(broker.bootstrap, topic, 1, 1)
+    p = confluent_kafka.Producer({"bootstrap.servers": broker.bootstrap, "transactional.id": unique("tid")})
     p.init_transactions(30)
     delivered: list[Any] = []
     for n, commit in enumerate([True, False, True]):
@@ -249,7 +262,7 @@ def test_confluent_transactional_producer_aborted_data_filtered(kafka4):
     assert p.flush(10) == 0 and delivered == [None] * 30
     del p  # librdkafka's threads stop with the handle, before kafka4 does
     committed = [b"c-%d-%d" % (n, i) for n in (0, 2) for i in range(10)]
-    with _simple(kafka4.bootstrap, isolation_level="read_committed") as rc, _simple(kafka4.bootstrap) as ru:
+    with _simple(broker.bootstrap, isolation_level="read_committed") as rc, _simple(broker.bootstrap) as ru:
         end = rc.get_offsets_before(topic, 0, LATEST_TIME, 1)[0]
         assert end == 33  # 30 records and 3 markers
         assert _read(rc, topic, 0, end) == (committed, end)
