@@ -18,7 +18,7 @@ from hmbclient.config import (
 )
 from hmbclient.net.config import SecurityConfig
 
-__all__ = ["ConsumerConfig", "SimpleConsumerConfig", "IsolationLevel", "isolation_code"]
+__all__ = ["ConsumerConfig", "SimpleConsumerConfig", "IsolationLevel", "isolation_code", "parse_isolation_level"]
 
 
 def _offset_reset(value: Any) -> Any:
@@ -41,7 +41,8 @@ def _group_id(value: Any) -> Any:
 IsolationLevel = Literal["read_uncommitted", "read_committed"]
 
 
-def _isolation(value: Any) -> Any:
+def parse_isolation_level(value: Any) -> Any:
+    """``isolation.level`` as given, lower-cased (the setting's type then checks the name)."""
     return value.strip().lower() if isinstance(value, str) else value
 
 
@@ -83,7 +84,7 @@ class SimpleConsumerConfig(SecurityConfig):
     fetch_wait_max_ms: int = setting(0, min=0, doc="fetch.wait.max.ms: ...but at most this long")
     isolation_level: IsolationLevel = setting(
         "read_uncommitted",
-        convert=_isolation,
+        convert=parse_isolation_level,
         doc="isolation.level: read_committed hides aborted transactions and stops at the last stable offset",
     )
 
@@ -151,7 +152,7 @@ class ConsumerConfig(SecurityConfig):
     fetch_wait_max_ms: int = setting(100, min=0, doc="fetch.wait.max.ms: ...but at most this long")
     isolation_level: IsolationLevel = setting(
         "read_uncommitted",
-        convert=_isolation,
+        convert=parse_isolation_level,
         doc="isolation.level: read_committed hides aborted transactions and stops at the last stable offset",
     )
     rebalance_backoff_ms: int = setting(
