@@ -87,6 +87,10 @@ _DUPLICATE = int(ErrorCode.DUPLICATE_SEQUENCE_NUMBER)
 # Java client sends Integer.MAX_VALUE).
 _IDEMPOTENT_TIMEOUT_MS = 2**31 - 1
 _NO_PRODUCER = (NO_PRODUCER_ID, NO_PRODUCER_EPOCH, NO_SEQUENCE)
+# First pause before retrying a transactional request: CONCURRENT_TRANSACTIONS, the usual
+# answer to the first AddPartitionsToTxn after a commit while the coordinator writes the
+# markers, clears within milliseconds (Kafka's Java client waits 20 ms there, KAFKA-5477).
+_TXN_RETRY_MS = 20.0
 
 log = logging.getLogger("hmbclient.producer")
 
@@ -614,7 +618,7 @@ class SendEngine:
             except HmbError as e:
                 if classify(e) == RETRY and monotonic_ms() - txn.started_ms < txn.timeout_ms:
                     log.info("AddPartitionsToTxn %s: %s; retrying", missing, e)
-                    retry_at = monotonic_ms() + backoff_ms(self.policy, 1)
+                    retry_at = monotonic_ms() + min(backoff_ms(self.policy, 1), _TXN_RETRY_MS)
                     keep = []
                     with self.acc.lock:
                         for unit in units:
@@ -664,7 +668,7 @@ class SendEngine:
         left = None if deadline_ms is None else max(0.0, deadline_ms - monotonic_ms())
         policy = retry_policy(
             max_retries=1 << 30,
-            backoff_ms=max(1.0, min(self.retry_backoff_ms, 100.0)),
+            backoff_ms=max(1.0, min(self.retry_backoff_ms, _TXN_RETRY_MS)),
             deadline_ms=left,
             retry_on=lambda e: classify(e) == RETRY,
         )
