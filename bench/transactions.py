@@ -33,7 +33,12 @@ from hmbclient.config import parse_broker_list
 def _count_committed(bootstrap: str, topic: str) -> int:
     host, port = parse_broker_list(bootstrap)[0]
     n = 0
-    with SimpleConsumer(host, port, isolation_level="read_committed") as c:
+    with SimpleConsumer(host, port, isolation_level="read_committed") as c, SimpleConsumer(host, port) as ru:
+        deadline = time.monotonic() + 30  # the last commit's marker is written after EndTxn's answer
+        while c.get_offsets_before(topic, 0, -1, 1) != ru.get_offsets_before(topic, 0, -1, 1):
+            if time.monotonic() > deadline:
+                raise BenchError(f"{topic}: the last stable offset never reached the end")
+            time.sleep(0.05)
         offset = 0
         while True:
             ms = c.fetch(FetchRequest(topic, 0, offset, 4 << 20))

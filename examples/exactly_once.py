@@ -13,11 +13,12 @@ Run:   .venv/bin/python examples/exactly_once.py
        embedded broker is started)
 """
 
+import time
 import uuid
 
 from _servers import brokers
 
-from hmbclient import FetchRequest, Producer, ProducerData, SimpleConsumer, admin
+from hmbclient import LATEST_TIME, FetchRequest, Producer, ProducerData, SimpleConsumer, admin
 from hmbclient.config import parse_broker_list
 from hmbclient.consumer.offsets import KafkaOffsetStorage
 from hmbclient.net.client import NetClient
@@ -79,8 +80,12 @@ def auditor(bootstrap: str, crash_after: int | None = None) -> int:
 def read_all(bootstrap: str, topic: str, isolation_level: str) -> list[bytes]:
     host, port = parse_broker_list(bootstrap)[0]
     out: list[bytes] = []
-    with SimpleConsumer(host, port, isolation_level=isolation_level) as consumer:
+    with SimpleConsumer(host, port, isolation_level=isolation_level) as consumer, SimpleConsumer(host, port) as ru:
         for p in PARTITIONS:
+            # commit_transaction() returns once the commit is decided; the coordinator writes
+            # the markers right after: until then read_committed readers stop before them
+            while consumer.get_offsets_before(topic, p, LATEST_TIME, 1) != ru.get_offsets_before(topic, p, LATEST_TIME, 1):
+                time.sleep(0.05)
             offset = 0
             while True:
                 ms = consumer.fetch(FetchRequest(topic, p, offset, 65536))

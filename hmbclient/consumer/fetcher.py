@@ -256,7 +256,7 @@ class _BrokerFetcher:
         if raw is None or len(raw) == 0:
             return
         try:
-            records = decode_records(raw) if aborted is None else read_committed(raw, aborted)
+            records = read_committed(raw, aborted) if aborted else decode_records(raw)
         except CorruptRecordError as exc:
             self._drop(pti)
             pti.stream.put_error(pti, exc, self._stop)

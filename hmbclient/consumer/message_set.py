@@ -125,7 +125,9 @@ class ByteBufferMessageSet:
                 raise self.error
             if not len(self.buffer):
                 recs = []
-            elif self.aborted is None:
+            elif not self.aborted:
+                # read_uncommitted, or nothing aborted in this set: markers are all there is
+                # to leave out, and decode_records skips control batches
                 recs = decode_records(self.buffer)
             else:
                 recs = read_committed(self.buffer, self.aborted)

@@ -38,8 +38,14 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedBroker]
 
 
 def _committed(broker: EmbeddedBroker, topic: str) -> list[bytes]:
-    with SimpleConsumer(broker.host, broker.port, isolation_level="read_committed") as c:
-        end = c.get_offsets_before(topic, 0, LATEST_TIME, 1)[0]
+    """What read_committed readers see, once the markers are written (EndTxn is answered
+    before the coordinator writes them: the last stable offset then reaches the end)."""
+    with SimpleConsumer(broker.host, broker.port, isolation_level="read_committed") as c, \
+            SimpleConsumer(broker.host, broker.port) as ru:
+        def latest(consumer: SimpleConsumer) -> int:
+            return consumer.get_offsets_before(topic, 0, LATEST_TIME, 1)[0]
+
+        end = wait_until(lambda: (e := latest(c)) == latest(ru) and e, 10, "the markers")
         out: list[bytes] = []
         offset = 0
         while offset < end:

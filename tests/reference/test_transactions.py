@@ -56,6 +56,18 @@ def _simple(bootstrap: str, **settings: Any) -> SimpleConsumer:
     return SimpleConsumer(host, int(port), **settings)
 
 
+def _latest(consumer: SimpleConsumer, topic: str, partition: int) -> int:
+    return consumer.get_offsets_before(topic, partition, LATEST_TIME, 1)[0]
+
+
+def _settled(rc: SimpleConsumer, ru: SimpleConsumer, topic: str, partition: int) -> int:
+    """The partition's end once no transaction is open in it: EndTxn is answered once the
+    outcome is logged, and the coordinator writes the markers after that (the last stable
+    offset reaches the high watermark then). Waits for it."""
+    return wait_until(lambda: (end := _latest(rc, topic, partition)) == _latest(ru, topic, partition) and end,
+                      15, f"the markers of {topic}-{partition}", lambda: (_latest(rc, topic, partition), _latest(ru, topic, partition)))
+
+
 def _read(consumer: SimpleConsumer, topic: str, partition: int, until: int) -> tuple[list[bytes], int]:
     """Every value from offset 0 up to ``until`` (exclusive) or until a fetch brings nothing
     new; returns (values, next offset)."""
@@ -106,9 +118,7 @@ def test_commit_visible_abort_invisible(broker, tmp_path, ptype):
         ours: list[bytes] = []
         every: list[bytes] = []
         for part in (0, 1):
-            end = rc.get_offsets_before(topic, part, LATEST_TIME, 1)[0]
-            hw = ru.get_offsets_before(topic, part, LATEST_TIME, 1)[0]
-            assert end == hw  # nothing open: the last stable offset is the high watermark
+            end = hw = _settled(rc, ru, topic, part)  # nothing open: the LSO reaches the high watermark
             vals, nxt = _read(rc, topic, part, end)
             assert nxt == end  # moved past the trailing marker
             ours += vals
@@ -146,8 +156,8 @@ def test_zombie_is_fenced(broker):
         old.close()
         if new is not None:
             new.close()
-    with _simple(broker.bootstrap, isolation_level="read_committed") as rc:
-        end = rc.get_offsets_before(topic, 0, LATEST_TIME, 1)[0]
+    with _simple(broker.bootstrap, isolation_level="read_committed") as rc, _simple(broker.bootstrap) as ru:
+        end = _settled(rc, ru, topic, 0)
         assert _read(rc, topic, 0, end)[0] == [b"successor"]
 
 
@@ -224,9 +234,10 @@ def test_read_committed_stops_at_the_last_stable_offset(broker):
         p.send(ProducerData(topic, None, [b"open"]))  # offset 3 (2 is the commit marker)
         plain.send(ProducerData(topic, None, [b"after"]))  # not transactional, behind the open one
         with _simple(broker.bootstrap, isolation_level="read_committed") as rc, _simple(broker.bootstrap) as ru:
-            lso = rc.get_offsets_before(topic, 0, LATEST_TIME, 1)[0]
-            hw = ru.get_offsets_before(topic, 0, LATEST_TIME, 1)[0]
-            assert (lso, hw) == (3, 5)
+            # once the first transaction's marker (offset 2) is written, the LSO is the open
+            # transaction's first offset
+            wait_until(lambda: _latest(rc, topic, 0) == 3, 15, "the LSO at the open transaction", lambda: _latest(rc, topic, 0))
+            assert (hw := _latest(ru, topic, 0)) == 5
             assert _read(rc, topic, 0, hw) == ([b"a1", b"a2"], 3)  # stops at the LSO
             assert _read(ru, topic, 0, hw) == ([b"a1", b"a2", b"open", b"after"], 5)
         wait_until(lambda: ru_member.values == [b"a1", b"a2", b"open", b"after"], 30, "read_uncommitted group member",
@@ -263,7 +274,7 @@ def test_confluent_transactional_producer_aborted_data_filtered(broker):
     del p  # librdkafka's threads stop with the handle, before kafka4 does
     committed = [b"c-%d-%d" % (n, i) for n in (0, 2) for i in range(10)]
     with _simple(broker.bootstrap, isolation_level="read_committed") as rc, _simple(broker.bootstrap) as ru:
-        end = rc.get_offsets_before(topic, 0, LATEST_TIME, 1)[0]
+        end = _settled(rc, ru, topic, 0)
         assert end == 33  # 30 records and 3 markers
         assert _read(rc, topic, 0, end) == (committed, end)
         every = _read(ru, topic, 0, end)[0]

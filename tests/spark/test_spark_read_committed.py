@@ -13,8 +13,9 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from waiting import wait_until
 
-from hmbclient import Producer, ProducerData
+from hmbclient import LATEST_TIME, Producer, ProducerData, SimpleConsumer
 from hmbclient.broker import EmbeddedBroker
 from spark_integration import OffsetRange
 from spark_integration.offsets import LATEST
@@ -39,6 +40,9 @@ def broker() -> Iterator[EmbeddedBroker]:
             else:
                 p.abort_transaction(10)
         p.close()
+        # EndTxn is answered before the coordinator writes the markers: wait for the last one
+        with SimpleConsumer(b.host, b.port, isolation_level="read_committed") as rc:
+            wait_until(lambda: rc.get_offsets_before(TOPIC, 0, LATEST_TIME, 1)[0] == 12, 10, "the last marker")
         yield b  # offsets: c1 0-2, marker 3, a 4-6, marker 7, c2 8-10, marker 11; end 12
 
 
