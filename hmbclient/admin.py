@@ -118,8 +118,9 @@ def list_topics(brokers: str, *, api_version: str = "auto", timeout_ms: float = 
 
 
 def create_topic(brokers: str, name: str, num_partitions: int, replication_factor: int, *,
-                 timeout_ms: float = 30_000, api_version: str = "auto", security: Any = None) -> None:
-    """Create one topic with CreateTopics (no explicit assignment, no topic configs).
+                 timeout_ms: float = 30_000, api_version: str = "auto", security: Any = None,
+                 configs: dict[str, str] | None = None) -> None:
+    """Create one topic with CreateTopics (no explicit assignment).
 
     Any broker takes the request (Kafka sends it to the controller itself; our brokers accept
     it anywhere). The bootstrap brokers are asked in turn until one answers.
@@ -132,6 +133,10 @@ def create_topic(brokers: str, name: str, num_partitions: int, replication_facto
         replication_factor: likewise.
         timeout_ms: how long the broker may take to create the topic (sent in the request);
             the client waits a few seconds longer for the answer.
+        api_version: the dialect ("auto" asks the broker).
+        security: TLS/SASL settings (``hmbclient.net.Security``) or None.
+        configs: topic configs (``{"cleanup.policy": "compact"}``); the broker refuses unknown
+            names and bad values with InvalidConfigError.
 
     Raises:
         BrokerError: the broker refused, as the subclass of the answer's code (for_code), with
@@ -147,7 +152,7 @@ def create_topic(brokers: str, name: str, num_partitions: int, replication_facto
     def build(versions: Any) -> Any:
         return versions.build(
             ApiKey.CREATE_TOPICS,
-            topics=[(name, num_partitions, replication_factor, [], [])],
+            topics=[(name, num_partitions, replication_factor, [], sorted((configs or {}).items()))],
             timeout_ms=int(timeout_ms),
             validate_only=False,
         )

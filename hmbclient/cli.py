@@ -484,14 +484,21 @@ def cmd_offsets(args: argparse.Namespace) -> int:
 def cmd_topics(args: argparse.Namespace) -> int:
     from hmbclient.admin import create_topic, describe_topics, list_topics
 
-    if args.create is None and (args.partitions is not None or args.replication_factor is not None):
-        raise CliError("--partitions and --replication-factor go with --create NAME")
+    if args.create is None and (args.partitions is not None or args.replication_factor is not None or args.config):
+        raise CliError("--partitions, --replication-factor and --config go with --create NAME")
     if args.create is not None:
         if args.partitions is None or args.replication_factor is None:
             raise CliError("--create NAME needs --partitions N and --replication-factor R")
+        configs: dict[str, str] = {}
+        for item in args.config:
+            k, eq, v = item.partition("=")
+            if not eq or not k.strip():
+                raise CliError(f"--config {item!r}: expected NAME=VALUE (e.g. cleanup.policy=compact)")
+            configs[k.strip()] = v.strip()
         try:
             create_topic(args.brokers, args.create, args.partitions, args.replication_factor,
-                         timeout_ms=args.timeout_ms, api_version=args.api_version, security=_security(args))
+                         timeout_ms=args.timeout_ms, api_version=args.api_version, security=_security(args),
+                         configs=configs)
         except BrokerError as e:
             # The broker's message may not name the topic; the line on stderr should.
             raise CliError(f"topic {args.create} not created: {_describe(e)}") from e
@@ -601,6 +608,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_inspect_commands(sub)
     _add_demo_command(sub)
     _add_security_commands(sub)
+    _add_top_command(sub)
     return parser
 
 
@@ -706,6 +714,8 @@ def _add_inspect_commands(sub: Subparsers) -> None:
                    help="replicas of each partition of the topic to --create (at most the number of brokers)")
     p.add_argument("--timeout-ms", type=int, default=30000,
                    help="how long the broker may take to --create the topic (default 30000)")
+    p.add_argument("--config", action="append", default=[], metavar="NAME=VALUE",
+                   help="a topic config of the topic to --create, e.g. cleanup.policy=compact (repeatable)")
     p.set_defaults(func=cmd_topics)
 
     p = sub.add_parser("groups", help="consumer groups; with GROUP: members, owners, offsets, lag",
@@ -751,6 +761,29 @@ def _add_security_commands(sub: Subparsers) -> None:
     p.add_argument("--acls-file", default=None, metavar="FILE", help="the ACL file")
     _zookeeper_opt(p, "the ZooKeeper of the brokers")
     p.set_defaults(func=cmd_acls)
+
+
+def _add_top_command(sub: Subparsers) -> None:
+    p = sub.add_parser("top", help="a live view of a cluster: brokers, topics, partitions, group lag",
+                       description="Refreshes in place until Ctrl-C (or --iterations). Rates are the "
+                       "differences between two refreshes; bytes per topic need the brokers' metrics "
+                       "endpoints (--metrics, our brokers with --set metrics.port=PORT).")
+    _client_opts(p)
+    _zookeeper_opt(p, "also show the ZooKeeper consumer groups kept here")
+    p.add_argument("--interval", type=float, default=2.0, metavar="SECONDS", help="refresh period (default 2)")
+    p.add_argument("--iterations", type=int, default=None, metavar="N", help="stop after N refreshes")
+    p.add_argument("--metrics", action="append", default=[], metavar="HOST:PORT",
+                   help="a broker's metrics endpoint (repeatable) for bytes in/out per topic")
+    p.set_defaults(func=cmd_top)
+
+
+def cmd_top(args: argparse.Namespace) -> int:
+    from hmbclient.top import run
+
+    if args.interval <= 0:
+        raise CliError("--interval must be > 0")
+    return run(args.brokers, interval_s=args.interval, iterations=args.iterations, zookeeper=args.zookeeper,
+               metrics=args.metrics, api_version=args.api_version, security=_security(args))
 
 
 def _add_demo_command(sub: Subparsers) -> None:

@@ -37,6 +37,8 @@ __all__ = [
     "KafkaConnectionError",
     "UnsupportedByBroker",
     "ProducerClosedError",
+    "IllegalStateError",
+    "ConsumerClosedError",
     "QueueFullError",
     "UnresolvedSequenceError",
     "TransactionStateError",
@@ -98,6 +100,15 @@ class UnsupportedByBroker(HmbError):
 
 class ProducerClosedError(HmbError):
     """send() after close()."""
+
+
+class IllegalStateError(HmbError):
+    """The call does not fit the client's state: e.g. poll() with neither a subscription nor
+    an assignment, subscribe() after assign(), commit() without a group.id."""
+
+
+class ConsumerClosedError(IllegalStateError):
+    """A Consumer's method called after close()."""
 
 
 class UnresolvedSequenceError(HmbError):

@@ -26,6 +26,7 @@ import logging
 from collections.abc import Callable
 from typing import Any, Protocol
 
+from hmbclient.broker.log.overrides import validate_topic_configs
 from hmbclient.broker.metadata import NO_LEADER, BrokerEndpoint, MetadataCache, PartitionMeta
 from hmbclient.broker.producer_ids import INIT_PRODUCER_ID, ProducerIdManager
 from hmbclient.broker.replica_manager import PartitionState, ReplicaManager
@@ -33,7 +34,7 @@ from hmbclient.broker.results import AppendResult, FetchInfo, FetchResult
 from hmbclient.broker.security.hooks import allowed, refuse_request
 from hmbclient.broker.topics import TopicManager, is_valid_topic_name
 from hmbclient.clock import wall_ms
-from hmbclient.errors import ErrorCode
+from hmbclient.errors import ConfigError, ErrorCode
 from hmbclient.protocol.api import ApiKey, ApiVersionsResponse
 from hmbclient.protocol.api.base import REQUESTS, Request, Response
 from hmbclient.protocol.api.cluster import SECURITY_PROTOCOL_NAMES
@@ -528,7 +529,12 @@ class KafkaApis:
                 code, msg = ErrorCode.TOPIC_AUTHORIZATION_FAILED, "Authorization failed."
             else:
                 n = t.num_partitions if t.num_partitions != -1 else self.topics.num_partitions
-                code, msg = self.topics.create_with_message(t.topic, n, t.replication_factor, assignment=assignment, validate_only=validate_only)
+                try:
+                    overrides = validate_topic_configs({c.name: c.value for c in t.configs or ()})
+                except ConfigError as e:
+                    code, msg = ErrorCode.INVALID_CONFIG, str(e)
+                else:
+                    code, msg = self.topics.create_with_message(t.topic, n, t.replication_factor, assignment=assignment, validate_only=validate_only, configs=overrides)
                 if code == ErrorCode.NONE and not validate_only:
                     created.append(t.topic)
             seen.add(t.topic)

@@ -6,6 +6,9 @@
 * :class:`Consumer` / :class:`ConsumerConnector` — the high-level consumer of groups balanced
   through ZooKeeper or the brokers' group coordinator (:mod:`.connector`, :mod:`.group`), with :class:`KafkaStream`, :class:`MessageAndMetadata` and the topic
   filters :class:`Whitelist` / :class:`Blacklist`; imported on first use (they load kazoo).
+* :mod:`.poll_consumer` — the subscribe/poll consumer, ``hmbclient.Consumer`` (called with a
+  config; its ``Consumer.create`` is the factory above), on the same fetchers, stream, group
+  member and offset store.
 """
 
 from typing import Any

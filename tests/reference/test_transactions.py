@@ -12,6 +12,8 @@ coordinator landed with issue 23 too): every test runs on both.
   see the open and the aborted data but no markers.
 * A confluent-kafka (librdkafka) transactional producer's aborted data is filtered out by our
   read_committed consumer.
+* The subscribe/poll Consumer (issue 24) on the same fetcher: read_committed leaves the aborted
+  record out, read_uncommitted hands it out, and neither a marker.
 """
 
 from __future__ import annotations
@@ -279,3 +281,28 @@ def test_confluent_transactional_producer_aborted_data_filtered(broker):
         assert _read(rc, topic, 0, end) == (committed, end)
         every = _read(ru, topic, 0, end)[0]
         assert len(every) == 30 and set(committed) < set(every)
+
+
+@pytest.mark.parametrize("isolation", ["read_committed", "read_uncommitted"])
+def test_poll_consumer_isolation(broker, isolation):
+    topic = unique("poll-txn")
+    admin.create_topic(broker.bootstrap, topic, 1, 1)
+    p = _txn_producer(broker.bootstrap, unique("tid"))
+    try:
+        for values, commit in (([b"c1", b"c2"], True), ([b"a1"], False), ([b"c3"], True)):
+            p.begin_transaction()
+            p.send(ProducerData(topic, None, values))
+            if commit:
+                p.commit_transaction(30)
+            else:
+                p.abort_transaction(30)
+    finally:
+        p.close()
+    expected = [b"c1", b"c2", b"c3"] if isolation == "read_committed" else [b"c1", b"c2", b"a1", b"c3"]
+    got: list[bytes] = []
+    with Consumer({"bootstrap.servers": broker.bootstrap, "auto.offset.reset": "earliest", "isolation.level": isolation}) as c:
+        c.assign([(topic, 0)])
+        wait_until(lambda: got.extend(r.value for r in c.poll(0.2)) or len(got) >= len(expected), 30,
+                   f"{isolation} poll consumer", lambda: got)
+        assert c.poll(0.3) == []  # nothing more: markers are never handed out
+    assert got == expected

@@ -58,7 +58,7 @@ Contract:
   log start until the LogManager restores it from its checkpoint.
 
 Concurrency: one lock serialises writers (append, roll, truncation, retention, flush, high
-watermark moves). Readers take no lock: they bisect ``_segments``, an immutable tuple that
+watermark moves, the cleaner's swap of a segment group: ``replace_segments``). Readers take no lock: they bisect ``_segments``, an immutable tuple that
 writers replace whole (copy-on-write), and a segment's size only grows after its bytes are in the
 file, except under truncation, which cuts the one segment holding the new end in place (a read
 racing with it may come back short, as in Kafka). The high watermark's position is published
@@ -76,11 +76,12 @@ import struct
 import threading
 import uuid
 from bisect import bisect_left, bisect_right
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any, NamedTuple
 
 from crc32c import crc32c
 
+from hmbclient.broker.log import cleaner
 from hmbclient.broker.log.checkpoint import TMP_SUFFIX
 from hmbclient.broker.log.config import LogConfig
 from hmbclient.broker.log.epochs import LEADER_EPOCH_CHECKPOINT, LeaderEpochCache
@@ -282,6 +283,7 @@ class Log:
             raise StorageError(f"cannot create log folder {directory}: {e}") from e
         self._segments: tuple[Segment, ...] = ()
         self._bases: tuple[int, ...] = ()
+        self._view: tuple[tuple[Segment, ...], tuple[int, ...]] = ((), ())
         self._load()
         self.leader_epochs = LeaderEpochCache(os.path.join(directory, LEADER_EPOCH_CHECKPOINT))
         end = self.log_end_offset
@@ -305,6 +307,7 @@ class Log:
 
     # -- start-up --------------------------------------------------------------------------
     def _load(self) -> None:
+        cleaner.complete_interrupted_cleaning(self.directory)
         logs: set[int] = set()
         indexes: set[int] = set()
         leftovers: list[str] = []
@@ -422,8 +425,8 @@ class Log:
     def _chunks_from(self, offset: int) -> Iterator[bytes]:
         """The log's bytes from the segment holding ``offset`` to the end, in chunks of whole
         entries (the producer state's rebuild reads batch headers from them)."""
-        segs = self._segments
-        i = max(bisect_right(self._bases, offset) - 1, 0)
+        segs, bases = self._view
+        i = max(bisect_right(bases, offset) - 1, 0)
         for seg in segs[i:]:
             size = seg.size
             pos = 0
@@ -447,10 +450,11 @@ class Log:
         return seg
 
     def _set_segments(self, segs: tuple[Segment, ...]) -> None:
-        # Publish both tuples; readers may see the pair from either side of this assignment,
-        # and both are consistent views on their own (bases only grows or loses a prefix).
-        self._bases = tuple(s.base_offset for s in segs)
+        # Readers that need both take ``_view``, one object: the cleaner replaces segments in
+        # the middle, so a ``_segments`` and a ``_bases`` read apart may not match.
+        self._bases = bases = tuple(s.base_offset for s in segs)
         self._segments = segs
+        self._view = (segs, bases)
 
     # -- state -----------------------------------------------------------------------------
     @property
@@ -890,85 +894,45 @@ class Log:
         return drop
 
     def compact(self) -> int:
-        """Keep only the newest record per key in the non-active segments below the high
-        watermark (``compact`` logs, i.e. ``__consumer_offsets``). Returns how many records
-        were dropped.
+        """Clean the whole cleanable range now, as one pass of the log cleaner from the log
+        start (tools, tests; the broker's ``LogCleaner`` threads clean ``compact`` logs on their
+        own). Returns how many records were dropped; 0 for a log that is not ``compact``.
 
-        Only records below the high watermark count as "newer": an uncommitted record may still
-        be truncated away, and must not cost the committed one it would supersede.
-
-        Each rewritten segment is written to ``<name>.log.cleaned``, fsynced, and renamed over
-        the old file (atomic), then the index is rebuilt; offsets are kept (a kept record becomes
-        a one-record batch at its own offset, so gaps are fine). Slices already cut from the old
-        segment keep reading the old file through their handles; a reader of the old segment
-        without one retries on the new segments (the old one is retired). A ``.cleaned`` file found at
-        start-up is an unfinished rewrite and is deleted.
+        Raises:
+            StorageError: I/O failure (see ``cleaner.clean_log``).
         """
         if not self.config.compact:
             return 0
+        result = cleaner.clean_log(self, self.log_start_offset)
+        return 0 if result is None else result.dropped
+
+    def replace_segments(self, old: tuple[Segment, ...], commit: Callable[[], None], entries: list[Any]) -> bool:
+        """The cleaner's swap (see ``cleaner``): under the lock, if ``old`` are still consecutive
+        segments of this log, none the active one, all below the high watermark, run ``commit``
+        (the file renames that put the cleaned file in their place) and publish the new segment,
+        its index built from ``entries`` (the cleaned file's, positions from 0). False when the
+        log changed meanwhile (truncation, retention, deletion): nothing was done.
+
+        Raises:
+            OSError: from ``commit`` (start-up completes a committed swap).
+        """
         with self._lock:
             segs = self._segments
-            hw = self._hw
-            cleanable = 0
-            while cleanable < len(segs) - 1 and segs[cleanable + 1].base_offset <= hw:
-                cleanable += 1
-            if not cleanable:
-                return 0
-            latest: dict[bytes, int] = {}
-            for seg in segs:
-                if seg.base_offset >= hw:
-                    break
-                for r in records.decode_records(seg.store.read(0, seg.size)):
-                    if r.key is not None and r.offset < hw:
-                        latest[r.key] = r.offset
-            dropped = 0
-            out: list[Segment] = []
-            for seg in segs[:cleanable]:
-                recs = records.decode_records(seg.store.read(0, seg.size))
-                keep = [r for r in recs if r.key is None or latest.get(r.key) == r.offset]
-                if len(keep) == len(recs):
-                    out.append(seg)
-                    continue
-                dropped += len(recs) - len(keep)
-                out.append(self._rewrite(seg, keep))
-            self._set_segments((*out, *segs[cleanable:]))
-            # Rewritten segments are new objects: the high watermark's mark must not name a
-            # replaced one.
+            i = next((k for k, s in enumerate(segs) if s is old[0]), -1)
+            n = len(old)
+            if self._deleted or i < 0 or i + n >= len(segs) or any(a is not b for a, b in zip(segs[i : i + n], old, strict=True)):
+                return False
+            if old[-1].next_offset > self._hw:
+                return False
+            commit()
+            new = Segment(self.directory, old[0].base_offset, self.config.index_interval_bytes, self._cache)
+            new.recover(entries, new.size)
+            new.next_offset = old[-1].next_offset
+            new.seal()
+            self._set_segments((*segs[:i], new, *segs[i + n :]))
+            # The high watermark's mark must not name a replaced segment.
             self._set_hw_locked(self._hw)
-        if dropped:
-            log.info("%s: compaction dropped %d superseded records", self.directory, dropped)
-        return dropped
-
-    def _rewrite(self, seg: Segment, keep: list) -> Segment:
-        tmp = seg.log_path + _CLEANED_SUFFIX
-        parts = [
-            records.encode_records(2, records.NONE, [(r.key, r.value, r.timestamp)], base_offset=r.offset, timestamp_ms=r.timestamp)
-            for r in keep
-        ]
-        try:
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-            try:
-                os.write(fd, b"".join(parts))
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-        except OSError as e:
-            raise StorageError(f"compaction of {seg.log_path} failed: {e}") from e
-        # Retired before the rename: a reader of the old segment whose handle was evicted must
-        # not reopen the name and read the new file at the old positions.
-        seg.store.retire()
-        try:
-            os.replace(tmp, seg.log_path)
-        except OSError as e:
-            seg.store.retired = False  # the old file is still there, under its name
-            raise StorageError(f"compaction of {seg.log_path} failed: {e}") from e
-        next_offset = seg.next_offset
-        new = Segment(self.directory, seg.base_offset, self.config.index_interval_bytes, self._cache)
-        self._recover(new)
-        new.next_offset = next_offset
-        # The rebuilt index is in memory until flushed; a non-active segment is flushed now.
-        new.seal()
-        return new
+        return True
 
     # -- reads -----------------------------------------------------------------------------
     def _check_offset(self, offset: int, segs: tuple[Segment, ...]) -> None:
@@ -999,7 +963,7 @@ class Log:
             StorageError: I/O failure, or the log was deleted.
         """
         while True:
-            segs, bases = self._segments, self._bases
+            segs, bases = self._view
             try:
                 return self._read(segs, bases, offset, max_bytes, min_one_entry, max_offset)
             except SegmentGoneError:
