@@ -1,7 +1,7 @@
 """Transactional produce vs idempotent produce (issue 23's goal: transactional >= 0.9x).
 
-    .venv/bin/python bench/transactions.py                          # embedded broker, 3 rounds
-    .venv/bin/python bench/transactions.py --brokers embedded,kafka --n 200000 --size 100
+    .venv/bin/python bench/txn_producer.py                          # embedded broker, 3 rounds
+    .venv/bin/python bench/txn_producer.py --brokers embedded,kafka --n 200000 --size 100
 
 Both runs use hmbclient's async producer with acks=-1 and idempotence, sending N messages of
 S bytes with produce() to a fresh one-partition topic; the transactional one commits a
