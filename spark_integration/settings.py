@@ -38,6 +38,9 @@ class ReadSettings:
         security: The client security settings as ``(property, value)`` pairs (TLS, SASL;
             empty: PLAINTEXT); the password travels to the tasks as Spark's own Kafka source
             ships its options, and is left out of the repr.
+        fail_on_data_loss: ``failOnDataLoss``: False skips offsets the log no longer holds
+            (logging the lost range) instead of failing the task.
+        include_headers: ``includeHeaders``: add the ``headers`` column.
     """
 
     brokers: tuple[tuple[str, int], ...]
@@ -48,6 +51,8 @@ class ReadSettings:
     max_retries: int = 3
     retry_backoff_ms: int = 200
     security: tuple[tuple[str, str], ...] = field(default=(), repr=False)
+    fail_on_data_loss: bool = True
+    include_headers: bool = False
 
     def security_settings(self) -> dict[str, Any]:
         """The security settings as keyword arguments of a client config."""
