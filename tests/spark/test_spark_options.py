@@ -345,3 +345,27 @@ def test_stream_fail_on_data_loss(spark: Any, small_segments: Any, tmp_path: Pat
     # Everything from the earliest offset the query found (>= the one seen above) to the end.
     resumed = offsets[5]
     assert resumed >= earliest and offsets[5:] == list(range(resumed, 205))
+
+
+def test_stream_update_output_mode(spark: Any, broker: Any, tmp_path: Path) -> None:
+    """Spark refuses update mode for any Python data source sink; write_stream_update appends
+    each micro-batch's changed rows (running counts per key) to the topic."""
+    from spark_integration.sink import write_stream_update
+
+    create_topic(broker.bootstrap, "opt-upd-in", 1)
+    create_topic(broker.bootstrap, "opt-upd-out", 1)
+    _produce(broker.bootstrap, "opt-upd-in", 1, 6, stamped=False)
+    counts = (_stream(spark, broker.bootstrap, topic="opt-upd-in", startingOffsets="earliest")
+              .selectExpr("CAST(offset % 2 AS STRING) AS key").groupBy("key").count()
+              .selectExpr("key", "CAST(count AS STRING) AS value"))
+    with pytest.raises(Exception, match="(?i)update"):
+        (counts.writeStream.outputMode("update").format("hmb")
+         .option("metadata.broker.list", broker.bootstrap).option("topic", "opt-upd-out")
+         .option("checkpointLocation", str(tmp_path / "refused")).start().processAllAvailable())
+    query = (write_stream_update(counts, {"metadata.broker.list": broker.bootstrap,
+                                          "topic": "opt-upd-out"})
+             .option("checkpointLocation", str(tmp_path / "ok")).trigger(availableNow=True).start())
+    assert query.awaitTermination(120) and query.exception() is None
+    got = {(bytes(r.key), bytes(r.value))
+           for r in _read(spark, broker, topic="opt-upd-out").collect()}
+    assert got == {(b"0", b"3"), (b"1", b"3")}
