@@ -283,6 +283,13 @@ def test_stream_progress_committed_to_the_broker_group(spark: Any, broker: Any, 
                                maxOffsetsPerTrigger=30, **{"kafka.group.id": "opt-group"}),
                        tmp_path / "a")
     assert _group_offsets(broker.bootstrap, "opt-group") == done
+    # What `hmb groups opt-group` prints: committed offsets and lag 0 on every partition.
+    from hmbclient.consumer.group_admin import describe_broker_group
+
+    rows = describe_broker_group(broker.bootstrap, "opt-group")["partitions"]
+    assert [(r["partition"], r["committed"], r["lag"]) for r in rows] == [
+        (p, PER, 0) for p in range(4)
+    ]
     _run_available_now(_stream(spark, broker.bootstrap, subscribe=TOPIC, startingOffsets="earliest",
                                groupIdPrefix="opt-prefixed"), tmp_path / "b")
     prefixed = [g for g in _groups(broker.bootstrap) if g.startswith("opt-prefixed-")]
