@@ -327,7 +327,8 @@ def _typed_chunks(
                 records = reader.records_from(offset)
             except _DataGone as gone:
                 if settings.fail_on_data_loss:
-                    raise
+                    # Callers (and users' logs) see the public error type, as before.
+                    raise OffsetRangeError(str(gone)) from gone.__cause__
                 resume = _skip_lost(reader, gone, offset)
                 if resume is None or resume >= until:
                     return
