@@ -16,8 +16,12 @@ Usage::
          .option("maxOffsetsPerTrigger", 10000)
          .load().writeStream.format("parquet").option("checkpointLocation", ...).start(out))
 
-Schema: ``key binary, value binary, topic string, partition int, offset long,
-timestamp timestamp`` (timestamp is null for messages that carry none, i.e. magic 0).
+Schema, Spark's Kafka source's: ``key binary, value binary, topic string, partition int,
+offset long, timestamp timestamp, timestampType int`` (timestamp is null and timestampType -1
+for messages that carry none, i.e. magic 0), plus ``headers array<struct<key string, value
+binary>>`` with ``includeHeaders``. Every option of Spark's source is taken under its Spark
+name (see :mod:`spark_integration.options`); the decisions behind them are pure functions in
+:mod:`spark_integration.offsets`.
 
 Planning happens in Spark's planner worker on the driver (metadata and ListOffsets requests,
 through :class:`~spark_integration.planner.PartitionPlanner`); each input partition is one
@@ -37,11 +41,21 @@ Streaming contract (exactly-once reading):
   backlog; ``ReadAllAvailable`` (which Spark passes for some triggers) is honoured as no limit.
 * ``Trigger.AvailableNow``: :meth:`HmbStreamReader.prepareForTriggerAvailableNow` records the
   latest offsets at query start; later ``latestOffset`` calls never go beyond them.
+* ``failOnDataLoss``: before each batch the positions are checked against each partition's
+  earliest and latest offsets (:func:`~spark_integration.offsets.data_loss`); a loss fails the
+  query (:class:`DataLossError`, naming topic-partition and ``[from, to)``) or, with ``false``,
+  is logged once and the partition resumes at its earliest offset (``partitions`` then plans
+  from there; a task that meets OffsetOutOfRange mid-batch does the same, see the reader).
+* ``minOffsetsPerTrigger``: ``latestOffset`` returns ``start`` unchanged (no batch) until the
+  backlog reaches it or ``maxTriggerDelay`` has passed since the last batch (availableNow runs
+  ignore it).
 * Spark calls ``commit(end)`` late (when planning the next batch) and not at all for the last
-  batch of an availableNow run; nothing here depends on it. If ``zookeeper.connect`` and
-  ``group.id`` are set, processed offsets are also written to the group's ZooKeeper offsets
-  both from ``commit(end)`` and from ``latestOffset(start)`` (a ``start`` is the end of a batch
-  Spark has finished), purely for lag monitoring; the checkpoint stays the source of truth.
+  batch of an availableNow run; nothing here depends on it. With a group (``group.id`` /
+  ``kafka.group.id`` or ``groupIdPrefix``) processed offsets are also written to the group
+  (:mod:`spark_integration.progress`: the broker's coordinator, and ZooKeeper with
+  ``zookeeper.connect``) both from ``commit(end)`` and from ``latestOffset(start)`` (a
+  ``start`` is the end of a batch Spark has finished), purely for lag monitoring; the
+  checkpoint stays the source of truth.
 """
 
 from __future__ import annotations
