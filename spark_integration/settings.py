@@ -40,6 +40,9 @@ class ReadSettings:
             ships its options, and is left out of the repr.
         isolation_level: ``read_uncommitted`` or ``read_committed`` (latest offsets are then
             the last stable offsets, and aborted records are not read).
+        fail_on_data_loss: ``failOnDataLoss``: False skips offsets the log no longer holds
+            (logging the lost range) instead of failing the task.
+        include_headers: ``includeHeaders``: add the ``headers`` column.
     """
 
     brokers: tuple[tuple[str, int], ...]
@@ -51,6 +54,8 @@ class ReadSettings:
     retry_backoff_ms: int = 200
     security: tuple[tuple[str, str], ...] = field(default=(), repr=False)
     isolation_level: str = "read_uncommitted"
+    fail_on_data_loss: bool = True
+    include_headers: bool = False
 
     def security_settings(self) -> dict[str, Any]:
         """The security settings as keyword arguments of a client config."""

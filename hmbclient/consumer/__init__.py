@@ -9,6 +9,8 @@
 * :mod:`.poll_consumer` — the subscribe/poll consumer, ``hmbclient.Consumer`` (called with a
   config; its ``Consumer.create`` is the factory above), on the same fetchers, stream, group
   member and offset store.
+* :class:`KafkaOffsetStorage` — a group's offsets in the broker's group coordinator
+  (OffsetCommit / OffsetFetch), for tools that record progress without joining the group.
 """
 
 from typing import Any
@@ -32,12 +34,17 @@ __all__ = [
     "TopicFilter",
     "Whitelist",
     "Blacklist",
+    "KafkaOffsetStorage",
 ]
 
-_HIGH_LEVEL = frozenset(__all__[6:])
+_HIGH_LEVEL = frozenset(__all__[6:-1])
 
 
 def __getattr__(name: str) -> Any:
+    if name == "KafkaOffsetStorage":
+        from hmbclient.consumer import offsets
+
+        return offsets.KafkaOffsetStorage
     if name in _HIGH_LEVEL:
         from hmbclient.consumer import connector
 
