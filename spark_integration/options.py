@@ -24,6 +24,9 @@ Options shared by both (:class:`ReadOptions`):
 ``refresh.leader.backoff.ms``  pause before asking a moved leader again (default 200)
 ``zookeeper.connect``          with ``group.id``: the ZooKeeper consumer group whose offsets
 ``group.id``                   ``/consumers/<group>/offsets`` are read or written
+``isolation.level``            ``read_uncommitted`` (default) or ``read_committed``: committed
+                               transactions only, up to the last stable offset (alias
+                               ``kafka.isolation.level``, Spark's Kafka source's name)
 =============================  ==============================================================
 
 Data source only (:class:`SourceOptions`):
@@ -111,6 +114,10 @@ def _offset_spec(option: str) -> Any:
     return convert
 
 
+def _isolation(value: Any) -> Any:
+    return value.strip().lower() if isinstance(value, str) else value
+
+
 def _offset_reset(value: Any) -> Any:
     # The modern names mean the same thing; accept them rather than fail a copied config.
     if isinstance(value, str):
@@ -147,6 +154,12 @@ class ReadOptions(SecurityConfig):
     group_id: str | None = setting(
         None, convert=_group_id, doc="group.id: the consumer group whose offsets are kept"
     )
+    isolation_level: Literal["read_uncommitted", "read_committed"] = setting(
+        "read_uncommitted",
+        aliases=("kafka.isolation.level",),  # the name Spark's Kafka source takes
+        convert=_isolation,
+        doc="isolation.level: read_committed reads committed transactions only, up to the last stable offset",
+    )
 
     def _validate(self) -> None:
         super()._validate()
@@ -162,6 +175,7 @@ class ReadOptions(SecurityConfig):
             client_id=self.client_id,
             api_version=self.api_version,
             retry_backoff_ms=self.refresh_leader_backoff_ms,
+            isolation_level=self.isolation_level,
             security=tuple(sorted(SecurityConfig.from_properties(
                 {k: v for k, v in self.to_properties().items() if k in _SECURITY_PROPS}
             ).to_properties().items())),

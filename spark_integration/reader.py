@@ -11,8 +11,9 @@ Read contract: ``read_chunks`` yields every message the log holds with ``from_of
 naming the range. It never returns short: a broker that has no more messages before
 ``until_offset`` (range past the end, a truncated log) is an error, because a Spark partition
 that silently yields fewer messages than planned breaks exactly-once. Offsets missing *inside*
-a range (a compacted log, transaction markers) are skipped: the broker proved nothing lies
-there by returning a later offset.
+a range (a compacted log, transaction markers, with read_committed aborted records) are
+skipped: the broker proved nothing lies there by returning a later offset, or a set whose
+entries end later (``next_offset``) though it holds no record, as a trailing marker does.
 
 Retries, each per fetch and through tenacity:
 
@@ -105,8 +106,9 @@ class _RangeReader:
             close_quietly(self.consumer)
             self.consumer = None
 
-    def records_from(self, offset: int) -> list[Any]:
-        """The records of the next non-empty fetch at ``offset`` (none below ``offset``).
+    def records_from(self, offset: int) -> tuple[list[Any], int]:
+        """The records of the next fetch at ``offset`` that holds records or moves on (none
+        below ``offset``), and the offset after it.
 
         Raises:
             OffsetRangeError: The log ends before the range does, or the fetch failed.
@@ -119,17 +121,19 @@ class _RangeReader:
             ),
             retry_error_callback=self._still_empty,
         )
-        records: list[Any] = policy(self._nonempty_fetch, offset)
-        return records
+        found: tuple[list[Any], int] = policy(self._nonempty_fetch, offset)
+        return found
 
-    def _nonempty_fetch(self, offset: int) -> list[Any]:
-        records, high_watermark = self._fetch(offset)
+    def _nonempty_fetch(self, offset: int) -> tuple[list[Any], int]:
+        records, high_watermark, next_offset = self._fetch(offset)
         # The message set already dropped records below ``offset`` except inside compressed
         # wrappers and v2 batches, which start early: cut with a binary search, not a scan.
         if records and _offset_of(records[0]) < offset:
             records = records[bisect_left(records, offset, key=_offset_of) :]
         if records:
-            return records
+            return records, max(next_offset, _offset_of(records[-1]) + 1)
+        if next_offset > offset:
+            return records, next_offset  # only markers (or aborted records) up to there
         if high_watermark < 0 or high_watermark > offset:
             log.debug("offset range %s: empty fetch at %d (high watermark %d); retrying",
                       self.range, offset, high_watermark)
@@ -142,8 +146,9 @@ class _RangeReader:
         assert isinstance(empty, _EmptyFetch)
         self._raise_log_ends(empty.offset, empty.high_watermark)
 
-    def _fetch(self, offset: int) -> tuple[list[Any], int]:
-        """One fetch at ``offset``: its records and the high watermark, after retries."""
+    def _fetch(self, offset: int) -> tuple[list[Any], int, int]:
+        """One fetch at ``offset``: its records, the high watermark and the set's
+        ``next_offset``, after retries."""
         policy = retry_policy(
             max_retries=self.settings.max_retries,
             backoff_ms=self.settings.retry_backoff_ms,
@@ -152,7 +157,7 @@ class _RangeReader:
             retry_on=is_transient,
         ).copy(before_sleep=self._forget_leader)
         try:
-            result: tuple[list[Any], int] = policy(self._fetch_once, offset)
+            result: tuple[list[Any], int, int] = policy(self._fetch_once, offset)
         except (BrokerError, KafkaConnectionError, OSError) as exc:
             raise OffsetRangeError(
                 f"offset range {self.range}: reading offset {offset} from leader {self.leader} "
@@ -160,7 +165,7 @@ class _RangeReader:
             ) from exc
         return result
 
-    def _fetch_once(self, offset: int) -> tuple[list[Any], int]:
+    def _fetch_once(self, offset: int) -> tuple[list[Any], int, int]:
         from hmbclient import FetchRequest
 
         topic, partition = self.range.topic, self.range.partition
@@ -183,7 +188,7 @@ class _RangeReader:
                 f"offset range {self.range}: the message at offset {offset} is larger than "
                 f"fetch.message.max.bytes={max_bytes}; raise it"
             ) from exc
-        return records, message_set.high_watermark
+        return records, message_set.high_watermark, message_set.next_offset
 
     def _forget_leader(self, state: tenacity.RetryCallState) -> None:
         # tenacity's before_sleep: the next attempt looks the leader up again.
@@ -239,16 +244,16 @@ def read_chunks(
     try:
         offset = offset_range.from_offset
         while offset < until:
-            records = reader.records_from(offset)
-            if _offset_of(records[-1]) >= until:
+            records, offset = reader.records_from(offset)
+            if records and _offset_of(records[-1]) >= until:
                 records = records[: bisect_left(records, until, key=_offset_of)]
                 if records:
                     yield records
                 # Everything below ``until`` that the log holds has been read: the broker
                 # returned a later offset, so any missing ones were compacted away.
                 return
-            offset = _offset_of(records[-1]) + 1
-            yield records
+            if records:
+                yield records
     finally:
         reader.close()
 

@@ -38,6 +38,8 @@ class ReadSettings:
         security: The client security settings as ``(property, value)`` pairs (TLS, SASL;
             empty: PLAINTEXT); the password travels to the tasks as Spark's own Kafka source
             ships its options, and is left out of the repr.
+        isolation_level: ``read_uncommitted`` or ``read_committed`` (latest offsets are then
+            the last stable offsets, and aborted records are not read).
     """
 
     brokers: tuple[tuple[str, int], ...]
@@ -48,6 +50,7 @@ class ReadSettings:
     max_retries: int = 3
     retry_backoff_ms: int = 200
     security: tuple[tuple[str, str], ...] = field(default=(), repr=False)
+    isolation_level: str = "read_uncommitted"
 
     def security_settings(self) -> dict[str, Any]:
         """The security settings as keyword arguments of a client config."""
@@ -68,6 +71,7 @@ def open_consumer(settings: ReadSettings, leader: Leader) -> Any:
         client_id=settings.client_id,
         api_version=settings.api_version,
         fetch_message_max_bytes=settings.fetch_message_max_bytes,
+        isolation_level=settings.isolation_level,
         **settings.security_settings(),
     )
 

@@ -103,7 +103,9 @@ class KafkaApis:
         configs: serves DescribeConfigs (a ``broker.configs.ConfigDescriber``; None: not served).
         transactions: the transaction coordinator (``broker.transaction.coordinator``): serves
             InitProducerId, a transactional id through its decisions, a null one on the
-            idempotent path (None: ``producer_ids`` alone).
+            idempotent path (None: ``producer_ids`` alone), AddPartitionsToTxn,
+            AddOffsetsToTxn, EndTxn and WriteTxnMarkers; with ``offset_manager``,
+            TxnOffsetCommit.
     """
 
     def __init__(
@@ -146,6 +148,13 @@ class KafkaApis:
         if transactions is not None:
             # InitProducerId with a transactional id; a null id still gets a plain producer id
             self._handlers[INIT_PRODUCER_ID] = transactions.handle_init_producer_id
+            self._handlers[ApiKey.ADD_PARTITIONS_TO_TXN] = transactions.handle_add_partitions_to_txn
+            self._handlers[ApiKey.ADD_OFFSETS_TO_TXN] = transactions.handle_add_offsets_to_txn
+            self._handlers[ApiKey.END_TXN] = transactions.handle_end_txn
+            self._handlers[ApiKey.WRITE_TXN_MARKERS] = transactions.handle_write_txn_markers
+            transactions.allowed = self._allowed
+            if offset_manager is not None:
+                self._handlers[ApiKey.TXN_OFFSET_COMMIT] = offset_manager.handle_txn_offset_commit
         if offset_manager is not None:
             self._handlers[ApiKey.OFFSET_COMMIT] = offset_manager.handle_offset_commit
             self._handlers[ApiKey.OFFSET_FETCH] = offset_manager.handle_offset_fetch
@@ -410,6 +419,8 @@ class KafkaApis:
         infos: list[FetchInfo] = []
         layout: list[tuple[str, list[tuple[int, int | None]]]] = []
         refused = replica_id >= 0 and replica_id not in self.metadata.live_broker_ids()
+        # read_committed (Fetch v4+, KIP-98): consumers read below the last stable offset
+        isolation = req.isolation_level if v >= 4 and replica_id < 0 else 0
         cluster_ok = replica_id < 0 or self._allowed(channel, "ClusterAction", "Cluster")
         for t in req.topics:
             topic = t.topic
@@ -429,7 +440,7 @@ class KafkaApis:
                     plist.append((p.partition, ErrorCode.INVALID_TOPIC_EXCEPTION if not is_valid_topic_name(topic) else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
                 else:
                     plist.append((p.partition, None))
-                    infos.append(FetchInfo(topic, p.partition, p.fetch_offset, p.partition_max_bytes))
+                    infos.append(FetchInfo(topic, p.partition, p.fetch_offset, p.partition_max_bytes, isolation))
             layout.append((topic, plist))
 
         row = resp_cls.nested("topics", "partitions").row("partition", "error_code", "high_watermark", "last_stable_offset", "log_start_offset", "aborted_transactions", "records")
@@ -444,7 +455,8 @@ class KafkaApis:
                         parts.append(row(p, code, -1, -1, -1, None, b""))
                         continue
                     r = next(it)
-                    parts.append(row(p, r.error_code, r.high_watermark, r.high_watermark, r.log_start_offset, None, r.records))
+                    lso = r.last_stable_offset if r.last_stable_offset >= 0 else r.high_watermark
+                    parts.append(row(p, r.error_code, r.high_watermark, lso, r.log_start_offset, r.aborted, r.records))
                 topics.append((topic, parts))
             channel.send(resp_cls.build(throttle_time_ms=0, error_code=ErrorCode.NONE, session_id=0, topics=topics))
 
@@ -475,7 +487,9 @@ class KafkaApis:
                 epoch = self.metadata.leader_epoch(t.topic, p.partition)
                 end = -1
                 if partition_log is not None:
-                    end = partition_log.log_end_offset if from_replica else partition_log.high_watermark
+                    # read_committed (v2+): "latest" is the last stable offset (KIP-98)
+                    committed = v >= 2 and getattr(req, "isolation_level", 0) == 1
+                    end = partition_log.log_end_offset if from_replica else partition_log.last_stable_offset if committed else partition_log.high_watermark
                 if v == 0:
                     offsets: list[int] = []
                     if not code and partition_log is not None:

@@ -60,6 +60,7 @@ from hmbclient.broker.server import SocketServer
 from hmbclient.broker.topic_configs import FileTopicConfigs, TopicConfigStore, ZkTopicConfigs
 from hmbclient.broker.topics import TopicManager
 from hmbclient.broker.transaction.coordinator import TransactionCoordinator
+from hmbclient.broker.transaction.markers import MarkerWriter
 from hmbclient.broker.transaction.state import TxnConfig
 from hmbclient.clock import monotonic_ms, wall_ms
 from hmbclient.config import NEVER
@@ -251,6 +252,13 @@ class Broker:
         ep = self.endpoint
         return BrokerChannel(ep.host, ep.port, client_id, security=self.inter_broker_security)
 
+    def _marker_channel(self, broker_id: int) -> BrokerChannel | None:
+        """A channel to another broker's inter-broker listener (transaction markers)."""
+        ep = self.metadata.broker(broker_id) if self.metadata is not None else None
+        if ep is None:
+            return None
+        return BrokerChannel(ep.host, ep.port, f"broker-{self.config.broker_id}-txn-markers", security=self.inter_broker_security)
+
     @property
     def log_dir(self) -> str | None:
         return self.logs.log_dir if self.logs is not None else None
@@ -323,8 +331,12 @@ class Broker:
                 num_partitions=cfg.transaction_state_log_num_partitions,
                 replication_factor=cfg.transaction_state_log_replication_factor,
                 config=TxnConfig(cfg.transaction_max_timeout_ms, cfg.transactional_id_expiration_ms),
+                abort_interval_ms=cfg.transaction_abort_timed_out_transaction_cleanup_interval_ms,
             )
             om.transactions = txns
+            txns.marker_writer = MarkerWriter(rm, om)
+            txns.group_partition_for = om.partition_for
+            txns.channel_for = self._marker_channel
             self.controller = controller = Controller(
                 cfg.broker_id,
                 store,

@@ -241,6 +241,11 @@ class BrokerConfig(ConfigBase):
     transaction_max_timeout_ms: int = setting(
         900_000, min=1, doc="transaction.max.timeout.ms: the longest transaction timeout a producer may ask for"
     )
+    transaction_abort_timed_out_transaction_cleanup_interval_ms: int = setting(
+        10_000,
+        min=1,
+        doc="transaction.abort.timed.out.transaction.cleanup.interval.ms: how often the coordinator aborts transactions past their timeout",
+    )
     transactional_id_expiration_ms: int = setting(
         604_800_000, min=1, doc="transactional.id.expiration.ms: forget a transactional id idle this long"
     )

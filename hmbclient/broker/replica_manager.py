@@ -239,12 +239,15 @@ class ReplicaManager:
             return self._not_here(topic, partition), None
         return ErrorCode.NONE, p.log
 
-    def fetch_end(self, topic: str, partition: int, from_replica: bool) -> tuple[int, Log | None, int]:
-        """What a waiting fetch may read up to: the HW for consumers, the LEO for followers."""
+    def fetch_end(self, topic: str, partition: int, from_replica: bool, isolation_level: int = 0) -> tuple[int, Log | None, int]:
+        """What a waiting fetch may read up to: the HW for consumers (the last stable offset
+        for read_committed ones), the LEO for followers."""
         code, partition_log = self.leader_log(topic, partition)
         if code or partition_log is None:
             return code, None, -1
-        return ErrorCode.NONE, partition_log, partition_log.log_end_offset if from_replica else partition_log.high_watermark
+        if from_replica:
+            return ErrorCode.NONE, partition_log, partition_log.log_end_offset
+        return ErrorCode.NONE, partition_log, partition_log.last_stable_offset if isolation_level == 1 else partition_log.high_watermark
 
     # -- LeaderAndIsr / StopReplica ------------------------------------------------------------------
     def become_leader_or_follower(self, states: Iterable[PartitionState], leaders: dict[int, BrokerEndpoint]) -> dict[TP, int]:
@@ -361,9 +364,11 @@ class ReplicaManager:
         respond: Callable[[dict[TP, AppendResult]], None],
         *,
         allow_internal: bool = False,
+        origin: str = "client",
     ) -> None:
         """Append each ``(topic, partition, records bytes)`` and call ``respond`` with the
-        per-partition results: at once for acks 0/1, through a DelayedProduce for acks -1."""
+        per-partition results: at once for acks 0/1, through a DelayedProduce for acks -1.
+        ``origin`` "coordinator": transaction markers and TxnOffsetCommit (see ``Log.append``)."""
         results: dict[TP, AppendResult] = {}
         appended: list[tuple[TP, int]] = []
         duplicates: list[tuple[TP, int]] = []
@@ -377,7 +382,7 @@ class ReplicaManager:
                 results[tp] = AppendResult(ErrorCode.INVALID_TOPIC_EXCEPTION, -1, -1)
                 continue
             try:
-                code, info = p.append_as_leader(buf if buf is not None else _EMPTY, acks, self.min_insync_replicas)
+                code, info = p.append_as_leader(buf if buf is not None else _EMPTY, acks, self.min_insync_replicas, origin)
             except BrokerError as e:
                 log.info("append to %s-%d refused: %s", topic, partition, e)
                 results[tp] = AppendResult(e.errno, -1, -1)
@@ -465,7 +470,9 @@ class ReplicaManager:
             partition_log = p.log
             leo = partition_log.log_end_offset
             hw = partition_log.high_watermark
-            end = leo if from_replica else hw
+            lso = partition_log.last_stable_offset
+            committed = info.isolation_level == 1 and not from_replica
+            end = leo if from_replica else lso if committed else hw
             start = partition_log.log_start_offset
             limit = min(info.max_bytes, remaining)
             data: FileSlice | bytes = _EMPTY
@@ -474,7 +481,7 @@ class ReplicaManager:
                 try:
                     found, magic = partition_log.read(info.offset, max(limit, 0), min_one_entry=min_one_entry, max_offset=end)
                 except OffsetOutOfRangeError:
-                    out.append(FetchResult(ErrorCode.OFFSET_OUT_OF_RANGE, hw, start, _EMPTY, 0))
+                    out.append(FetchResult(ErrorCode.OFFSET_OUT_OF_RANGE, hw, start, _EMPTY, 0, lso))
                     if waits is not None:
                         waits.append(FetchWait(-1, 0))
                     continue
@@ -492,7 +499,9 @@ class ReplicaManager:
             if from_replica and p.on_follower_fetch(replica_id, info.offset, leo):
                 self._hw_moved(p.tp)
                 hw = partition_log.high_watermark
-            out.append(FetchResult(ErrorCode.NONE, hw, start, data, n))
+            # read_committed: the aborted transactions with records in what was read (KIP-98)
+            aborted = partition_log.aborted_transactions(info.offset, end) if committed and n else None
+            out.append(FetchResult(ErrorCode.NONE, hw, start, data, n, lso, aborted))
             if waits is not None:
                 waits.append(FetchWait(end, n))
         return out

@@ -18,7 +18,7 @@ from hmbclient.config import (
 )
 from hmbclient.net.config import SecurityConfig
 
-__all__ = ["ConsumerConfig", "SimpleConsumerConfig", "PollConsumerConfig"]
+__all__ = ["ConsumerConfig", "SimpleConsumerConfig", "PollConsumerConfig", "IsolationLevel", "isolation_code", "parse_isolation_level"]
 
 
 def _offset_reset(value: Any) -> Any:
@@ -35,6 +35,20 @@ def _group_id(value: Any) -> Any:
         if "/" in value or value in (".", ".."):
             raise ValueError("must be usable as a ZooKeeper path element (no '/')")
     return value
+
+
+#: ``isolation.level`` (Kafka's names; Fetch and ListOffsets send 0 / 1).
+IsolationLevel = Literal["read_uncommitted", "read_committed"]
+
+
+def parse_isolation_level(value: Any) -> Any:
+    """``isolation.level`` as given, lower-cased (the setting's type then checks the name)."""
+    return value.strip().lower() if isinstance(value, str) else value
+
+
+def isolation_code(level: str) -> int:
+    """The wire value of an ``isolation.level``: 0 read_uncommitted, 1 read_committed."""
+    return 1 if level == "read_committed" else 0
 
 
 @config_class
@@ -68,6 +82,11 @@ class SimpleConsumerConfig(SecurityConfig):
     )
     fetch_min_bytes: int = setting(0, min=0, doc="fetch.min.bytes: broker waits for this much data")
     fetch_wait_max_ms: int = setting(0, min=0, doc="fetch.wait.max.ms: ...but at most this long")
+    isolation_level: IsolationLevel = setting(
+        "read_uncommitted",
+        convert=parse_isolation_level,
+        doc="isolation.level: read_committed hides aborted transactions and stops at the last stable offset",
+    )
 
     def _validate(self) -> None:
         super()._validate()
@@ -131,6 +150,11 @@ class ConsumerConfig(SecurityConfig):
     )
     fetch_min_bytes: int = setting(1, min=0, doc="fetch.min.bytes: broker waits for this much data")
     fetch_wait_max_ms: int = setting(100, min=0, doc="fetch.wait.max.ms: ...but at most this long")
+    isolation_level: IsolationLevel = setting(
+        "read_uncommitted",
+        convert=parse_isolation_level,
+        doc="isolation.level: read_committed hides aborted transactions and stops at the last stable offset",
+    )
     rebalance_backoff_ms: int = setting(
         200, min=0, doc="rebalance.backoff.ms: wait between rebalance attempts"
     )

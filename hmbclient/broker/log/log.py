@@ -33,6 +33,12 @@ Contract:
   log writes nothing and returns its original offsets with ``duplicate=True``);
   ``append_as_follower`` feeds it unchecked; a roll and ``close`` snapshot it; start-up,
   ``truncate_to``, emptying and retention rebuild or trim it.
+* Transactions (KIP-98, ``txns``, a ``txn_state.LogTxnState``): ``append`` refuses control
+  batches unless ``origin="coordinator"`` (WriteTxnMarkers) and checks transactional batches; every
+  append (leader or follower) updates the open transactions and the aborted-transaction index
+  (``<base>.txnindex``); ``last_stable_offset`` and ``aborted_transactions`` answer
+  ``read_committed`` fetches. Start-up and truncation rebuild it from the producer state
+  (which keeps each producer's open transaction) and the index files.
 * Start-up: every file name is checked (a malformed name or an index without its log is a
   StorageError: we refuse to guess). The recovery point is the active (newest) segment's base
   offset: a roll fsyncs the segment it closes (log and index), so everything before the active
@@ -86,6 +92,7 @@ from hmbclient.broker.log.producer_state import (
 )
 from hmbclient.broker.log.segment import INDEX_SUFFIX, LOG_SUFFIX, FileSlice, Segment
 from hmbclient.broker.log.store import HandleCache, SegmentGoneError
+from hmbclient.broker.log.txn_state import TXN_INDEX_FILE, LogTxnState
 from hmbclient.clock import wall_ms
 from hmbclient.errors import (
     CorruptRecordError,
@@ -110,6 +117,7 @@ DELETE_SUFFIX = "-delete"
 _RECOVERY_CHUNK = 8 * 1024 * 1024
 _MIN_ENTRY = 14  # smallest size field of any entry (a magic 0 message)
 _RecordListTooLarge = for_code(ErrorCode.RECORD_LIST_TOO_LARGE)
+_InvalidRecord = for_code(ErrorCode.INVALID_RECORD)
 # Read handles of Logs built without a LogManager (tools, tests): one cache for the process.
 _SHARED_CACHE = HandleCache()
 
@@ -200,6 +208,17 @@ def _assign_offsets_v2(
     return out, count, next_offset + count - 1, max_ts, 2 if count else -1
 
 
+def _has_control(buf: bytes | bytearray) -> bool:
+    """Whether a validated v2 payload holds a control batch (attributes bit 5)."""
+    n = len(buf)
+    pos = 0
+    while pos + _v2.ATTRIBUTES_OFFSET + 2 <= n:
+        if buf[pos + _V2_MAGIC_AT] >= 2 and buf[pos + _v2.ATTRIBUTES_OFFSET + 1] & 0x20:
+            return True
+        pos += 12 + _i32.unpack_from(buf, pos + 8)[0]
+    return False
+
+
 def _whole_entries(buf: bytes | bytearray) -> int:
     """The length of the prefix of ``buf`` made of whole entries."""
     n = len(buf)
@@ -283,6 +302,7 @@ class Log:
         self._hw = self.log_start_offset
         self._hw_mark: tuple[int, Segment, int] = (self._hw, self.segments[0], 0)
         self.producer_state = ProducerStateManager(directory, config.producer_id_expiration_ms)
+        self.txns = LogTxnState(directory)
         self._load_producer_state(clean_shutdown)
 
     # -- start-up --------------------------------------------------------------------------
@@ -296,9 +316,9 @@ class Log:
                 # A compaction rewrite that never reached its rename: the original is intact.
                 leftovers.append(name)
                 continue
-            if name == LEADER_EPOCH_CHECKPOINT or SNAPSHOT_FILE.match(name):
+            if name == LEADER_EPOCH_CHECKPOINT or SNAPSHOT_FILE.match(name) or TXN_INDEX_FILE.match(name):
                 continue
-            if name.endswith(TMP_SUFFIX) and SNAPSHOT_FILE.match(name[: -len(TMP_SUFFIX)]):
+            if name.endswith(TMP_SUFFIX) and (SNAPSHOT_FILE.match(name[: -len(TMP_SUFFIX)]) or TXN_INDEX_FILE.match(name[: -len(TMP_SUFFIX)])):
                 leftovers.append(name)  # a snapshot write that never reached its rename
                 continue
             if name == LEADER_EPOCH_CHECKPOINT + TMP_SUFFIX:
@@ -396,8 +416,11 @@ class Log:
         end = self.log_end_offset
         if not ps.snapshot_offsets() and (clean_shutdown or (truncating and not ps.producers)):
             ps.advance(end)
+            self.txns.load(list(self._bases), ps.open_transactions(), end, [], end)
             return
-        ps.load(self.log_start_offset, end, self._segments[-1].base_offset, self._chunks_from)
+        replayed: list[tuple[int, int, int, bool]] = []
+        start = ps.load(self.log_start_offset, end, self._segments[-1].base_offset, self._chunks_from, lambda *t: replayed.append(t))
+        self.txns.load(list(self._bases), ps.open_transactions(), start, replayed, end)
 
     def _chunks_from(self, offset: int) -> Iterator[bytes]:
         """The log's bytes from the segment holding ``offset`` to the end, in chunks of whole
@@ -450,6 +473,17 @@ class Log:
     def high_watermark(self) -> int:
         """The offset below which every message is committed (consumers read up to here)."""
         return self._hw
+
+    @property
+    def last_stable_offset(self) -> int:
+        """How far a ``read_committed`` consumer reads: the high watermark, or the first offset
+        of the oldest open transaction if lower (KIP-98)."""
+        return self.txns.last_stable_offset(self._hw)
+
+    def aborted_transactions(self, fetch_offset: int, upper_bound: int) -> list[tuple[int, int]]:
+        """(producer id, first offset) of the aborted transactions with records in
+        ``[fetch_offset, upper_bound)`` (a ``read_committed`` Fetch's answer)."""
+        return self.txns.aborted_transactions(fetch_offset, upper_bound)
 
     @property
     def size_bytes(self) -> int:
@@ -519,7 +553,7 @@ class Log:
         if self._deleted:
             raise StorageError(f"{self.directory}: the log was deleted")
 
-    def append(self, buf: bytes | bytearray | memoryview, *, leader_epoch: int | None = None) -> AppendInfo:
+    def append(self, buf: bytes | bytearray | memoryview, *, leader_epoch: int | None = None, origin: str = "client") -> AppendInfo:
         """Validate, assign offsets and append one produce payload (the leader's append).
 
         Args:
@@ -530,12 +564,17 @@ class Log:
                 nothing of replication: batches stay as the producer sent them, the epoch cache
                 is left alone, and the log is its own only replica, so the high watermark moves
                 to the new log end (what every append did before replication).
+            origin: "client" (a producer) or "coordinator" (Kafka's AppendOrigin): only a
+                coordinator writes control batches (WriteTxnMarkers; a client's is refused with
+                INVALID_RECORD), and its transactional batches (TxnOffsetCommit) have their
+                producer epoch checked but not their sequence, as Kafka.
         Returns:
             AppendInfo of what was written (count 0 and nothing written for an empty payload).
         Raises:
             CorruptRecordError: bad CRC or malformed entries (nothing written).
             MessageSizeTooLargeError: an entry over ``max_message_bytes``.
             BrokerError 18 (RECORD_LIST_TOO_LARGE): the payload is bigger than a segment.
+            BrokerError: a producer's batch refused (sequence, epoch, transaction state).
             StorageError: the write failed, or the log was deleted.
         """
         with self._lock:
@@ -562,9 +601,14 @@ class Log:
             # Idempotent producers: refused (raises, nothing written) or a duplicate (nothing
             # written, the original offsets answered) before anything changes.
             batches = producer_batches(new) if magic >= 2 else None
+            coordinator = origin == "coordinator"
+            if magic >= 2 and not coordinator and _has_control(new):
+                raise _InvalidRecord("clients are not allowed to write control records")
+            if batches:
+                self.txns.check(batches, self.producer_state.producers, markers=coordinator)
             updates = None
             if batches:
-                plan = self.producer_state.prepare(batches)
+                plan = self.producer_state.prepare(batches, check_sequence=not coordinator)
                 if plan.duplicate is not None:
                     d = plan.duplicate
                     return AppendInfo(d.first_offset, d.last_offset, 0, -1, magic, 0, True)
@@ -581,6 +625,8 @@ class Log:
             if active.size and active.size + n > self.config.segment_bytes:
                 active = self._roll(first)
             pos = active.append(new, first, last, max_ts, magic)
+            if batches:
+                self.txns.appended(batches, active.base_offset)
             if updates:
                 self.producer_state.commit(updates, last + 1)
             else:
@@ -663,13 +709,17 @@ class Log:
                 if filled and filled + e.size > limit:
                     if k > run:
                         self._write_entries(active, mv, entries[run:k])
-                        ps.apply(self._producer_batches_of(mv, entries[run:k]), e.base_offset)
+                        pbs = self._producer_batches_of(mv, entries[run:k])
+                        self.txns.appended(pbs, active.base_offset)
+                        ps.apply(pbs, e.base_offset)
                     ps.advance(e.base_offset)
                     active = self._roll(e.base_offset)
                     run, filled = k, 0
                 filled += e.size
             self._write_entries(active, mv, entries[run:])
-            ps.apply(self._producer_batches_of(mv, entries[run:]), entries[-1].last_offset + 1)
+            pbs = self._producer_batches_of(mv, entries[run:])
+            self.txns.appended(pbs, active.base_offset)
+            ps.apply(pbs, entries[-1].last_offset + 1)
             count = sum(e.count for e in entries)
             self._unflushed_messages += count
             fm = self.config.flush_interval_messages
@@ -760,6 +810,7 @@ class Log:
         self._set_segments((self._new_segment(offset),))
         self.leader_epochs.clear()
         self.producer_state.clear(offset)
+        self.txns.clear()
         self._set_hw_locked(offset)
 
     def _roll(self, base_offset: int) -> Segment:
@@ -767,6 +818,7 @@ class Log:
         # Flushed (log and index) and its writer dropped: this is what lets start-up trust
         # every segment but the active one, and keeps one writer open per partition.
         old.seal()
+        self.txns.flush()
         # The producer state of everything below the new segment survives what it survives
         # (a partition that never saw an idempotent producer writes no snapshot).
         self.producer_state.advance(base_offset)
@@ -835,6 +887,7 @@ class Log:
             self._set_segments(segs[drop:])
             self.leader_epochs.truncate_from_start(self.log_start_offset)
             self.producer_state.truncate_head(self.log_start_offset)
+            self.txns.segments_changed(self._bases, self.log_start_offset, self.log_end_offset)
         for s in gone:
             s.delete()
             log.info("%s: retention deleted segment %d", self.directory, s.base_offset)
@@ -1022,6 +1075,12 @@ class Log:
                     log.warning("%s", e)
                     ok = False
                 s.close()
+            if not self._deleted:
+                try:
+                    self.txns.flush()
+                except StorageError as e:
+                    log.warning("%s", e)
+                    ok = False
             if ok and not self._deleted:
                 try:
                     self.producer_state.take_snapshot()
