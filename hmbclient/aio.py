@@ -360,6 +360,14 @@ class AIOConsumer:
         """``Consumer.assignment`` (no I/O)."""
         return self.consumer.assignment()
 
+    def metrics(self) -> dict[str, dict[str, float]]:
+        """``Consumer.metrics`` (no I/O): ``{group: {name: value}}`` under Kafka's names.
+
+        Returns:
+            ``{group: {name: value}}``.
+        """
+        return self.consumer.metrics()
+
     def seek(self, partition: tuple[str, int], offset: int) -> None:
         """``Consumer.seek`` (no I/O).
 

@@ -50,8 +50,10 @@ from typing import Any, NamedTuple, Protocol
 from kazoo.exceptions import KazooException
 from kazoo.handlers.threading import KazooTimeoutError
 
+from hmbclient.clock import monotonic_ms
 from hmbclient.consumer.config import ConsumerConfig, isolation_code
 from hmbclient.errors import ConfigError, CoordinationError, HmbError
+from hmbclient.metrics import Metrics
 from hmbclient.net.client import NetClient
 from hmbclient.net.metadata import Metadata
 from hmbclient.net.security import Security
@@ -62,6 +64,7 @@ from rebalance.registry import BrokerInfo, TopicPartition, thread_index
 
 from .fetcher import FetcherManager
 from .group import BrokerGroupMember
+from .metrics import ConsumerMetrics
 from .offsets import DualOffsetStorage, KafkaOffsetStorage, OffsetStorage, ZooKeeperOffsetStorage
 from .stream import KafkaStream, MessageAndMetadata, PartitionTopicInfo
 
@@ -198,6 +201,8 @@ class ConsumerConnector:
         # Further subscriptions, each a member of its own (see _add_member).
         self._members: list[ConsumerConnector] = []
         self._auto_commit_thread: threading.Thread | None = None
+        self._metrics = ConsumerMetrics(Metrics(tags={"client-id": config.client_id or ""}))
+        self._metrics.watch_lag(lambda: [(pti.high_watermark, pti.consumed) for pti in list(self._ptis.values())])
 
     # ------------------------------------------------------------------ public API
 
@@ -307,16 +312,29 @@ class ConsumerConnector:
                     offsets[tp] = position
             if not offsets:
                 return
+            started = monotonic_ms()
             try:
                 storage.commit(offsets)
             except Exception as exc:
                 self._emit("commit_failed", error=repr(exc), partitions=len(offsets))
                 raise
+            self._metrics.committed(monotonic_ms() - started)
             for tp, offset in offsets.items():
                 done = self._ptis.get(tp)
                 if done is not None:
                     done.committed = offset
             self._emit("committed", partitions=len(offsets))
+
+    def metrics(self) -> dict[str, dict[str, float]]:
+        """The consumer's metrics under Kafka's names: ``{"consumer-fetch-manager-metrics":
+        {name: value}, "consumer-coordinator-metrics": {...}}`` (see
+        :mod:`hmbclient.consumer.metrics`); the same shape as ``Producer.metrics()``. Covers
+        this connector's own subscription (a further subscription's member keeps its own).
+
+        Returns:
+            ``{group: {name: value}}``.
+        """
+        return self._metrics.snapshot()
 
     def await_rebalance(self, timeout: float | None = None) -> bool:
         """Wait until this member owns its share of the current group and fetches it.
@@ -551,6 +569,7 @@ class ConsumerConnector:
             isolation_level=isolation_code(cfg.isolation_level),
             refresh_leader_backoff_ms=cfg.refresh_leader_backoff_ms,
             request_timeout_ms=cfg.socket_timeout_ms,
+            metrics=self._metrics,
         )
 
     def _new_rebalancer(self, subscription: Subscription) -> ZkRebalancer:
@@ -679,8 +698,10 @@ class ConsumerConnector:
         if not todo or self._storage is None:
             return
         with self._commit_lock:
+            started = monotonic_ms()
             try:
                 self._storage.commit(todo)
+                self._metrics.committed(monotonic_ms() - started)
             except Exception as exc:
                 self._emit("commit_failed", error=repr(exc), partitions=len(todo))
                 raise CoordinationError(
@@ -724,6 +745,8 @@ class ConsumerConnector:
     # ------------------------------------------------------------------ status
 
     def _on_status(self, kind: str, fields: Mapping[str, Any]) -> None:
+        if kind == "rebalance_completed":
+            self._metrics.rebalanced(float(fields.get("seconds", 0.0)) * 1000.0)
         self._emit(kind, **fields)
 
     def _emit(self, kind: str, **fields: Any) -> None:

@@ -24,6 +24,28 @@ Contract
 * Revocation never waits for a fetcher: a revoked partition's chunk is refused by the stream
   (see :mod:`.stream`), and :meth:`FetcherManager.remove` just forgets the partition.
 
+Pipelining (cases labelled in the code)
+---------------------------------------
+* (pipeline) A broker fetcher keeps at most one Fetch in flight, but sends the next one as soon
+  as the previous answer arrives, before decoding and queueing it: each partition's fetch
+  position (``fetch_offset``) is moved past the answer's last complete entry by a header walk
+  (:func:`.message_set.last_offset_of`, nothing decoded), so the broker works while this
+  thread decodes. Answers are handled in the order sent, by the one fetcher thread, which
+  alone moves ``fetch_offset``.
+* (back-pressure) The next Fetch is sent early only when every stream the answer feeds keeps
+  a free slot once the answer's chunks are queued (``queued + chunks < capacity``); otherwise
+  it is sent after the answer was queued (the put waits for hand-out). Memory per broker stays
+  bounded: the streams' queues, one answer being queued and one Fetch in flight.
+* (retired) A Fetch names each partition with the :class:`PartitionTopicInfo` it was built
+  from. Its answer for a partition is dropped when that info was revoked (rebalance, seek,
+  pause), removed or moved to another fetcher, or its position changed meanwhile: a fetch in
+  flight for a retired partition's old position never reaches a stream, and a paused or
+  retired partition is never put in a new Fetch. A partition error or an oversized message
+  in an answer stops the early send for that round (the error is handled first).
+* The high watermark of each answered partition is kept on its info (``high_watermark``, for
+  the lag metric); a Fetch answer is recorded in the consumer's metrics once (latency, bytes),
+  never per record.
+
 Threads: the leader finder and the broker fetchers; the connector's rebalance thread calls
 ``add``/``remove``. Shared maps are swapped whole (copy-on-write) under one small lock.
 """
@@ -34,8 +56,10 @@ import logging
 import threading
 import time
 from collections.abc import Iterable
-from typing import Any
+from concurrent.futures import Future
+from typing import TYPE_CHECKING, Any, NamedTuple
 
+from hmbclient.clock import monotonic_ms
 from hmbclient.errors import (
     CorruptRecordError,
     HmbError,
@@ -53,7 +77,10 @@ from hmbclient.protocol.records import decode_records
 from hmbclient.protocol.records.control import read_committed
 
 from .message_set import last_offset_of
-from .stream import FetchedChunk, PartitionTopicInfo
+from .stream import FetchedChunk, KafkaStream, PartitionTopicInfo
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .metrics import ConsumerMetrics
 
 __all__ = ["FetcherManager", "list_offsets"]
 
@@ -113,6 +140,30 @@ def list_offsets(
     return out
 
 
+class _InFlight(NamedTuple):
+    """A Fetch sent: what each partition was asked from, by which info (to drop the answer of
+    a partition retired meanwhile)."""
+
+    future: Future[Any]
+    asked: dict[TopicPartition, tuple[PartitionTopicInfo, int]]
+    wait_s: float
+    sent_ms: float
+
+    def result(self) -> Any:
+        # The I/O thread enforces the request deadline; the margin guards against a hang.
+        return self.future.result(timeout=self.wait_s)
+
+
+class _Answer(NamedTuple):
+    """One partition's part of a Fetch answer, its position already moved past it."""
+
+    pti: PartitionTopicInfo
+    start: int
+    raw: Any
+    aborted: Any
+    error: BaseException | None
+
+
 class _BrokerFetcher:
     """One thread fetching every partition led by one broker."""
 
@@ -146,28 +197,36 @@ class _BrokerFetcher:
 
     def _run(self) -> None:
         manager = self.manager
+        ahead: _InFlight | None = None  # the pipelined Fetch, sent before the last answer was queued
         while not self._stop.is_set():
-            parts = {tp: pti for tp, pti in self.partitions.items() if not pti.revoked}
-            if not parts:
-                self._wake.wait(0.5)
-                self._wake.clear()
-                continue
             try:
-                need_reset = [pti for pti in parts.values() if pti.fetch_offset is None]
-                if need_reset:
-                    self._reset(need_reset)
-                    continue
-                self._fetch_once(parts)
+                if ahead is None:
+                    parts = self._fetchable()
+                    if parts is None:
+                        continue  # (reset) done, or nothing to fetch yet
+                    ahead = self._send(parts)
+                inflight, ahead = ahead, None
+                resp = inflight.result()
+                latency_ms = monotonic_ms() - inflight.sent_ms
+                answers, clean = self._advance(inflight, resp)
+                if clean and self._has_room(answers):
+                    # (pipeline) the next Fetch goes out before this answer is decoded and queued
+                    nxt = self._next_parts()
+                    if nxt:
+                        ahead = self._send(nxt)
+                self._deliver_all(answers, latency_ms)
             except HmbError as exc:
+                ahead = None
                 if self._stop.is_set():
                     return
                 log.info("fetcher for broker %s: %s; finding leaders again", self.node_id, exc)
                 manager.metadata.invalidate()
-                for pti in parts.values():
+                for pti in list(self.partitions.values()):
                     self._drop(pti)
                     manager._leaderless(pti)
                 self._stop.wait(manager.refresh_leader_backoff_s)
             except Exception:  # noqa: BLE001 - keep fetching other partitions
+                ahead = None
                 log.exception("fetcher for broker %s failed", self.node_id)
                 self._stop.wait(manager.refresh_leader_backoff_s)
 
@@ -197,25 +256,57 @@ class _BrokerFetcher:
                 self._drop(pti)
                 manager._leaderless(pti)
 
-    def _fetch_once(self, parts: dict[TopicPartition, PartitionTopicInfo]) -> None:
+    def _next_parts(self) -> dict[TopicPartition, PartitionTopicInfo] | None:
+        # The partitions of a pipelined Fetch: owned and not retired; None when one of them
+        # (a partition added meanwhile, an out-of-range one) needs a reset first.
+        parts = {tp: pti for tp, pti in self.partitions.items() if not pti.revoked}
+        if any(pti.fetch_offset is None for pti in parts.values()):
+            return None
+        return parts
+
+    def _fetchable(self) -> dict[TopicPartition, PartitionTopicInfo] | None:
+        # Between Fetches (nothing in flight): wait for partitions, resolve unknown positions.
+        parts = {tp: pti for tp, pti in self.partitions.items() if not pti.revoked}
+        if not parts:
+            self._wake.wait(0.5)
+            self._wake.clear()
+            return None
+        need_reset = [pti for pti in parts.values() if pti.fetch_offset is None]
+        if need_reset:
+            self._reset(need_reset)
+            return None
+        return parts
+
+    def _has_room(self, answers: list[_Answer]) -> bool:
+        # (back-pressure) Send ahead only if every stream fed by this answer still has a free
+        # slot once the answer's chunks are queued; otherwise the next Fetch waits for the
+        # hand-out (the put blocks), as without pipelining.
+        pending: dict[int, int] = {}
+        streams: dict[int, KafkaStream] = {}
+        for answer in answers:
+            stream = answer.pti.stream
+            key = id(stream)
+            streams[key] = stream
+            pending[key] = pending.get(key, 0) + 1
+        return all(streams[key].queued + n < streams[key].capacity for key, n in pending.items())
+
+    def _send(self, parts: dict[TopicPartition, PartitionTopicInfo]) -> _InFlight:
         manager = self.manager
-        by_topic: dict[str, list[dict[str, Any]]] = {}
-        asked: dict[TopicPartition, int] = {}
+        by_topic: dict[str, list[tuple[int, int]]] = {}
+        asked: dict[TopicPartition, tuple[PartitionTopicInfo, int]] = {}
         for tp, pti in parts.items():
             offset = pti.fetch_offset
             assert offset is not None
-            asked[tp] = offset
-            by_topic.setdefault(tp[0], []).append(
-                {
-                    "partition": tp[1],
-                    "fetch_offset": offset,
-                    "log_start_offset": -1,
-                    "current_leader_epoch": -1,
-                    "partition_max_bytes": manager.fetch_max_bytes,
-                }
-            )
+            asked[tp] = (pti, offset)
+            by_topic.setdefault(tp[0], []).append((tp[1], offset))
+        size = manager.fetch_max_bytes
 
         def build(versions: BrokerVersions) -> Any:
+            # One positional row per partition at the connection's Fetch version (the version
+            # drops the fields it lacks, as in SimpleConsumer).
+            row = versions.request_class(ApiKey.FETCH).nested("topics", "partitions").row(
+                "partition", "fetch_offset", "partition_max_bytes", "current_leader_epoch", "log_start_offset"
+            )
             return versions.build(
                 ApiKey.FETCH,
                 replica_id=-1,
@@ -225,51 +316,93 @@ class _BrokerFetcher:
                 isolation_level=manager.isolation_level,
                 session_id=0,
                 session_epoch=-1,
-                topics=[{"topic": topic, "partitions": asks} for topic, asks in by_topic.items()],
+                topics=[(topic, [row(p, offset, size, -1, -1) for p, offset in asks]) for topic, asks in by_topic.items()],
                 forgotten_topics_data=[],
             )
 
-        resp = manager.client.call(
-            self.node_id, build, timeout_ms=manager.request_timeout_ms + manager.max_wait_ms
-        )
+        timeout_ms = manager.request_timeout_ms + manager.max_wait_ms
+        future = manager.client.send(self.node_id, build, timeout_ms=timeout_ms, api_key=ApiKey.FETCH)
+        return _InFlight(future, asked, timeout_ms / 1000.0 + 1.0, monotonic_ms())
+
+    def _advance(self, inflight: _InFlight, resp: Any) -> tuple[list[_Answer], bool]:
+        # One Fetch answer, before anything is decoded: keep the partitions still owned by the
+        # info the Fetch was sent for (case retired: a retired or dropped partition's answer is
+        # dropped), move each one's fetch position past its last complete entry (a header
+        # walk), and say whether the answer is clean (no partition error, no oversized message)
+        # so the next Fetch may go out at once.
         top_error = getattr(resp, "error_code", 0)
         if top_error:
             raise for_code(top_error)(f"Fetch from broker {self.node_id}")
+        manager = self.manager
+        read_committed_ = manager.isolation_level != 0
+        current = self.partitions
+        answers: list[_Answer] = []
+        clean = True
         for topic in resp.topics:
             for answer in topic.partitions:
                 tp = (topic.topic, answer.partition)
-                owned = parts.get(tp)
-                if owned is None or owned.revoked or self._stop.is_set():
+                sent = inflight.asked.get(tp)
+                if sent is None:
                     continue
+                pti, start = sent
+                if pti.revoked or current.get(tp) is not pti or pti.fetch_offset != start:
+                    continue  # (retired)
+                hw = getattr(answer, "high_watermark", -1)
+                if hw is not None and hw >= 0:
+                    pti.high_watermark = hw
                 if answer.error_code:
-                    self._partition_error(owned, for_code(answer.error_code)(f"Fetch {topic.topic}-{answer.partition}"))
+                    clean = False
+                    answers.append(_Answer(pti, start, None, None, for_code(answer.error_code)(f"Fetch {topic.topic}-{answer.partition}")))
                     continue
+                raw = answer.records
+                if raw is None or len(raw) == 0:
+                    continue
+                last = last_offset_of(raw)  # of the last complete entry, control batches included
+                if last is None:
+                    clean = False  # not one whole message: too large (an error when delivered)
+                elif last >= start:
+                    pti.fetch_offset = last + 1
                 aborted = None
-                if manager.isolation_level and hasattr(answer, "aborted_transactions"):
+                if read_committed_ and hasattr(answer, "aborted_transactions"):
                     aborted = answer.aborted_transactions or []
-                self._deliver(owned, answer.records, asked[tp], aborted)
+                answers.append(_Answer(pti, start, raw, aborted, None))
+        return answers, clean
 
-    def _deliver(self, pti: PartitionTopicInfo, raw: Any, start: int, aborted: Any = None) -> None:
-        # One partition's record bytes from a fetch at offset ``start``: decode (CRC checked;
-        # read_committed: without the aborted transactions) and queue them as one chunk, or
-        # queue the error the stream will raise.
-        if raw is None or len(raw) == 0:
-            return
+    def _deliver_all(self, answers: list[_Answer], latency_ms: float) -> None:
+        records = nbytes = 0
+        for answer in answers:
+            if self._stop.is_set():
+                return
+            pti = answer.pti
+            if pti.revoked:
+                continue
+            if answer.error is not None:
+                self._partition_error(pti, answer.error)
+            else:
+                queued = self._deliver(pti, answer.raw, answer.start, answer.aborted)
+                if queued:
+                    records += queued
+                    nbytes += len(answer.raw)
+        metrics = self.manager.metrics
+        if metrics is not None:
+            metrics.fetch(latency_ms, records, nbytes)  # once per answer, never per record
+
+    def _deliver(self, pti: PartitionTopicInfo, raw: Any, start: int, aborted: Any = None) -> int:
+        # One partition's record bytes from a fetch at offset ``start`` (its fetch position
+        # already moved past them by _advance): decode (CRC checked; read_committed: without
+        # the aborted transactions) and queue them as one chunk, or queue the error the
+        # stream will raise. Returns how many records were queued.
         try:
             records = read_committed(raw, aborted) if aborted else decode_records(raw)
         except CorruptRecordError as exc:
             self._drop(pti)
             pti.stream.put_error(pti, exc, self._stop)
-            return
+            return 0
         if records and records[0].offset < start:
             records = [r for r in records if r.offset >= start]
-        last = last_offset_of(raw)  # of the last complete entry, control batches included
         if not records:
-            if last is not None:
-                # Only markers, aborted records or records before ``start``: move past them.
-                if last >= start and pti.fetch_offset == start:
-                    pti.fetch_offset = last + 1
-                return
+            if last_offset_of(raw) is not None:
+                return 0  # only markers, aborted records or records before ``start``: skipped
             # Bytes came back but not one whole message: it is bigger than
             # fetch_message_max_bytes and no retry can make progress.
             self._drop(pti)
@@ -281,14 +414,8 @@ class _BrokerFetcher:
                 ),
                 self._stop,
             )
-            return
-        next_offset = records[-1].offset + 1
-        if last is not None and last + 1 > next_offset:
-            next_offset = last + 1  # trailing markers / aborted records are not fetched again
-        if pti.stream.put(FetchedChunk(pti, records), self._stop):
-            # Only advance if nobody reset the position meanwhile.
-            if pti.fetch_offset == start:
-                pti.fetch_offset = next_offset
+            return 0
+        return len(records) if pti.stream.put(FetchedChunk(pti, records), self._stop) else 0
 
     def _partition_error(self, pti: PartitionTopicInfo, exc: BaseException) -> None:
         manager = self.manager
@@ -317,6 +444,8 @@ class FetcherManager:
         refresh_leader_backoff_ms: wait before retrying a leaderless partition.
         request_timeout_ms: bound on one request (``socket_timeout_ms``).
         isolation_level: 0 read_uncommitted, 1 read_committed (``isolation.level``).
+        metrics: the consumer's :class:`~.metrics.ConsumerMetrics` (one record per Fetch
+            answer), or None.
     """
 
     def __init__(
@@ -331,9 +460,11 @@ class FetcherManager:
         refresh_leader_backoff_ms: int,
         request_timeout_ms: int,
         isolation_level: int = 0,
+        metrics: ConsumerMetrics | None = None,
     ) -> None:
         self.client = client
         self.isolation_level = isolation_level
+        self.metrics = metrics
         self.metadata = metadata
         self.fetch_max_bytes = fetch_max_bytes
         self.min_bytes = min_bytes

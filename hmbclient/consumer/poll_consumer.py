@@ -71,6 +71,7 @@ from itertools import repeat
 from operator import add
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+from hmbclient.clock import monotonic_ms
 from hmbclient.consumer.config import PollConsumerConfig
 from hmbclient.errors import (
     ConfigError,
@@ -81,6 +82,7 @@ from hmbclient.errors import (
     UnsupportedByBroker,
     for_code,
 )
+from hmbclient.metrics import Metrics
 from hmbclient.net.client import NetClient
 from hmbclient.net.metadata import Metadata
 from hmbclient.net.security import Security
@@ -93,6 +95,7 @@ from rebalance.rebalancer import Subscription
 
 from .fetcher import FetcherManager
 from .group import BrokerGroupMember
+from .metrics import ConsumerMetrics
 from .offsets import KafkaOffsetStorage
 from .stream import KafkaStream, PartitionTopicInfo
 
@@ -247,6 +250,9 @@ class Consumer:
         )
         self._metadata = Metadata(self._client, allow_auto_topic_creation=False)
         self._stream = KafkaStream("poll", queued_max_chunks=cfg.queued_max_message_chunks)
+        self._metrics = ConsumerMetrics(Metrics(tags={"client-id": cfg.client_id or ""}))
+        # paused partitions keep their info (and lag) too
+        self._metrics.watch_lag(lambda: [(pti.high_watermark, pti.consumed) for pti in self._ptis.values()])
         self._fetchers = FetcherManager(
             self._client,
             self._metadata,
@@ -256,6 +262,7 @@ class Consumer:
             auto_offset_reset="smallest" if cfg.auto_offset_reset == "earliest" else "largest",
             refresh_leader_backoff_ms=max(cfg.retry_backoff_ms, 50),
             request_timeout_ms=cfg.request_timeout_ms,
+            metrics=self._metrics,
             **fetcher_extra,
         )
         # The coordinator's own client and the offsets on it (only with a group.id).
@@ -373,6 +380,7 @@ class Consumer:
             request_timeout_ms=cfg.request_timeout_ms,
             retry_backoff_ms=cfg.retry_backoff_ms,
             exclude_internal_topics=cfg.exclude_internal_topics,
+            status=self._member_status,
             **extra,
         )
         self._storage.generation = member.commit_generation
@@ -771,11 +779,28 @@ class Consumer:
             return
         plain = {(tp[0], tp[1]): offset for tp, offset in offsets.items()}
         with self._commit_lock:
+            started = monotonic_ms()
             self._storage.commit(plain)
+            self._metrics.committed(monotonic_ms() - started)
         for tp, offset in offsets.items():
             pti = self._ptis.get(tp)
             if pti is not None:
                 pti.committed = offset
+
+    def _member_status(self, kind: str, fields: Mapping[str, Any]) -> None:
+        # (group member thread) a status event: completed rebalances feed the metrics.
+        if kind == "rebalance_completed":
+            self._metrics.rebalanced(float(fields.get("seconds", 0.0)) * 1000.0)
+
+    def metrics(self) -> dict[str, dict[str, float]]:
+        """The consumer's metrics under Kafka's names: ``{"consumer-fetch-manager-metrics":
+        {name: value}, "consumer-coordinator-metrics": {...}}`` (see
+        :mod:`hmbclient.consumer.metrics`); the same shape as ``Producer.metrics()``.
+
+        Returns:
+            ``{group: {name: value}}``.
+        """
+        return self._metrics.snapshot()
 
     def _auto_commit(self) -> None:
         # Case (auto commit): positions that moved since their last commit.

@@ -75,9 +75,14 @@ class PartitionTopicInfo:
     ``committed``: the last offset committed for it (skip needless commits).
     ``revoked``: set under the stream lock once the partition is taken away; never cleared
     (a partition that comes back gets a fresh PartitionTopicInfo).
+    ``high_watermark``: the partition's high watermark from the last Fetch answer (-1: none
+    yet); ``high_watermark - consumed`` is its lag.
     """
 
-    __slots__ = ("topic", "partition", "stream", "thread_id", "consumed", "fetch_offset", "committed", "revoked")
+    __slots__ = (
+        "topic", "partition", "stream", "thread_id", "consumed", "fetch_offset", "committed", "revoked",
+        "high_watermark",
+    )
 
     def __init__(
         self,
@@ -95,6 +100,7 @@ class PartitionTopicInfo:
         self.fetch_offset: int | None = offset
         self.committed: int | None = offset
         self.revoked = False
+        self.high_watermark = -1
 
     @property
     def tp(self) -> tuple[str, int]:
@@ -298,6 +304,11 @@ class KafkaStream:
 
     def __repr__(self) -> str:
         return f"KafkaStream({self.name!r}, queued={len(self._chunks)})"
+
+    @property
+    def capacity(self) -> int:
+        """The most chunks the queue holds (``queued_max_message_chunks``) before ``put`` waits."""
+        return self._cap
 
     @property
     def queued(self) -> int:
