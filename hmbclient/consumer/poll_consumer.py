@@ -60,7 +60,6 @@ under ``_lock``, copy-on-write, so ``poll`` reads it without the lock.
 
 from __future__ import annotations
 
-import inspect
 import logging
 import re
 import threading
@@ -173,12 +172,6 @@ def _tp(value: Any) -> TopicPartition:
     return TopicPartition(topic, partition)
 
 
-def _accepts(func: Any, name: str) -> bool:
-    # Settings other components implement (isolation in the fetcher, static membership in the
-    # group member) are passed only once those components take them.
-    return name in inspect.signature(func).parameters
-
-
 class Consumer:
     """A Kafka consumer in today's shape: ``subscribe``/``assign``, ``poll``, ``commit``.
 
@@ -227,11 +220,7 @@ class Consumer:
             )
         fetcher_extra: dict[str, Any] = {}
         if cfg.isolation_level != "read_uncommitted":
-            if not _accepts(FetcherManager.__init__, "isolation_level"):
-                raise ConfigError("isolation.level=read_committed is not supported by this build's fetcher")
             fetcher_extra["isolation_level"] = 1  # the fetcher's read_committed
-        if cfg.group_instance_id is not None and not _accepts(BrokerGroupMember.__init__, "group_instance_id"):
-            raise ConfigError("group.instance.id (static membership) is not supported by this build's group member")
         self.config = cfg
         self._key_decode = cfg.key_deserializer.from_message if cfg.key_deserializer is not None else None
         self._value_decode = cfg.value_deserializer.from_message if cfg.value_deserializer is not None else None
