@@ -7,7 +7,7 @@ SHELL := /bin/bash
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
-APT_PKGS := zookeeper kcat maven openjdk-17-jdk-headless
+APT_PKGS := zookeeper kcat maven openjdk-17-jdk-headless tmux
 # Apache Kafka, Kafka's Java clients and Spark's Kafka connector (tests/reference): the jars of
 # each peers/NAME/pom.xml from Maven Central, and our Java programs of tests/java/NAME/.
 PEERS := $(patsubst peers/%/pom.xml,.cache/maven-peers/%/.stamp,$(wildcard peers/*/pom.xml))

@@ -18,7 +18,8 @@ client's own batching; produce-batch: hmbclient sends ProducerData of 1000 messa
 batch form, against the peers' per-message produce of the same round, which have no such call;
 not run unless asked; hmbclient-only variants, the peers running their produce: produce-sync,
 the sync producer with ProducerData of 1000; produce-plain and produce-idem, acks=-1 without and
-with enable.idempotence; produce-sync-plain/-idem; produce-api: hmbclient's confluent-style
+with enable.idempotence; produce-sync-plain/-idem; produce-metrics-on/-off: the async producer
+with its metrics and with its sensors detached; produce-api: hmbclient's confluent-style
 produce()/poll()/flush(), no future per message); consume N messages from a topic filled with
 N + 1 (each value touched).
 Checks that stop the run (BenchError) rather than print a skewed figure: every producer's flush
@@ -155,7 +156,18 @@ HMB_PRODUCE_WORKLOADS: dict[str, tuple[str, int, dict[str, Any]]] = {
     "produce-idem": ("async", 1, {"request_required_acks": -1, "enable_idempotence": True}),
     "produce-sync-plain": ("sync", 1000, {"request_required_acks": -1, "enable_idempotence": False}),
     "produce-sync-idem": ("sync", 1000, {"request_required_acks": -1, "enable_idempotence": True}),
+    # the cost of the producer's metrics (issue 27's goal: <= 3%): the same async producer with
+    # its sensors, and with them detached before the first message
+    "produce-metrics-on": ("async", 1, {}),
+    "produce-metrics-off": ("async", 1, {}),
 }
+
+
+def _detach_metrics(producer: Any) -> None:
+    """Bench only: take the producer's sensors out of its send path (engine and connections)
+    before any connection opens, to measure what recording costs."""
+    producer._dispatcher.metrics = None
+    producer._client._conn_kwargs["latency_sensor"] = None
 
 
 def produce_hmbclient_as(workload: str, bootstrap: str, topic: str, n: int, size: int) -> float:
@@ -165,6 +177,8 @@ def produce_hmbclient_as(workload: str, bootstrap: str, topic: str, n: int, size
     producer_type, per_send, settings = HMB_PRODUCE_WORKLOADS[workload]
     value = payload(size)
     producer = Producer(metadata_broker_list=bootstrap, producer_type=producer_type, queue_buffering_max_ms=5, compression_codec=_CODEC, **settings)
+    if workload == "produce-metrics-off":
+        _detach_metrics(producer)
     # The readiness rule, plain and idempotent alike: the warm-up message (offset 0) also gets
     # the idempotent producer its id before the clock starts.
     warm_hmbclient_producer(producer, topic, value)

@@ -601,6 +601,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_inspect_commands(sub)
     _add_demo_command(sub)
     _add_security_commands(sub)
+    _add_top_command(sub)
     return parser
 
 
@@ -751,6 +752,29 @@ def _add_security_commands(sub: Subparsers) -> None:
     p.add_argument("--acls-file", default=None, metavar="FILE", help="the ACL file")
     _zookeeper_opt(p, "the ZooKeeper of the brokers")
     p.set_defaults(func=cmd_acls)
+
+
+def _add_top_command(sub: Subparsers) -> None:
+    p = sub.add_parser("top", help="a live view of a cluster: brokers, topics, partitions, group lag",
+                       description="Refreshes in place until Ctrl-C (or --iterations). Rates are the "
+                       "differences between two refreshes; bytes per topic need the brokers' metrics "
+                       "endpoints (--metrics, our brokers with --set metrics.port=PORT).")
+    _client_opts(p)
+    _zookeeper_opt(p, "also show the ZooKeeper consumer groups kept here")
+    p.add_argument("--interval", type=float, default=2.0, metavar="SECONDS", help="refresh period (default 2)")
+    p.add_argument("--iterations", type=int, default=None, metavar="N", help="stop after N refreshes")
+    p.add_argument("--metrics", action="append", default=[], metavar="HOST:PORT",
+                   help="a broker's metrics endpoint (repeatable) for bytes in/out per topic")
+    p.set_defaults(func=cmd_top)
+
+
+def cmd_top(args: argparse.Namespace) -> int:
+    from hmbclient.top import run
+
+    if args.interval <= 0:
+        raise CliError("--interval must be > 0")
+    return run(args.brokers, interval_s=args.interval, iterations=args.iterations, zookeeper=args.zookeeper,
+               metrics=args.metrics, api_version=args.api_version, security=_security(args))
 
 
 def _add_demo_command(sub: Subparsers) -> None:

@@ -43,7 +43,7 @@ PACKAGES = ("hmbclient", "partitioners", "encoders", "rebalance", "spark_integra
 #: What the application layer may import: anything in the project.
 ANYTHING = "*"
 
-_CORE = ("hmbclient.errors", "hmbclient.clock", "hmbclient.config")
+_CORE = ("hmbclient.errors", "hmbclient.clock", "hmbclient.config", "hmbclient.metrics")
 
 #: The component configs, each beside its component (re-exported by hmbclient.config).
 _CONFIGS = ("hmbclient.net.config", "hmbclient.producer.config", "hmbclient.consumer.config", "hmbclient.broker.config")
@@ -55,6 +55,8 @@ ALLOWED: dict[str, tuple[str, ...]] = {
     "hmbclient.errors": (),
     "hmbclient.clock": (),
     "hmbclient.children": (),
+    # sensors and stats (Kafka's metrics model) for clients and broker alike
+    "hmbclient.metrics": ("hmbclient.clock",),
     "partitioners": (),
     "encoders": (),
     # the Kafka 0.8 znode layout and the topic-name rule: shared by the broker, the consumers
@@ -90,6 +92,7 @@ ALLOWED: dict[str, tuple[str, ...]] = {
     # the application layer: the `hmb` command and its demo
     "hmbclient.cli": (ANYTHING,),
     "hmbclient.demo": (ANYTHING,),
+    "hmbclient.top": (ANYTHING,),
 }
 
 #: Components that may import socket, selectors or ssl.

@@ -42,6 +42,7 @@ from hmbclient.broker.metadata import (
     BrokerEndpoint,
     MetadataCache,
 )
+from hmbclient.broker.metrics import BrokerMetrics, MetricsEndpoint
 from hmbclient.broker.offset_manager import OffsetManager
 from hmbclient.broker.producer_ids import (
     STANDALONE_FILE,
@@ -60,6 +61,7 @@ from hmbclient.broker.transaction.state import TxnConfig
 from hmbclient.clock import monotonic_ms, wall_ms
 from hmbclient.config import NEVER
 from hmbclient.errors import ErrorCode, HmbError
+from hmbclient.metrics import Metrics
 from hmbclient.protocol.api.cluster import ControlledShutdownRequest
 
 __all__ = ["Broker", "log_config_from", "Scheduler"]
@@ -169,6 +171,9 @@ class Broker:
         self.apis: KafkaApis | None = None
         self.server: SocketServer | None = None
         self.scheduler: Scheduler | None = None
+        self._metrics: Metrics | None = None
+        #: the Prometheus endpoint (``metrics.port``), while serving
+        self.metrics_endpoint: MetricsEndpoint | None = None
         self._temp_dir: str | None = None
         self._port = config.port
         self.running = False
@@ -333,6 +338,7 @@ class Broker:
                 name=name,
                 listeners=listeners_from(cfg, self._port, store),
             )
+            self._start_metrics(rm, controller)
             topics.purgatory.start()
             rm.start()
             groups.start()
@@ -362,6 +368,34 @@ class Broker:
             raise
         self.running = True
         log.info("broker %d serving on %s:%d (log dir %s)", cfg.broker_id, cfg.host, self._port, logs.log_dir)
+
+    def _start_metrics(self, rm: ReplicaManager, controller: Controller) -> None:
+        """The broker's registry and sensors (see broker/metrics.py), and its endpoint when
+        ``metrics.port`` is set."""
+        cfg = self.config
+        self._metrics = registry = Metrics(
+            num_samples=cfg.metrics_num_samples, sample_window_ms=cfg.metrics_sample_window_ms,
+            tags={"broker": str(cfg.broker_id)},
+        )
+        sensors = BrokerMetrics(registry)
+        rm.metrics = sensors
+        assert self.server is not None
+        self.server.metrics = sensors
+        sensors.watch_replicas(rm.under_replicated, lambda: len(rm.partitions()), lambda: len(rm.leader_partitions()))
+        sensors.watch_purgatories(rm.produce_purgatory.delayed, rm.fetch_purgatory.delayed)
+        sensors.watch_controller(lambda: controller.active)
+        if cfg.metrics_port is not None:
+            self.metrics_endpoint = MetricsEndpoint(lambda: [registry], cfg.metrics_host or cfg.host, cfg.metrics_port)
+            log.info("broker %d: metrics at http://%s:%d/metrics", cfg.broker_id, self.metrics_endpoint.host, self.metrics_endpoint.port)
+
+    def metrics(self) -> dict[str, dict[str, float]]:
+        """The broker's metrics under Kafka's MBean names (see :mod:`hmbclient.broker.metrics`):
+        ``{group: {name: value}}``, e.g. ``["kafka.server.ReplicaManager"]["UnderReplicatedPartitions"]``.
+
+        Returns:
+            A fresh snapshot; empty before the broker first started.
+        """
+        return self._metrics.snapshot() if self._metrics is not None else {}
 
     def _open_store(self, logs: LogManager) -> CoordinationStore:
         cfg = self.config
@@ -528,6 +562,9 @@ class Broker:
         return False
 
     def _teardown(self) -> None:
+        if self.metrics_endpoint is not None:
+            self.metrics_endpoint.close()
+            self.metrics_endpoint = None
         # Stop answering first: once the ZooKeeper session is closed the controller moves this
         # broker's leaderships, and nothing may be acknowledged from here after that.
         if self.server is not None:

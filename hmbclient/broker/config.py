@@ -108,6 +108,15 @@ class BrokerConfig(ConfigBase):
     advertised_port: int | None = setting(
         None, min=1, max=65535, doc="advertised.port: port given to clients (None: the bound port)"
     )
+    metrics_port: int | None = setting(
+        None, min=0, max=65535,
+        doc="metrics.port: serve the broker's metrics for Prometheus at http://metrics.host:port/metrics (None: off; 0: any free port)",
+    )
+    metrics_host: str | None = setting(None, doc="metrics.host: address of the metrics endpoint (None: host.name)")
+    metrics_num_samples: int = setting(2, min=1, doc="metrics.num.samples: samples a windowed metric keeps")
+    metrics_sample_window_ms: int = setting(
+        30_000, min=1, doc="metrics.sample.window.ms: length of one sample of a windowed metric"
+    )
     log_dirs: tuple[str, ...] = setting(
         (),
         aliases=("log.dir",),

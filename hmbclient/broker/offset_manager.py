@@ -282,7 +282,7 @@ class GroupHooks(Protocol):
     def unload_partition(self, partition: int) -> None:
         """This broker no longer leads the offsets partition: forget its groups."""
 
-    def validate_offset_commit(self, group_id: str, generation_id: int, member_id: str) -> int:
+    def validate_offset_commit(self, group_id: str, generation_id: int, member_id: str, group_instance_id: str | None = None) -> int:
         """May the commit be stored? NONE or the error code for every partition."""
 
 
@@ -723,7 +723,7 @@ class OffsetManager:
             # v0 names no generation: it commits as a consumer outside group management.
             generation = req.generation_id if v >= 1 else -1
             member = req.member_id if v >= 1 else ""
-            code = self.coordinator.validate_offset_commit(group, generation, member)
+            code = self.coordinator.validate_offset_commit(group, generation, member, getattr(req, "group_instance_id", None))
         retention_ms = self.retention_ms
         if 2 <= v <= 4 and req.retention_time_ms >= 0:
             retention_ms = req.retention_time_ms

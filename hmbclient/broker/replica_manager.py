@@ -37,6 +37,7 @@ from hmbclient.broker.log.log import Log
 from hmbclient.broker.log.manager import LogManager
 from hmbclient.broker.log.segment import FileSlice
 from hmbclient.broker.metadata import NO_LEADER, BrokerEndpoint, MetadataCache, is_internal_topic
+from hmbclient.broker.metrics import BrokerMetrics
 from hmbclient.broker.partition import IsrWriter, Partition, Role
 from hmbclient.broker.purgatory import Purgatory
 from hmbclient.broker.results import TP, AppendResult, FetchInfo, FetchResult
@@ -106,7 +107,7 @@ class ReplicaManager:
         self.min_insync_replicas = min_insync_replicas
         self.replica_lag_time_max_ms = replica_lag_time_max_ms
         self.hw_checkpoint_interval_ms = hw_checkpoint_interval_ms
-        self.isr_writer = isr_writer
+        self.isr_writer = isr_writer if isr_writer is None else self._metered(isr_writer)
         self._now_ms = now_ms
         self.produce_purgatory: Purgatory[DelayedProduce] = Purgatory("produce", now_ms)
         self.fetch_purgatory: Purgatory[DelayedFetch] = Purgatory("fetch", now_ms)
@@ -115,10 +116,28 @@ class ReplicaManager:
         self._append_listeners: list[Callable[[str, int], None]] = []
         self._leadership_listeners: list[LeadershipListener] = []
         self.fetchers: Any = None  # ReplicaFetcherManager, set by the broker
+        self.metrics: BrokerMetrics | None = None  # the broker's sensors, set by the broker
         self._stop = threading.Event()
         # Set after LeaderAndIsr made leaders: the chores flush their new epochs at once.
         self._new_epochs = threading.Event()
         self._chores: threading.Thread | None = None
+
+    def _metered(self, writer: IsrWriter) -> IsrWriter:
+        """``writer`` counting the ISR shrinks and expansions it wrote (IsrShrinksPerSec...)."""
+
+        def write(topic: str, partition: int, leader: int, epoch: int, isr: tuple[int, ...], controller_epoch: int, version: int) -> int | None:
+            p = self._partitions.get((topic, partition))
+            before = len(p.isr) if p is not None else len(isr)
+            written = writer(topic, partition, leader, epoch, isr, controller_epoch, version)
+            if written is not None and self.metrics is not None:
+                self.metrics.isr_changed(before, len(isr))
+            return written
+
+        return write
+
+    def under_replicated(self) -> int:
+        """Led partitions whose ISR is smaller than their replica set."""
+        return sum(1 for p in self.leader_partitions() if len(p.isr) < len(p.replicas))
 
     # -- lifecycle ---------------------------------------------------------------------------------
     def start(self) -> None:
@@ -379,6 +398,8 @@ class ReplicaManager:
             if code or info is None:
                 results[tp] = AppendResult(code, -1, -1)
                 continue
+            if self.metrics is not None and info.num_records:
+                self.metrics.appended(topic, info.num_records, len(buf))
             results[tp] = AppendResult(ErrorCode.NONE, info.first_offset, p.log.log_start_offset)
             if info.num_records:
                 appended.append((tp, info.last_offset + 1))
@@ -386,6 +407,10 @@ class ReplicaManager:
                 # A retried batch already in the log: answered like the original, so acks=-1
                 # still waits until the original is replicated (as Kafka does).
                 duplicates.append((tp, info.last_offset + 1))
+        if self.metrics is not None:
+            for r in results.values():
+                if r.error_code:
+                    self.metrics.append_failed()
         for tp, _ in appended:
             self.fetch_purgatory.check_and_complete(tp)
             for fn in self._append_listeners:
@@ -517,6 +542,18 @@ class ReplicaManager:
     ) -> None:
         """Read now and respond if ``min_bytes`` are there (or an error, or no wait); else park
         a DelayedFetch that responds when the data arrives or ``max_wait_ms`` passes."""
+        metrics = self.metrics
+        if metrics is not None:
+            answer = respond
+
+            def respond(results: list[FetchResult]) -> None:
+                per_topic: dict[str, int] = {}
+                for info, r in zip(infos, results, strict=False):
+                    if r.size:
+                        per_topic[info.topic] = per_topic.get(info.topic, 0) + r.size
+                metrics.fetched(per_topic, replica_id >= 0)
+                answer(results)
+
         waits: list[FetchWait] = []
         results = self.read(infos, max_bytes, max_magic, min_one_entry, waits, replica_id)
         total = 0

@@ -87,6 +87,7 @@ from hmbclient.errors import (
     RequestTimedOutError,
     UnsupportedByBroker,
 )
+from hmbclient.metrics import Sensor
 from hmbclient.net.security import Security, describe_tls_error
 from hmbclient.net.versions import BrokerVersions, Dialect, api_name, pick_versions
 from hmbclient.protocol.api import ApiVersionsRequest
@@ -208,8 +209,10 @@ class BrokerConnection:
         send_buffer_bytes: int | None = None,
         receive_buffer_bytes: int | None = None,
         security: Security | None = None,
+        latency_sensor: Sensor | None = None,
     ) -> None:
         self.owner = owner
+        self.latency_sensor = latency_sensor
         self.node_id = node_id
         self.host = host
         self.port = port
@@ -920,6 +923,8 @@ class BrokerConnection:
                 continue
             if self.dialect.fetch_once_per_connection and getattr(r[1], "API_KEY", -1) == 1:
                 recycle = True
+            if self.latency_sensor is not None:
+                self.latency_sensor.record(now_ms - (req.deadline_ms - req.timeout_ms), int(now_ms))
             _succeed(req.future, r[1])
         if recycle and not in_flight:
             # HMB answers one Fetch per connection: start the next request on a fresh one.

@@ -74,6 +74,7 @@ from hmbclient.errors import (
     TransactionStateError,
     UnsupportedByBroker,
 )
+from hmbclient.metrics import Metrics
 from hmbclient.net.client import NetClient
 from hmbclient.net.metadata import Metadata
 from hmbclient.net.retry import retry_policy
@@ -90,6 +91,8 @@ from hmbclient.producer.data import (
     SendFutures,
 )
 from hmbclient.producer.idempotence import IdempotenceState
+from hmbclient.producer.metrics import GROUP as PRODUCER_METRICS
+from hmbclient.producer.metrics import ProducerMetrics
 from hmbclient.producer.sender import Dispatcher, SendEngine, SenderThread, call_hook
 from hmbclient.producer.transaction import FATAL, RETRY, TransactionManager, TxnState, classify
 from hmbclient.protocol.records import NONE, codec_from_name
@@ -109,7 +112,7 @@ _RECORD_OVERHEAD = 12
 _BATCH_OVERHEAD = 100
 
 
-def _open_client(cfg: ProducerConfig) -> NetClient:
+def _open_client(cfg: ProducerConfig, metrics: Metrics | None = None) -> NetClient:
     """The producer's NetClient (its I/O thread starts; connections open on first use)."""
     return NetClient(
         cfg.metadata_broker_list,
@@ -123,6 +126,8 @@ def _open_client(cfg: ProducerConfig) -> NetClient:
         send_buffer_bytes=cfg.send_buffer_bytes if cfg.send_buffer_bytes > 0 else None,
         security=Security.from_config(cfg),
         name="hmbclient-io-producer",
+        metrics=metrics,
+        metric_group=PRODUCER_METRICS,
     )
 
 
@@ -153,7 +158,8 @@ class Producer:
         self.config = config
         self._closed = False
         self._listeners: list[Any] = []
-        self._client = _open_client(config)
+        self._metrics = Metrics(tags={"client-id": config.client_id or ""})
+        self._client = _open_client(config, self._metrics)
         refresh = config.topic_metadata_refresh_interval_ms
         self._metadata = Metadata(
             self._client,
@@ -171,7 +177,11 @@ class Producer:
             codec_for=self._codec_for,
             hooks=self._hooks,
         )
+        self._dispatcher.metrics = ProducerMetrics(self._metrics)
         self._init_pipeline(config)
+        acc, engine = self._acc, getattr(self, "_engine", None)
+        self._dispatcher.metrics.watch(lambda: acc.queued if acc is not None else 0,
+                                       lambda: engine.in_flight if engine is not None else 0)
 
     def _init_message_rules(self, cfg: ProducerConfig) -> None:
         """How ``send`` turns and checks messages: serializers, the dialect's key rule, the size
@@ -955,6 +965,17 @@ class Producer:
                 raise
             raise err from e
         txn.transition("completed")
+
+    def metrics(self) -> dict[str, dict[str, float]]:
+        """The producer's metrics under Kafka's names: ``{"producer-metrics": {name: value}}``
+        (``record-send-rate``, ``request-latency-avg``, ``batch-size-avg``... listed in
+        :mod:`hmbclient.producer.metrics`). Rates are per second over Kafka's window (2 samples
+        of 30 s); an average with nothing recorded yet is NaN.
+
+        Returns:
+            A fresh snapshot (safe to keep; later records do not change it).
+        """
+        return self._metrics.snapshot()
 
     # -- lifecycle -------------------------------------------------------------------------
 

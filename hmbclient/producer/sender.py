@@ -29,7 +29,7 @@ from typing import Any
 
 from tenacity import Retrying
 
-from hmbclient.clock import monotonic_ms
+from hmbclient.clock import monotonic_ms, wall_ms
 from hmbclient.errors import (
     ErrorCode,
     HmbError,
@@ -56,6 +56,7 @@ from hmbclient.producer.idempotence import (
     IdempotenceState,
     ProducerEvent,
 )
+from hmbclient.producer.metrics import ProducerMetrics
 from hmbclient.producer.transaction import COORDINATOR_MOVED, RETRY, TransactionManager, classify
 from hmbclient.protocol.api.admin import InitProducerIdV3Request
 from hmbclient.protocol.api.base import ApiKey
@@ -147,6 +148,7 @@ class Dispatcher:
         self.idem: IdempotenceState | None = None  # set by an idempotent producer's engine
         self.transactional_id: str | None = None  # set by a transactional producer's engine
         self.batch_flags = 0  # TRANSACTIONAL_MASK for a transactional producer
+        self.metrics: ProducerMetrics | None = None  # set by a producer that keeps metrics
 
     def versions(self, node: int) -> BrokerVersions:
         versions = self._versions.get(node)
@@ -182,6 +184,7 @@ class Dispatcher:
             for b in unit.batches:
                 b.attempts += 1
         versions = self.versions(node)
+        metrics = self.metrics
         magic = produce_magic(versions.version(ApiKey.PRODUCE))
         topics: dict[str, list[tuple[int, bytes | bytearray]]] = {}
         idem = self.idem
@@ -196,6 +199,13 @@ class Dispatcher:
             else:
                 records = encode_records(magic, codec, unit.items(), 0, unit.batches[0].created_ms)
             topics.setdefault(unit.topic, []).append((unit.partition, records))
+        if metrics is not None:
+            now = wall_ms()  # batches carry their wall-clock creation time (their timestamp)
+            metrics.request(
+                sum(unit.count for unit in units),
+                [len(r) for parts in topics.values() for _, r in parts],
+                [max(0, now - b.created_ms) for unit in units for b in unit.batches if b.attempts == 1],
+            )
         if "before_send" in self.hooks:
             call_hook(self.hooks, "before_send", [b for unit in units for b in unit.batches], node)
         req = versions.build(
@@ -256,6 +266,8 @@ class Dispatcher:
                 call_hook(self.hooks, "on_delivery", b)
 
     def fail(self, unit: Unit, err: BaseException) -> None:
+        if self.metrics is not None:
+            self.metrics.failed(unit.count)
         for b in unit.batches:
             b.fail(err)
             call_hook(self.hooks, "on_error", b, err)
@@ -475,6 +487,8 @@ class SendEngine:
         if getattr(err, "retriable", False) and attempts <= self.max_retries and not acc.closing_hard:
             wait = backoff_ms(self.policy, max(1, attempts))
             log.info("retrying %s-%s (%d messages, attempt %d) in %.0f ms: %s", unit.topic, unit.partition, unit.count, attempts, wait, err)
+            if self.dispatcher.metrics is not None:
+                self.dispatcher.metrics.retried(unit.count)
             with acc.lock:
                 acc.requeue_front(unit, monotonic_ms() + wait)
             return
