@@ -1,8 +1,8 @@
 """A Spark driver run as its own process by test_spark_eos.py (not a test module), so the test
 can give it a master of its own (``local[N,F]``: real task retries) and kill it with SIGKILL.
 
-    python eos_driver.py batch  BOOTSTRAP TOPIC MODE FAIL_MARKER
-    python eos_driver.py stream BOOTSTRAP MODE:SRC:DST:CKPT:GATE_VALUE:GATE_MARKER:REACHED [...]
+    python eos_driver.py batch  BOOTSTRAP MODE|TOPIC|FAIL_MARKER [...]
+    python eos_driver.py stream BOOTSTRAP MODE|SRC|DST|CKPT|GATE_VALUE|GATE_MARKER|REACHED [...]
 
 MODE is ``eos`` (exactlyOnce=true) or ``alo`` (the default sink).
 
@@ -69,24 +69,25 @@ def _sink_options(mode: str, bootstrap: str, topic: str) -> dict[str, str]:
     return opts
 
 
-def batch(bootstrap: str, topic: str, mode: str, fail_marker: str) -> None:
+def batch(bootstrap: str, specs: list[str]) -> None:
     from pyspark.sql.functions import col, udf
 
     spark = _session("local[2,3]")  # 3 attempts per task
+    for spec in specs:  # one write after the other, in this one driver
+        mode, topic, fail_marker = spec.split("|")
 
-    @udf("string")
-    def fail_once(i: int) -> str:
-        if i == 5999 and os.path.exists(fail_marker):
-            os.remove(fail_marker)
-            start = time.monotonic()
-            while not (seen := _in_topic(bootstrap, topic, b"r4000:")) and time.monotonic() < start + 60:
-                time.sleep(0.05)
-            waited = time.monotonic() - start
-            raise RuntimeError(f"injected failure after sending (first attempt only; sent rows seen: {seen} after {waited:.1f} s)")
-        return f"r{i}:" + "x" * 200
+        def fail_once(i: int, topic: str = topic, fail_marker: str = fail_marker) -> str:
+            if i == 5999 and os.path.exists(fail_marker):
+                os.remove(fail_marker)
+                start = time.monotonic()
+                while not (seen := _in_topic(bootstrap, topic, b"r4000:")) and time.monotonic() < start + 60:
+                    time.sleep(0.05)
+                waited = time.monotonic() - start
+                raise RuntimeError(f"injected failure after sending (first attempt only; sent rows seen: {seen} after {waited:.1f} s)")
+            return f"r{i}:" + "x" * 200
 
-    df = spark.range(0, 8000, 1, 4).select(fail_once(col("id")).alias("value"))
-    df.write.mode("append").format("hmb").options(**_sink_options(mode, bootstrap, topic)).save()
+        df = spark.range(0, 8000, 1, 4).select(udf(fail_once, "string")(col("id")).alias("value"))
+        df.write.mode("append").format("hmb").options(**_sink_options(mode, bootstrap, topic)).save()
     spark.stop()
 
 
@@ -124,7 +125,4 @@ def stream(bootstrap: str, specs: list[str]) -> None:
 
 
 if __name__ == "__main__":
-    if sys.argv[1] == "batch":
-        batch(*sys.argv[2:6])
-    else:
-        stream(sys.argv[2], sys.argv[3:])
+    (batch if sys.argv[1] == "batch" else stream)(sys.argv[2], sys.argv[3:])

@@ -151,16 +151,17 @@ def test_exactly_once_options() -> None:
 
 def test_batch_write_with_a_retried_task(broker: Any, tmp_path: Path) -> None:
     want = {f"r{i}" for i in range(8000)}
-    procs = {}
+    specs = {}
     for mode in ("eos", "alo"):
         topic = _topic(f"eos-batch-{mode}")
         create_topic(broker.bootstrap, topic)
         marker = tmp_path / f"fail-{mode}"
         marker.touch()
-        procs[mode] = (topic, marker, _driver("batch", broker.bootstrap, topic, mode, str(marker)))
+        specs[mode] = (topic, marker)
+    proc = _driver("batch", broker.bootstrap, *("|".join((m, t, str(f))) for m, (t, f) in specs.items()))
+    _finish(proc)
     got = {}
-    for mode, (topic, marker, proc) in procs.items():
-        _finish(proc)
+    for mode, (topic, marker) in specs.items():
         assert not marker.exists(), "the failure was injected"
         got[mode] = _values(broker, topic)
         assert set(got[mode]) == want, "every row arrived"
@@ -188,28 +189,39 @@ def test_streaming_killed_twice_and_restarted(broker: Any, tmp_path: Path) -> No
             if gate is not None:
                 marker.touch()
             specs.append("|".join((m, src, dst, str(tmp_path / f"ckpt-{m}"), gate or "-", str(marker), str(reached))))
-        return _driver("stream", broker.bootstrap, *specs)
+        started.append(_driver("stream", broker.bootstrap, *specs))
+        return started[-1]
 
-    def kill_at(proc: subprocess.Popen[bytes], gate: str, committed: int) -> None:
-        """Wait until both queries hold partition 0 at ``gate`` and the batch's other three
-        partitions are written (``committed`` rows visible to read_committed), then kill -9."""
+    def rows(phases: str, parts: range) -> set[str]:
+        return {f"{ph}-{p}-{i}".upper() for ph in phases for p in parts for i in range(50)}
+
+    def kill_at(proc: subprocess.Popen[bytes], gate: str, written: set[str]) -> None:
+        """Wait until both queries hold partition 0 at ``gate`` and ``written`` (the batch's
+        other three partitions) is visible to read_committed, then kill -9 the driver."""
         for m in modes:
             wait_until(lambda m=m: (tmp_path / f"reached-{m}-{gate}").exists() or proc.poll() is not None,
                        120, f"{m} query reaches {gate}")
             assert proc.poll() is None, proc.communicate()[0].decode(errors="replace")[-3000:]
-            wait_until(lambda m=m: sum(_values(broker, topics[m][1]).values()) >= committed, 60,
-                       f"{m}: {committed} rows written before the kill")
+            wait_until(lambda m=m: written <= set(_values(broker, topics[m][1])), 60,
+                       f"{m}: the batch's other partitions written before the kill")
         _kill9(proc)
         for m in modes:
             (tmp_path / f"gate-{m}-{gate}").unlink()
 
-    feed("a")
-    kill_at(run("a-0-25"), "a-0-25", 150)  # batch 0: partitions 1-3 written, 0 held
-    feed("b")
-    kill_at(run("b-0-25"), "b-0-25", 200 + 150)  # batch 0 replayed, batch 1: 1-3 written, 0 held
-    _finish(run(None))  # batch 1 replayed; done
+    started: list[subprocess.Popen[bytes]] = []
+    try:
+        feed("a")
+        kill_at(run("a-0-25"), "a-0-25", rows("a", range(1, 4)))  # batch 0: partitions 1-3 written, 0 held
+        feed("b")
+        # batch 0 replayed, batch 1: partitions 1-3 written, 0 held
+        kill_at(run("b-0-25"), "b-0-25", rows("a", range(4)) | rows("b", range(1, 4)))
+        _finish(run(None))  # batch 1 replayed; done
+    finally:
+        for proc in started:  # a failed step leaves no driver behind
+            if proc.poll() is None:
+                _kill9(proc)
 
-    want = {f"{ph}-{p}-{i}".upper() for ph in "ab" for p in range(4) for i in range(50)}
+    want = rows("ab", range(4))
     eos, alo = _values(broker, topics["eos"][1]), _values(broker, topics["alo"][1])
     assert set(eos) == want and set(alo) == want, "every input row is in the output"
     assert all(n == 1 for n in eos.values()), f"exactly once: {sum(eos.values()) - len(want)} duplicates"
