@@ -204,11 +204,17 @@ def sink_write(spark: Any, bootstrap: str, topic: str, partitions: int, total: i
 
 
 def eos_sink_write(spark: Any, bootstrap: str, topic: str, partitions: int, total: int, size: int) -> Callable[[], int]:
-    """``sink write`` with ``exactlyOnce=true``: rows added, the commit markers left out (each
-    of the ``partitions`` tasks writes every key, so its transaction ends with one marker in
-    each topic partition: ``partitions**2`` offsets per write that are no rows)."""
+    """``sink write`` with ``exactlyOnce=true``: rows added, the commit markers left out. Each of
+    the ``partitions`` tasks ends its transaction with one marker in every topic partition it
+    wrote (as many as its keys' partitions: at most ``partitions``), so a growth of the topic
+    up to ``partitions**2`` offsets past ``total`` is markers; anything beyond is reported."""
     count = written(bootstrap, topic, lambda: sink_write(spark, bootstrap, topic, partitions, total, size, True))
-    return lambda: count() - partitions * partitions
+
+    def rows() -> int:
+        grown = count()
+        return total if total <= grown <= total + partitions * partitions else grown
+
+    return rows
 
 
 def pipeline(spark: Any, bootstrap: str, source: str, topic: str) -> None:
