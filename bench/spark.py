@@ -24,6 +24,8 @@ duplicates, fewer fail the bench):
   a flush and every future checked;
 * ``sink write``: ``spark.range(...)`` made into (key, value) rows in the JVM, written with
   ``df.write.mode("append").format("hmb")``, one task per topic partition;
+* ``eos sink write``: the same with ``exactlyOnce=true`` (one transaction per task; the
+  commit markers are not counted as rows). Goal: >= 0.8x ``sink write``;
 * ``pipeline``: read -> transform -> write: ``spark.read.format("hmb")`` on the filled topic,
   the value upper-cased and prefixed with its offset, keyed by partition, written back with the
   sink to another topic (read and write in one Spark job).
@@ -199,12 +201,27 @@ def producer_write(producer: Any, topic: str, partitions: int, total: int, size:
     return total
 
 
-def sink_write(spark: Any, bootstrap: str, topic: str, partitions: int, total: int, size: int) -> None:
+def sink_write(spark: Any, bootstrap: str, topic: str, partitions: int, total: int, size: int,
+               exactly_once: bool = False) -> None:
     df = spark.range(0, total, 1, partitions).selectExpr(
         f"CAST(id % {partitions} AS STRING) AS key", f"repeat('x', {size}) AS value")
     (df.write.mode("append").format("hmb").option("metadata.broker.list", bootstrap)
      .option("topic", topic).option("batch.num.messages", str(WRITE_BATCH))
-     .option("request.required.acks", str(WRITE_ACKS)).save())
+     .option("request.required.acks", str(WRITE_ACKS)).option("exactlyOnce", str(exactly_once).lower()).save())
+
+
+def eos_sink_write(spark: Any, bootstrap: str, topic: str, partitions: int, total: int, size: int) -> Callable[[], int]:
+    """``sink write`` with ``exactlyOnce=true``: rows added, the commit markers left out. Each of
+    the ``partitions`` tasks ends its transaction with one marker in every topic partition it
+    wrote (as many as its keys' partitions: at most ``partitions``), so a growth of the topic
+    up to ``partitions**2`` offsets past ``total`` is markers; anything beyond is reported."""
+    count = written(bootstrap, topic, lambda: sink_write(spark, bootstrap, topic, partitions, total, size, True))
+
+    def rows() -> int:
+        grown = count()
+        return total if total <= grown <= total + partitions * partitions else grown
+
+    return rows
 
 
 def pipeline(spark: Any, bootstrap: str, source: str, topic: str) -> None:
@@ -423,7 +440,7 @@ def spark_workloads(spark: Any, args: argparse.Namespace, bootstrap: str, host: 
                        "loop content": total * args.size, "spark content": total * args.size})
     if not args.no_write:
         outs = {name: f"bench-{tag}-{name.replace(' ', '-')}" for name in
-                ("producer write", "sink write", "pipeline")}
+                ("producer write", "sink write", "eos sink write", "pipeline")}
         for out in outs.values():
             create_topic(bootstrap, out, args.partitions)
         workloads.update({
@@ -431,6 +448,7 @@ def spark_workloads(spark: Any, args: argparse.Namespace, bootstrap: str, host: 
                 bootstrap, outs["producer write"], args.partitions, total, args.size)),
             "sink write": written(bootstrap, outs["sink write"], lambda: sink_write(
                 spark, bootstrap, outs["sink write"], args.partitions, total, args.size)),
+            "eos sink write": eos_sink_write(spark, bootstrap, outs["eos sink write"], args.partitions, total, args.size),
             "pipeline": written(bootstrap, outs["pipeline"], lambda: pipeline(
                 spark, bootstrap, topic, outs["pipeline"])),
         })
@@ -523,6 +541,7 @@ RATIOS = [
     ("spark/loop count", "spark count", "loop count"),
     ("spark/loop content", "spark content", "loop content"),
     ("sink/producer write", "sink write", "producer write"),
+    ("eos sink/sink write", "eos sink write", "sink write"),
     ("pipeline/producer write", "pipeline", "producer write"),
 ]
 

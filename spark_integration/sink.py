@@ -37,10 +37,25 @@ own Kafka sink has. :func:`write_stream_update` gives the same semantics, an app
 micro-batch's changed rows, through ``foreachBatch`` and this sink's batch form; the
 guarantee is the same (at-least-once: a replayed micro-batch writes its changed rows again).
 
-Guarantee: at-least-once, as Spark's Kafka sink. Duplicates come from retried tasks (the rows a
-failed attempt already sent are sent again), speculative task copies, a micro-batch replayed
-after a restart before its commit reached the checkpoint, and the producer's own retries of a
-request whose answer was lost. Nothing acknowledged is dropped.
+Guarantee (the default, ``exactlyOnce`` unset or false): at-least-once, as Spark's Kafka sink.
+Duplicates come from retried tasks (the rows a failed attempt already sent are sent again),
+speculative task copies, a micro-batch replayed after a restart before its commit reached the
+checkpoint, and the producer's own retries of a request whose answer was lost. Nothing
+acknowledged is dropped.
+
+Exactly-once mode (``exactlyOnce=true``; design and cases in :mod:`spark_integration.eos`):
+each task writes its rows in one Kafka transaction with ``transactional.id``
+``<prefix>-<partition>`` and commits, in the same transaction, a progress marker (the
+micro-batch id, or the batch write's id) to a consumer group of the same name; a retried,
+speculative or replayed attempt fences the earlier ones and writes nothing when the marker says
+its batch is committed. Readers must read ``read_committed`` to see each row exactly once.
+Options: ``exactlyOnce`` (default false), ``transactionalIdPrefix`` (default
+``hmb-sink-<query id>`` streaming, ``hmb-sink-<uuid>`` per batch write), ``transactionTimeoutMs``
+(alias ``transaction.timeout.ms``; default 60 000: a task must finish within it). The mode needs
+the ``topic`` option (it keys the marker) and refuses a ``transactional.id`` option.
+
+Cases: (S1) at-least-once task: :func:`write_task`; (S2) exactly-once task:
+:func:`spark_integration.eos.write_partition` around the same row loop (:func:`send_rows`).
 """
 
 from __future__ import annotations
@@ -68,6 +83,7 @@ from hmbclient.config import (
 )
 from hmbclient.errors import ConfigError, HmbError
 from rebalance.paths import TOPIC_NAME_RULE, is_valid_topic_name
+from spark_integration import eos
 
 __all__ = [
     "SinkOptions",
@@ -77,6 +93,7 @@ __all__ = [
     "HmbStreamWriter",
     "SinkCommit",
     "write_stream_update",
+    "send_rows",
 ]
 
 log = logging.getLogger("spark_integration.sink")
@@ -104,11 +121,30 @@ class SinkOptions(ConfigBase):
     checkpoint_location: str | None = setting(None, prop="checkpointLocation", doc="checkpointLocation: Spark's own (streaming)")
     # Spark passes a named streaming query's name (writeStream.queryName) among the options.
     query_name: str | None = setting(None, prop="queryName", doc="queryName: Spark's own (streaming)")
+    exactly_once: bool = setting(
+        False, prop="exactlyOnce", doc="exactlyOnce: one transaction per task; read with read_committed"
+    )
+    transactional_id_prefix: str | None = setting(
+        None,
+        prop="transactionalIdPrefix",
+        doc="transactionalIdPrefix: exactly-once: transactional.id is <prefix>-<partition> (unique per query)",
+    )
+    transaction_timeout_ms: int | None = setting(
+        None,
+        prop="transactionTimeoutMs",
+        aliases=("transaction.timeout.ms",),
+        min=1,
+        doc="transactionTimeoutMs: exactly-once: the coordinator aborts a task's transaction open longer",
+    )
 
     def _validate(self) -> None:
         super()._validate()
         if self.topic is not None and not is_valid_topic_name(self.topic):
             self._fail(f"topic {self.topic!r} is not a legal topic name ({TOPIC_NAME_RULE})")
+        if self.exactly_once and self.topic is None:
+            self._fail("exactlyOnce=true needs the 'topic' option (partition 0 of it keys each task's progress marker)")
+        if not self.exactly_once and (self.transactional_id_prefix is not None or self.transaction_timeout_ms is not None):
+            self._fail("transactionalIdPrefix and transactionTimeoutMs are for exactlyOnce=true")
 
 
 def _given(options: Mapping[str, Any]) -> dict[str, Any]:
@@ -125,12 +161,18 @@ def parse_sink_options(options: Mapping[str, Any]) -> tuple[SinkOptions, Produce
     try:
         own, producer_props = SinkOptions.split_properties(_given(options))
         opts = SinkOptions.from_properties(own)
+        if any(k.strip().lower() in ("transactional.id", "transactional_id", "transactionalid") for k in producer_props):
+            raise ConfigError("'transactional.id' is set per task by the sink: use exactlyOnce=true (and transactionalIdPrefix)")
+        txn: dict[str, Any] = {}
+        if opts.exactly_once and opts.transaction_timeout_ms is not None:
+            txn["transaction_timeout_ms"] = opts.transaction_timeout_ms
         settings: dict[str, Any] = {
             "request_required_acks": -1,
             "client_id": "hmb-spark-sink",
             **ProducerConfig.resolve_properties(producer_props),
             "metadata_broker_list": list(opts.metadata_broker_list),
             "producer_type": "async",
+            **txn,
         }
         cfg = ProducerConfig(**settings)
     except ConfigError as exc:
@@ -167,6 +209,8 @@ class SinkCommit(WriterCommitMessage):
 
     rows: int
     per_topic: dict[str, int]
+    #: exactly-once: the task found all its rows of this batch already committed (eos E2).
+    skipped: bool = False
 
 
 def _as_bytes(value: Any) -> bytes | None:
@@ -199,41 +243,63 @@ def write_task(opts: SinkOptions, cfg: ProducerConfig, batches: Iterator[Any]) -
         producer = Producer(cfg)
     except HmbError as e:
         raise SinkError(f"cannot start a producer for brokers {cfg.metadata_broker_list}: {e}") from e
+    try:
+        rows, per_topic = send_rows(producer, opts, batches)
+    finally:
+        producer.close()
+    return SinkCommit(rows, per_topic)
+
+
+def send_rows(producer: Producer, opts: SinkOptions, batches: Iterator[Any], skip: int = 0) -> tuple[int, dict[str, int]]:
+    """Send every row of ``batches`` with ``producer`` and check every send.
+
+    Args:
+        producer: The task's producer.
+        opts: The sink's options.
+        batches: The task's Arrow batches.
+        skip: Rows at the start already written (exactly-once resume): counted, not sent.
+
+    Returns:
+        ``(rows, rows per topic)``: rows counts every row, per topic the sent ones.
+
+    Raises:
+        SinkError: as :func:`write_task`.
+    """
     where = _task_name()
     row = 0
     per_topic: dict[str, int] = {}
     pending: list[tuple[int, str, Any]] = []
-    try:
-        for batch in batches:
-            names = batch.schema.names
-            cols = {name: batch.column(names.index(name)).to_pylist() for name in ("value", "key", "topic", "partition", "headers") if name in names}
-            values = cols["value"]
-            keys = cols.get("key")
-            topics = cols.get("topic")
-            partitions = cols.get("partition")
-            headers = cols.get("headers")
-            for i in range(len(values)):
-                topic = topics[i] if topics is not None and topics[i] is not None else opts.topic
-                key = _as_bytes(keys[i]) if keys is not None else None
-                value = _as_bytes(values[i])
-                if topic is None:
-                    raise SinkError(f"{where} row {row}: no topic (the row's topic column is null and no 'topic' option is set)")
-                if value is None and key is None:
-                    raise SinkError(f"{where} row {row} to {topic!r}: value is null (a null value is only a tombstone for a keyed row)")
-                part = partitions[i] if partitions is not None else None
-                try:
-                    fut = producer.send_record(topic, value, key, partition=part, headers=_headers(headers[i]) if headers is not None else None)
-                except (HmbError, ValueError, TypeError) as e:
-                    raise SinkError(f"{where} row {row} to {topic!r}: {type(e).__name__}: {e}") from e
-                pending.append((row, topic, fut))
-                per_topic[topic] = per_topic.get(topic, 0) + 1
+    for batch in batches:
+        names = batch.schema.names
+        cols = {name: batch.column(names.index(name)).to_pylist() for name in ("value", "key", "topic", "partition", "headers") if name in names}
+        values = cols["value"]
+        keys = cols.get("key")
+        topics = cols.get("topic")
+        partitions = cols.get("partition")
+        headers = cols.get("headers")
+        for i in range(len(values)):
+            topic = topics[i] if topics is not None and topics[i] is not None else opts.topic
+            key = _as_bytes(keys[i]) if keys is not None else None
+            value = _as_bytes(values[i])
+            if topic is None:
+                raise SinkError(f"{where} row {row}: no topic (the row's topic column is null and no 'topic' option is set)")
+            if value is None and key is None:
+                raise SinkError(f"{where} row {row} to {topic!r}: value is null (a null value is only a tombstone for a keyed row)")
+            part = partitions[i] if partitions is not None else None
+            if row < skip:
                 row += 1
-                if len(pending) >= _CHECK_EVERY:
-                    _settle(producer, pending)
-        _settle(producer, pending)
-    finally:
-        producer.close()
-    return SinkCommit(row, per_topic)
+                continue
+            try:
+                fut = producer.send_record(topic, value, key, partition=part, headers=_headers(headers[i]) if headers is not None else None)
+            except (HmbError, ValueError, TypeError) as e:
+                raise SinkError(f"{where} row {row} to {topic!r}: {type(e).__name__}: {e}") from e
+            pending.append((row, topic, fut))
+            per_topic[topic] = per_topic.get(topic, 0) + 1
+            row += 1
+            if len(pending) >= _CHECK_EVERY:
+                _settle(producer, pending)
+    _settle(producer, pending)
+    return row, per_topic
 
 
 def _task_name() -> str:
@@ -268,9 +334,18 @@ class _SinkTasks:
         self.opts, self.cfg = parse_sink_options(options)
         if self.opts.topic is None and "topic" not in schema.fieldNames():
             raise ConfigError("format 'hmb' writer: set the 'topic' option or give the DataFrame a 'topic' column")
+        self.eos: eos.EosPlan | None = None
+        if self.opts.exactly_once:
+            assert self.opts.topic is not None  # SinkOptions refuses exactlyOnce without it
+            self.eos = eos.plan_for(self.opts.transactional_id_prefix, self.opts.topic, self.cfg.transaction_timeout_ms)
 
     def write(self, iterator: Iterator[Any]) -> SinkCommit:
-        return write_task(self.opts, self.cfg, iterator)
+        if self.eos is None:
+            return write_task(self.opts, self.cfg, iterator)  # (S1)
+        rows, per_topic, skipped = eos.write_partition(  # (S2)
+            self.cfg, self.eos, lambda producer, done: send_rows(producer, self.opts, iterator, done)
+        )
+        return SinkCommit(rows, per_topic, skipped)
 
 
 def _rows(messages: list[WriterCommitMessage | None]) -> int:
@@ -284,7 +359,10 @@ class HmbWriter(_SinkTasks, DataSourceArrowWriter):
         log.info("format 'hmb' writer: %d rows written by %d tasks", _rows(messages), len(messages))
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
-        log.warning("format 'hmb' writer: job aborted; %d rows of committed tasks stay in their topics (at-least-once)", _rows(messages))
+        if self.eos is None:
+            log.warning("format 'hmb' writer: job aborted; %d rows of committed tasks stay in their topics (at-least-once)", _rows(messages))
+        else:
+            log.warning("format 'hmb' writer: job aborted; %d rows of committed tasks are committed (exactly-once per task)", _rows(messages))
 
 
 class HmbStreamWriter(_SinkTasks, DataSourceStreamArrowWriter):

@@ -1,0 +1,128 @@
+"""A Spark driver run as its own process by test_spark_eos.py (not a test module), so the test
+can give it a master of its own (``local[N,F]``: real task retries) and kill it with SIGKILL.
+
+    python eos_driver.py batch  BOOTSTRAP MODE|TOPIC|FAIL_MARKER [...]
+    python eos_driver.py stream BOOTSTRAP MODE|SRC|DST|CKPT|GATE_VALUE|GATE_MARKER|REACHED [...]
+
+MODE is ``eos`` (exactlyOnce=true) or ``alo`` (the default sink).
+
+* batch: writes ids 0..7999 (4 partitions of 2000) as values ``r<id>:<padding>``; the UDF fails
+  the task of partition 2 once (when FAIL_MARKER exists: removes it, waits until ``r4000:``,
+  the partition's first row, is in the topic -- the attempt has sent rows -- then raises on the
+  partition's last row). Spark retries the task. The padding makes the rows before the last
+  one fill the buffers between the UDF, the JVM and the sink, so they reach the sink first.
+* stream: one query per argument, ``hmb`` -> upper(value) through a UDF -> ``hmb``, trigger
+  availableNow, from the checkpoint. The UDF blocks on GATE_VALUE while GATE_MARKER exists
+  (after creating REACHED), so the test can kill this process with the batch in flight.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from typing import Any
+
+
+def _session(master: str) -> Any:
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    from pyspark.sql import SparkSession
+
+    from spark_integration import register
+
+    session = (
+        SparkSession.builder.master(master)
+        .appName("hmb-eos-driver")
+        .config("spark.driver.host", "127.0.0.1")
+        .config("spark.driver.bindAddress", "127.0.0.1")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.driver.memory", "512m")
+        .config("spark.ui.showConsoleProgress", "false")
+        # small batches: rows reach the sink before the UDF has seen the partition's last one
+        .config("spark.sql.execution.python.udf.maxRecordsPerBatch", "10")
+        .config("spark.sql.execution.arrow.maxRecordsPerBatch", "10")
+        .getOrCreate()
+    )
+    session.sparkContext.setLogLevel("ERROR")
+    register(session)
+    return session
+
+
+def _in_topic(bootstrap: str, topic: str, value: bytes) -> bool:
+    """Whether a value starting with ``value`` is in ``topic`` (read_uncommitted, partitions 0-3)."""
+    from hmbclient import FetchRequest, SimpleConsumer
+
+    host, port = bootstrap.rsplit(":", 1)
+    c = SimpleConsumer(host, int(port))
+    try:
+        return any(mo.message.value.startswith(value) for p in range(4) for mo in c.fetch(FetchRequest(topic, p, 0, 1 << 20)))
+    finally:
+        c.close()
+
+
+def _sink_options(mode: str, bootstrap: str, topic: str) -> dict[str, str]:
+    opts = {"metadata.broker.list": bootstrap, "topic": topic, "queue.buffering.max.ms": "5"}
+    if mode == "eos":
+        opts["exactlyOnce"] = "true"
+    return opts
+
+
+def batch(bootstrap: str, specs: list[str]) -> None:
+    from pyspark.sql.functions import col, udf
+
+    spark = _session("local[2,3]")  # 3 attempts per task
+    for spec in specs:  # one write after the other, in this one driver
+        mode, topic, fail_marker = spec.split("|")
+
+        def fail_once(i: int, topic: str = topic, fail_marker: str = fail_marker) -> str:
+            if i == 5999 and os.path.exists(fail_marker):
+                os.remove(fail_marker)
+                start = time.monotonic()
+                while not (seen := _in_topic(bootstrap, topic, b"r4000:")) and time.monotonic() < start + 60:
+                    time.sleep(0.05)
+                waited = time.monotonic() - start
+                raise RuntimeError(f"injected failure after sending (first attempt only; sent rows seen: {seen} after {waited:.1f} s)")
+            return f"r{i}:" + "x" * 200
+
+        df = spark.range(0, 8000, 1, 4).select(udf(fail_once, "string")(col("id")).alias("value"))
+        df.write.mode("append").format("hmb").options(**_sink_options(mode, bootstrap, topic)).save()
+    spark.stop()
+
+
+def stream(bootstrap: str, specs: list[str]) -> None:
+    from pyspark.sql.functions import col, udf
+
+    spark = _session("local[8]")  # a blocked task per query must not starve the others
+    queries = []
+    for spec in specs:
+        mode, src, dst, ckpt, gate_value, gate_marker, reached = spec.split("|")
+
+        def gate(value: bytes, gate_value: str = gate_value, gate_marker: str = gate_marker, reached: str = reached) -> str:
+            text = value.decode()
+            if text == gate_value and os.path.exists(gate_marker):
+                open(reached, "w").close()
+                deadline = time.monotonic() + 60
+                while os.path.exists(gate_marker) and time.monotonic() < deadline:
+                    time.sleep(0.05)  # the test kills the driver meanwhile
+                raise RuntimeError("gate: the driver should have been killed")
+            return text.upper()
+
+        df = (
+            spark.readStream.format("hmb").option("metadata.broker.list", bootstrap).option("topic", src)
+            .option("startingOffsets", "earliest").load()
+            .select(col("key"), udf(gate, "string")(col("value")).alias("value"))
+        )
+        q = (df.writeStream.format("hmb").options(**_sink_options(mode, bootstrap, dst))
+             .option("checkpointLocation", ckpt).trigger(availableNow=True).start())
+        queries.append(q)
+    for q in queries:
+        q.awaitTermination()
+        if q.exception() is not None:
+            raise SystemExit(f"query failed: {q.exception()}")
+    spark.stop()
+
+
+if __name__ == "__main__":
+    (batch if sys.argv[1] == "batch" else stream)(sys.argv[2], sys.argv[3:])

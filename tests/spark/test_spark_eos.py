@@ -1,0 +1,229 @@
+"""The ``hmb`` sink's exactly-once mode (``exactlyOnce=true``, spark_integration/eos.py) against
+the embedded broker, with Spark drivers of their own (tests/spark/eos_driver.py, run as
+subprocesses: a ``local[2,3]`` master for real task retries, and a driver the test kills with
+SIGKILL). Each scenario runs in both modes so the test tells them apart: the output read
+``read_committed`` holds every input row exactly once with ``exactlyOnce``, and duplicates
+without it.
+
+* batch write (8000 rows, 4 tasks): the task of partition 2 fails once (a UDF raises) after its
+  first rows reached the broker; Spark retries it. The failed attempt's writer saw its input end
+  early and committed a prefix of the partition; the retry sends only the rest (eos E2/E3).
+* streaming ``hmb`` -> UDF -> ``hmb`` (trigger availableNow, 4 input partitions): the driver is
+  killed with SIGKILL twice while partition 0's task of a micro-batch is held in the UDF (the
+  other three tasks of the batch have written), and restarted from its checkpoint each time; the
+  replayed batch's finished partitions write nothing (eos E2), the held one's open transaction is
+  aborted by the next attempt's init_transactions (eos E1).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import uuid
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+from spark_helpers import create_topic, produce
+from waiting import wait_until
+
+from spark_integration import OffsetRange
+from spark_integration.eos import (
+    ALL_ROWS,
+    identity,
+    marker_metadata,
+    plan_for,
+    rows_done,
+    transactional_id,
+)
+from spark_integration.offsets import LATEST
+from spark_integration.options import parse_options
+from spark_integration.planner import PartitionPlanner
+from spark_integration.reader import read_range
+from spark_integration.sink import parse_sink_options
+
+pytestmark = pytest.mark.timeout(300)
+DRIVER = Path(__file__).with_name("eos_driver.py")
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _topic(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:8]}"
+
+
+def _values(broker: Any, topic: str, isolation: str = "read_committed") -> Counter[str]:
+    """Every value of ``topic`` (up to a ':') as a reader with ``isolation`` sees it (the
+    source's reader)."""
+    settings = parse_options(
+        {"metadata.broker.list": broker.bootstrap, "topic": topic, "isolation.level": isolation}, streaming=False
+    ).read_settings()
+    tps = [(topic, p) for p in range(4)]
+    with PartitionPlanner(settings) as planner:
+        ends = planner.offsets(tps, LATEST)
+    return Counter(r[3].decode().split(":")[0] for tp in tps for r in read_range(settings, OffsetRange(*tp, 0, ends[tp]), None))
+
+
+def _driver(*args: str) -> subprocess.Popen[bytes]:
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "PYSPARK_PYTHON": sys.executable}
+    return subprocess.Popen([sys.executable, str(DRIVER), *args], env=env, cwd=str(ROOT),
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+
+
+def _children(pid: int) -> list[int]:
+    out = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    if int(f.read().rsplit(")", 1)[1].split()[1]) == pid:
+                        out.append(int(entry))
+            except OSError:
+                continue
+    return out
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def _kill9(proc: subprocess.Popen[bytes]) -> None:
+    """SIGKILL the driver; its JVM (a child, reading the driver's pipe) exits on EOF: wait for it."""
+    jvms = _children(proc.pid)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait(30)
+    try:
+        wait_until(lambda: not any(_alive(p) for p in jvms), 60, "the killed driver's JVM exits")
+    finally:
+        for p in jvms:  # started by our driver: never leave one running
+            if _alive(p):
+                os.kill(p, signal.SIGKILL)
+
+
+def _finish(proc: subprocess.Popen[bytes], timeout: float = 240) -> None:
+    try:
+        out, _ = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        _kill9(proc)
+        raise
+    assert proc.returncode == 0, out.decode(errors="replace")[-3000:]
+
+
+# --- pure parts of the design ---------------------------------------------------------------
+
+
+def test_identity_and_marker_rules() -> None:
+    plan = plan_for(None, "out", 60_000)
+    assert identity(plan, None) == (f"hmb-sink-{plan.write_id}", plan.write_id)  # batch
+    assert identity(plan, "q1") == ("hmb-sink-q1", "q1")  # streaming: the checkpointed query id
+    assert identity(plan_for("mine", "out", 60_000), "q1") == ("mine", "q1")
+    assert transactional_id("mine", 3) == "mine-3"
+    assert rows_done(None, "q1", 0) == 0
+    assert rows_done((5, marker_metadata("q1", 70)), "q1", 4) == 70, "batch 4: 70 rows committed"
+    assert rows_done((6, marker_metadata("q1", 70)), "q1", 4) == ALL_ROWS, "a later batch"
+    assert rows_done((4, marker_metadata("q1", 70)), "q1", 4) == 0, "batch 4 not committed yet"
+    assert rows_done((5, marker_metadata("other", 70)), "q1", 4) == 0, "another query's marker"
+    assert rows_done((5, "garbage"), "q1", 4) == 0
+
+
+def test_exactly_once_options() -> None:
+    base = {"metadata.broker.list": "127.0.0.1:9092", "topic": "t"}
+    opts, cfg = parse_sink_options({**base, "exactlyonce": "true", "transactionTimeoutMs": "5000"})
+    assert opts.exactly_once and cfg.transaction_timeout_ms == 5000 and cfg.transactional_id is None
+    from hmbclient.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="needs the 'topic' option"):
+        parse_sink_options({"metadata.broker.list": "127.0.0.1:9092", "exactlyOnce": "true"})
+    with pytest.raises(ConfigError, match="exactlyOnce=true"):
+        parse_sink_options({**base, "transactional.id": "x"})
+    with pytest.raises(ConfigError, match="are for exactlyOnce=true"):
+        parse_sink_options({**base, "transactionalIdPrefix": "p"})
+
+
+# --- Spark ----------------------------------------------------------------------------------
+
+
+def test_batch_write_with_a_retried_task(broker: Any, tmp_path: Path) -> None:
+    want = {f"r{i}" for i in range(8000)}
+    specs = {}
+    for mode in ("eos", "alo"):
+        topic = _topic(f"eos-batch-{mode}")
+        create_topic(broker.bootstrap, topic)
+        marker = tmp_path / f"fail-{mode}"
+        marker.touch()
+        specs[mode] = (topic, marker)
+    proc = _driver("batch", broker.bootstrap, *("|".join((m, t, str(f))) for m, (t, f) in specs.items()))
+    _finish(proc)
+    got = {}
+    for mode, (topic, marker) in specs.items():
+        assert not marker.exists(), "the failure was injected"
+        got[mode] = _values(broker, topic)
+        assert set(got[mode]) == want, "every row arrived"
+    assert all(n == 1 for n in got["eos"].values()), "exactly once: no duplicate visible to read_committed"
+    dups = sum(got["alo"].values()) - len(want)
+    assert got["alo"]["r4000"] >= 2 and dups >= 1, "at-least-once: the retried task's rows are there twice"
+
+
+def test_streaming_killed_twice_and_restarted(broker: Any, tmp_path: Path) -> None:
+    modes = ("eos", "alo")
+    topics = {m: (_topic(f"eos-in-{m}"), _topic(f"eos-out-{m}")) for m in modes}
+    for src, dst in topics.values():
+        create_topic(broker.bootstrap, src)
+        create_topic(broker.bootstrap, dst)
+
+    def feed(phase: str) -> None:
+        for src, _ in topics.values():
+            produce(broker.bootstrap, src, [(p, f"k{p}-{i}".encode(), f"{phase}-{p}-{i}".encode()) for p in range(4) for i in range(50)])
+
+    def run(gate: str | None) -> subprocess.Popen[bytes]:
+        specs = []
+        for m in modes:
+            src, dst = topics[m]
+            marker, reached = tmp_path / f"gate-{m}-{gate}", tmp_path / f"reached-{m}-{gate}"
+            if gate is not None:
+                marker.touch()
+            specs.append("|".join((m, src, dst, str(tmp_path / f"ckpt-{m}"), gate or "-", str(marker), str(reached))))
+        started.append(_driver("stream", broker.bootstrap, *specs))
+        return started[-1]
+
+    def rows(phases: str, parts: range) -> set[str]:
+        return {f"{ph}-{p}-{i}".upper() for ph in phases for p in parts for i in range(50)}
+
+    def kill_at(proc: subprocess.Popen[bytes], gate: str, written: set[str]) -> None:
+        """Wait until both queries hold partition 0 at ``gate`` and ``written`` (the batch's
+        other three partitions) is visible to read_committed, then kill -9 the driver."""
+        for m in modes:
+            wait_until(lambda m=m: (tmp_path / f"reached-{m}-{gate}").exists() or proc.poll() is not None,
+                       120, f"{m} query reaches {gate}")
+            assert proc.poll() is None, proc.communicate()[0].decode(errors="replace")[-3000:]
+            wait_until(lambda m=m: written <= set(_values(broker, topics[m][1])), 60,
+                       f"{m}: the batch's other partitions written before the kill")
+        _kill9(proc)
+        for m in modes:
+            (tmp_path / f"gate-{m}-{gate}").unlink()
+
+    started: list[subprocess.Popen[bytes]] = []
+    try:
+        feed("a")
+        kill_at(run("a-0-25"), "a-0-25", rows("a", range(1, 4)))  # batch 0: partitions 1-3 written, 0 held
+        feed("b")
+        # batch 0 replayed, batch 1: partitions 1-3 written, 0 held
+        kill_at(run("b-0-25"), "b-0-25", rows("a", range(4)) | rows("b", range(1, 4)))
+        _finish(run(None))  # batch 1 replayed; done
+    finally:
+        for proc in started:  # a failed step leaves no driver behind
+            if proc.poll() is None:
+                _kill9(proc)
+
+    want = rows("ab", range(4))
+    eos, alo = _values(broker, topics["eos"][1]), _values(broker, topics["alo"][1])
+    assert set(eos) == want and set(alo) == want, "every input row is in the output"
+    assert all(n == 1 for n in eos.values()), f"exactly once: {sum(eos.values()) - len(want)} duplicates"
+    # at-least-once: both replayed batches rewrote the three partitions written before each kill
+    assert sum(alo.values()) - len(want) >= 300, "at-least-once duplicates the replayed batches' rows"
