@@ -1,6 +1,6 @@
 """Cluster administration used by the ``hmb`` command and by tools: topics (list, create,
-describe partition leaders and replicas), and ZooKeeper consumer groups (members, owners,
-committed offsets, lag).
+delete, add partitions, describe partition leaders and replicas), preferred leader election,
+and ZooKeeper consumer groups (members, owners, committed offsets, lag).
 
 Everything here goes through the public client pieces (``NetClient`` + ``Metadata``,
 ``SimpleConsumer``) and kazoo with the Kafka 0.8 znode layout from :mod:`hmbclient.zkpaths`,
@@ -17,7 +17,7 @@ error_message as its message.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any, NamedTuple
 
 from kazoo.client import KazooClient
@@ -39,6 +39,9 @@ __all__ = [
     "topic_partitions",
     "list_topics",
     "create_topic",
+    "delete_topics",
+    "create_partitions",
+    "elect_preferred_leaders",
     "describe_topics",
     "list_groups",
     "describe_group",
@@ -173,6 +176,128 @@ def create_topic(brokers: str, name: str, num_partitions: int, replication_facto
             raise for_code(t.error_code)(message)
         return
     raise RemoteProtocolError(f"the CreateTopics answer does not mention topic {name!r}")
+
+
+def _any_broker(brokers: str, api_version: str, wait_ms: float, security: Any, api_key: int,
+                build: Callable[[Any], Any], *, controller: bool = False) -> Any:
+    """Send one request to the first bootstrap broker that answers (or to the controller that
+    Metadata names, for ``controller``) and return its answer."""
+    with _client(brokers, api_version, wait_ms, security) as client:
+        if controller:
+            from hmbclient.net.metadata import Metadata
+
+            view = Metadata(client, allow_auto_topic_creation=False).refresh([], timeout_ms=wait_ms)
+            if view.controller_id >= 0:
+                return client.call(view.controller_id, build, timeout_ms=wait_ms, api_key=api_key)
+        last: KafkaConnectionError | None = None
+        for node in client.bootstrap_ids:
+            try:
+                return client.call(node, build, timeout_ms=wait_ms, api_key=api_key)
+            except KafkaConnectionError as e:
+                last = e
+        assert last is not None
+        raise last
+
+
+def _raise_first(errors: dict[str, tuple[int, str | None]], what: str) -> None:
+    for name, (code, message) in errors.items():
+        if code:
+            raise for_code(code)(message or f"{what} {name!r} failed")
+
+
+def delete_topics(brokers: str, topics: Iterable[str], *, timeout_ms: float = 30_000, api_version: str = "auto",
+                  security: Any = None, raise_errors: bool = True) -> dict[str, int]:
+    """Delete topics with DeleteTopics; returns topic -> error code (0: deleted).
+
+    The broker marks each topic for deletion and answers once its metadata no longer has it
+    (a topic with a replica on a dead broker waits for that broker: REQUEST_TIMED_OUT, the
+    deletion goes on).
+
+    Args:
+        brokers: bootstrap "host:port[,host:port]".
+        topics: the topics to delete.
+        timeout_ms: how long the broker may wait for the deletions.
+        api_version: the version dialect (``auto`` probes).
+        security: TLS / SASL (a ``hmbclient.net.security.Security``), or None.
+        raise_errors: raise the first refusal instead of returning it.
+
+    Raises:
+        BrokerError: (``raise_errors``) the first refused topic's error, as the subclass of its
+            code: UnknownTopicOrPartitionError, TopicAuthorizationFailedError,
+            TopicDeletionDisabledError, RequestTimedOutError.
+        UnsupportedByBroker: the broker has no DeleteTopics; nothing was sent.
+        KafkaConnectionError: no broker answered.
+    """
+    names = list(topics)
+    wait_ms = timeout_ms + _ANSWER_MARGIN_MS
+    resp = _any_broker(brokers, api_version, wait_ms, security, ApiKey.DELETE_TOPICS,
+                       lambda v: v.build(ApiKey.DELETE_TOPICS, topic_names=names, timeout_ms=int(timeout_ms)))
+    out = {r.name: r.error_code for r in resp.responses}
+    if raise_errors:
+        _raise_first({n: (c, f"topic {n!r} was not deleted") for n, c in out.items()}, "deleting")
+    return out
+
+
+def create_partitions(brokers: str, counts: dict[str, int], *, assignments: dict[str, list[list[int]]] | None = None,
+                      timeout_ms: float = 30_000, validate_only: bool = False, api_version: str = "auto",
+                      security: Any = None, raise_errors: bool = True) -> dict[str, tuple[int, str | None]]:
+    """Grow topics to more partitions with CreatePartitions; topic -> (error code, message).
+
+    Args:
+        brokers: bootstrap "host:port[,host:port]".
+        counts: topic -> the total partition count wanted (above the current one).
+        assignments: topic -> the replicas of each NEW partition (default: the broker's choice).
+        timeout_ms: how long the broker may wait for the new partitions' leaders.
+        validate_only: only check the request.
+        api_version: the version dialect (``auto`` probes).
+        security: TLS / SASL, or None.
+        raise_errors: raise the first refusal instead of returning it.
+
+    Raises:
+        BrokerError: (``raise_errors``) InvalidPartitionsError, InvalidReplicaAssignmentError,
+            UnknownTopicOrPartitionError, TopicAuthorizationFailedError... with the broker's message.
+        UnsupportedByBroker: the broker has no CreatePartitions; nothing was sent.
+        KafkaConnectionError: no broker answered.
+    """
+    topics = [(t, n, (assignments or {}).get(t)) for t, n in counts.items()]
+    wait_ms = timeout_ms + _ANSWER_MARGIN_MS
+    resp = _any_broker(brokers, api_version, wait_ms, security, ApiKey.CREATE_PARTITIONS,
+                       lambda v: v.build(ApiKey.CREATE_PARTITIONS, topics=[(t, n, None if a is None else [(r,) for r in a]) for t, n, a in topics],
+                                         timeout_ms=int(timeout_ms), validate_only=validate_only))
+    out = {r.name: (r.error_code, r.error_message) for r in resp.results}
+    if raise_errors:
+        _raise_first(out, "adding partitions to")
+    return out
+
+
+def elect_preferred_leaders(brokers: str, partitions: Iterable[tuple[str, int]] | None = None, *, timeout_ms: float = 30_000,
+                            api_version: str = "auto", security: Any = None) -> dict[tuple[str, int], int]:
+    """Move leaderships back to the preferred replicas (ElectLeaders, preferred), sent to the
+    controller; returns (topic, partition) -> error code (0 elected, ELECTION_NOT_NEEDED: it
+    already leads, PREFERRED_LEADER_NOT_AVAILABLE: not live or not in sync).
+
+    Args:
+        brokers: bootstrap "host:port[,host:port]".
+        partitions: the partitions (None: every partition).
+        timeout_ms: how long the controller may take.
+        api_version: the version dialect (``auto`` probes).
+        security: TLS / SASL, or None.
+
+    Raises:
+        BrokerError: a request-level error (ClusterAuthorizationFailedError, NotControllerError).
+        UnsupportedByBroker: the broker has no ElectLeaders; nothing was sent.
+    """
+    by_topic: dict[str, list[int]] = {}
+    for t, p in partitions or ():
+        by_topic.setdefault(t, []).append(p)
+    asked = None if partitions is None else sorted(by_topic.items())
+    wait_ms = timeout_ms + _ANSWER_MARGIN_MS
+    resp = _any_broker(brokers, api_version, wait_ms, security, ApiKey.ELECT_LEADERS,
+                       lambda v: v.build(ApiKey.ELECT_LEADERS, election_type=0, topic_partitions=asked, timeout_ms=int(timeout_ms)),
+                       controller=True)
+    if getattr(resp, "error_code", 0):
+        raise for_code(resp.error_code)("leader election refused")
+    return {(r.topic, p.partition_id): p.error_code for r in resp.replica_election_results for p in r.partition_result}
 
 
 def describe_topics(brokers: str, topics: Iterable[str] | None = None, *, api_version: str = "auto",

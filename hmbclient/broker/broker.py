@@ -25,6 +25,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from hmbclient.broker.admin_apis import AdminApis
 from hmbclient.broker.apis import KafkaApis
 from hmbclient.broker.channel import BrokerChannel
 from hmbclient.broker.config import BrokerConfig
@@ -305,6 +306,7 @@ class Broker:
                 group_coordinator=groups,
                 configs=ConfigDescriber(cfg, metadata.has_topic),
                 transactions=txns,
+                admin=AdminApis(cfg, metadata, topics, controller),
             )
             self.apis.authorizer = authorizer_from(cfg, store)
             self.apis.inter_broker_listener = cfg.inter_broker_protocol

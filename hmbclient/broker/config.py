@@ -176,6 +176,9 @@ class BrokerConfig(ConfigBase):
     auto_create_topics_enable: bool = setting(
         True, doc="auto.create.topics.enable: create unknown topics on metadata/produce"
     )
+    delete_topic_enable: bool = setting(
+        True, doc="delete.topic.enable: serve DeleteTopics (false: TOPIC_DELETION_DISABLED)"
+    )
     connections_max_idle_ms: int = setting(
         600_000, min=-1, doc="connections.max.idle.ms: close idle connections (-1: never)"
     )

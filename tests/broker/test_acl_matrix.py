@@ -327,6 +327,20 @@ def describe_configs_broker(ctx: Ctx, c: RawClient) -> Any:
     return r.error_code, bool(r.configs)
 
 
+def delete_topics(ctx: Ctx, c: RawClient) -> Any:
+    return c.request(_req(ApiKey.DELETE_TOPICS, 3, topic_names=[ctx.topic], timeout_ms=10_000)).responses[0].error_code
+
+
+def create_partitions(ctx: Ctx, c: RawClient) -> Any:
+    r = c.request(_req(ApiKey.CREATE_PARTITIONS, 1, topics=[(ctx.topic, 2, None)], timeout_ms=10_000, validate_only=False)).results[0]
+    return r.error_code
+
+
+def elect_leaders(ctx: Ctx, c: RawClient) -> Any:
+    r = c.request(_req(ApiKey.ELECT_LEADERS, 1, election_type=0, topic_partitions=[(ctx.topic, [0])], timeout_ms=10_000))
+    return r.error_code, r.replica_election_results[0].partition_result[0].error_code
+
+
 # Inter-broker requests carry controller epoch 1000 (no controller has it): past authorization
 # they are answered STALE_CONTROLLER_EPOCH and change nothing.
 def leader_and_isr(ctx: Ctx, c: RawClient) -> Any:
@@ -435,6 +449,12 @@ CASES = [
          (E.TOPIC_AUTHORIZATION_FAILED, False), (E.NONE, True)),
     Case("describe-configs-broker", ApiKey.DESCRIBE_CONFIGS, describe_configs_broker, (("cluster", "DescribeConfigs"),), ("cluster", "DescribeConfigs"),
          (E.CLUSTER_AUTHORIZATION_FAILED, False), (E.NONE, True)),
+    Case("delete-topics", ApiKey.DELETE_TOPICS, delete_topics, (("topic", "Delete"),), ("topic", "Delete"), E.TOPIC_AUTHORIZATION_FAILED, E.NONE,
+         _with_data, changes=True),
+    Case("create-partitions", ApiKey.CREATE_PARTITIONS, create_partitions, (("topic", "Alter"),), ("topic", "Alter"), E.TOPIC_AUTHORIZATION_FAILED, E.NONE,
+         changes=True),
+    Case("elect-leaders", ApiKey.ELECT_LEADERS, elect_leaders, (("cluster", "Alter"),), ("cluster", "Alter"),
+         (E.CLUSTER_AUTHORIZATION_FAILED, E.CLUSTER_AUTHORIZATION_FAILED), (E.NONE, E.ELECTION_NOT_NEEDED)),
     Case("leader-and-isr", ApiKey.LEADER_AND_ISR, leader_and_isr, (("cluster", "ClusterAction"),), ("cluster", "ClusterAction"),
          E.CLUSTER_AUTHORIZATION_FAILED, E.STALE_CONTROLLER_EPOCH, _with_data),
     Case("update-metadata", ApiKey.UPDATE_METADATA, update_metadata, (("cluster", "ClusterAction"),), ("cluster", "ClusterAction"),

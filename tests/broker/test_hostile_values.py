@@ -113,10 +113,22 @@ heartbeat_reqs = st.builds(lambda gen, member: _req(ApiKey.HEARTBEAT, 2, group_i
                            I32, st.sampled_from(["", "nobody", "x" * 1000]))
 epoch_reqs = st.builds(lambda topic, part, cur, epoch: _req(ApiKey.OFFSET_FOR_LEADER_EPOCH, 2, topics=[(topic, [(part, cur, epoch)])]),
                        TOPIC, I32, I32, I32)
+delete_topics_reqs = st.builds(lambda names, timeout: _req(ApiKey.DELETE_TOPICS, 3, topic_names=names, timeout_ms=timeout),
+                               st.lists(TOPIC.filter(lambda t: t != SEEDED), max_size=3), SMALL_WAIT)
+create_partitions_reqs = st.builds(
+    # validate_only on the seeded topic (a valid count must not add partitions it then holds)
+    lambda topic, n, assignment, timeout: _req(ApiKey.CREATE_PARTITIONS, 1, topics=[(topic, n, assignment)], timeout_ms=timeout,
+                                               validate_only=topic == SEEDED),
+    TOPIC, I32, st.one_of(st.none(), st.lists(st.lists(I32, max_size=3).map(lambda ids: (ids,)), max_size=3)), SMALL_WAIT,
+)
+elect_reqs = st.builds(lambda kind, parts, timeout: _req(ApiKey.ELECT_LEADERS, 1, election_type=kind, topic_partitions=parts, timeout_ms=timeout),
+                       st.sampled_from([-128, -1, 0, 1, 2, 127]), st.one_of(st.none(), st.lists(st.tuples(TOPIC, st.lists(I32, max_size=3)), max_size=3)),
+                       SMALL_WAIT)
 init_pid_reqs = st.builds(lambda timeout: _req(22, 1, transactional_id=None, transaction_timeout_ms=timeout), I32)
 
 HOSTILE = st.one_of(produce_reqs, fetch_reqs, list_offsets_reqs, metadata_reqs, commit_reqs, offset_fetch_reqs,
-                    create_reqs, join_reqs, heartbeat_reqs, epoch_reqs, init_pid_reqs)
+                    create_reqs, join_reqs, heartbeat_reqs, epoch_reqs, init_pid_reqs, delete_topics_reqs, create_partitions_reqs,
+                    elect_reqs)
 
 
 class _Errors(logging.Handler):

@@ -1,0 +1,182 @@
+"""The admin APIs of Kafka's AdminClient served by our brokers: DeleteTopics (20),
+CreatePartitions (37) and ElectLeaders (43, preferred election).
+
+Registered in :class:`~hmbclient.broker.apis.KafkaApis` through ``admin=``; each handler gets
+the request, the channel and ``allowed(channel, operation, resource type, name)``.
+
+Contract (Kafka's ZooKeeper-mode behaviour; any broker takes the requests, as the
+controller-routing of Kafka's clients is not needed here):
+
+* DeleteTopics marks each topic (``/admin/delete_topics/<t>``) and answers once no marked
+  topic is in this broker's metadata any more, or after ``timeout_ms`` with REQUEST_TIMED_OUT
+  for those still there (the deletion goes on: a replica may be down). Per topic:
+  (a) named twice: INVALID_REQUEST; (b) no Delete on the topic: TOPIC_AUTHORIZATION_FAILED;
+  (c) ``delete.topic.enable`` false: TOPIC_DELETION_DISABLED (INVALID_REQUEST below v3, as
+  Kafka); (d) internal topic (``__consumer_offsets``, ``__transaction_state``):
+  INVALID_TOPIC_EXCEPTION, its deletion would lose every group's offsets or transaction;
+  (e) unknown or illegal name: UNKNOWN_TOPIC_OR_PARTITION, nothing touched; (f) marked: NONE.
+* CreatePartitions grows each topic (:meth:`TopicManager.add_partitions`, its cases) and
+  answers once this broker's metadata shows every grown topic with its new count and leaders,
+  or after ``timeout_ms`` (REQUEST_TIMED_OUT). (a) named twice: INVALID_REQUEST; (b) no Alter
+  on the topic: TOPIC_AUTHORIZATION_FAILED; (c) otherwise the TopicManager's answer.
+* ElectLeaders: preferred election (type 0) of the named partitions (null: every partition)
+  by this broker's controller; (a) no Alter on the cluster: CLUSTER_AUTHORIZATION_FAILED for
+  every partition; (b) election type other than preferred: INVALID_REQUEST (unclean
+  election is a broker setting here); (c) this broker is not the controller: NOT_CONTROLLER;
+  (d) the controller's answer per partition (NONE, ELECTION_NOT_NEEDED,
+  PREFERRED_LEADER_NOT_AVAILABLE, UNKNOWN_TOPIC_OR_PARTITION).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from collections.abc import Callable
+from typing import Any
+
+from hmbclient.broker.config import BrokerConfig
+from hmbclient.broker.metadata import MetadataCache, is_internal_topic
+from hmbclient.broker.topics import TopicManager
+from hmbclient.errors import ErrorCode
+from hmbclient.protocol.api.base import ApiKey
+
+__all__ = ["AdminApis"]
+
+log = logging.getLogger("hmbclient.broker.admin_apis")
+
+Allowed = Callable[[Any, str, str, str], bool]
+Handler = Callable[[Any, Any, Any, Allowed], None]
+
+#: the longest ElectLeaders waits for the controller's answer
+ELECTION_WAIT_S = 30.0
+
+
+class AdminApis:
+    """The admin handlers of one broker.
+
+    Args:
+        config: the broker's configuration.
+        metadata: its metadata cache.
+        topics: topic creation, deletion and growth.
+        controller: its controller (ElectLeaders; None: not served).
+    """
+
+    def __init__(self, config: BrokerConfig, metadata: MetadataCache, topics: TopicManager, controller: Any = None) -> None:
+        self.config = config
+        self.metadata = metadata
+        self.topics = topics
+        self.controller = controller
+
+    def handlers(self) -> dict[int, Handler]:
+        """api key -> handler(header, request, channel, allowed)."""
+        out: dict[int, Handler] = {
+            ApiKey.DELETE_TOPICS: self.handle_delete_topics,
+            ApiKey.CREATE_PARTITIONS: self.handle_create_partitions,
+        }
+        if self.controller is not None:
+            out[ApiKey.ELECT_LEADERS] = self.handle_elect_leaders
+        return out
+
+    # -- DeleteTopics ------------------------------------------------------------------------------
+    def handle_delete_topics(self, header: Any, req: Any, channel: Any, allowed: Allowed) -> None:
+        resp_cls = type(req).RESPONSE_TYPE
+        counts = Counter(req.topic_names)
+        results: list[tuple[str, int]] = []
+        marked: list[str] = []
+        for name in req.topic_names:
+            code: int
+            if counts[name] > 1:  # (a)
+                code = ErrorCode.INVALID_REQUEST
+            elif not allowed(channel, "Delete", "Topic", name):  # (b)
+                code = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+            elif not self.config.delete_topic_enable:  # (c)
+                code = ErrorCode.TOPIC_DELETION_DISABLED if header.api_version >= 3 else ErrorCode.INVALID_REQUEST
+            elif is_internal_topic(name):  # (d)
+                code = ErrorCode.INVALID_TOPIC_EXCEPTION
+            else:
+                code, _ = self.topics.delete(name)  # (e), (f)
+                if code == ErrorCode.NONE:
+                    marked.append(name)
+            results.append((name, code))
+
+        def answer() -> None:
+            out = [(n, ErrorCode.REQUEST_TIMED_OUT if n in marked and self.metadata.has_topic(n) else c) for n, c in results]
+            channel.send(resp_cls.build(throttle_time_ms=0, responses=out))
+
+        if marked and req.timeout_ms > 0:
+            self.topics.when(marked, lambda: not any(self.metadata.has_topic(t) for t in marked), req.timeout_ms, answer)
+        else:
+            answer()
+
+    # -- CreatePartitions ---------------------------------------------------------------------------
+    def handle_create_partitions(self, header: Any, req: Any, channel: Any, allowed: Allowed) -> None:
+        resp_cls = type(req).RESPONSE_TYPE
+        counts = Counter(t.name for t in req.topics)
+        results: list[tuple[str, int, str | None]] = []
+        grown: dict[str, int] = {}
+        for t in req.topics:
+            code: int
+            msg: str | None
+            if counts[t.name] > 1:  # (a)
+                code, msg = ErrorCode.INVALID_REQUEST, "Duplicate topic in request."
+            elif not allowed(channel, "Alter", "Topic", t.name):  # (b)
+                code, msg = ErrorCode.TOPIC_AUTHORIZATION_FAILED, "Authorization failed."
+            else:  # (c)
+                assignment = None if t.assignments is None else [list(a.broker_ids) for a in t.assignments]
+                code, msg = self.topics.add_partitions(t.name, t.count, assignment, validate_only=bool(req.validate_only))
+                if code == ErrorCode.NONE and not req.validate_only:
+                    grown[t.name] = t.count
+            results.append((t.name, code, msg))
+
+        def served() -> bool:
+            return all((self.metadata.num_partitions(n) or 0) >= c and self.metadata.is_ready(n) for n, c in grown.items())
+
+        def answer() -> None:
+            out = []
+            for name, code, msg in results:
+                if name in grown and not ((self.metadata.num_partitions(name) or 0) >= grown[name] and self.metadata.is_ready(name)):
+                    code, msg = ErrorCode.REQUEST_TIMED_OUT, "the partitions were added, but not all have a leader yet"
+                out.append((name, code, msg))
+            channel.send(resp_cls.build(throttle_time_ms=0, results=out))
+
+        if grown and req.timeout_ms > 0:
+            self.topics.when(grown, served, req.timeout_ms, answer)
+        else:
+            answer()
+
+    # -- ElectLeaders --------------------------------------------------------------------------------
+    def handle_elect_leaders(self, header: Any, req: Any, channel: Any, allowed: Allowed) -> None:
+        resp_cls = type(req).RESPONSE_TYPE
+        election_type = getattr(req, "election_type", 0)
+        asked = None if req.topic_partitions is None else [(t.topic, p) for t in req.topic_partitions for p in t.partitions]
+
+        def send(results: dict[tuple[str, int], int], top: int = ErrorCode.NONE) -> None:
+            by_topic: dict[str, list[tuple[int, int, str | None]]] = {}
+            for (topic, p), code in sorted(results.items()):
+                by_topic.setdefault(topic, []).append((p, code, None))
+            channel.send(resp_cls.build(throttle_time_ms=0, error_code=top, replica_election_results=sorted(by_topic.items())))
+
+        if not allowed(channel, "Alter", "Cluster", "kafka-cluster"):  # (a)
+            send({tp: ErrorCode.CLUSTER_AUTHORIZATION_FAILED for tp in asked or ()}, ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
+            return
+        if election_type != 0:  # (b)
+            send({tp: ErrorCode.INVALID_REQUEST for tp in asked or ()}, ErrorCode.INVALID_REQUEST)
+            return
+        if not self.controller.active:  # (c)
+            send({tp: ErrorCode.NOT_CONTROLLER for tp in asked or ()}, ErrorCode.NOT_CONTROLLER)
+            return
+        fut = self.controller.elect_preferred(asked)
+
+        def done(f: Any) -> None:
+            try:
+                results = f.result()
+            except Exception as e:  # the controller's failure is the request's
+                log.warning("ElectLeaders failed: %r", e)
+                send({tp: ErrorCode.UNKNOWN_SERVER_ERROR for tp in asked or ()}, ErrorCode.UNKNOWN_SERVER_ERROR)
+                return
+            if any(c == ErrorCode.NOT_CONTROLLER for c in results.values()):  # (c), deposed meanwhile
+                send(results, ErrorCode.NOT_CONTROLLER)
+                return
+            send(results)  # (d)
+
+        fut.add_done_callback(done)
