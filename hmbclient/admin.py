@@ -27,6 +27,7 @@ from kazoo.handlers.threading import KazooTimeoutError
 from hmbclient import zkpaths as paths
 from hmbclient.errors import (
     CoordinationError,
+    ErrorCode,
     KafkaConnectionError,
     RemoteProtocolError,
     UnknownTopicOrPartitionError,
@@ -42,6 +43,10 @@ __all__ = [
     "delete_topics",
     "create_partitions",
     "elect_preferred_leaders",
+    "ConfigEntry",
+    "describe_configs",
+    "alter_configs",
+    "incremental_alter_configs",
     "describe_topics",
     "list_groups",
     "describe_group",
@@ -298,6 +303,136 @@ def elect_preferred_leaders(brokers: str, partitions: Iterable[tuple[str, int]] 
     if getattr(resp, "error_code", 0):
         raise for_code(resp.error_code)("leader election refused")
     return {(r.topic, p.partition_id): p.error_code for r in resp.replica_election_results for p in r.partition_result}
+
+
+class ConfigEntry(NamedTuple):
+    """One config of a topic or broker as DescribeConfigs reports it.
+
+    ``source`` is Kafka's: ``TOPIC_CONFIG``, ``DYNAMIC_BROKER_CONFIG``,
+    ``DYNAMIC_DEFAULT_BROKER_CONFIG``, ``STATIC_BROKER_CONFIG``, ``DEFAULT_CONFIG`` (or
+    ``UNKNOWN``); ``value`` is None for a sensitive config.
+    """
+
+    name: str
+    value: str | None
+    source: str
+    read_only: bool
+    sensitive: bool
+
+
+_SOURCES = {1: "TOPIC_CONFIG", 2: "DYNAMIC_BROKER_CONFIG", 3: "DYNAMIC_DEFAULT_BROKER_CONFIG", 4: "STATIC_BROKER_CONFIG",
+            5: "DEFAULT_CONFIG", 6: "DYNAMIC_BROKER_LOGGER_CONFIG"}
+_RESOURCE_TYPES = {"topic": 2, "broker": 4}
+
+
+def _resource(kind: str) -> int:
+    try:
+        return _RESOURCE_TYPES[kind]
+    except KeyError:
+        raise ValueError(f"resource kind must be 'topic' or 'broker', not {kind!r}") from None
+
+
+def describe_configs(brokers: str, kind: str, name: str, *, api_version: str = "auto", timeout_ms: float = _TIMEOUT_MS,
+                     security: Any = None) -> dict[str, ConfigEntry]:
+    """The configs of one topic or broker (DescribeConfigs), by name.
+
+    A broker resource is asked of that broker (its id as ``name``; "" for the default of every
+    broker, asked of any broker), as Kafka's AdminClient does.
+
+    Args:
+        brokers: bootstrap "host:port[,host:port]".
+        kind: ``topic`` or ``broker``.
+        name: the topic, or the broker id.
+        api_version: the version dialect (``auto`` probes).
+        timeout_ms: how long to wait for the answer.
+        security: TLS / SASL, or None.
+
+    Raises:
+        BrokerError: the answer's error (UnknownTopicOrPartitionError, InvalidRequestError, ...).
+        ValueError: ``kind`` is neither topic nor broker.
+    """
+    rtype = _resource(kind)
+    resp = _to_resource(brokers, api_version, timeout_ms, security, ApiKey.DESCRIBE_CONFIGS, kind, name,
+                        lambda v: v.build(ApiKey.DESCRIBE_CONFIGS, resources=[(rtype, name, None)], include_synonyms=False))
+    r = resp.results[0]
+    if r.error_code:
+        raise for_code(r.error_code)(r.error_message or f"describing {kind} {name!r} failed")
+    return {c.name: ConfigEntry(c.name, c.value, _SOURCES.get(c.config_source, "UNKNOWN"), bool(c.read_only), bool(c.is_sensitive))
+            for c in r.configs}
+
+
+def _to_resource(brokers: str, api_version: str, timeout_ms: float, security: Any, api_key: int, kind: str, name: str,
+                 build: Callable[[Any], Any]) -> Any:
+    """Send to the broker a broker resource names (its id), else to any broker."""
+    if kind == "broker" and name:
+        with _client(brokers, api_version, timeout_ms, security) as client:
+            from hmbclient.net.metadata import Metadata
+
+            view = Metadata(client, allow_auto_topic_creation=False).refresh([], timeout_ms=timeout_ms)
+            if not name.isdigit() or int(name) not in view.brokers:
+                raise for_code(ErrorCode.BROKER_NOT_AVAILABLE)(f"broker {name} is not in the cluster")
+            client.update_brokers(view.brokers)
+            return client.call(int(name), build, timeout_ms=timeout_ms, api_key=api_key)
+    return _any_broker(brokers, api_version, timeout_ms, security, api_key, build)
+
+
+def alter_configs(brokers: str, kind: str, name: str, configs: dict[str, str], *, incremental: bool = True,
+                  delete: Iterable[str] = (), validate_only: bool = False, api_version: str = "auto",
+                  timeout_ms: float = _TIMEOUT_MS, security: Any = None) -> None:
+    """Set dynamic configs of a topic or broker, applied without a restart.
+
+    With ``incremental`` (IncrementalAlterConfigs, the default) the named configs are set and
+    those in ``delete`` removed, the others kept; without, AlterConfigs replaces the whole set
+    of the resource's dynamic configs by ``configs``.
+
+    Args:
+        brokers: bootstrap "host:port[,host:port]".
+        kind: ``topic`` or ``broker``.
+        name: the topic, a broker id, or "" for the default of every broker.
+        configs: name -> value.
+        incremental: IncrementalAlterConfigs (True) or AlterConfigs.
+        delete: configs to remove (incremental only).
+        validate_only: only check.
+        api_version: the version dialect (``auto`` probes).
+        timeout_ms: how long to wait for the answer.
+        security: TLS / SASL, or None.
+
+    Raises:
+        BrokerError: refused, with the broker's message (InvalidConfigError, InvalidRequestError,
+            UnknownTopicOrPartitionError, TopicAuthorizationFailedError, ...).
+        ValueError: ``kind`` is neither topic nor broker, or ``delete`` without ``incremental``.
+    """
+    rtype = _resource(kind)
+    gone = list(delete)
+    if gone and not incremental:
+        raise ValueError("delete needs incremental=True (AlterConfigs replaces the whole set)")
+    entries: list[tuple[Any, ...]]
+    if incremental:
+        entries = [(k, 0, v) for k, v in configs.items()] + [(k, 1, None) for k in gone]
+        key = ApiKey.INCREMENTAL_ALTER_CONFIGS
+    else:
+        entries = list(configs.items())
+        key = ApiKey.ALTER_CONFIGS
+    resp = _to_resource(brokers, api_version, timeout_ms, security, key, kind, name,
+                        lambda v: v.build(key, resources=[(rtype, name, entries)], validate_only=validate_only))
+    r = resp.responses[0]
+    if r.error_code:
+        raise for_code(r.error_code)(r.error_message or f"altering {kind} {name!r} failed")
+
+
+def incremental_alter_configs(brokers: str, kind: str, name: str, set_configs: dict[str, str], delete: Iterable[str] = (),
+                              **kwargs: Any) -> None:
+    """``alter_configs(..., incremental=True)``: set ``set_configs``, remove ``delete``.
+
+    Args:
+        brokers: bootstrap "host:port[,host:port]".
+        kind: ``topic`` or ``broker``.
+        name: the topic, a broker id, or "".
+        set_configs: name -> value to set.
+        delete: names to remove.
+        **kwargs: as :func:`alter_configs`.
+    """
+    alter_configs(brokers, kind, name, set_configs, incremental=True, delete=delete, **kwargs)
 
 
 def describe_topics(brokers: str, topics: Iterable[str] | None = None, *, api_version: str = "auto",

@@ -1,5 +1,6 @@
 """The admin APIs of Kafka's AdminClient served by our brokers: DeleteTopics (20),
-CreatePartitions (37) and ElectLeaders (43, preferred election).
+CreatePartitions (37), ElectLeaders (43, preferred election), AlterConfigs (33) and
+IncrementalAlterConfigs (44).
 
 Registered in :class:`~hmbclient.broker.apis.KafkaApis` through ``admin=``; each handler gets
 the request, the channel and ``allowed(channel, operation, resource type, name)``.
@@ -25,6 +26,15 @@ controller-routing of Kafka's clients is not needed here):
   election is a broker setting here); (c) this broker is not the controller: NOT_CONTROLLER;
   (d) the controller's answer per partition (NONE, ELECTION_NOT_NEEDED,
   PREFERRED_LEADER_NOT_AVAILABLE, UNKNOWN_TOPIC_OR_PARTITION).
+* AlterConfigs replaces, IncrementalAlterConfigs edits, the whole dynamic config of each
+  resource (stored, announced and applied by ``broker.dynamic_config``; the rules are
+  ``broker.configs``' pure functions). Per resource: (a) a topic without AlterConfigs on it:
+  TOPIC_AUTHORIZATION_FAILED, a broker without AlterConfigs on the cluster:
+  CLUSTER_AUTHORIZATION_FAILED; (b) unknown topic: UNKNOWN_TOPIC_OR_PARTITION; (c) a broker
+  resource naming another broker: INVALID_REQUEST (Kafka's "Unexpected broker id"; "" is
+  every broker's default); (d) another resource type: INVALID_REQUEST; (e) the configs'
+  own refusals (``configs.check_alter``, ``configs.apply_incremental``); (f) validate_only:
+  checked, nothing stored; (g) stored: NONE.
 """
 
 from __future__ import annotations
@@ -35,10 +45,13 @@ from collections.abc import Callable
 from typing import Any
 
 from hmbclient.broker.config import BrokerConfig
+from hmbclient.broker.configs import apply_incremental, check_alter
 from hmbclient.broker.metadata import MetadataCache, is_internal_topic
 from hmbclient.broker.topics import TopicManager
 from hmbclient.errors import ErrorCode
 from hmbclient.protocol.api.base import ApiKey
+from hmbclient.protocol.api.configs import RESOURCE_BROKER, RESOURCE_TOPIC
+from hmbclient.zkpaths import DEFAULT_BROKER_ENTITY
 
 __all__ = ["AdminApis"]
 
@@ -59,13 +72,16 @@ class AdminApis:
         metadata: its metadata cache.
         topics: topic creation, deletion and growth.
         controller: its controller (ElectLeaders; None: not served).
+        dynamic: its ``DynamicConfigs`` (AlterConfigs, IncrementalAlterConfigs; None: not served).
     """
 
-    def __init__(self, config: BrokerConfig, metadata: MetadataCache, topics: TopicManager, controller: Any = None) -> None:
+    def __init__(self, config: BrokerConfig, metadata: MetadataCache, topics: TopicManager, controller: Any = None,
+                 dynamic: Any = None) -> None:
         self.config = config
         self.metadata = metadata
         self.topics = topics
         self.controller = controller
+        self.dynamic = dynamic
 
     def handlers(self) -> dict[int, Handler]:
         """api key -> handler(header, request, channel, allowed)."""
@@ -75,7 +91,54 @@ class AdminApis:
         }
         if self.controller is not None:
             out[ApiKey.ELECT_LEADERS] = self.handle_elect_leaders
+        if self.dynamic is not None:
+            out[ApiKey.ALTER_CONFIGS] = self.handle_alter_configs
+            out[ApiKey.INCREMENTAL_ALTER_CONFIGS] = self.handle_alter_configs
         return out
+
+    # -- AlterConfigs, IncrementalAlterConfigs ------------------------------------------------------
+    def handle_alter_configs(self, header: Any, req: Any, channel: Any, allowed: Allowed) -> None:
+        resp_cls = type(req).RESPONSE_TYPE
+        incremental = header.api_key == ApiKey.INCREMENTAL_ALTER_CONFIGS
+        out = []
+        for r in req.resources:
+            code, msg = self._alter_one(r, incremental, bool(req.validate_only), channel, allowed)
+            out.append((code, msg, r.resource_type, r.resource_name))
+        channel.send(resp_cls.build(throttle_time_ms=0, responses=out))
+
+    def _alter_one(self, r: Any, incremental: bool, validate_only: bool, channel: Any, allowed: Allowed) -> tuple[int, str | None]:
+        kind, name = r.resource_type, r.resource_name
+        if kind == RESOURCE_TOPIC:
+            if not allowed(channel, "AlterConfigs", "Topic", name):  # (a)
+                return ErrorCode.TOPIC_AUTHORIZATION_FAILED, "Authorization failed."
+            if not self.metadata.has_topic(name):  # (b)
+                return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"Topic {name} does not exist"
+            entity = ("topics", name)
+        elif kind == RESOURCE_BROKER:
+            if not allowed(channel, "AlterConfigs", "Cluster", "kafka-cluster"):  # (a)
+                return ErrorCode.CLUSTER_AUTHORIZATION_FAILED, "Authorization failed."
+            if name not in ("", str(self.config.broker_id)):  # (c)
+                return ErrorCode.INVALID_REQUEST, f"Unexpected broker id, expected {self.config.broker_id} or empty string, but received {name}"
+            entity = ("brokers", name or DEFAULT_BROKER_ENTITY)
+        else:  # (d)
+            return ErrorCode.INVALID_REQUEST, f"resource type {kind} is not supported"
+        current = self.dynamic.store.entity_config(*entity)
+        props: dict[str, str | None]
+        if incremental:
+            code, msg, props = apply_incremental(current, [(c.name, c.config_operation, c.value) for c in r.configs])
+            if code:  # (e)
+                return code, msg
+        else:
+            names = [c.name for c in r.configs]
+            if len(set(names)) != len(names):
+                return ErrorCode.INVALID_REQUEST, "Error due to duplicate config keys"
+            props = {c.name: c.value for c in r.configs}
+        code, msg = check_alter(kind, props, self.config)
+        if code or validate_only:  # (e), (f)
+            return code, msg
+        self.dynamic.set_local(entity[0], entity[1], {k: str(v) for k, v in props.items()})  # (g)
+        log.info("dynamic config of %s/%s set to %s", entity[0], entity[1], props)
+        return ErrorCode.NONE, None
 
     # -- DeleteTopics ------------------------------------------------------------------------------
     def handle_delete_topics(self, header: Any, req: Any, channel: Any, allowed: Allowed) -> None:

@@ -35,6 +35,7 @@ from hmbclient.broker.controller.decisions import LeaderIsr
 from hmbclient.broker.controller.store import CoordinationStore, MemoryStore, ZkStore
 from hmbclient.broker.coordinator.coordinator import GroupCoordinator
 from hmbclient.broker.coordinator.state import GroupConfig
+from hmbclient.broker.dynamic_config import DynamicConfigs
 from hmbclient.broker.log.config import LogConfig
 from hmbclient.broker.log.manager import LogManager
 from hmbclient.broker.metadata import (
@@ -294,6 +295,13 @@ class Broker:
                 request_timeout_s=cfg.controller_socket_timeout_ms / 1000.0,
                 security=self.inter_broker_security,
             )
+            # Dynamic configs (AlterConfigs): read from the store and applied before serving.
+            self.dynamic_configs = dynamic = DynamicConfigs(cfg, store, logs, log_config_from, controller)
+            internal_log_config = log_config_from(cfg, compact=True)
+            logs.set_config_for(lambda topic: internal_log_config if topic in (OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC)
+                                else log_config_from(dynamic.config_for(topic)))
+            rm.min_insync_for = dynamic.min_insync_replicas
+            dynamic.start()
             self.apis = KafkaApis(
                 cfg.broker_id,
                 metadata,
@@ -304,9 +312,9 @@ class Broker:
                 controller_guard=self._check_controller,
                 controlled_shutdown=self._serve_controlled_shutdown,
                 group_coordinator=groups,
-                configs=ConfigDescriber(cfg, metadata.has_topic),
+                configs=ConfigDescriber(cfg, metadata.has_topic, dynamic.layers),
                 transactions=txns,
-                admin=AdminApis(cfg, metadata, topics, controller),
+                admin=AdminApis(cfg, metadata, topics, controller, dynamic),
             )
             self.apis.authorizer = authorizer_from(cfg, store)
             self.apis.inter_broker_listener = cfg.inter_broker_protocol

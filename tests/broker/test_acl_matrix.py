@@ -142,6 +142,7 @@ def snapshot(ctx: Ctx) -> Any:
         br.metadata.has_topic(ctx.topic), br.metadata.has_topic(ctx.new_topic), tuple(ends),
         tuple(sorted(br.offset_manager.committed(ctx.group).items())), members, ctx.group in br.group_coordinator.group_ids(),
         None if txn is None else (txn.producer_id, txn.producer_epoch),
+        _topic_configs(ctx),
     )
 
 
@@ -341,6 +342,30 @@ def elect_leaders(ctx: Ctx, c: RawClient) -> Any:
     return r.error_code, r.replica_election_results[0].partition_result[0].error_code
 
 
+def alter_configs_topic(ctx: Ctx, c: RawClient) -> Any:
+    return c.request(_req(ApiKey.ALTER_CONFIGS, 1, resources=[(2, ctx.topic, [("retention.ms", "3600000")])], validate_only=False)).responses[0].error_code
+
+
+def alter_configs_broker(ctx: Ctx, c: RawClient) -> Any:
+    # validate_only: a dynamic broker config set here would change every later case's broker
+    return c.request(_req(ApiKey.ALTER_CONFIGS, 1, resources=[(4, str(ctx.b.broker_id), [("log.retention.ms", "3600000")])],
+                          validate_only=True)).responses[0].error_code
+
+
+def incremental_alter_configs_topic(ctx: Ctx, c: RawClient) -> Any:
+    return c.request(_req(ApiKey.INCREMENTAL_ALTER_CONFIGS, 0, resources=[(2, ctx.topic, [("retention.ms", 0, "3600000")])],
+                          validate_only=False)).responses[0].error_code
+
+
+def incremental_alter_configs_broker(ctx: Ctx, c: RawClient) -> Any:
+    return c.request(_req(ApiKey.INCREMENTAL_ALTER_CONFIGS, 0, resources=[(4, "", [("log.retention.ms", 0, "3600000")])],
+                          validate_only=True)).responses[0].error_code
+
+
+def _topic_configs(ctx: Ctx) -> Any:
+    return sorted(ctx.b.broker.store.entity_config("topics", ctx.topic).items())
+
+
 # Inter-broker requests carry controller epoch 1000 (no controller has it): past authorization
 # they are answered STALE_CONTROLLER_EPOCH and change nothing.
 def leader_and_isr(ctx: Ctx, c: RawClient) -> Any:
@@ -455,6 +480,14 @@ CASES = [
          changes=True),
     Case("elect-leaders", ApiKey.ELECT_LEADERS, elect_leaders, (("cluster", "Alter"),), ("cluster", "Alter"),
          (E.CLUSTER_AUTHORIZATION_FAILED, E.CLUSTER_AUTHORIZATION_FAILED), (E.NONE, E.ELECTION_NOT_NEEDED)),
+    Case("alter-configs-topic", ApiKey.ALTER_CONFIGS, alter_configs_topic, (("topic", "AlterConfigs"),), ("topic", "AlterConfigs"),
+         E.TOPIC_AUTHORIZATION_FAILED, E.NONE, changes=True),
+    Case("alter-configs-broker", ApiKey.ALTER_CONFIGS, alter_configs_broker, (("cluster", "AlterConfigs"),), ("cluster", "AlterConfigs"),
+         E.CLUSTER_AUTHORIZATION_FAILED, E.NONE),
+    Case("incremental-alter-configs-topic", ApiKey.INCREMENTAL_ALTER_CONFIGS, incremental_alter_configs_topic, (("topic", "AlterConfigs"),),
+         ("topic", "AlterConfigs"), E.TOPIC_AUTHORIZATION_FAILED, E.NONE, changes=True),
+    Case("incremental-alter-configs-broker", ApiKey.INCREMENTAL_ALTER_CONFIGS, incremental_alter_configs_broker, (("cluster", "AlterConfigs"),),
+         ("cluster", "AlterConfigs"), E.CLUSTER_AUTHORIZATION_FAILED, E.NONE),
     Case("leader-and-isr", ApiKey.LEADER_AND_ISR, leader_and_isr, (("cluster", "ClusterAction"),), ("cluster", "ClusterAction"),
          E.CLUSTER_AUTHORIZATION_FAILED, E.STALE_CONTROLLER_EPOCH, _with_data),
     Case("update-metadata", ApiKey.UPDATE_METADATA, update_metadata, (("cluster", "ClusterAction"),), ("cluster", "ClusterAction"),

@@ -124,11 +124,25 @@ create_partitions_reqs = st.builds(
 elect_reqs = st.builds(lambda kind, parts, timeout: _req(ApiKey.ELECT_LEADERS, 1, election_type=kind, topic_partitions=parts, timeout_ms=timeout),
                        st.sampled_from([-128, -1, 0, 1, 2, 127]), st.one_of(st.none(), st.lists(st.tuples(TOPIC, st.lists(I32, max_size=3)), max_size=3)),
                        SMALL_WAIT)
+CONFIG_NAME = st.one_of(st.sampled_from(["retention.ms", "max.message.bytes", "min.insync.replicas", "segment.bytes", "log.retention.ms",
+                                          "num.partitions", "", "x" * 300]), st.text(max_size=20))
+CONFIG_VALUE = st.one_of(st.none(), st.sampled_from(["", "-1", "0", "1", "2147483648", "9" * 30, "true", "1e9"]), st.text(max_size=20))
+alter_configs_reqs = st.builds(
+    # validate_only: a valid value would otherwise change the broker the next examples run on
+    lambda kind, name, cfgs: _req(ApiKey.ALTER_CONFIGS, 1, resources=[(kind, name, cfgs)], validate_only=True),
+    st.sampled_from([-1, 0, 2, 4, 8, 127]), st.one_of(TOPIC, st.sampled_from(["0", "1", "-1", ""])),
+    st.lists(st.tuples(CONFIG_NAME, CONFIG_VALUE), max_size=3),
+)
+incremental_reqs = st.builds(
+    lambda kind, name, cfgs: _req(ApiKey.INCREMENTAL_ALTER_CONFIGS, 0, resources=[(kind, name, cfgs)], validate_only=True),
+    st.sampled_from([-1, 2, 4]), st.one_of(TOPIC, st.sampled_from(["0", ""])),
+    st.lists(st.tuples(CONFIG_NAME, st.sampled_from([-128, -1, 0, 1, 2, 3, 4, 127]), CONFIG_VALUE), max_size=3),
+)
 init_pid_reqs = st.builds(lambda timeout: _req(22, 1, transactional_id=None, transaction_timeout_ms=timeout), I32)
 
 HOSTILE = st.one_of(produce_reqs, fetch_reqs, list_offsets_reqs, metadata_reqs, commit_reqs, offset_fetch_reqs,
                     create_reqs, join_reqs, heartbeat_reqs, epoch_reqs, init_pid_reqs, delete_topics_reqs, create_partitions_reqs,
-                    elect_reqs)
+                    elect_reqs, alter_configs_reqs, incremental_reqs)
 
 
 class _Errors(logging.Handler):

@@ -22,6 +22,11 @@ Two implementations of one contract:
   - ``/brokers/topics/<t>`` rewritten with more partitions by CreatePartitions
     (``add_partitions``, conditional on the version read); the controller watches each topic's
     assignment (``assignment(topic, watch)``) and starts the new partitions.
+  - ``/config/topics/<t>``, ``/config/brokers/<id>|<default>`` — dynamic configs (AlterConfigs),
+    each write announced by ``/config/changes/config_change_<seq>`` naming the entity
+    (``{"version":2,"entity_path":"topics/<t>"}``); every broker watches the changes
+    (``config_changes``) and re-reads the entities named after the last sequence it saw. The
+    writer removes notifications beyond the newest :data:`KEEP_CONFIG_CHANGES`.
   - ``/consumers/<group>/offsets/<topic>/<partition>`` — a ZooKeeper group's committed offset
     (the decimal next offset to consume), read and written for OffsetCommit/OffsetFetch v0 as
     Kafka 0.8.2's brokers do (``read_offset``/``write_offset``). These calls never wait longer
@@ -73,6 +78,8 @@ TP = tuple[str, int]
 #: The longest a group-offset read or write waits for ZooKeeper (it is a request's answer that
 #: waits, so this stays well under a client's request timeout).
 OFFSET_IO_TIMEOUT_S = 3.0
+#: config change notifications kept in ZooKeeper (older ones are removed by the writer)
+KEEP_CONFIG_CHANGES = 100
 
 
 class NoZooKeeperError(CoordinationError):
@@ -97,6 +104,10 @@ class CoordinationStore(Protocol):
     def mark_topic_for_deletion(self, topic: str) -> None: ...
     def topics_to_delete(self, watch: Watch | None = None) -> list[str]: ...
     def finish_topic_deletion(self, topic: str) -> None: ...
+    def entity_config(self, entity_type: str, name: str) -> dict[str, str]: ...
+    def entity_names(self, entity_type: str) -> list[str]: ...
+    def set_entity_config(self, entity_type: str, name: str, config: dict[str, str]) -> None: ...
+    def config_changes(self, after: int, watch: Watch | None = None) -> tuple[int, list[str]]: ...
     def partition_state(self, topic: str, partition: int) -> tuple[LeaderIsr, int] | None: ...
     def write_state(self, topic: str, partition: int, state: LeaderIsr, expected_version: int) -> int | None: ...
     def write_isr(self, topic: str, partition: int, state: LeaderIsr, expected_version: int) -> int | None: ...
@@ -438,6 +449,59 @@ class ZkStore:
                 self.zk.delete(path)
         return out
 
+    # -- dynamic configs -------------------------------------------------------------------------------
+    def entity_config(self, entity_type: str, name: str) -> dict[str, str]:
+        try:
+            data, _ = self.zk.get(paths.config_path(entity_type, name))
+        except NoNodeError:
+            return {}
+        return paths.decode_config(data)
+
+    def entity_names(self, entity_type: str) -> list[str]:
+        try:
+            return sorted(self.zk.get_children(f"{paths.CONFIG_PATH}/{entity_type}"))
+        except NoNodeError:
+            return []
+
+    def set_entity_config(self, entity_type: str, name: str, config: dict[str, str]) -> None:
+        path = paths.config_path(entity_type, name)
+        body = paths.encode_config(config)
+        try:
+            self.zk.set(path, body)
+        except NoNodeError:
+            try:
+                self.zk.create(path, body, makepath=True)
+            except NodeExistsError:
+                self.zk.set(path, body)
+        note = json.dumps({"version": 2, "entity_path": f"{entity_type}/{name}"}, separators=(",", ":")).encode()
+        self.zk.create(paths.CONFIG_CHANGE_PREFIX, note, sequence=True, makepath=True)
+        try:
+            old = sorted(self.zk.get_children(paths.CONFIG_CHANGES_PATH))[:-KEEP_CONFIG_CHANGES]
+            for n in old:
+                self.zk.delete(f"{paths.CONFIG_CHANGES_PATH}/{n}")
+        except NoNodeError:
+            pass
+
+    def config_changes(self, after: int, watch: Watch | None = None) -> tuple[int, list[str]]:
+        """The entity paths of the notifications with a sequence above ``after`` (all of them for
+        -1), in order, and the last sequence seen."""
+        self.zk.ensure_path(paths.CONFIG_CHANGES_PATH)
+        names = self.zk.get_children(paths.CONFIG_CHANGES_PATH, watch=(lambda _e: watch()) if watch else None)
+        last, out = after, []
+        for n in sorted(names):
+            seq = int(n.rsplit("_", 1)[-1]) if n.rsplit("_", 1)[-1].isdigit() else -1
+            if seq <= after:
+                continue
+            last = max(last, seq)
+            try:
+                data, _ = self.zk.get(f"{paths.CONFIG_CHANGES_PATH}/{n}")
+                out.append(str(json.loads(data.decode())["entity_path"]))
+            except NoNodeError:
+                continue
+            except (ValueError, KeyError, TypeError) as e:
+                log.warning("ignoring malformed config change notification %s: %s", n, e)
+        return last, out
+
     # -- ZooKeeper group offsets ---------------------------------------------------------------------
     offsets_in_zookeeper = True
 
@@ -497,6 +561,8 @@ class MemoryStore:
         self._topics: dict[str, list[tuple[int, ...]]] = {}
         self._states: dict[TP, tuple[LeaderIsr, int]] = {}
         self._deleting: set[str] = set()
+        self._configs: dict[tuple[str, str], dict[str, str]] = {}
+        self._changes: list[str] = []
         self._watches: dict[str, list[Watch]] = {}
         self.broker_epochs: dict[int, int] = {}
         self._registrations = 0
@@ -584,8 +650,29 @@ class MemoryStore:
             self._arm("delete_topics", watch)
             return sorted(self._deleting)
 
+    def entity_config(self, entity_type: str, name: str) -> dict[str, str]:
+        with self._lock:
+            return dict(self._configs.get((entity_type, name), {}))
+
+    def entity_names(self, entity_type: str) -> list[str]:
+        with self._lock:
+            return sorted(n for t, n in self._configs if t == entity_type)
+
+    def set_entity_config(self, entity_type: str, name: str, config: dict[str, str]) -> None:
+        paths.config_path(entity_type, name)  # the same names as in ZooKeeper are legal
+        with self._lock:
+            self._configs[(entity_type, name)] = dict(config)
+            self._changes.append(f"{entity_type}/{name}")
+        self._fire("config_changes")
+
+    def config_changes(self, after: int, watch: Watch | None = None) -> tuple[int, list[str]]:
+        with self._lock:
+            self._arm("config_changes", watch)
+            return len(self._changes) - 1, self._changes[after + 1:]
+
     def finish_topic_deletion(self, topic: str) -> None:
         with self._lock:
+            self._configs.pop(("topics", topic), None)
             self._topics.pop(topic, None)
             for tp in [tp for tp in self._states if tp[0] == topic]:
                 del self._states[tp]
