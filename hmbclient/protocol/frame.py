@@ -1,10 +1,21 @@
 """Size-delimited frames, request/response headers, and the two sans-IO connection objects.
 
-Wire layout (non-flexible versions, which is all hmbclient speaks):
+Wire layout. Non-flexible versions (request header v1, response header v0):
 
     request  := size:int32 api_key:int16 api_version:int16 correlation_id:int32
                 client_id:nullable_string body
     response := size:int32 correlation_id:int32 body
+
+Flexible versions (KIP-482; the class says ``FLEXIBLE = True``) add a tagged-field section to
+each header (request header v2, response header v1):
+
+    request  := size api_key api_version correlation_id client_id:nullable_string tags body
+    response := size correlation_id tags body
+
+with one exception, as Kafka: ApiVersions responses always use response header v0 (a client
+must read the answer even when the broker did not understand the version it asked for). We
+write empty header tag sections and skip unknown header tags when reading (no header tag is
+defined that we act on); a malformed section is a ProtocolError like any other bad header.
 
 ``ClientConnection`` (client side, h11 style): ``send_request(req) -> (correlation_id, bytes)``
 records what response type to expect; ``receive_data(bytes)`` buffers; ``next_response()``
@@ -43,7 +54,7 @@ from typing import Any, NamedTuple
 
 from hmbclient.errors import ProtocolError
 from hmbclient.protocol.api.base import REQUESTS, RESPONSES, ApiKey, Request, Response
-from hmbclient.protocol.types import NullableString
+from hmbclient.protocol.types import NullableString, _TaggedSection
 
 __all__ = [
     "NEED_DATA",
@@ -65,6 +76,26 @@ _size = struct.Struct(">i")
 _req_hdr = struct.Struct(">hhi")
 _corr = struct.Struct(">i")
 _i16 = struct.Struct(">h")
+
+
+#: the header's tagged-field section (no tag is known: all are skipped)
+_HEADER_TAGS = _TaggedSection("header", [])
+_NO_TAGS = b"\x00"
+
+
+def _flexible_response_header(rtype: type[Response]) -> bool:
+    # Response header v1 for flexible versions, except ApiVersions (always v0, KIP-511).
+    return rtype.FLEXIBLE and rtype.API_KEY != ApiKey.API_VERSIONS
+
+
+def _response_body(rtype: type[Response], frame: bytes | bytearray) -> memoryview:
+    """The body of a response frame (size prefix already cut): past the correlation id and,
+    for a flexible response header, its tagged fields."""
+    body = memoryview(frame)[4:]
+    if _flexible_response_header(rtype):
+        _, pos = _HEADER_TAGS.read(body, 0)
+        body = body[pos:]
+    return body
 
 
 class _NeedData:
@@ -101,7 +132,7 @@ class UnsupportedRequest(NamedTuple):
 
 
 def encode_request(request: Request, correlation_id: int, client_id: str | None) -> list[Any]:
-    """Frame one request (request header v1).
+    """Frame one request (request header v1, or v2 for a flexible version).
 
     Args:
         request: any request instance (e.g. ``MetadataRequest[1](topics=None)``).
@@ -120,6 +151,8 @@ def encode_request(request: Request, correlation_id: int, client_id: str | None)
         raise ProtocolError(f"request header: {e}") from None
     out: list[Any] = [b"", hdr]
     NullableString.write(out, client_id)
+    if request.FLEXIBLE:
+        out.append(_NO_TAGS)
     request.SCHEMA.write(out, request)
     size = 0
     for p in out:
@@ -279,10 +312,12 @@ class ClientConnection:
                 ProtocolError(f"correlation id {cid} does not match the oldest request in flight ({want})")
             )
         self._in_flight.popleft()
-        body = memoryview(frame)[4:]
         try:
+            body = _response_body(rtype, frame)
             resp = rtype.decode(body)
         except ProtocolError as e:
+            if _flexible_response_header(rtype):
+                raise self._frames.fail(ProtocolError(f"{rtype.__name__}: {e}")) from None
             resp = _api_versions_v0_fallback(rtype, body)
             if resp is None:
                 raise self._frames.fail(ProtocolError(f"{rtype.__name__}: {e}")) from None
@@ -316,10 +351,12 @@ class ClientConnection:
         if cid != want:
             raise ProtocolError(f"correlation id {cid} does not match the oldest request in flight ({want})")
         in_flight.popleft()
-        body = memoryview(frame)[4:]
         try:
+            body = _response_body(rtype, frame)
             return cid, rtype.decode(body)
         except ProtocolError as e:
+            if _flexible_response_header(rtype):
+                raise ProtocolError(f"{rtype.__name__}: {e}") from None
             resp = _api_versions_v0_fallback(rtype, body)
             if resp is None:
                 raise ProtocolError(f"{rtype.__name__}: {e}") from None
@@ -466,6 +503,8 @@ class ServerConnection:
         if rtype is None:
             return UnsupportedRequest(header, frame[pos:])
         try:
+            if rtype.FLEXIBLE:
+                _, pos = _HEADER_TAGS.read(frame, pos)
             req = rtype.decode(memoryview(frame)[pos:])
         except ProtocolError as e:
             raise self._frames.fail(ProtocolError(f"{rtype.__name__} (correlation id {cid}): {e}")) from None
@@ -473,7 +512,8 @@ class ServerConnection:
 
     @staticmethod
     def encode_response(correlation_id: int, response: Response) -> list[Any]:
-        """Frame a response (response header v0: the correlation id).
+        """Frame a response (response header v0: the correlation id; v1 adds an empty
+        tagged-field section for a flexible version other than ApiVersions).
 
         Returns:
             The parts to write in order (a Records field may be a FileSlice, sent with
@@ -486,6 +526,8 @@ class ServerConnection:
             out: list[Any] = [b"", _corr.pack(correlation_id)]
         except struct.error as e:
             raise ProtocolError(f"response header: {e}") from None
+        if _flexible_response_header(type(response)):
+            out.append(_NO_TAGS)
         response.SCHEMA.write(out, response)
         size = 0
         for p in out:

@@ -14,7 +14,7 @@ protocol inside them (:mod:`.consumer_protocol`, not an API: no key, not registe
 SASL (:mod:`.sasl`): SaslHandshake v0-1, SaslAuthenticate v0-1.
 Transactions (:mod:`.txn`): AddPartitionsToTxn v0-2, AddOffsetsToTxn v0-2, EndTxn v0-2,
 WriteTxnMarkers v0, TxnOffsetCommit v0-2; DescribeTransactions v0 and ListTransactions v0-1
-(flexible: body codecs only until the frame layer speaks header v2).
+(flexible: request header v2 / response header v1, see :mod:`hmbclient.protocol.frame`).
 Each module maps version -> class, e.g. ``FetchRequest[4]``.
 """
 

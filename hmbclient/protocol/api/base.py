@@ -26,7 +26,7 @@ Flexible versions (KIP-482): ``define(..., flexible=True)`` turns the field list
 compact form and gives every struct its tagged-field section (``request_tagged`` /
 ``response_tagged`` name top-level tagged fields); the classes say ``FLEXIBLE = True`` so the
 frame layer can pick the request header v2 / response header v1. Callers build them as any
-other version. No API is defined flexible yet.
+other version; the frame layer writes and reads the flexible headers for them.
 """
 
 from __future__ import annotations

@@ -21,8 +21,8 @@ TxnOffsetCommit v2 adds committed_leader_epoch per partition. WriteTxnMarkers v1
 later version of the others are flexible; Kafka 4 dropped WriteTxnMarkers v0, which Kafka 2.x
 and 3.x brokers speak between themselves.
 
-The flexible classes (``FLEXIBLE = True``) are codecs of the body only: the frame layer writes
-request header v1, so neither side sends or answers them on the wire until it speaks header v2.
+The flexible classes (``FLEXIBLE = True``) travel with request header v2 / response header v1
+(:mod:`hmbclient.protocol.frame`).
 """
 
 from __future__ import annotations
