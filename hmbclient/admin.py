@@ -44,6 +44,8 @@ __all__ = [
     "create_partitions",
     "elect_preferred_leaders",
     "ConfigEntry",
+    "describe_cluster",
+    "describe_log_dirs",
     "describe_configs",
     "alter_configs",
     "incremental_alter_configs",
@@ -303,6 +305,59 @@ def elect_preferred_leaders(brokers: str, partitions: Iterable[tuple[str, int]] 
     if getattr(resp, "error_code", 0):
         raise for_code(resp.error_code)("leader election refused")
     return {(r.topic, p.partition_id): p.error_code for r in resp.replica_election_results for p in r.partition_result}
+
+
+def describe_cluster(brokers: str, *, api_version: str = "auto", timeout_ms: float = _TIMEOUT_MS,
+                     security: Any = None) -> dict[str, Any]:
+    """The cluster id, controller and brokers (DescribeCluster, a flexible-only API).
+
+    Args:
+        brokers: bootstrap "host:port[,host:port]".
+        api_version: the version dialect (``auto`` probes).
+        timeout_ms: how long to wait for the answer.
+        security: TLS / SASL, or None.
+
+    Returns:
+        ``{"cluster_id", "controller_id", "brokers": {id: (host, port)}}``.
+
+    Raises:
+        BrokerError: the answer's error (ClusterAuthorizationFailedError, ...).
+        UnsupportedByBroker: the broker has no DescribeCluster; nothing was sent.
+    """
+    resp = _any_broker(brokers, api_version, timeout_ms, security, ApiKey.DESCRIBE_CLUSTER,
+                       lambda v: v.build(ApiKey.DESCRIBE_CLUSTER, include_cluster_authorized_operations=False, endpoint_type=1))
+    if resp.error_code:
+        raise for_code(resp.error_code)(resp.error_message or "DescribeCluster refused")
+    return {"cluster_id": resp.cluster_id, "controller_id": resp.controller_id,
+            "brokers": {b.broker_id: (b.host, b.port) for b in resp.brokers}}
+
+
+def describe_log_dirs(brokers: str, broker_id: int, *, api_version: str = "auto", timeout_ms: float = _TIMEOUT_MS,
+                      security: Any = None) -> dict[str, dict[tuple[str, int], int]]:
+    """The log directories of one broker with the size in bytes of each partition's log
+    (DescribeLogDirs, asked of that broker).
+
+    Args:
+        brokers: bootstrap "host:port[,host:port]".
+        broker_id: the broker to ask.
+        api_version: the version dialect (``auto`` probes).
+        timeout_ms: how long to wait for the answer.
+        security: TLS / SASL, or None.
+
+    Returns:
+        log dir -> {(topic, partition): size}.
+
+    Raises:
+        BrokerError: a log directory's error.
+    """
+    resp = _to_resource(brokers, api_version, timeout_ms, security, ApiKey.DESCRIBE_LOG_DIRS, "broker", str(broker_id),
+                        lambda v: v.build(ApiKey.DESCRIBE_LOG_DIRS, topics=None))
+    out: dict[str, dict[tuple[str, int], int]] = {}
+    for r in resp.results:
+        if r.error_code:
+            raise for_code(r.error_code)(f"log dir {r.log_dir}")
+        out[r.log_dir] = {(t.name, p.partition_index): p.partition_size for t in r.topics for p in t.partitions}
+    return out
 
 
 class ConfigEntry(NamedTuple):

@@ -1,6 +1,6 @@
 """The admin APIs of Kafka's AdminClient served by our brokers: DeleteTopics (20),
-CreatePartitions (37), ElectLeaders (43, preferred election), AlterConfigs (33) and
-IncrementalAlterConfigs (44).
+CreatePartitions (37), ElectLeaders (43, preferred election), AlterConfigs (33),
+IncrementalAlterConfigs (44), DescribeLogDirs (35) and DescribeCluster (60).
 
 Registered in :class:`~hmbclient.broker.apis.KafkaApis` through ``admin=``; each handler gets
 the request, the channel and ``allowed(channel, operation, resource type, name)``.
@@ -35,6 +35,13 @@ controller-routing of Kafka's clients is not needed here):
   every broker's default); (d) another resource type: INVALID_REQUEST; (e) the configs'
   own refusals (``configs.check_alter``, ``configs.apply_incremental``); (f) validate_only:
   checked, nothing stored; (g) stored: NONE.
+* DescribeLogDirs: this broker's one log directory with the size of each local replica's log
+  (offset_lag 0: no future replicas here); (a) no Describe on the cluster: no results (v1 has
+  no top-level error, as Kafka answers); (b) named partitions not held here are left out.
+* DescribeCluster: the cluster id, the controller and the live brokers on the listener the
+  request came in on, from the metadata cache; (a) no Describe on the cluster:
+  CLUSTER_AUTHORIZATION_FAILED; (b) an endpoint type other than brokers (1):
+  UNSUPPORTED_ENDPOINT_TYPE.
 """
 
 from __future__ import annotations
@@ -73,15 +80,17 @@ class AdminApis:
         topics: topic creation, deletion and growth.
         controller: its controller (ElectLeaders; None: not served).
         dynamic: its ``DynamicConfigs`` (AlterConfigs, IncrementalAlterConfigs; None: not served).
+        logs: its LogManager (DescribeLogDirs; None: not served).
     """
 
     def __init__(self, config: BrokerConfig, metadata: MetadataCache, topics: TopicManager, controller: Any = None,
-                 dynamic: Any = None) -> None:
+                 dynamic: Any = None, logs: Any = None) -> None:
         self.config = config
         self.metadata = metadata
         self.topics = topics
         self.controller = controller
         self.dynamic = dynamic
+        self.logs = logs
 
     def handlers(self) -> dict[int, Handler]:
         """api key -> handler(header, request, channel, allowed)."""
@@ -94,7 +103,49 @@ class AdminApis:
         if self.dynamic is not None:
             out[ApiKey.ALTER_CONFIGS] = self.handle_alter_configs
             out[ApiKey.INCREMENTAL_ALTER_CONFIGS] = self.handle_alter_configs
+        if self.logs is not None:
+            out[ApiKey.DESCRIBE_LOG_DIRS] = self.handle_describe_log_dirs
+        out[ApiKey.DESCRIBE_CLUSTER] = self.handle_describe_cluster
         return out
+
+    # -- DescribeLogDirs, DescribeCluster --------------------------------------------------------------
+    def handle_describe_log_dirs(self, header: Any, req: Any, channel: Any, allowed: Allowed) -> None:
+        resp_cls = type(req).RESPONSE_TYPE
+        if not allowed(channel, "Describe", "Cluster", "kafka-cluster"):  # (a)
+            channel.send(resp_cls.build(throttle_time_ms=0, results=[]))
+            return
+        wanted = None if req.topics is None else {(t.topic, p) for t in req.topics for p in t.partitions}
+        by_topic: dict[str, list[tuple[int, int, int, bool]]] = {}
+        for (topic, p), lg in sorted(self.logs.all_logs()):
+            if wanted is not None and (topic, p) not in wanted:  # (b)
+                continue
+            size = sum(seg.size for seg in lg.segments)
+            by_topic.setdefault(topic, []).append((p, size, 0, False))
+        result = (ErrorCode.NONE, self.logs.log_dir, sorted(by_topic.items()))
+        channel.send(resp_cls.build(throttle_time_ms=0, results=[result]))
+
+    def handle_describe_cluster(self, header: Any, req: Any, channel: Any, allowed: Allowed) -> None:
+        resp_cls = type(req).RESPONSE_TYPE
+        endpoint_type = getattr(req, "endpoint_type", 1)
+        base: dict[str, Any] = {"throttle_time_ms": 0, "endpoint_type": endpoint_type, "cluster_id": self.metadata.cluster_id, "brokers": []}
+        if not allowed(channel, "Describe", "Cluster", "kafka-cluster"):  # (a)
+            channel.send(resp_cls.build(error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED, error_message="Authorization failed.", **base))
+            return
+        if endpoint_type != 1:  # (b)
+            channel.send(resp_cls.build(error_code=ErrorCode.UNSUPPORTED_ENDPOINT_TYPE,
+                                        error_message=f"endpoint type {endpoint_type} is not supported", **base))
+            return
+        # As Metadata answers: this broker at the address the client reached, the others on the
+        # same listener (left out when they have none).
+        session = getattr(channel, "session", None)
+        here, listener = getattr(session, "advertised", None), getattr(session, "listener", None)
+        brokers = []
+        for b in sorted(self.metadata.brokers(), key=lambda b: b.node_id):
+            addr = here if here and b.node_id == self.config.broker_id else b.address(listener)
+            if addr is not None:
+                brokers.append((b.node_id, addr[0], addr[1], None))
+        base["brokers"] = brokers
+        channel.send(resp_cls.build(error_code=ErrorCode.NONE, error_message=None, controller_id=self.metadata.controller_id(), **base))
 
     # -- AlterConfigs, IncrementalAlterConfigs ------------------------------------------------------
     def handle_alter_configs(self, header: Any, req: Any, channel: Any, allowed: Allowed) -> None:

@@ -314,7 +314,7 @@ class Broker:
                 group_coordinator=groups,
                 configs=ConfigDescriber(cfg, metadata.has_topic, dynamic.layers),
                 transactions=txns,
-                admin=AdminApis(cfg, metadata, topics, controller, dynamic),
+                admin=AdminApis(cfg, metadata, topics, controller, dynamic, logs),
             )
             self.apis.authorizer = authorizer_from(cfg, store)
             self.apis.inter_broker_listener = cfg.inter_broker_protocol

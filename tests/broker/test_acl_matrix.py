@@ -362,6 +362,16 @@ def incremental_alter_configs_broker(ctx: Ctx, c: RawClient) -> Any:
                           validate_only=True)).responses[0].error_code
 
 
+def describe_log_dirs(ctx: Ctx, c: RawClient) -> Any:
+    r = c.request(_req(ApiKey.DESCRIBE_LOG_DIRS, 1, topics=[(ctx.topic, [0])]))
+    return [(t.name, [p.partition_index for p in t.partitions]) for d in r.results for t in d.topics] == [(ctx.topic, [0])]
+
+
+def describe_cluster(ctx: Ctx, c: RawClient) -> Any:
+    r = c.request(_req(ApiKey.DESCRIBE_CLUSTER, 1, include_cluster_authorized_operations=False, endpoint_type=1))
+    return r.error_code, [b.broker_id for b in r.brokers]
+
+
 def _topic_configs(ctx: Ctx) -> Any:
     return sorted(ctx.b.broker.store.entity_config("topics", ctx.topic).items())
 
@@ -488,6 +498,9 @@ CASES = [
          ("topic", "AlterConfigs"), E.TOPIC_AUTHORIZATION_FAILED, E.NONE, changes=True),
     Case("incremental-alter-configs-broker", ApiKey.INCREMENTAL_ALTER_CONFIGS, incremental_alter_configs_broker, (("cluster", "AlterConfigs"),),
          ("cluster", "AlterConfigs"), E.CLUSTER_AUTHORIZATION_FAILED, E.NONE),
+    Case("describe-log-dirs", ApiKey.DESCRIBE_LOG_DIRS, describe_log_dirs, (("cluster", "Describe"),), ("cluster", "Describe"), False, True),
+    Case("describe-cluster", ApiKey.DESCRIBE_CLUSTER, describe_cluster, (("cluster", "Describe"),), ("cluster", "Describe"),
+         (E.CLUSTER_AUTHORIZATION_FAILED, []), (E.NONE, [0])),
     Case("leader-and-isr", ApiKey.LEADER_AND_ISR, leader_and_isr, (("cluster", "ClusterAction"),), ("cluster", "ClusterAction"),
          E.CLUSTER_AUTHORIZATION_FAILED, E.STALE_CONTROLLER_EPOCH, _with_data),
     Case("update-metadata", ApiKey.UPDATE_METADATA, update_metadata, (("cluster", "ClusterAction"),), ("cluster", "ClusterAction"),

@@ -472,13 +472,15 @@ def test_every_pair_has_a_peer_version() -> None:
         ApiKey.OFFSET_DELETE: range(0, 1),
         ApiKey.ALTER_CONFIGS: range(0, 2),
         ApiKey.INCREMENTAL_ALTER_CONFIGS: range(0, 1),
+        ApiKey.DESCRIBE_CLUSTER: range(0, 2),
     }
     expected = {(int(k), v) for k, vs in want.items() for v in vs}
     assert set(REQUESTS) == expected
     assert set(RESPONSES) == expected
     assert NO_PEER <= expected
     assert {k for k, _v in NO_PEER}.isdisjoint(KP)
-    assert FLEXIBLE == {(ApiKey.DESCRIBE_TRANSACTIONS, 0), (ApiKey.LIST_TRANSACTIONS, 0), (ApiKey.LIST_TRANSACTIONS, 1)}
+    assert FLEXIBLE == {(ApiKey.DESCRIBE_TRANSACTIONS, 0), (ApiKey.LIST_TRANSACTIONS, 0), (ApiKey.LIST_TRANSACTIONS, 1),
+                        (ApiKey.DESCRIBE_CLUSTER, 0), (ApiKey.DESCRIBE_CLUSTER, 1)}  # DescribeCluster: tests/broker/test_admin_topics.py
     for k, v in expected - NO_PEER - FLEXIBLE:
         for kind in ("request", "response"):
             assert not _kp(k, v, kind).flexible_version_q(v), "only the flexible-only APIs are flexible"

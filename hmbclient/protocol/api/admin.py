@@ -19,6 +19,10 @@ the NEW partitions only], timeout_ms, validate_only -> [topic, error_code, error
 ElectLeaders: v1 adds election_type (0 preferred, 1 unclean) in front and a top-level
 error_code; topic_partitions null means every partition. OffsetDelete: group_id, [topic
 [partition]] -> error_code, [topic [partition, error_code]].
+DescribeCluster (60) v0-1, flexible only (KIP-482 headers): include_cluster_authorized_operations
+(v1 + endpoint_type, 1 = brokers) -> throttle_time_ms, error_code, error_message, (v1
+endpoint_type), cluster_id, controller_id, [broker_id, host, port, rack],
+cluster_authorized_operations.
 """
 
 from __future__ import annotations
@@ -176,3 +180,19 @@ _od_resp: list[FieldSpec] = [
 OffsetDeleteRequest = {}
 OffsetDeleteResponse = {}
 OffsetDeleteRequest[0], OffsetDeleteResponse[0] = define(ApiKey.OFFSET_DELETE, 0, _od_req, _od_resp)
+
+_dc_brokers = ("brokers", Array(("broker_id", Int32), ("host", String), ("port", Int32), ("rack", NullableString), name="brokers"))
+_dcl_req_v0: list[FieldSpec] = [("include_cluster_authorized_operations", Boolean)]
+_dcl_req_v1: list[FieldSpec] = [*_dcl_req_v0, ("endpoint_type", Int8, 1)]
+_dcl_resp_v0: list[FieldSpec] = [
+    ("throttle_time_ms", Int32), ("error_code", Int16), ("error_message", NullableString), ("cluster_id", String),
+    ("controller_id", Int32, -1), _dc_brokers, ("cluster_authorized_operations", Int32, -(2**31)),
+]
+_dcl_resp_v1: list[FieldSpec] = [
+    ("throttle_time_ms", Int32), ("error_code", Int16), ("error_message", NullableString), ("endpoint_type", Int8, 1),
+    ("cluster_id", String), ("controller_id", Int32, -1), _dc_brokers, ("cluster_authorized_operations", Int32, -(2**31)),
+]
+DescribeClusterRequest = {}
+DescribeClusterResponse = {}
+for _v, _rq, _rs in ((0, _dcl_req_v0, _dcl_resp_v0), (1, _dcl_req_v1, _dcl_resp_v1)):
+    DescribeClusterRequest[_v], DescribeClusterResponse[_v] = define(ApiKey.DESCRIBE_CLUSTER, _v, _rq, _rs, flexible=True)
