@@ -294,6 +294,8 @@ class Broker:
                 unclean_leader_election=cfg.unclean_leader_election_enable,
                 request_timeout_s=cfg.controller_socket_timeout_ms / 1000.0,
                 security=self.inter_broker_security,
+                auto_rebalance=(float(cfg.leader_imbalance_check_interval_seconds), cfg.leader_imbalance_per_broker_percentage)
+                if cfg.auto_leader_rebalance_enable else None,
             )
             # Dynamic configs (AlterConfigs): read from the store and applied before serving.
             self.dynamic_configs = dynamic = DynamicConfigs(cfg, store, logs, log_config_from, controller)

@@ -265,3 +265,30 @@ def test_describe_cluster_codec_matches_kafka_python(v: int) -> None:
         data = ours(*value).encode()
         assert data == bytes(kp(**to_kp(ours.SCHEMA, kp_fields, value, v, names)).encode())
         assert plain(ours.SCHEMA, from_kp(ours.SCHEMA, kp_fields, kp.decode(data), v, names)) == plain(ours.SCHEMA, value)
+
+
+def test_imbalanced_partitions_decision() -> None:
+    from hmbclient.broker.controller.decisions import ClusterState, LeaderIsr, imbalanced_partitions
+
+    state = ClusterState(1, {0, 1, 2}, {"t": [(0, 1), (0, 2), (1, 0), (2, 0)]}, {})
+    leaders = [1, 0, 1, 2]  # broker 0 prefers t-0 and t-1 and leads only t-1
+    state.states = {("t", p): LeaderIsr(leader, 1, (0, 1, 2), 1) for p, leader in enumerate(leaders)}
+    assert imbalanced_partitions(state, 10) == [("t", 0)]  # 1 of 2 = 50 % > 10 %
+    assert imbalanced_partitions(state, 50) == []  # not above 50 %
+    state.live_brokers = {1, 2}
+    assert imbalanced_partitions(state, 10) == []  # the preferred broker is down
+
+
+def test_auto_leader_rebalance(chroot: str) -> None:
+    """auto.leader.rebalance.enable: a leadership moved away goes back to the preferred
+    replica by itself (check every second here; Kafka's default is 300 s)."""
+    with EmbeddedCluster(brokers=2, zookeeper_connect=f"{chroot}-rebalance", replication_factor=2, offsets_topic_replication_factor=1,
+                         leader_imbalance_check_interval_seconds=1, leader_imbalance_per_broker_percentage=0) as c:
+        topic = _topic("rebalance")
+        admin.create_topic(c.bootstrap, topic, 1, 2)
+        c.await_isr(topic, size=2)
+        controller = next(b for b in c.brokers if b.controller.active).controller
+        preferred, other = controller.state.assignments[topic][0]
+        assert controller.move_leader(topic, 0, other).result(timeout=TIMEOUT_S)
+        wait_until(lambda: c.leader(topic, 0) == other, TIMEOUT_S, "moved away")
+        wait_until(lambda: c.leader(topic, 0) == preferred, TIMEOUT_S, "back on the preferred replica by itself")

@@ -24,7 +24,9 @@ everything (LeaderAndIsr to the replicas, UpdateMetadata to all). From then on i
 * Case G — a topic's assignment grows (``/brokers/topics/<t>`` rewritten by CreatePartitions):
   the new partitions get their first leader and ISR, as a new topic's do.
 * Case H — ElectLeaders (preferred): the named partitions (all when None) whose preferred
-  replica is live and in sync move their leadership to it (decisions Case K).
+  replica is live and in sync move their leadership to it (decisions Case K); with
+  ``auto_rebalance`` the active controller does the same every ``rebalance_interval_s`` for
+  the partitions of brokers over the imbalance percentage (decisions Case N).
 
 Every state write is conditional on the version this controller read and fenced by the
 controller epoch (see the store); on a version conflict (a leader changed the ISR meanwhile)
@@ -114,6 +116,9 @@ class Controller:
         local: serves this broker's own LeaderAndIsr / UpdateMetadata / StopReplica.
         unclean_leader_election: elect outside the ISR when no ISR member is alive.
         request_timeout_s: the wait for a broker's answer.
+        security: TLS/SASL of the channels to the other brokers.
+        auto_rebalance: ``(interval_s, imbalance percentage)`` of the automatic preferred
+            leader election (``auto.leader.rebalance.enable``), or None.
     """
 
     def __init__(
@@ -125,8 +130,11 @@ class Controller:
         unclean_leader_election: bool = False,
         request_timeout_s: float = 30.0,
         security: ChannelSecurity | None = None,
+        auto_rebalance: tuple[float, int] | None = None,
     ) -> None:
         self.broker_id = broker_id
+        self.auto_rebalance = auto_rebalance
+        self._rebalance_timer: threading.Timer | None = None
         #: TLS/SASL of the channels to the other brokers (their inter-broker listener)
         self.security = security
         self.store = store
@@ -153,6 +161,7 @@ class Controller:
         self.store.add_session_listener(self._on_session)
         self._thread.start()
         self._put(self._elect)
+        self._schedule_rebalance()
 
     def shutdown(self) -> None:
         """Stop acting (resign if active) and stop the thread."""
@@ -161,6 +170,8 @@ class Controller:
         if not self._thread.is_alive():
             self._stopped = True
             return
+        if self._rebalance_timer is not None:
+            self._rebalance_timer.cancel()
         done: Future[None] = Future()
         self._put(self._resign_and_stop, done)
         try:
@@ -170,6 +181,24 @@ class Controller:
         self._stopped = True
         self._events.put(None)
         self._thread.join(timeout=10)
+
+    def _schedule_rebalance(self) -> None:
+        if self.auto_rebalance is None or self._stopped:
+            return
+        timer = threading.Timer(self.auto_rebalance[0], self._put, args=(self._check_imbalance,))
+        timer.daemon = True
+        self._rebalance_timer = timer
+        timer.start()
+
+    def _check_imbalance(self) -> None:
+        try:
+            if self.active and self.auto_rebalance is not None:
+                tps = decisions.imbalanced_partitions(self._state(), self.auto_rebalance[1])
+                if tps:
+                    log.info("controller %d: leader imbalance, preferred election of %s", self.broker_id, tps)
+                    self._elect_preferred(tps, Future())
+        finally:
+            self._schedule_rebalance()
 
     def _put(self, fn: Callable[..., None], *args: Any) -> None:
         if not self._stopped:

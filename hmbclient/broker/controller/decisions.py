@@ -53,6 +53,10 @@ The cases, labelled in the code:
 * Case L (topic deletion): a topic marked for deletion is deleted once every one of its
   replicas is live (each must delete its log); until then it stays marked (Kafka's
   "ineligible for deletion") and is tried again when brokers join.
+* Case N (auto leader rebalance): for each live broker, the partitions whose preferred replica
+  it is but that another broker leads; when they are more than ``percentage`` % of its
+  preferred partitions, those partitions go through Case K (Kafka's
+  ``checkAndTriggerAutoLeaderRebalance``).
 * Case M (partition addition): CreatePartitions grows an assignment; the existing partitions
   keep theirs, the new ones are Kafka's assignment continued from the existing partition
   count (or the caller's, validated), and :func:`initial_states` starts only the new ones.
@@ -84,6 +88,7 @@ __all__ = [
     "preferred_leader_changes",
     "deletable",
     "grown_assignment",
+    "imbalanced_partitions",
     "validate_assignment",
 ]
 
@@ -468,3 +473,19 @@ def grown_assignment(current: Sequence[tuple[int, ...]], count: int, brokers: Co
             raise invalid(f"Unknown broker(s) in replica assignment: {', '.join(map(str, unknown))}.")
         added.append(reps)
     return [*current, *added]
+
+
+def imbalanced_partitions(state: ClusterState, percentage: int) -> list[TopicPartition]:
+    """Case N: the partitions to hand back to their preferred replica, sorted."""
+    preferred: dict[int, list[TopicPartition]] = {}
+    for tp, replicas in _partitions(state):
+        if replicas and tp in state.states:
+            preferred.setdefault(replicas[0], []).append(tp)
+    out: list[TopicPartition] = []
+    for broker, tps in sorted(preferred.items()):
+        if broker not in state.live_brokers or broker in state.shutting_down:
+            continue
+        elsewhere = [tp for tp in tps if state.states[tp].leader != broker]
+        if elsewhere and len(elsewhere) * 100 > percentage * len(tps):
+            out += elsewhere
+    return sorted(out)
