@@ -45,6 +45,8 @@ __all__ = [
     "elect_preferred_leaders",
     "ConfigEntry",
     "describe_cluster",
+    "plan_offset_reset",
+    "reset_group_offsets",
     "describe_log_dirs",
     "describe_configs",
     "alter_configs",
@@ -647,3 +649,180 @@ def describe_group(zookeeper: str, group: str, *, brokers: str | None = None,
             "lag": None if end is None else end - (c or 0),
         })
     return {"members": members, "partitions": rows}
+
+
+# --------------------------------------------------------------------- resetting group offsets
+
+ResetSpec = tuple[str, int]
+"""How to reset: ("earliest", 0), ("latest", 0), ("datetime", epoch ms) or ("shift", n)."""
+
+
+def plan_offset_reset(spec: ResetSpec, current: dict[tuple[str, int], int | None], earliest: dict[tuple[str, int], int],
+                      latest: dict[tuple[str, int], int], at_time: dict[tuple[str, int], int] | None = None) -> dict[tuple[str, int], int]:
+    """The new committed offset of each partition (a pure function, as kafka-consumer-groups.sh
+    computes it).
+
+    Cases: ``earliest``/``latest``: the log start / the high watermark; ``datetime``: the first
+    offset whose timestamp is at or after the time (``at_time``; none: the high watermark);
+    ``shift``: the committed offset plus n (no committed offset: from the log start), kept
+    within [log start, high watermark].
+
+    Args:
+        spec: the reset, see :data:`ResetSpec`.
+        current: the committed offsets (None: nothing committed).
+        earliest: log start offsets.
+        latest: high watermarks.
+        at_time: offsets for the time of a ``datetime`` reset (-1 or absent: none).
+
+    Returns:
+        partition -> new offset, for every partition of ``earliest``.
+
+    Raises:
+        ValueError: an unknown reset kind.
+    """
+    kind, n = spec
+    out: dict[tuple[str, int], int] = {}
+    for tp in sorted(earliest):
+        lo, hi = earliest[tp], latest.get(tp, earliest[tp])
+        if kind == "earliest":
+            new = lo
+        elif kind == "latest":
+            new = hi
+        elif kind == "datetime":
+            found = (at_time or {}).get(tp, -1)
+            new = hi if found is None or found < 0 else found
+        elif kind == "shift":
+            c = current.get(tp)
+            new = (lo if c is None else c) + n
+        else:
+            raise ValueError(f"unknown reset {kind!r}: earliest, latest, datetime or shift")
+        out[tp] = min(max(new, lo), hi)
+    return out
+
+
+def _offsets_at(client: Any, metadata: Any, partitions: list[tuple[str, int]], timestamp: int, timeout_ms: float) -> dict[tuple[str, int], int]:
+    """ListOffsets of ``timestamp`` (-2 earliest, -1 latest, else a time) from each leader."""
+    by_leader: dict[int, list[tuple[str, int]]] = {}
+    for t, p in partitions:
+        leader = metadata.leader(t, p)
+        if leader is None or leader < 0:
+            raise for_code(ErrorCode.LEADER_NOT_AVAILABLE)(f"{t}-{p} has no leader")
+        by_leader.setdefault(leader, []).append((t, p))
+    out: dict[tuple[str, int], int] = {}
+    for leader, tps in by_leader.items():
+        by_topic: dict[str, list[int]] = {}
+        for t, p in tps:
+            by_topic.setdefault(t, []).append(p)
+
+        def build(versions: Any, by_topic: dict[str, list[int]] = by_topic) -> Any:
+            return versions.build(ApiKey.LIST_OFFSETS, replica_id=-1, isolation_level=0, topics=[
+                {"topic": t, "partitions": [{"partition": p, "timestamp": timestamp, "max_num_offsets": 1, "current_leader_epoch": -1}
+                                            for p in ps]} for t, ps in by_topic.items()])
+
+        resp = client.call(leader, build, timeout_ms=timeout_ms, api_key=ApiKey.LIST_OFFSETS)
+        for topic in resp.topics:
+            for a in topic.partitions:
+                if a.error_code:
+                    raise for_code(a.error_code)(f"ListOffsets {topic.topic}-{a.partition}")
+                if hasattr(a, "old_style_offsets"):
+                    offs = list(a.old_style_offsets)
+                    out[(topic.topic, a.partition)] = offs[0] if offs else -1
+                else:
+                    out[(topic.topic, a.partition)] = int(a.offset)
+    return out
+
+
+def reset_group_offsets(brokers: str, group: str, spec: ResetSpec, *, topics: Iterable[str] | None = None,
+                        zookeeper: str | None = None, execute: bool = False, api_version: str = "auto",
+                        timeout_ms: float = _TIMEOUT_MS, security: Any = None) -> list[dict[str, Any]]:
+    """Reset a consumer group's committed offsets (dry run unless ``execute``), for a ZooKeeper
+    group (``zookeeper``: ``/consumers/<group>/offsets``) or a group the brokers coordinate
+    (OffsetCommit to its coordinator). Like ``kafka-consumer-groups.sh --reset-offsets``, an
+    active group (members registered / in the group) is refused: its members would overwrite
+    the reset.
+
+    Args:
+        brokers: bootstrap "host:port[,host:port]" (offsets of the logs).
+        group: the group.
+        spec: ("earliest", 0), ("latest", 0), ("datetime", epoch ms) or ("shift", n).
+        topics: the topics (default: every topic the group has committed offsets for).
+        zookeeper: the ZooKeeper of a ZooKeeper group (None: a broker-coordinated group).
+        execute: commit the new offsets (False: only compute them).
+        api_version: the version dialect (``auto`` probes).
+        timeout_ms: how long each request may take.
+        security: TLS / SASL, or None.
+
+    Returns:
+        ``[{"topic", "partition", "current", "new"}]`` sorted by topic and partition.
+
+    Raises:
+        CoordinationError: the group is active, or it has no offsets and no topic was named.
+        BrokerError: a broker refused (UnknownTopicOrPartitionError, ...).
+    """
+    from hmbclient.consumer.group_admin import _committed, _find_coordinator
+    from hmbclient.net.metadata import Metadata
+
+    named = sorted(set(topics)) if topics else None
+    with _client(brokers, api_version, timeout_ms, security) as client:
+        metadata = Metadata(client, allow_auto_topic_creation=False)
+        coordinator = -1
+        if zookeeper is not None:
+            with _zk(zookeeper) as zk:
+                try:
+                    members = zk.get_children(paths.consumer_ids_path(group))
+                except NoNodeError:
+                    members = []
+                committed_zk = {k: paths.decode_offset(v) for k, v in _partition_nodes(zk, paths.consumer_offsets_path(group))}
+            if members:
+                raise CoordinationError(f"group {group!r} is active ({len(members)} member(s) registered): stop its consumers first")
+            wanted = named or sorted({t for t, _ in committed_zk})
+        else:
+            coordinator = _find_coordinator(client, group, int(timeout_ms))
+            described = client.call(coordinator, lambda v: v.build(ApiKey.DESCRIBE_GROUPS, groups=[group], include_authorized_operations=False),
+                                    timeout_ms=timeout_ms, api_key=ApiKey.DESCRIBE_GROUPS).groups[0]
+            if described.members:
+                raise CoordinationError(f"group {group!r} is active (state {described.group_state}, {len(described.members)} member(s)): "
+                                        "stop its consumers first")
+            wanted = named or []
+        if not wanted and zookeeper is not None:
+            raise CoordinationError(f"group {group!r} has no committed offsets: name the topics")
+        view = metadata.refresh(wanted or None, timeout_ms=timeout_ms)
+        if not wanted:  # a broker group without named topics: the topics it has offsets for
+            all_parts = [(t, p) for t, info in view.topics.items() if not t.startswith("__") for p in info.partition_ids]
+            fetched = _committed(client, coordinator, group, all_parts, int(timeout_ms))
+            wanted = sorted({t for (t, _p), o in fetched.items() if o is not None})
+            if not wanted:
+                raise CoordinationError(f"group {group!r} has no committed offsets: name the topics")
+        missing = [t for t in wanted if t not in view.topics or not view.topics[t].partition_ids]
+        if missing:
+            raise UnknownTopicOrPartitionError(f"topic(s) {', '.join(missing)} do not exist")
+        partitions = [(t, p) for t in wanted for p in view.topics[t].partition_ids]
+        if zookeeper is not None:
+            current: dict[tuple[str, int], int | None] = {tp: committed_zk.get(tp) for tp in partitions}
+        else:
+            current = dict(_committed(client, coordinator, group, partitions, int(timeout_ms)))
+        earliest = _offsets_at(client, metadata, partitions, -2, timeout_ms)
+        latest = _offsets_at(client, metadata, partitions, -1, timeout_ms)
+        at_time = _offsets_at(client, metadata, partitions, spec[1], timeout_ms) if spec[0] == "datetime" else None
+        plan = plan_offset_reset(spec, current, earliest, latest, at_time)
+        if execute and zookeeper is None:
+            by_topic: dict[str, list[tuple[int, int]]] = {}
+            for (t, p), off in plan.items():
+                by_topic.setdefault(t, []).append((p, off))
+            resp = client.call(coordinator, lambda v: v.build(
+                ApiKey.OFFSET_COMMIT, group_id=group, generation_id=-1, member_id="", retention_time_ms=-1,
+                topics=[{"topic": t, "partitions": [{"partition": p, "offset": o, "metadata": ""} for p, o in ps]} for t, ps in by_topic.items()]),
+                timeout_ms=timeout_ms, api_key=ApiKey.OFFSET_COMMIT)
+            for t in resp.topics:
+                for a in t.partitions:
+                    if a.error_code:
+                        raise for_code(a.error_code)(f"committing {t.topic}-{a.partition} for group {group!r}")
+    if execute and zookeeper is not None:
+        with _zk(zookeeper) as zk:
+            if zk.get_children(paths.consumer_ids_path(group)) if zk.exists(paths.consumer_ids_path(group)) else []:
+                raise CoordinationError(f"group {group!r} became active: nothing reset")
+            for (t, p), off in plan.items():
+                path = paths.offset_path(group, t, p)
+                zk.ensure_path(path)
+                zk.set(path, paths.encode_offset(off))
+    return [{"topic": t, "partition": p, "current": current.get((t, p)), "new": off} for (t, p), off in sorted(plan.items())]

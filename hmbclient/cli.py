@@ -627,9 +627,50 @@ def _ids(ids: Sequence[int]) -> str:
     return ",".join(str(i) for i in ids) or "-"
 
 
+def _reset_spec(args: argparse.Namespace) -> tuple[str, int]:
+    import datetime as dt
+
+    if args.to_earliest:
+        return ("earliest", 0)
+    if args.to_latest:
+        return ("latest", 0)
+    if args.shift_by is not None:
+        return ("shift", args.shift_by)
+    if args.to_datetime is not None:
+        try:
+            when = dt.datetime.fromisoformat(args.to_datetime)
+        except ValueError:
+            raise CliError(f"--to-datetime takes an ISO date-time (2026-11-26T06:00:00[+00:00]), not {args.to_datetime!r}") from None
+        if when.tzinfo is None:
+            when = when.astimezone()  # local time, as kafka-consumer-groups.sh reads it
+        return ("datetime", int(when.timestamp() * 1000))
+    raise CliError("--reset-offsets needs one of --to-earliest, --to-latest, --to-datetime, --shift-by")
+
+
+def _reset_offsets(args: argparse.Namespace) -> int:
+    from hmbclient.admin import reset_group_offsets
+
+    if args.group is None:
+        raise CliError("--reset-offsets needs the GROUP")
+    spec = _reset_spec(args)
+    try:
+        rows = reset_group_offsets(args.brokers, args.group, spec, topics=args.topic or None, zookeeper=args.zookeeper,
+                                   execute=args.execute, api_version=args.api_version,
+                                   security=None if args.zookeeper else _security(args))
+    except HmbError as e:
+        raise CliError(f"offsets of group {args.group} not reset: {_describe(e)}") from e
+    _table(("topic", "partition", "current", "new"), [(r["topic"], r["partition"], _dash(r["current"]), r["new"]) for r in rows], sys.stdout)
+    print(f"offsets of group {args.group} reset" if args.execute else "dry run: nothing changed (add --execute to commit these offsets)")
+    return 0
+
+
 def cmd_groups(args: argparse.Namespace) -> int:
     from hmbclient.admin import describe_group, list_groups
 
+    if args.reset_offsets:
+        return _reset_offsets(args)
+    if any((args.to_earliest, args.to_latest, args.to_datetime, args.shift_by is not None, args.execute, args.topic)):
+        raise CliError("--to-*, --shift-by, --topic and --execute go with --reset-offsets")
     if not args.zookeeper:
         return _broker_groups(args)
     if getattr(args, "client_settings", None):
@@ -848,6 +889,16 @@ def _add_inspect_commands(sub: Subparsers) -> None:
     p.add_argument("group", nargs="?", help="describe this group (default: list every group)")
     _client_opts(p)
     _zookeeper_opt(p, "read ZooKeeper groups from here (default: the brokers' coordinated groups)")
+    p.add_argument("--reset-offsets", action="store_true",
+                   help="reset GROUP's committed offsets (dry run unless --execute; the group must have no active member)")
+    how = p.add_mutually_exclusive_group()
+    how.add_argument("--to-earliest", action="store_true", help="to the log start")
+    how.add_argument("--to-latest", action="store_true", help="to the high watermark")
+    how.add_argument("--to-datetime", default=None, metavar="ISO", help="to the first offset at or after this time")
+    how.add_argument("--shift-by", type=int, default=None, metavar="N", help="committed offset + N (negative: back)")
+    p.add_argument("--topic", action="append", default=[], metavar="NAME",
+                   help="reset this topic (repeatable; default: the topics the group has offsets for)")
+    p.add_argument("--execute", action="store_true", help="commit the new offsets (default: only show them)")
     p.set_defaults(func=cmd_groups)
 
 
