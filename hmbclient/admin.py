@@ -46,6 +46,7 @@ __all__ = [
     "ConfigEntry",
     "describe_cluster",
     "plan_offset_reset",
+    "delete_group_offsets",
     "reset_group_offsets",
     "describe_log_dirs",
     "describe_configs",
@@ -649,6 +650,40 @@ def describe_group(zookeeper: str, group: str, *, brokers: str | None = None,
             "lag": None if end is None else end - (c or 0),
         })
     return {"members": members, "partitions": rows}
+
+
+def delete_group_offsets(brokers: str, group: str, partitions: Iterable[tuple[str, int]], *, api_version: str = "auto",
+                         timeout_ms: float = _TIMEOUT_MS, security: Any = None) -> dict[tuple[str, int], int]:
+    """Delete a broker-coordinated group's committed offsets of ``partitions`` (OffsetDelete, to
+    the group's coordinator); returns (topic, partition) -> error code (0 deleted,
+    GROUP_SUBSCRIBED_TO_TOPIC while a member consumes that topic).
+
+    Args:
+        brokers: bootstrap "host:port[,host:port]".
+        group: the group.
+        partitions: the partitions whose offsets go.
+        api_version: the version dialect (``auto`` probes).
+        timeout_ms: how long each request may take.
+        security: TLS / SASL, or None.
+
+    Raises:
+        BrokerError: the group-level error (GroupIdNotFoundError, GroupAuthorizationFailedError,
+            NonEmptyGroupError, NotCoordinatorError).
+        UnsupportedByBroker: the broker has no OffsetDelete; nothing was sent.
+    """
+    from hmbclient.consumer.group_admin import _find_coordinator
+
+    by_topic: dict[str, list[int]] = {}
+    for t, p in partitions:
+        by_topic.setdefault(t, []).append(p)
+    with _client(brokers, api_version, timeout_ms, security) as client:
+        coordinator = _find_coordinator(client, group, int(timeout_ms))
+        resp = client.call(coordinator, lambda v: v.build(ApiKey.OFFSET_DELETE, group_id=group, topics=[
+            {"name": t, "partitions": [{"partition_index": p} for p in ps]} for t, ps in sorted(by_topic.items())]),
+            timeout_ms=timeout_ms, api_key=ApiKey.OFFSET_DELETE)
+    if resp.error_code:
+        raise for_code(resp.error_code)(f"deleting offsets of group {group!r}")
+    return {(t.name, p.partition_index): p.error_code for t in resp.topics for p in t.partitions}
 
 
 # --------------------------------------------------------------------- resetting group offsets

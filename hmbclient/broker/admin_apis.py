@@ -1,6 +1,6 @@
 """The admin APIs of Kafka's AdminClient served by our brokers: DeleteTopics (20),
 CreatePartitions (37), ElectLeaders (43, preferred election), AlterConfigs (33),
-IncrementalAlterConfigs (44), DescribeLogDirs (35) and DescribeCluster (60).
+IncrementalAlterConfigs (44), DescribeLogDirs (35), DescribeCluster (60) and OffsetDelete (47).
 
 Registered in :class:`~hmbclient.broker.apis.KafkaApis` through ``admin=``; each handler gets
 the request, the channel and ``allowed(channel, operation, resource type, name)``.
@@ -42,6 +42,14 @@ controller-routing of Kafka's clients is not needed here):
   request came in on, from the metadata cache; (a) no Describe on the cluster:
   CLUSTER_AUTHORIZATION_FAILED; (b) an endpoint type other than brokers (1):
   UNSUPPORTED_ENDPOINT_TYPE.
+* OffsetDelete removes a group's committed offsets of the named partitions (tombstones in
+  ``__consumer_offsets``, as DeleteGroups writes them). Top level: (a) no Delete on the group:
+  GROUP_AUTHORIZATION_FAILED; (b) the coordinator's status (NOT_COORDINATOR,
+  COORDINATOR_LOAD_IN_PROGRESS...); (c) a group this coordinator does not know:
+  GROUP_ID_NOT_FOUND; (d) a group with members of another protocol than "consumer":
+  NON_EMPTY_GROUP. Per partition: (e) no Read on the topic: TOPIC_AUTHORIZATION_FAILED;
+  (f) unknown topic: UNKNOWN_TOPIC_OR_PARTITION; (g) a topic a member subscribes to:
+  GROUP_SUBSCRIBED_TO_TOPIC; (h) otherwise deleted (NONE, also when nothing was committed).
 """
 
 from __future__ import annotations
@@ -81,16 +89,18 @@ class AdminApis:
         controller: its controller (ElectLeaders; None: not served).
         dynamic: its ``DynamicConfigs`` (AlterConfigs, IncrementalAlterConfigs; None: not served).
         logs: its LogManager (DescribeLogDirs; None: not served).
+        groups: its GroupCoordinator, whose store is the OffsetManager (OffsetDelete; None: not served).
     """
 
     def __init__(self, config: BrokerConfig, metadata: MetadataCache, topics: TopicManager, controller: Any = None,
-                 dynamic: Any = None, logs: Any = None) -> None:
+                 dynamic: Any = None, logs: Any = None, groups: Any = None) -> None:
         self.config = config
         self.metadata = metadata
         self.topics = topics
         self.controller = controller
         self.dynamic = dynamic
         self.logs = logs
+        self.groups = groups
 
     def handlers(self) -> dict[int, Handler]:
         """api key -> handler(header, request, channel, allowed)."""
@@ -105,8 +115,71 @@ class AdminApis:
             out[ApiKey.INCREMENTAL_ALTER_CONFIGS] = self.handle_alter_configs
         if self.logs is not None:
             out[ApiKey.DESCRIBE_LOG_DIRS] = self.handle_describe_log_dirs
+        if self.groups is not None:
+            out[ApiKey.OFFSET_DELETE] = self.handle_offset_delete
         out[ApiKey.DESCRIBE_CLUSTER] = self.handle_describe_cluster
         return out
+
+    # -- OffsetDelete ------------------------------------------------------------------------------------
+    def handle_offset_delete(self, header: Any, req: Any, channel: Any, allowed: Allowed) -> None:
+        from hmbclient.protocol.api.consumer_protocol import PROTOCOL_TYPE, decode_member_metadata
+
+        resp_cls = type(req).RESPONSE_TYPE
+        group_id = req.group_id
+
+        def top(code: int) -> None:
+            channel.send(resp_cls.build(error_code=code, throttle_time_ms=0, topics=[]))
+
+        if not allowed(channel, "Delete", "Group", group_id):  # (a)
+            top(ErrorCode.GROUP_AUTHORIZATION_FAILED)
+            return
+        offsets = self.groups.store
+        code = offsets.group_status(group_id)
+        if code:  # (b)
+            top(code)
+            return
+        group = self.groups.group(group_id)
+        members = list(group.members.values()) if group is not None else []
+        if group is None and not offsets.committed(group_id):  # (c)
+            top(ErrorCode.GROUP_ID_NOT_FOUND)
+            return
+        subscribed: set[str] = set()
+        for m in members:
+            if m.protocol_type != PROTOCOL_TYPE:  # (d)
+                top(ErrorCode.NON_EMPTY_GROUP)
+                return
+            for _name, meta in m.protocols[:1]:
+                try:
+                    subscribed.update(decode_member_metadata(meta).topics)
+                except Exception:  # an undecodable subscription: treat the group as subscribed to all
+                    subscribed.add("*")
+        results: list[tuple[str, list[tuple[int, int]]]] = []
+        doomed: list[tuple[str, int]] = []
+        for t in req.topics:
+            parts: list[tuple[int, int]] = []
+            for p in t.partitions:
+                c: int
+                if not allowed(channel, "Read", "Topic", t.name):  # (e)
+                    c = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+                elif not self.metadata.has_topic(t.name):  # (f)
+                    c = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                elif t.name in subscribed or "*" in subscribed:  # (g)
+                    c = ErrorCode.GROUP_SUBSCRIBED_TO_TOPIC
+                else:  # (h)
+                    c = ErrorCode.NONE
+                    doomed.append((t.name, p.partition_index))
+                parts.append((p.partition_index, c))
+            results.append((t.name, parts))
+        held = set(offsets.committed(group_id))
+
+        def done(code: int) -> None:
+            if code:
+                out = [(n, [(p, code if (n, p) in doomed else c) for p, c in parts]) for n, parts in results]
+            else:
+                out = results
+            channel.send(resp_cls.build(error_code=ErrorCode.NONE, throttle_time_ms=0, topics=out))
+
+        offsets.delete_offsets(group_id, [tp for tp in doomed if tp in held], done)
 
     # -- DescribeLogDirs, DescribeCluster --------------------------------------------------------------
     def handle_describe_log_dirs(self, header: Any, req: Any, channel: Any, allowed: Allowed) -> None:

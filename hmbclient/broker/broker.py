@@ -316,7 +316,7 @@ class Broker:
                 group_coordinator=groups,
                 configs=ConfigDescriber(cfg, metadata.has_topic, dynamic.layers),
                 transactions=txns,
-                admin=AdminApis(cfg, metadata, topics, controller, dynamic, logs),
+                admin=AdminApis(cfg, metadata, topics, controller, dynamic, logs, groups),
             )
             self.apis.authorizer = authorizer_from(cfg, store)
             self.apis.inter_broker_listener = cfg.inter_broker_protocol

@@ -23,6 +23,8 @@ Labelled cases of :meth:`TopicManager.add_partitions` (the validation itself is 
 
 * (a) unknown topic, or an illegal name: UNKNOWN_TOPIC_OR_PARTITION;
 * (b) topic marked for deletion: INVALID_TOPIC_EXCEPTION ("queued for deletion", as Kafka);
+  an internal topic (``__consumer_offsets``, ``__transaction_state``): INVALID_REQUEST, since
+  its partition count decides which partition holds each group / transactional id;
 * (c) count not above the current count, bad assignment: INVALID_PARTITIONS /
   INVALID_REPLICA_ASSIGNMENT / INVALID_REPLICATION_FACTOR with Kafka's message;
 * (d) validate_only: NONE, nothing written;
@@ -38,7 +40,7 @@ from collections.abc import Callable, Iterable
 
 from hmbclient.broker.controller import decisions
 from hmbclient.broker.controller.store import CoordinationStore
-from hmbclient.broker.metadata import MetadataCache
+from hmbclient.broker.metadata import MetadataCache, is_internal_topic
 from hmbclient.broker.purgatory import DelayedOperation, Purgatory
 from hmbclient.errors import BrokerError, ErrorCode, InvalidTopicError
 
@@ -219,11 +221,14 @@ class TopicManager:
 
     def add_partitions(self, topic: str, count: int, assignment: list[list[int]] | None, *, validate_only: bool = False) -> tuple[int, str | None]:
         """Grow a topic to ``count`` partitions (cases (a)-(e) above)."""
+        if is_internal_topic(topic):  # (b)
+            return ErrorCode.INVALID_REQUEST, f"The partitions of internal topic '{topic}' cannot be changed."
         current = self.store.assignment(topic) if is_valid_topic_name(topic) else None
         if current is None:  # (a)
             return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"The topic '{topic}' does not exist."
         if self.marked_for_deletion(topic):  # (b)
             return ErrorCode.INVALID_TOPIC_EXCEPTION, f"The topic '{topic}' is queued for deletion."
+
         if count > MAX_PARTITIONS_PER_TOPIC:
             return ErrorCode.INVALID_PARTITIONS, f"number of partitions must be at most {MAX_PARTITIONS_PER_TOPIC}"
         live = sorted(self.store.live_brokers())

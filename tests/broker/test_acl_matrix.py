@@ -372,6 +372,11 @@ def describe_cluster(ctx: Ctx, c: RawClient) -> Any:
     return r.error_code, [b.broker_id for b in r.brokers]
 
 
+def offset_delete(ctx: Ctx, c: RawClient) -> Any:
+    r = c.request(_req(ApiKey.OFFSET_DELETE, 0, group_id=ctx.group, topics=[(ctx.topic, [(0,)])]))
+    return r.error_code, [p.error_code for t in r.topics for p in t.partitions]
+
+
 def _topic_configs(ctx: Ctx) -> Any:
     return sorted(ctx.b.broker.store.entity_config("topics", ctx.topic).items())
 
@@ -501,6 +506,10 @@ CASES = [
     Case("describe-log-dirs", ApiKey.DESCRIBE_LOG_DIRS, describe_log_dirs, (("cluster", "Describe"),), ("cluster", "Describe"), False, True),
     Case("describe-cluster", ApiKey.DESCRIBE_CLUSTER, describe_cluster, (("cluster", "Describe"),), ("cluster", "Describe"),
          (E.CLUSTER_AUTHORIZATION_FAILED, []), (E.NONE, [0])),
+    Case("offset-delete-group", ApiKey.OFFSET_DELETE, offset_delete, (("group", "Delete"), ("topic", "Read")), ("group", "Delete"),
+         (E.GROUP_AUTHORIZATION_FAILED, [E.GROUP_AUTHORIZATION_FAILED]), (E.NONE, [E.NONE]), _empty_group_with_offsets, changes=True),
+    Case("offset-delete-topic", ApiKey.OFFSET_DELETE, offset_delete, (("group", "Delete"), ("topic", "Read")), ("topic", "Read"),
+         (E.NONE, [E.TOPIC_AUTHORIZATION_FAILED]), (E.NONE, [E.NONE]), _empty_group_with_offsets, changes=True),
     Case("leader-and-isr", ApiKey.LEADER_AND_ISR, leader_and_isr, (("cluster", "ClusterAction"),), ("cluster", "ClusterAction"),
          E.CLUSTER_AUTHORIZATION_FAILED, E.STALE_CONTROLLER_EPOCH, _with_data),
     Case("update-metadata", ApiKey.UPDATE_METADATA, update_metadata, (("cluster", "ClusterAction"),), ("cluster", "ClusterAction"),

@@ -148,6 +148,7 @@ def test_create_partitions_from_hmbclient(cluster: EmbeddedCluster, zk: KazooCli
     refused = admin.create_partitions(cluster.bootstrap, {topic: 6}, assignments={topic: [[1, 1]]}, raise_errors=False)
     assert refused[topic][0] == E.INVALID_REPLICA_ASSIGNMENT
     assert admin.create_partitions(cluster.bootstrap, {"nope-x": 3}, raise_errors=False)["nope-x"][0] == E.UNKNOWN_TOPIC_OR_PARTITION
+    assert admin.create_partitions(cluster.bootstrap, {"__consumer_offsets": 50}, raise_errors=False)["__consumer_offsets"][0] == E.INVALID_REQUEST
     assert admin.create_partitions(cluster.bootstrap, {topic: 9}, validate_only=True) == {topic: (E.NONE, None)}
     assert len(zkpaths.decode_topic_assignment(zk.get(zkpaths.topic_path(topic))[0])) == 5
     with pytest.raises(InvalidPartitionsError, match="already has 5"):

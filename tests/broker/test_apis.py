@@ -32,9 +32,9 @@ from .conftest import RawClient, create_topic, encode, fetch, produce
 # advertised on every listener, as Kafka does (ILLEGAL_SASL_STATE where there is no SASL).
 # DescribeConfigs (32) for Kafka's admin tools; DeleteTopics (20), CreatePartitions (37) and
 # ElectLeaders (43), AlterConfigs (33), IncrementalAlterConfigs (44), DescribeLogDirs (35),
-# DescribeCluster (60) for its AdminClient
+# DescribeCluster (60), OffsetDelete (47) for its AdminClient
 # (broker/admin_apis.py).
-HANDLED = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 22, 23, 32, 33, 35, 36, 37, 42, 43, 44, 60}
+HANDLED = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 22, 23, 32, 33, 35, 36, 37, 42, 43, 44, 47, 60}
 
 
 def _expected_versions() -> list[tuple[int, int, int]]:

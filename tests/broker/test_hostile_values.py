@@ -142,11 +142,14 @@ log_dirs_reqs = st.builds(lambda parts: _req(ApiKey.DESCRIBE_LOG_DIRS, 1, topics
                           st.one_of(st.none(), st.lists(st.tuples(TOPIC, st.lists(I32, max_size=3)), max_size=3)))
 cluster_reqs = st.builds(lambda ops, kind: _req(ApiKey.DESCRIBE_CLUSTER, 1, include_cluster_authorized_operations=ops, endpoint_type=kind),
                          st.booleans(), st.sampled_from([-128, -1, 0, 1, 2, 127]))
+offset_delete_reqs = st.builds(lambda group, topic, parts: _req(ApiKey.OFFSET_DELETE, 0, group_id=group, topics=[(topic, [(p,) for p in parts])]),
+                               st.sampled_from(["g-hostile", "", "g" * 300]), TOPIC, st.lists(I32, max_size=3))
 init_pid_reqs = st.builds(lambda timeout: _req(22, 1, transactional_id=None, transaction_timeout_ms=timeout), I32)
 
 HOSTILE = st.one_of(produce_reqs, fetch_reqs, list_offsets_reqs, metadata_reqs, commit_reqs, offset_fetch_reqs,
                     create_reqs, join_reqs, heartbeat_reqs, epoch_reqs, init_pid_reqs, delete_topics_reqs, create_partitions_reqs,
-                    elect_reqs, alter_configs_reqs, incremental_reqs, log_dirs_reqs, cluster_reqs)
+                    elect_reqs, alter_configs_reqs, incremental_reqs, log_dirs_reqs, cluster_reqs,
+                    offset_delete_reqs)
 
 
 class _Errors(logging.Handler):

@@ -36,7 +36,7 @@ __all__ = ["allowed", "refusal", "refuse_request", "INTERNAL"]
 INTERNAL = object()
 
 _CLUSTER_ACTION_APIS = {ApiKey.LEADER_AND_ISR, ApiKey.UPDATE_METADATA, ApiKey.STOP_REPLICA, ApiKey.CONTROLLED_SHUTDOWN}
-_GROUP_OPERATION = {ApiKey.FIND_COORDINATOR: "Describe", ApiKey.OFFSET_FETCH: "Describe"}
+_GROUP_OPERATION = {ApiKey.FIND_COORDINATOR: "Describe", ApiKey.OFFSET_FETCH: "Describe", ApiKey.OFFSET_DELETE: "Delete"}
 
 
 def allowed(authorizer: Authorizer | None, channel: Any, operation: str, resource_type: str, name: str = CLUSTER_NAME) -> bool:
