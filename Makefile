@@ -1,13 +1,13 @@
 # Two commands on a fresh machine: `make demo` (the main job) and `make test` (lint: ruff and
 # mypy, then the suite without the long fault runs). `make chaos` runs those fault runs
-# (tests/faults, marked chaos: about ten to fifteen minutes).
+# (tests/faults, marked chaos: about twenty minutes; one table of fault kind x client at the end).
 # Both install what they need first; every step is idempotent.
 SHELL := /bin/bash
 .SECONDEXPANSION:
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
-APT_PKGS := zookeeper kcat maven openjdk-17-jdk-headless
+APT_PKGS := zookeeper kcat maven openjdk-17-jdk-headless tmux
 # Apache Kafka, Kafka's Java clients and Spark's Kafka connector (tests/reference): the jars of
 # each peers/NAME/pom.xml from Maven Central, and our Java programs of tests/java/NAME/.
 PEERS := $(patsubst peers/%/pom.xml,.cache/maven-peers/%/.stamp,$(wildcard peers/*/pom.xml))

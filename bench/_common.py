@@ -247,6 +247,46 @@ async def warm_aiokafka_consumer(consumer: Any, topic: str, partition: int = 0) 
         _deadline_check("aiokafka", deadline)
 
 
+def warm_hmbclient_poll_consumer(consumer: Any, topic: str, partition: int = 0) -> None:
+    """hmbclient's subscribe/poll Consumer (or the Consumer under an AIOConsumer): assign()
+    with nothing committed (auto.offset.reset=earliest: offset 0) and poll one record at a
+    time until the message at offset 0 is handed out."""
+    consumer.assign([(topic, partition)])
+    deadline = time.monotonic() + WARM_TIMEOUT_S
+    while True:
+        for record in consumer.poll(1.0, max_records=1):
+            _check_first_offset("hmbclient poll consumer", record.offset)
+            return
+        _deadline_check("hmbclient poll consumer", deadline)
+
+
+async def warm_hmbclient_aio_consumer(consumer: Any, topic: str, partition: int = 0) -> None:
+    """The same for AIOConsumer (assign and poll awaited)."""
+    await consumer.assign([(topic, partition)])
+    deadline = time.monotonic() + WARM_TIMEOUT_S
+    while True:
+        for record in await consumer.poll(1.0, max_records=1):
+            _check_first_offset("hmbclient aio consumer", record.offset)
+            return
+        _deadline_check("hmbclient aio consumer", deadline)
+
+
+def warm_hmbclient_connector(stream: Any) -> None:
+    """A ConsumerConnector's stream (the group joined, consumer.timeout.ms set): iterate until
+    the message at offset 0 is handed out."""
+    from hmbclient.errors import ConsumerTimeoutError
+
+    deadline = time.monotonic() + WARM_TIMEOUT_S
+    while True:
+        try:
+            first = next(stream)
+        except ConsumerTimeoutError:
+            _deadline_check("hmbclient connector", deadline)
+            continue
+        _check_first_offset("hmbclient connector", first.offset)
+        return
+
+
 # --------------------------------------------------------------------------- Apache Kafka as a target
 
 # Apache Kafka as a bench broker runs with kafka-server-start.sh's own JVM settings (1 GiB heap,

@@ -18,9 +18,13 @@ client's own batching; produce-batch: hmbclient sends ProducerData of 1000 messa
 batch form, against the peers' per-message produce of the same round, which have no such call;
 not run unless asked; hmbclient-only variants, the peers running their produce: produce-sync,
 the sync producer with ProducerData of 1000; produce-plain and produce-idem, acks=-1 without and
-with enable.idempotence; produce-sync-plain/-idem; produce-api: hmbclient's confluent-style
+with enable.idempotence; produce-sync-plain/-idem; produce-metrics-on/-off: the async producer
+with its metrics and with its sensors detached; produce-api: hmbclient's confluent-style
 produce()/poll()/flush(), no future per message); consume N messages from a topic filled with
-N + 1 (each value touched).
+N + 1 (each value touched; hmbclient's row is the SimpleConsumer); hmbclient-only consume
+variants, the peers running their consume: consume-poll (the subscribe/poll ``Consumer``,
+assign()ed, poll of up to 10,000), consume-aio (``hmbclient.aio.AIOConsumer``, awaited polls in
+asyncio.run), consume-connector (the 0.8 ConsumerConnector, group.protocol=broker, one stream).
 Checks that stop the run (BenchError) rather than print a skewed figure: every producer's flush
 left nothing queued and its last acknowledged offset is N; every topic a run wrote or a consumer
 reads ends at offset N + 1, checked before the consume is timed.
@@ -86,7 +90,10 @@ from _common import (  # noqa: E402
     warm_aiokafka_producer,
     warm_confluent_consumer,
     warm_confluent_producer,
+    warm_hmbclient_aio_consumer,
+    warm_hmbclient_connector,
     warm_hmbclient_consumer,
+    warm_hmbclient_poll_consumer,
     warm_hmbclient_producer,
     warm_kafka_python_consumer,
     warm_kafka_python_producer,
@@ -155,7 +162,18 @@ HMB_PRODUCE_WORKLOADS: dict[str, tuple[str, int, dict[str, Any]]] = {
     "produce-idem": ("async", 1, {"request_required_acks": -1, "enable_idempotence": True}),
     "produce-sync-plain": ("sync", 1000, {"request_required_acks": -1, "enable_idempotence": False}),
     "produce-sync-idem": ("sync", 1000, {"request_required_acks": -1, "enable_idempotence": True}),
+    # the cost of the producer's metrics (issue 27's goal: <= 3%): the same async producer with
+    # its sensors, and with them detached before the first message
+    "produce-metrics-on": ("async", 1, {}),
+    "produce-metrics-off": ("async", 1, {}),
 }
+
+
+def _detach_metrics(producer: Any) -> None:
+    """Bench only: take the producer's sensors out of its send path (engine and connections)
+    before any connection opens, to measure what recording costs."""
+    producer._dispatcher.metrics = None
+    producer._client._conn_kwargs["latency_sensor"] = None
 
 
 def produce_hmbclient_as(workload: str, bootstrap: str, topic: str, n: int, size: int) -> float:
@@ -165,6 +183,8 @@ def produce_hmbclient_as(workload: str, bootstrap: str, topic: str, n: int, size
     producer_type, per_send, settings = HMB_PRODUCE_WORKLOADS[workload]
     value = payload(size)
     producer = Producer(metadata_broker_list=bootstrap, producer_type=producer_type, queue_buffering_max_ms=5, compression_codec=_CODEC, **settings)
+    if workload == "produce-metrics-off":
+        _detach_metrics(producer)
     # The readiness rule, plain and idempotent alike: the warm-up message (offset 0) also gets
     # the idempotent producer its id before the clock starts.
     warm_hmbclient_producer(producer, topic, value)
@@ -315,6 +335,102 @@ def consume_hmbclient(host: str, port: int, topic: str, n: int) -> tuple[float, 
     return elapsed, longest
 
 
+def consume_poll_hmbclient(bootstrap: str, topic: str, n: int) -> tuple[float, float]:
+    """consume-poll: the subscribe/poll Consumer, assign()ed (no group), as the peers run."""
+    from hmbclient import Consumer
+
+    consumer = Consumer({"bootstrap.servers": bootstrap, "auto.offset.reset": "earliest", "enable.auto.commit": False})
+    warm_hmbclient_poll_consumer(consumer, topic)
+    t0 = time.perf_counter()
+    got = 0
+    total = 0
+    last = 0
+    before = t0
+    longest = 0.0
+    poll = consumer.poll
+    while got < n:
+        records = poll(1.0, 10_000)
+        for record in records:
+            total += len(record.value)
+        if records:
+            got += len(records)
+            last = records[-1].offset
+        now = time.perf_counter()
+        longest, before = max(longest, now - before), now
+    elapsed = time.perf_counter() - t0
+    consumer.close()
+    assert got == n and last == n, (got, last)
+    return elapsed, longest
+
+
+def consume_aio_hmbclient(bootstrap: str, topic: str, n: int) -> tuple[float, float]:
+    """consume-aio: AIOConsumer.poll awaited in asyncio.run."""
+    from hmbclient.aio import AIOConsumer
+
+    async def run() -> tuple[float, float]:
+        consumer = AIOConsumer({"bootstrap.servers": bootstrap, "auto.offset.reset": "earliest", "enable.auto.commit": False})
+        await warm_hmbclient_aio_consumer(consumer, topic)
+        t0 = time.perf_counter()
+        got = 0
+        total = 0
+        last = 0
+        before = t0
+        longest = 0.0
+        while got < n:
+            records = await consumer.poll(1.0, 10_000)
+            for record in records:
+                total += len(record.value)
+            if records:
+                got += len(records)
+                last = records[-1].offset
+            now = time.perf_counter()
+            longest, before = max(longest, now - before), now
+        elapsed = time.perf_counter() - t0
+        await consumer.close()
+        assert got == n and last == n, (got, last)
+        return elapsed, longest
+
+    return asyncio.run(run())
+
+
+def consume_connector_hmbclient(bootstrap: str, topic: str, n: int) -> tuple[float, float]:
+    """consume-connector: the 0.8 ConsumerConnector (group.protocol=broker, one stream); its
+    longest wait is between two checkpoints 1000 messages apart."""
+    from hmbclient import Consumer
+
+    connector = Consumer.create({"bootstrap.servers": bootstrap, "group.id": "bench-" + uuid.uuid4().hex,
+                                 "auto.offset.reset": "smallest", "auto.commit.enable": False, "consumer.timeout.ms": 1000})
+    stream = connector.create_message_streams({topic: 1})[topic][0]
+    warm_hmbclient_connector(stream)
+    t0 = time.perf_counter()
+    got = 0
+    total = 0
+    last = 0
+    before = t0
+    longest = 0.0
+    while got < n:
+        message = next(stream)
+        total += len(message.message)
+        got += 1
+        last = message.offset
+        if got % 1000 == 0:
+            now = time.perf_counter()
+            longest, before = max(longest, now - before), now
+    elapsed = time.perf_counter() - t0
+    connector.shutdown()
+    assert got == n and last == n, (got, last)
+    return elapsed, longest
+
+
+#: hmbclient-only consume workloads; the peers run their consume under these names (in a run
+#: that also has "consume", their consume row of the round stands for them).
+HMB_CONSUME_WORKLOADS = {
+    "consume-poll": consume_poll_hmbclient,
+    "consume-aio": consume_aio_hmbclient,
+    "consume-connector": consume_connector_hmbclient,
+}
+
+
 def consume_kafka_python(bootstrap: str, topic: str, n: int) -> tuple[float, float]:
     from kafka import KafkaConsumer
 
@@ -422,6 +538,8 @@ def worker(argv: list[str]) -> None:
         elapsed = produce_hmbclient_as(workload, bootstrap, topic, n, int(size))
     elif workload.startswith("produce"):
         elapsed = PRODUCERS[client](bootstrap, topic, n, int(size))
+    elif workload in HMB_CONSUME_WORKLOADS and client == "hmbclient":
+        elapsed, longest = HMB_CONSUME_WORKLOADS[workload](bootstrap, topic, n)
     else:
         host, port = bootstrap.rsplit(":", 1)
         if client == "hmbclient":
@@ -522,11 +640,13 @@ def run_round(bname: str, size: int, rnd: int, args: argparse.Namespace, clients
     order = clients[rnd % len(clients):] + clients[: rnd % len(clients)]
     with fresh_broker(bname) as bootstrap:
         print(f"[{bname} {size}B round {rnd + 1}] broker {bootstrap}, load {loadavg()}", flush=True)
-        consume_topic = fill(bootstrap, n, size) if "consume" in workloads else None
-        for workload in sorted(workloads, key=lambda w: w != "consume"):  # consume first: the filled topic alone
+        consume_topic = fill(bootstrap, n, size) if any(w.startswith("consume") for w in workloads) else None
+        for workload in sorted(workloads, key=lambda w: not w.startswith("consume")):  # consume first: the filled topic alone
             for client in order:
                 if workload == "produce-batch" and client != "hmbclient" and "produce" in workloads:
                     continue  # the peers' produce-batch row is their produce of this round
+                if workload in HMB_CONSUME_WORKLOADS and client != "hmbclient" and "consume" in workloads:
+                    continue  # the peers' row is their consume of this round
                 if workload.startswith("produce"):
                     topic = f"bench-p{size}-{uuid.uuid4().hex[:8]}"
                     create_topic(bootstrap, topic)
@@ -551,6 +671,11 @@ def run_round(bname: str, size: int, rnd: int, args: argparse.Namespace, clients
         for client in clients:
             if client != "hmbclient" and rnd in results.get((bname, "produce", size, client), {}):
                 results.setdefault((bname, "produce-batch", size, client), {})[rnd] = results[(bname, "produce", size, client)][rnd]
+    if "consume" in workloads:
+        for workload in set(workloads) & set(HMB_CONSUME_WORKLOADS):
+            for client in clients:
+                if client != "hmbclient" and rnd in results.get((bname, "consume", size, client), {}):
+                    results.setdefault((bname, workload, size, client), {})[rnd] = results[(bname, "consume", size, client)][rnd]
 
 
 def table(results: Results, args: argparse.Namespace, brokers: list[str], sizes: list[int], workloads: list[str],
@@ -558,7 +683,7 @@ def table(results: Results, args: argparse.Namespace, brokers: list[str], sizes:
     peers = [c for c in clients if c != "hmbclient"]
     print(f"\n{args.n:,} messages per run, compression codec: {args.codec}; medians of the rounds in msg/s;"
           " hmbclient / peer: median of the per-round ratios (lowest-highest)")
-    print(f"{'broker':9s} {'workload':13s} {'size':>5s} {'n':>3s} " + " ".join(f"{client:>13s}" for client in clients)
+    print(f"{'broker':9s} {'workload':17s} {'size':>5s} {'n':>3s} " + " ".join(f"{client:>13s}" for client in clients)
           + "".join(f"  {'hmb/' + peer:>22s}" for peer in peers))
     for bname in brokers:
         for workload in workloads:
@@ -569,7 +694,7 @@ def table(results: Results, args: argparse.Namespace, brokers: list[str], sizes:
                 rates = {client: {r: args.n / s for r, s in rounds.items()} for client, rounds in per_round.items()}
                 medians = {client: statistics.median(rs.values()) for client, rs in rates.items() if rs}
                 rounds = max(len(rs) for rs in rates.values())
-                row = f"{bname:9s} {workload:13s} {size:>5d} {rounds:>3d} " + " ".join(f"{medians.get(client, 0):>13,.0f}" for client in clients)
+                row = f"{bname:9s} {workload:17s} {size:>5d} {rounds:>3d} " + " ".join(f"{medians.get(client, 0):>13,.0f}" for client in clients)
                 for peer in peers:
                     ours, theirs = rates.get("hmbclient", {}), rates.get(peer, {})
                     common = sorted(set(ours) & set(theirs))
@@ -584,7 +709,9 @@ def main() -> None:
     parser.add_argument("--brokers", default="tansu,kafka,embedded", help="of tansu, kafka (Apache Kafka 4.x), embedded")
     parser.add_argument("--sizes", default="100,1000")
     parser.add_argument("--clients", default=",".join(CLIENTS))
-    parser.add_argument("--workloads", default="produce,consume", help="of produce, consume, produce-batch")
+    parser.add_argument("--workloads", default="produce,consume",
+                        help="of produce, consume, produce-batch, produce-api, produce-sync[-plain|-idem], produce-plain, "
+                        "produce-idem, consume-poll, consume-aio, consume-connector")
     parser.add_argument("--n", type=int, default=1_000_000, help="messages timed per run (default 1,000,000)")
     parser.add_argument("--rounds", type=int, default=5, help="rounds (default 5)")
     parser.add_argument("--codec", default="none", help="producers compress with this codec (none, gzip, snappy, lz4, zstd)")

@@ -1,9 +1,33 @@
-"""The 11th member joining a 10-member group over 100 partitions: how long until all 11 consume.
+"""Rebalances of a 10-member group over 100 partitions: what an 11th member's join costs the
+members whose partitions do not move (eager vs cooperative), what a rolling restart of 10 static
+members costs (rebalances counted), and how long until all 11 consume after a join.
 
-    .venv/bin/python bench/groups.py              # 5 rounds per row, ~2-3 minutes
-    .venv/bin/python bench/groups.py --rounds 1   # a quick look
+    .venv/bin/python bench/groups.py                        # every scenario, ~3-4 minutes
+    .venv/bin/python bench/groups.py --rounds 1             # a quick look
+    .venv/bin/python bench/groups.py --scenarios pause,restart
 
-Three rows on one embedded broker (``group.initial.rebalance.delay.ms=0``), one topic of 100
+Scenario ``pause`` (hmbclient's broker group members, ``BrokerGroupMember``, as threads of this
+process, each with its own connection; the members journal their assign/revoke callbacks and do
+not fetch): 10 members settle; at ``t0`` an 11th joins; once the 11 hold the 100 partitions (none
+twice) the round ends. A member's *unmoved* partitions are those it owned before ``t0`` and still
+owns after; its pause is the longest time one of them was not owned (revoked until assigned
+back), the time a fetching consumer could not consume them, a lower bound of its consumption
+pause. Rows: ``range`` (eager: every member revokes everything, then gets most of it back) and
+``cooperative-sticky`` (goal: 0 ms). Also printed: until all 11 hold the partitions, and the
+rebalances (generations) a join took (cooperative: two, the follow-up hands over what was
+revoked). The 11th then leaves and the 10 settle before the next round.
+
+Scenario ``restart``: 10 members settle, then each in turn is closed and a new member is started
+in its place (a rolling restart; the next one only once the new member owns partitions again).
+Rows: static members (``group.instance.id``; goal: no rebalance at all) and dynamic ones
+(LeaveGroup on close, a new member id on start). Printed: rebalances (the group's generation as
+the members hold it at the end minus at the start) and the median time from closing a member to
+the group holding every partition again.
+
+Scenario ``consume`` (the earlier figure, connectors that fetch): until all 11 *consume* after
+the join of an 11th, with these rows:
+
+on one embedded broker (``group.initial.rebalance.delay.ms=0``), one topic of 100
 partitions, a producer writing one message to every partition every 20 ms (``groups_zk.Ticker``):
 
 * ``hmbclient broker``: hmbclient ConsumerConnectors with ``group.protocol=broker`` (range), the
@@ -45,7 +69,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -56,7 +80,11 @@ from _common import loadavg  # noqa: E402
 from groups_zk import Ticker  # noqa: E402
 
 from hmbclient.consumer.connector import Consumer, ConsumerEvent  # noqa: E402
+from hmbclient.consumer.group import BrokerGroupMember  # noqa: E402
+from hmbclient.consumer.offsets import KafkaOffsetStorage  # noqa: E402
 from hmbclient.errors import ConsumerTimeoutError  # noqa: E402
+from hmbclient.net import Metadata, NetClient  # noqa: E402
+from rebalance.rebalancer import Subscription  # noqa: E402
 
 PARTITIONS = 100
 MEMBERS = 10
@@ -237,12 +265,212 @@ def run_row(label: str, make: Callable[[], Member], rounds: int) -> list[float]:
     return out
 
 
+# ---------------------------------------------------------------- scenarios pause and restart
+
+
+class GroupMember:
+    """A bare ``BrokerGroupMember`` whose listener journals ownership: per partition, since when
+    it is owned, and the longest time it was not owned since :meth:`mark`."""
+
+    def __init__(self, bootstrap: str, group: str, topic: str, name: str, **options: Any) -> None:
+        self.lock = threading.Lock()
+        self.owned: set[int] = set()
+        self.revoked_at: dict[int, float] = {}
+        self.gap: dict[int, float] = {}
+        self.client = NetClient(bootstrap, client_id=name, request_timeout_ms=10_000, name=f"io-{name}")
+        self.metadata = Metadata(self.client, allow_auto_topic_creation=False)
+        storage = KafkaOffsetStorage(self.client, group)
+        self.member = BrokerGroupMember(
+            client=self.client, offsets=storage, group=group, consumer_id=name,
+            subscription=Subscription(topic_counts={topic: 1}), listener=self,
+            metadata_partitions=self._partitions, session_timeout_ms=SESSION_MS,
+            heartbeat_interval_ms=HEARTBEAT_MS, rebalance_timeout_ms=30_000, retry_backoff_ms=50, **options,
+        )
+        storage.generation = self.member.commit_generation
+
+    def _partitions(self, topics: list[str] | None) -> dict[str, list[int]]:
+        view = self.metadata.refresh(topics, timeout_ms=10_000)
+        return {n: sorted(i.partitions) for n, i in view.topics.items() if (topics is None or n in topics) and i.partitions}
+
+    # the OwnershipListener
+    def on_pause(self) -> None:
+        pass
+
+    def on_resume(self) -> None:
+        pass
+
+    def on_brokers_changed(self, brokers: Any) -> None:
+        pass
+
+    def on_revoke(self, partitions: Mapping[tuple[str, int], str], commit: bool) -> None:
+        now = time.monotonic()
+        with self.lock:
+            for _, p in partitions:
+                self.owned.discard(p)
+                self.revoked_at[p] = now
+
+    def on_assign(self, partitions: Mapping[tuple[str, int], str]) -> None:
+        now = time.monotonic()
+        with self.lock:
+            for _, p in partitions:
+                self.owned.add(p)
+                since = self.revoked_at.pop(p, None)
+                if since is not None:
+                    self.gap[p] = max(self.gap.get(p, 0.0), now - since)
+
+    def mark(self) -> set[int]:
+        with self.lock:
+            self.revoked_at.clear()
+            self.gap.clear()
+            return set(self.owned)
+
+    def pause_of(self, partitions: set[int]) -> float:
+        """The longest time one of ``partitions`` was not owned since :meth:`mark`."""
+        with self.lock:
+            return max((self.gap.get(p, 0.0) for p in partitions), default=0.0)
+
+    def close(self) -> None:
+        try:
+            self.member.close()
+        finally:
+            self.client.close()
+
+
+def settled(members: list[GroupMember]) -> bool:
+    owned: list[int] = []
+    for m in members:
+        if not m.member.stable:
+            return False
+        with m.lock:
+            owned.extend(m.owned)
+    generations = {m.member.generation_id for m in members}
+    return len(generations) == 1 and sorted(owned) == list(range(PARTITIONS))
+
+
+def wait_settled(members: list[GroupMember], timeout: float = 90) -> float:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if settled(members):
+            return time.monotonic()
+        time.sleep(0.005)
+    raise SystemExit(f"{len(members)} members did not settle within {timeout}s: "
+                     f"{[(len(m.owned), m.member.state.name, m.member.generation_id) for m in members]}")
+
+
+def pause_row(bootstrap: str, topic: str, assignor: str, rounds: int, stamp: int) -> tuple[list[float], list[float], list[int]]:
+    """(pauses of unmoved members in s, one per member per round; until settled in s; rebalances per join)."""
+    group = f"bench-pause-{assignor}-{stamp}"
+    members = [GroupMember(bootstrap, group, topic, f"{assignor}-{i}", assignor=assignor) for i in range(MEMBERS)]
+    pauses: list[float] = []
+    settle: list[float] = []
+    rebalances: list[int] = []
+    try:
+        for m in members:
+            m.member.start()
+        wait_settled(members, 120)
+        for _ in range(rounds):
+            before = {id(m): m.mark() for m in members}
+            generation = members[0].member.generation_id
+            joining = GroupMember(bootstrap, group, topic, f"{assignor}-11", assignor=assignor)
+            t0 = time.monotonic()
+            joining.member.start()
+            done = wait_settled([*members, joining])
+            settle.append(done - t0)
+            rebalances.append(members[0].member.generation_id - generation)
+            row = []
+            for m in members:
+                with m.lock:
+                    unmoved = before[id(m)] & m.owned
+                row.append(m.pause_of(unmoved))
+            pauses.extend(row)
+            print(f"  {assignor:<20} join: unmoved members paused median {statistics.median(row) * 1000:7.1f} ms, "
+                  f"max {max(row) * 1000:7.1f} ms; all 11 hold the partitions after {settle[-1]:.3f}s, "
+                  f"{rebalances[-1]} rebalance(s)", flush=True)
+            joining.close()
+            wait_settled(members)
+    finally:
+        for m in members:
+            m.close()
+    return pauses, settle, rebalances
+
+
+def restart_row(bootstrap: str, topic: str, static: bool, stamp: int) -> tuple[int, list[float]]:
+    """(rebalances during a rolling restart of 10, seconds each restarted member took to own again)."""
+    kind = "static" if static else "dynamic"
+    group = f"bench-restart-{kind}-{stamp}"
+
+    def make(i: int, n: int) -> GroupMember:
+        instance = {"group_instance_id": f"instance-{i}"} if static else {}
+        return GroupMember(bootstrap, group, topic, f"{kind}-{i}-{n}", **instance)
+
+    members = [make(i, 0) for i in range(MEMBERS)]
+    took: list[float] = []
+    try:
+        for m in members:
+            m.member.start()
+        wait_settled(members, 120)
+        start_generation = members[0].member.generation_id
+        for i in range(MEMBERS):
+            members[i].close()
+            t0 = time.monotonic()
+            members[i] = make(i, 1)
+            members[i].member.start()
+            took.append(wait_settled(members) - t0)
+        end_generation = max(m.member.generation_id for m in members)
+    finally:
+        for m in members:
+            m.close()
+    rebalances = end_generation - start_generation
+    print(f"  {kind:<20} rolling restart of {MEMBERS}: {rebalances} rebalance(s); a restarted member "
+          f"owned partitions again after a median {statistics.median(took):.3f}s (max {max(took):.3f}s)", flush=True)
+    return rebalances, took
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rounds", type=int, default=5, help="joins of an 11th member per row (default 5)")
+    ap.add_argument("--scenarios", default="pause,restart,consume", help="comma-separated: pause, restart, consume")
     args = ap.parse_args()
     logging.basicConfig(level=logging.CRITICAL)
+    scenarios = set(args.scenarios.split(","))
+    if "pause" in scenarios or "restart" in scenarios:
+        run_member_scenarios(args.rounds, scenarios)
+    if "consume" in scenarios:
+        run_consume(args.rounds)
 
+
+def run_member_scenarios(rounds: int, scenarios: set[str]) -> None:
+    from hmbclient.broker import EmbeddedBroker
+
+    load_start = loadavg()
+    with tempfile.TemporaryDirectory() as tmp, EmbeddedBroker(
+        port=0, log_dir=tmp, num_partitions=PARTITIONS, group_initial_rebalance_delay_ms=0,
+        group_min_session_timeout_ms=1000,
+    ) as broker:
+        topic = "bench-rebalance"
+        creator = NetClient(broker.bootstrap)
+        try:
+            Metadata(creator).partitions_for(topic, 30_000)  # auto-created with num.partitions
+        finally:
+            creator.close()
+        stamp = int(time.time() * 1000)
+        print(f"{MEMBERS} members of hmbclient's broker group member (threads), {PARTITIONS} partitions, "
+              f"one embedded broker, heartbeat {HEARTBEAT_MS} ms, session {SESSION_MS} ms")
+        if "pause" in scenarios:
+            results = {a: pause_row(broker.bootstrap, topic, a, rounds, stamp) for a in ("range", "cooperative-sticky")}
+            print(f"\n{'11th joins':<22}{'pause median ms':>16}{'pause max ms':>14}{'settled median s':>18}{'rebalances':>12}")
+            for assignor, (pauses, settle, rebalances) in results.items():
+                print(f"{assignor:<22}{statistics.median(pauses) * 1000:>16.1f}{max(pauses) * 1000:>14.1f}"
+                      f"{statistics.median(settle):>18.3f}{statistics.median(rebalances):>12}")
+        if "restart" in scenarios:
+            print()
+            static = restart_row(broker.bootstrap, topic, True, stamp)
+            dynamic = restart_row(broker.bootstrap, topic, False, stamp)
+            print(f"\nrolling restart of {MEMBERS}: static {static[0]} rebalance(s) (goal 0), dynamic {dynamic[0]}")
+    print(f"load (/proc/loadavg) at start: {load_start}; at end: {loadavg()} ({os.cpu_count()} cores)\n")
+
+
+def run_consume(rounds: int) -> None:
     from hmbclient.broker import EmbeddedBroker
     from hmbclient.testing.zookeeper import LocalZooKeeper
 
@@ -264,11 +492,11 @@ def main() -> None:
         zk_props = {**common, "zookeeper.connect": zk.connect, "metadata.broker.list": broker.bootstrap,
                     "group.id": f"bench-zk-{stamp}", "zookeeper.session.timeout.ms": SESSION_MS}
         print(f"{MEMBERS} members + 1 joining, {PARTITIONS} partitions, one embedded broker, "
-              f"group.initial.rebalance.delay.ms=0, {args.rounds} rounds per row")
+              f"group.initial.rebalance.delay.ms=0, {rounds} rounds per row")
         try:
-            rows.append(("hmbclient broker", run_row("hmbclient broker", lambda: HmbMember(broker_props, topic), args.rounds)))
-            rows.append(("kafka-python", run_row("kafka-python", lambda: KafkaPythonMember(broker.bootstrap, f"bench-kp-{stamp}", topic), args.rounds)))
-            rows.append(("hmbclient zookeeper", run_row("hmbclient zookeeper", lambda: HmbMember(zk_props, topic), args.rounds)))
+            rows.append(("hmbclient broker", run_row("hmbclient broker", lambda: HmbMember(broker_props, topic), rounds)))
+            rows.append(("kafka-python", run_row("kafka-python", lambda: KafkaPythonMember(broker.bootstrap, f"bench-kp-{stamp}", topic), rounds)))
+            rows.append(("hmbclient zookeeper", run_row("hmbclient zookeeper", lambda: HmbMember(zk_props, topic), rounds)))
         finally:
             ticker.close()
     print()

@@ -4,6 +4,7 @@ Spark standalone cluster with ``--cluster``) vs one hmbclient client in one proc
     .venv/bin/python bench/spark.py [--partitions 4] [--messages 250000] [--size 100]
                                     [--broker embedded|tansu|kafka] [--repeat 5] [--warmup 1]
                                     [--no-read] [--no-write] [--cluster] [--(only-)vs-kafka]
+                                    [--(only-)hot]
 
 Fills a topic with ``partitions x messages`` values of ``size`` bytes, then times
 ``--repeat`` interleaved rounds of:
@@ -36,6 +37,12 @@ topic and frame, one task per topic partition both ways:
 * ``kafka sink write`` / ``hmb sink write``: the ``sink write`` frame written with each format,
   acks=-1 (``kafka.acks=all``) both, each sink's own batching defaults; rows checked through the
   topic's latest offsets as above.
+
+``--hot`` (``--only-hot``: these alone): one hot partition holding ``partitions x messages``
+values, read whole by ``spark.read.format("hmb")`` (``count(*)`` and ``sum(length(value))``,
+both checked) as one task (``hot 1 task``) and with ``minPartitions=4`` (``hot minPartitions=4``:
+four tasks reading a quarter of the offsets each from the same leader). Target: >= 1.8x on
+2 cores.
 
 ``--broker kafka`` runs Apache Kafka 4.x (hmbclient.testing.ApacheKafka, one KRaft node) with
 kafka-server-start.sh's JVM settings; its JIT warms up in the fill and the untimed rounds.
@@ -480,7 +487,37 @@ def kafka_connector_workloads(spark: Any, args: argparse.Namespace, bootstrap: s
     return workloads, expect
 
 
+def hot_read(spark: Any, bootstrap: str, topic: str, size: int, total: int, min_partitions: int | None) -> int:
+    """The hot partition read whole with format("hmb"), in one task or ``min_partitions``."""
+    reader = (spark.read.format("hmb").option("metadata.broker.list", bootstrap).option("topic", topic)
+              .option("startingOffsets", "earliest").option("fetch.message.max.bytes", str(FETCH_BYTES)))
+    if min_partitions is not None:
+        reader = reader.option("minPartitions", str(min_partitions))
+    df = reader.load()
+    tasks = df.rdd.getNumPartitions()
+    if tasks != (min_partitions or 1):
+        raise SystemExit(f"hot read planned {tasks} tasks, expected {min_partitions or 1}")
+    row = df.selectExpr("count(*) AS n", "sum(length(value)) AS b").collect()[0]
+    if row.n == total and row.b != total * size:
+        raise SystemExit(f"hot read: {row.b} value bytes, expected {total * size}")
+    return int(row.n)
+
+
+def hot_workloads(spark: Any, args: argparse.Namespace, bootstrap: str) -> tuple[dict[str, Callable[[], int]], dict[str, int]]:
+    """``--hot``: one partition of ``partitions x messages`` values, 1 task vs minPartitions=4."""
+    total = args.partitions * args.messages
+    topic = "bench-spark-hot"
+    create_topic(bootstrap, topic, 1)
+    t0 = time.perf_counter()
+    fill(bootstrap, topic, 1, total, args.size)
+    print(f"filled the hot partition with {total:,} x {args.size} B in {time.perf_counter() - t0:.1f} s")
+    return ({"hot 1 task": lambda: hot_read(spark, bootstrap, topic, args.size, total, None),
+             "hot minPartitions=4": lambda: hot_read(spark, bootstrap, topic, args.size, total, 4)},
+            {"hot 1 task": total, "hot minPartitions=4": total})
+
+
 RATIOS = [
+    ("hot minPartitions=4 / 1 task", "hot minPartitions=4", "hot 1 task"),
     ("hmb/kafka read", "hmb read", "kafka read"),
     ("hmb/kafka sink write", "hmb sink write", "kafka sink write"),
     ("spark/loop count", "spark count", "loop count"),
@@ -508,7 +545,11 @@ def main() -> None:
                     help='also Spark\'s own connector, format("kafka"), vs format("hmb"), read and write')
     ap.add_argument("--only-vs-kafka", action="store_true",
                     help="--vs-kafka without the create_rdd/loop/producer workloads")
+    ap.add_argument("--hot", action="store_true",
+                    help="also one hot partition read by 1 task vs minPartitions=4")
+    ap.add_argument("--only-hot", action="store_true", help="--hot alone")
     args = ap.parse_args()
+    args.hot = args.hot or args.only_hot
     args.vs_kafka = args.vs_kafka or args.only_vs_kafka
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -536,11 +577,12 @@ def main() -> None:
         host, port_text = bootstrap.rsplit(":", 1)
         port = int(port_text)
         topic = "bench-spark"
-        create_topic(bootstrap, topic, args.partitions)
-        t0 = time.perf_counter()
-        fill(bootstrap, topic, args.partitions, args.messages, args.size)
-        print(f"filled {total:,} x {args.size} B in {time.perf_counter() - t0:.1f} s "
-              f"({args.broker} broker at {bootstrap})")
+        if not args.only_hot:
+            create_topic(bootstrap, topic, args.partitions)
+            t0 = time.perf_counter()
+            fill(bootstrap, topic, args.partitions, args.messages, args.size)
+            print(f"filled {total:,} x {args.size} B in {time.perf_counter() - t0:.1f} s "
+                  f"({args.broker} broker at {bootstrap})")
         broker_pid = broker.proc.pid if args.broker == "embedded" else broker.pid(0) if args.broker == "kafka" else None
 
         from pyspark.sql import SparkSession
@@ -562,7 +604,12 @@ def main() -> None:
         spark.sparkContext.setLogLevel("ERROR")
         try:
             spark_integration_register(spark)
-            workloads, expect = spark_workloads(spark, args, bootstrap, host, port, topic, "local")
+            workloads, expect = ({}, {}) if args.only_hot else spark_workloads(
+                spark, args, bootstrap, host, port, topic, "local")
+            if args.hot:
+                more, more_expect = hot_workloads(spark, args, bootstrap)
+                workloads.update(more)
+                expect.update(more_expect)
             measure("local[2]", workloads, expect, total, args, broker_pid, RATIOS)
         finally:
             spark.stop()

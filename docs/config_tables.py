@@ -6,12 +6,13 @@ from __future__ import annotations
 
 import sys
 
-from hmbclient.config import BrokerConfig, ConsumerConfig, ProducerConfig, SimpleConsumerConfig
+from hmbclient.config import BrokerConfig, ConsumerConfig, PollConsumerConfig, ProducerConfig, SimpleConsumerConfig
 
 SECTIONS = (
     ("Producer", ProducerConfig),
     ("SimpleConsumer", SimpleConsumerConfig),
     ("ConsumerConnector (`Consumer.create`)", ConsumerConfig),
+    ("Consumer (subscribe/poll, `Consumer(...)`)", PollConsumerConfig),
     ("Embedded broker (`EmbeddedBroker`, `hmb broker --set name=value`)", BrokerConfig),
 )
 

@@ -34,8 +34,12 @@ _LAZY: dict[str, str] = {
     "SimpleConsumerConfig": "hmbclient.config",
     # status events
     "BrokerEvent": "hmbclient.net.client",
+    # subscribe/poll consumer (its Consumer.create is the 0.8 factory of ConsumerConnector)
+    "Consumer": "hmbclient.consumer.poll_consumer",
+    "ConsumerRecord": "hmbclient.consumer.poll_consumer",
+    "TopicPartition": "hmbclient.consumer.poll_consumer",
+    "PollConsumerConfig": "hmbclient.config",
     # high-level consumer (ZooKeeper groups)
-    "Consumer": "hmbclient.consumer.connector",
     "ConsumerConnector": "hmbclient.consumer.connector",
     "KafkaStream": "hmbclient.consumer.connector",
     "MessageAndMetadata": "hmbclient.consumer.connector",
@@ -67,6 +71,9 @@ __all__ = [
     "SimpleConsumerConfig",
     "BrokerEvent",
     "Consumer",
+    "ConsumerRecord",
+    "TopicPartition",
+    "PollConsumerConfig",
     "ConsumerConnector",
     "KafkaStream",
     "MessageAndMetadata",
@@ -81,14 +88,19 @@ __all__ = [
 
 if TYPE_CHECKING:  # pragma: no cover
     from hmbclient import errors
-    from hmbclient.config import ConsumerConfig, ProducerConfig, SimpleConsumerConfig
+    from hmbclient.config import (
+        ConsumerConfig,
+        PollConsumerConfig,
+        ProducerConfig,
+        SimpleConsumerConfig,
+    )
     from hmbclient.consumer.connector import (
-        Consumer,
         ConsumerConnector,
         KafkaStream,
         MessageAndMetadata,
     )
     from hmbclient.consumer.message_set import ByteBufferMessageSet, MessageAndOffset
+    from hmbclient.consumer.poll_consumer import Consumer, ConsumerRecord, TopicPartition
     from hmbclient.consumer.simple import EARLIEST_TIME, LATEST_TIME, FetchRequest, SimpleConsumer
     from hmbclient.errors import ConfigError, ConsumerTimeoutError, HmbError
     from hmbclient.net.client import BrokerEvent

@@ -56,6 +56,9 @@ __all__ = [
     "list_groups",
     "describe_group",
     "latest_offsets",
+    "TransactionInfo",
+    "list_transactions",
+    "describe_transactions",
 ]
 
 _TIMEOUT_MS = 10_000
@@ -131,8 +134,9 @@ def list_topics(brokers: str, *, api_version: str = "auto", timeout_ms: float = 
 
 
 def create_topic(brokers: str, name: str, num_partitions: int, replication_factor: int, *,
-                 timeout_ms: float = 30_000, api_version: str = "auto", security: Any = None) -> None:
-    """Create one topic with CreateTopics (no explicit assignment, no topic configs).
+                 timeout_ms: float = 30_000, api_version: str = "auto", security: Any = None,
+                 configs: dict[str, str] | None = None) -> None:
+    """Create one topic with CreateTopics (no explicit assignment).
 
     Any broker takes the request (Kafka sends it to the controller itself; our brokers accept
     it anywhere). The bootstrap brokers are asked in turn until one answers.
@@ -145,6 +149,10 @@ def create_topic(brokers: str, name: str, num_partitions: int, replication_facto
         replication_factor: likewise.
         timeout_ms: how long the broker may take to create the topic (sent in the request);
             the client waits a few seconds longer for the answer.
+        api_version: the dialect ("auto" asks the broker).
+        security: TLS/SASL settings (``hmbclient.net.Security``) or None.
+        configs: topic configs (``{"cleanup.policy": "compact"}``); the broker refuses unknown
+            names and bad values with InvalidConfigError.
 
     Raises:
         BrokerError: the broker refused, as the subclass of the answer's code (for_code), with
@@ -160,7 +168,7 @@ def create_topic(brokers: str, name: str, num_partitions: int, replication_facto
     def build(versions: Any) -> Any:
         return versions.build(
             ApiKey.CREATE_TOPICS,
-            topics=[(name, num_partitions, replication_factor, [], [])],
+            topics=[(name, num_partitions, replication_factor, [], sorted((configs or {}).items()))],
             timeout_ms=int(timeout_ms),
             validate_only=False,
         )
@@ -861,3 +869,80 @@ def reset_group_offsets(brokers: str, group: str, spec: ResetSpec, *, topics: It
                 zk.ensure_path(path)
                 zk.set(path, paths.encode_offset(off))
     return [{"topic": t, "partition": p, "current": current.get((t, p)), "new": off} for (t, p), off in sorted(plan.items())]
+
+
+class TransactionInfo(NamedTuple):
+    """One transactional id as its coordinator describes it (DescribeTransactions)."""
+
+    transactional_id: str
+    state: str
+    timeout_ms: int
+    start_time_ms: int
+    producer_id: int
+    producer_epoch: int
+    partitions: tuple[tuple[str, int], ...]
+
+
+def list_transactions(brokers: str, *, api_version: str = "auto", timeout_ms: float = _TIMEOUT_MS,
+                      security: Any = None) -> list[tuple[str, int, str]]:
+    """Every transactional id the brokers' coordinators hold (ListTransactions on every broker).
+
+    Args:
+        brokers: bootstrap ``host:port[,host:port...]``.
+        api_version: the client version seam (``"auto"`` probes).
+        timeout_ms: bound of each request.
+        security: TLS/SASL (a ``hmbclient.net.security.Security``), None for PLAINTEXT.
+    Returns:
+        ``[(transactional_id, producer_id, state), ...]`` sorted by id.
+    Raises:
+        BrokerError: a broker refused ListTransactions (its Kafka error).
+        UnsupportedByBroker: the brokers do not serve ListTransactions.
+    """
+    with _metadata(brokers, api_version, timeout_ms, security) as md:
+        client = md.client
+        view = md.refresh([], timeout_ms=timeout_ms)
+        found: dict[str, tuple[str, int, str]] = {}
+        for node in sorted(view.brokers) or list(client.bootstrap_ids):
+            answer = client.call(node, lambda v: v.build(ApiKey.LIST_TRANSACTIONS, state_filters=[], producer_id_filters=[], duration_filter=-1),
+                                 timeout_ms=timeout_ms, api_key=ApiKey.LIST_TRANSACTIONS)
+            if answer.error_code:
+                raise for_code(answer.error_code)(f"ListTransactions on broker {node}")
+            for t in answer.transaction_states:
+                found[t.transactional_id] = (t.transactional_id, int(t.producer_id), t.transaction_state)
+        return [found[k] for k in sorted(found)]
+
+
+def describe_transactions(brokers: str, transactional_ids: Iterable[str], *, api_version: str = "auto",
+                          timeout_ms: float = _TIMEOUT_MS, security: Any = None) -> list[TransactionInfo]:
+    """Each transactional id as its coordinator describes it (FindCoordinator key type 1, then
+    DescribeTransactions to that broker).
+
+    Args:
+        brokers: bootstrap ``host:port[,host:port...]``.
+        transactional_ids: the ids to describe.
+        api_version: the client version seam (``"auto"`` probes).
+        timeout_ms: bound of each request.
+        security: TLS/SASL (a ``hmbclient.net.security.Security``), None for PLAINTEXT.
+    Returns:
+        One TransactionInfo per id, in the order asked.
+    Raises:
+        BrokerError: an id's coordinator answered an error (TRANSACTIONAL_ID_NOT_FOUND for an
+            unknown id), or FindCoordinator failed.
+    """
+    out: list[TransactionInfo] = []
+    with _client(brokers, api_version, timeout_ms, security) as client:
+        for tid in transactional_ids:
+            found = client.call(client.least_loaded_node(), lambda v, tid=tid: v.build(ApiKey.FIND_COORDINATOR, key=tid, key_type=1),
+                                timeout_ms=timeout_ms, api_key=ApiKey.FIND_COORDINATOR)
+            if found.error_code:
+                raise for_code(found.error_code)(f"FindCoordinator for transactional id {tid!r}")
+            client.update_brokers({found.node_id: (found.host, found.port)})
+            answer = client.call(found.node_id, lambda v, tid=tid: v.build(ApiKey.DESCRIBE_TRANSACTIONS, transactional_ids=[tid]),
+                                 timeout_ms=timeout_ms, api_key=ApiKey.DESCRIBE_TRANSACTIONS)
+            d = answer.transaction_states[0]
+            if d.error_code:
+                raise for_code(d.error_code)(f"DescribeTransactions of {tid!r}")
+            parts = tuple((t.topic, int(p)) for t in d.topics for p in t.partitions)
+            out.append(TransactionInfo(d.transactional_id, d.transaction_state, d.transaction_timeout_ms, d.transaction_start_time_ms,
+                                       int(d.producer_id), int(d.producer_epoch), parts))
+    return out

@@ -512,14 +512,21 @@ def cmd_topics(args: argparse.Namespace) -> int:
             raise CliError(f"topic {args.alter} not altered: {_describe(e)}") from e
         print(f"topic {args.alter} now has {args.partitions} partitions")
         return 0
-    if args.create is None and (args.partitions is not None or args.replication_factor is not None):
-        raise CliError("--partitions and --replication-factor go with --create NAME (or --partitions with --alter NAME)")
+    if args.create is None and (args.partitions is not None or args.replication_factor is not None or args.config):
+        raise CliError("--partitions, --replication-factor and --config go with --create NAME (or --partitions with --alter NAME)")
     if args.create is not None:
         if args.partitions is None or args.replication_factor is None:
             raise CliError("--create NAME needs --partitions N and --replication-factor R")
+        configs: dict[str, str] = {}
+        for item in args.config:
+            k, eq, v = item.partition("=")
+            if not eq or not k.strip():
+                raise CliError(f"--config {item!r}: expected NAME=VALUE (e.g. cleanup.policy=compact)")
+            configs[k.strip()] = v.strip()
         try:
             create_topic(args.brokers, args.create, args.partitions, args.replication_factor,
-                         timeout_ms=args.timeout_ms, api_version=args.api_version, security=_security(args))
+                         timeout_ms=args.timeout_ms, api_version=args.api_version, security=_security(args),
+                         configs=configs)
         except BrokerError as e:
             # The broker's message may not name the topic; the line on stderr should.
             raise CliError(f"topic {args.create} not created: {_describe(e)}") from e
@@ -692,6 +699,22 @@ def cmd_groups(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_transactions(args: argparse.Namespace) -> int:
+    """Transactional ids the brokers' coordinators hold (--list), or some described."""
+    from hmbclient.admin import describe_transactions, list_transactions
+
+    security = _security(args)
+    if args.describe:
+        rows = []
+        for t in describe_transactions(args.brokers, args.describe, api_version=args.api_version, security=security):
+            parts = ",".join(f"{topic}-{p}" for topic, p in t.partitions) or "-"
+            rows.append((t.transactional_id, t.state, t.producer_id, t.producer_epoch, t.timeout_ms, t.start_time_ms, parts))
+        _table(("transactional-id", "state", "producer-id", "epoch", "timeout-ms", "start-ms", "partitions"), rows, sys.stdout)
+        return 0
+    _table(("transactional-id", "producer-id", "state"), list_transactions(args.brokers, api_version=args.api_version, security=security), sys.stdout)
+    return 0
+
+
 def _broker_groups(args: argparse.Namespace) -> int:
     """Groups the brokers' coordinators balance (no --zookeeper): list, or describe one."""
     from hmbclient.consumer.group_admin import describe_broker_group, list_broker_groups
@@ -749,6 +772,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_inspect_commands(sub)
     _add_demo_command(sub)
     _add_security_commands(sub)
+    _add_top_command(sub)
     return parser
 
 
@@ -858,6 +882,8 @@ def _add_inspect_commands(sub: Subparsers) -> None:
                    help="replicas of each partition of the topic to --create (at most the number of brokers)")
     p.add_argument("--timeout-ms", type=int, default=30000,
                    help="how long the broker may take to --create, --alter or --delete (default 30000)")
+    p.add_argument("--config", action="append", default=[], metavar="NAME=VALUE",
+                   help="a topic config of the topic to --create, e.g. cleanup.policy=compact (repeatable)")
     p.set_defaults(func=cmd_topics)
 
     p = sub.add_parser("configs", help="describe or alter the dynamic configs of a topic or broker",
@@ -901,6 +927,16 @@ def _add_inspect_commands(sub: Subparsers) -> None:
     p.add_argument("--execute", action="store_true", help="commit the new offsets (default: only show them)")
     p.set_defaults(func=cmd_groups)
 
+    p = sub.add_parser("transactions", help="transactional ids the brokers coordinate: --list, --describe ID ...",
+                       description="ListTransactions on every broker (--list, the default), or each named id "
+                       "as its coordinator describes it (--describe: state, producer id and epoch, timeout, "
+                       "start time, partitions in the open transaction).")
+    action = p.add_mutually_exclusive_group()
+    action.add_argument("--list", action="store_true", help="every transactional id (the default)")
+    action.add_argument("--describe", nargs="+", default=None, metavar="ID", help="describe these transactional ids")
+    _client_opts(p)
+    p.set_defaults(func=cmd_transactions)
+
 
 def _add_security_commands(sub: Subparsers) -> None:
     p = sub.add_parser("users", help="SASL/SCRAM users: add, remove, list (salted credentials only)",
@@ -934,6 +970,29 @@ def _add_security_commands(sub: Subparsers) -> None:
     p.add_argument("--acls-file", default=None, metavar="FILE", help="the ACL file")
     _zookeeper_opt(p, "the ZooKeeper of the brokers")
     p.set_defaults(func=cmd_acls)
+
+
+def _add_top_command(sub: Subparsers) -> None:
+    p = sub.add_parser("top", help="a live view of a cluster: brokers, topics, partitions, group lag",
+                       description="Refreshes in place until Ctrl-C (or --iterations). Rates are the "
+                       "differences between two refreshes; bytes per topic need the brokers' metrics "
+                       "endpoints (--metrics, our brokers with --set metrics.port=PORT).")
+    _client_opts(p)
+    _zookeeper_opt(p, "also show the ZooKeeper consumer groups kept here")
+    p.add_argument("--interval", type=float, default=2.0, metavar="SECONDS", help="refresh period (default 2)")
+    p.add_argument("--iterations", type=int, default=None, metavar="N", help="stop after N refreshes")
+    p.add_argument("--metrics", action="append", default=[], metavar="HOST:PORT",
+                   help="a broker's metrics endpoint (repeatable) for bytes in/out per topic")
+    p.set_defaults(func=cmd_top)
+
+
+def cmd_top(args: argparse.Namespace) -> int:
+    from hmbclient.top import run
+
+    if args.interval <= 0:
+        raise CliError("--interval must be > 0")
+    return run(args.brokers, interval_s=args.interval, iterations=args.iterations, zookeeper=args.zookeeper,
+               metrics=args.metrics, api_version=args.api_version, security=_security(args))
 
 
 def _add_demo_command(sub: Subparsers) -> None:

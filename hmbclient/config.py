@@ -86,6 +86,7 @@ __all__ = [
     "ProducerConfig",
     "SimpleConsumerConfig",
     "ConsumerConfig",
+    "PollConsumerConfig",
     "BrokerConfig",
     "LISTENER_PROTOCOLS",
     "parse_listener",
@@ -93,7 +94,7 @@ __all__ = [
 
 if TYPE_CHECKING:
     from hmbclient.broker.config import LISTENER_PROTOCOLS, BrokerConfig, parse_listener
-    from hmbclient.consumer.config import ConsumerConfig, SimpleConsumerConfig
+    from hmbclient.consumer.config import ConsumerConfig, PollConsumerConfig, SimpleConsumerConfig
     from hmbclient.net.config import SecurityConfig
     from hmbclient.producer.config import ProducerConfig
 
@@ -105,6 +106,7 @@ _LAZY = {
     "ProducerConfig": "hmbclient.producer.config",
     "SimpleConsumerConfig": "hmbclient.consumer.config",
     "ConsumerConfig": "hmbclient.consumer.config",
+    "PollConsumerConfig": "hmbclient.consumer.config",
     "BrokerConfig": "hmbclient.broker.config",
     "LISTENER_PROTOCOLS": "hmbclient.broker.config",
     "parse_listener": "hmbclient.broker.config",

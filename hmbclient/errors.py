@@ -37,8 +37,14 @@ __all__ = [
     "KafkaConnectionError",
     "UnsupportedByBroker",
     "ProducerClosedError",
+    "IllegalStateError",
+    "ConsumerClosedError",
     "QueueFullError",
     "UnresolvedSequenceError",
+    "TransactionStateError",
+    "TransactionAbortableError",
+    "TransactionTimedOutError",
+    "TransactionFatalError",
     "for_code",
     "raise_for_code",
     "ERRORS_BY_CODE",
@@ -96,11 +102,47 @@ class ProducerClosedError(HmbError):
     """send() after close()."""
 
 
+class IllegalStateError(HmbError):
+    """The call does not fit the client's state: e.g. poll() with neither a subscription nor
+    an assignment, subscribe() after assign(), commit() without a group.id."""
+
+
+class ConsumerClosedError(IllegalStateError):
+    """A Consumer's method called after close()."""
+
+
 class UnresolvedSequenceError(HmbError):
     """An idempotent producer could not tell whether the broker stored this batch (an answer
     was lost, then the producer had to take a new producer id/epoch), so it did not send it
     again: under the new identity the broker could not recognise a copy it already holds.
     The batch's messages are in the log once or not at all; never twice."""
+
+
+class TransactionStateError(HmbError):
+    """A transactional call in a state that does not allow it (``begin_transaction()`` twice,
+    ``send()`` outside a transaction, ``commit_transaction()`` before ``init_transactions()``,
+    any transactional call on a producer without ``transactional.id``). Nothing was done; the
+    producer's state is unchanged. (Java raises IllegalStateException here.)"""
+
+
+class TransactionAbortableError(HmbError):
+    """The current transaction cannot commit (a batch or an offset commit of it failed, see
+    ``__cause__``): call ``abort_transaction()``, then begin a new one. Nothing of the
+    transaction becomes visible to ``read_committed`` readers."""
+
+
+class TransactionFatalError(HmbError):
+    """The transactional producer cannot go on (see ``__cause__``: an authorization failure, a
+    broker that cannot do transactions, an epoch the coordinator no longer accepts): close it.
+    A fenced producer raises :class:`ProducerFencedError` (Kafka error 90) instead."""
+
+
+class TransactionTimedOutError(TransactionFatalError):
+    """The transaction was open longer than ``transaction.timeout.ms``; the coordinator aborted
+    it and fenced this producer's epoch (its data is never visible to ``read_committed``
+    readers). Close the producer; a new one with the same transactional id goes on (hmbclient
+    cannot re-initialise in place without risking fencing a newer instance: that takes
+    InitProducerId v3+ with the current epoch, KIP-588)."""
 
 
 class QueueFullError(HmbError, BufferError):
@@ -419,6 +461,9 @@ NotCoordinatorError = ERRORS_BY_CODE[16]
 InvalidTopicError = ERRORS_BY_CODE[17]
 UnsupportedVersionError = ERRORS_BY_CODE[35]
 UnknownServerError = ERRORS_BY_CODE[-1]
+#: A newer producer with the same transactional.id took over (fatal: close this producer).
+ProducerFencedError = ERRORS_BY_CODE[90]
+InvalidProducerEpochError = ERRORS_BY_CODE[47]
 __all__ += [
     "OffsetOutOfRangeError",
     "CorruptMessageError",
@@ -434,6 +479,8 @@ __all__ += [
     "InvalidTopicError",
     "UnsupportedVersionError",
     "UnknownServerError",
+    "ProducerFencedError",
+    "InvalidProducerEpochError",
 ]
 
 __all__ = list(dict.fromkeys(__all__))  # aliases repeat some generated names

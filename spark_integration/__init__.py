@@ -4,8 +4,9 @@ Three ways in, best first:
 
 1. **The ``"hmb"`` data source** (recommended): ``register(spark)``, then
    ``spark.read.format("hmb")`` / ``spark.readStream.format("hmb")``. Batch and micro-batch
-   streaming with ``maxOffsetsPerTrigger``, ``Trigger.AvailableNow`` and exactly-once reading
-   from checkpointed offsets. See :mod:`spark_integration.datasource`.
+   streaming with Spark's Kafka source options (``maxOffsetsPerTrigger``, timestamps,
+   ``failOnDataLoss``, ``minPartitions``, ...), ``Trigger.AvailableNow`` and exactly-once
+   reading from checkpointed offsets. See :mod:`spark_integration.datasource`.
 2. **Offset ranges as RDD partitions**: ``create_rdd(sc, kafka_params, [OffsetRange(...)])``,
    with helpers to plan ranges (earliest/latest, from a ZooKeeper group's committed offsets)
    and to commit the processed ranges back to the group. See :mod:`spark_integration.rdd`.
@@ -16,7 +17,9 @@ Modules: :mod:`~spark_integration.options` (validated options, on hmbclient's co
 :mod:`~spark_integration.planner` (driver side: partitions, leaders, offsets),
 :mod:`~spark_integration.reader` (executor side: one offset range),
 :mod:`~spark_integration.offsets` (pure planning), :mod:`~spark_integration.zk` (group offsets
-in ZooKeeper), :mod:`~spark_integration.settings` (what tasks receive).
+in ZooKeeper), :mod:`~spark_integration.progress` (a streaming query's progress in a group:
+the broker's coordinator and/or ZooKeeper), :mod:`~spark_integration.settings` (what tasks
+receive).
 
 This package is a leaf: it imports hmbclient's public API (``SimpleConsumer``, ``Consumer``,
 the ``hmbclient.net`` Metadata view and retry policy, ``hmbclient.config``'s config classes,

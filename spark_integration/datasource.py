@@ -16,8 +16,12 @@ Usage::
          .option("maxOffsetsPerTrigger", 10000)
          .load().writeStream.format("parquet").option("checkpointLocation", ...).start(out))
 
-Schema: ``key binary, value binary, topic string, partition int, offset long,
-timestamp timestamp`` (timestamp is null for messages that carry none, i.e. magic 0).
+Schema, Spark's Kafka source's: ``key binary, value binary, topic string, partition int,
+offset long, timestamp timestamp, timestampType int`` (timestamp is null and timestampType -1
+for messages that carry none, i.e. magic 0), plus ``headers array<struct<key string, value
+binary>>`` with ``includeHeaders``. Every option of Spark's source is taken under its Spark
+name (see :mod:`spark_integration.options`); the decisions behind them are pure functions in
+:mod:`spark_integration.offsets`.
 
 Planning happens in Spark's planner worker on the driver (metadata and ListOffsets requests,
 through :class:`~spark_integration.planner.PartitionPlanner`); each input partition is one
@@ -37,11 +41,21 @@ Streaming contract (exactly-once reading):
   backlog; ``ReadAllAvailable`` (which Spark passes for some triggers) is honoured as no limit.
 * ``Trigger.AvailableNow``: :meth:`HmbStreamReader.prepareForTriggerAvailableNow` records the
   latest offsets at query start; later ``latestOffset`` calls never go beyond them.
+* ``failOnDataLoss``: before each batch the positions are checked against each partition's
+  earliest and latest offsets (:func:`~spark_integration.offsets.data_loss`); a loss fails the
+  query (:class:`DataLossError`, naming topic-partition and ``[from, to)``) or, with ``false``,
+  is logged once and the partition resumes at its earliest offset (``partitions`` then plans
+  from there; a task that meets OffsetOutOfRange mid-batch does the same, see the reader).
+* ``minOffsetsPerTrigger``: ``latestOffset`` returns ``start`` unchanged (no batch) until the
+  backlog reaches it or ``maxTriggerDelay`` has passed since the last batch (availableNow runs
+  ignore it).
 * Spark calls ``commit(end)`` late (when planning the next batch) and not at all for the last
-  batch of an availableNow run; nothing here depends on it. If ``zookeeper.connect`` and
-  ``group.id`` are set, processed offsets are also written to the group's ZooKeeper offsets
-  both from ``commit(end)`` and from ``latestOffset(start)`` (a ``start`` is the end of a batch
-  Spark has finished), purely for lag monitoring; the checkpoint stays the source of truth.
+  batch of an availableNow run; nothing here depends on it. With a group (``group.id`` /
+  ``kafka.group.id`` or ``groupIdPrefix``) processed offsets are also written to the group
+  (:mod:`spark_integration.progress`: the broker's coordinator, and ZooKeeper with
+  ``zookeeper.connect``) both from ``commit(end)`` and from ``latestOffset(start)`` (a
+  ``start`` is the end of a batch Spark has finished), purely for lag monitoring; the
+  checkpoint stays the source of truth.
 """
 
 from __future__ import annotations
@@ -67,39 +81,52 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import StructType
 
+from hmbclient.clock import monotonic_ms
+from hmbclient.errors import ConfigError, HmbError
 from spark_integration.offsets import (
     EARLIEST,
     LATEST,
+    DataLoss,
     OffsetRange,
     TopicPartition,
+    data_loss,
     limit_ends,
+    offsets_behind_latest,
     offsets_from_dict,
     offsets_to_dict,
+    parse_timestamps_json,
     plan_ranges,
     resolve_offsets,
+    resolve_timestamp_offsets,
+    split_ranges,
+    trigger_due,
 )
 from spark_integration.options import SourceOptions, parse_options
 from spark_integration.planner import PartitionPlanner
-from spark_integration.reader import read_range_arrow
+from spark_integration.progress import GroupProgress, group_for
+from spark_integration.reader import ddl_schema, read_range_arrow
 from spark_integration.settings import ReadSettings
 from spark_integration.sink import HmbStreamWriter, HmbWriter
-from spark_integration.zk import commit_group_offsets, start_zk_client
 
 __all__ = [
     "SCHEMA",
+    "DataLossError",
     "HmbDataSource",
     "HmbBatchReader",
     "HmbStreamReader",
     "RangePartition",
+    "source_metrics",
     "register",
 ]
 
 log = logging.getLogger("hmbclient.spark")
 
-#: The DDL schema of every DataFrame this source returns.
-SCHEMA = (
-    "key binary, value binary, topic string, partition int, offset long, timestamp timestamp"
-)
+#: The DDL schema of the DataFrames this source returns (``includeHeaders`` adds ``headers``).
+SCHEMA = ddl_schema(False)
+
+
+class DataLossError(HmbError):
+    """``failOnDataLoss=true`` and offsets the query had not read are gone (names the range)."""
 
 
 @dataclass
@@ -129,24 +156,82 @@ def _read(partition: InputPartition) -> Iterator[Any]:
 
 
 def _subscribed(planner: PartitionPlanner, opts: SourceOptions) -> dict[TopicPartition, Any]:
-    """Partitions (with leaders) of every subscribed topic; named topics must exist."""
-    if opts.topic_names is not None:
-        return planner.partitions(list(opts.topic_names))
-    return planner.partitions(None, pattern=opts.topic_pattern)
+    """Partitions (with leaders) of every subscribed topic; named topics must exist, and so
+    must every ``assign``-ed partition."""
+    if opts.topic_names is None:
+        return planner.partitions(None, pattern=opts.topic_pattern)
+    found = planner.partitions(list(opts.topic_names))
+    if opts.assigned is None:
+        return found
+    missing = [tp for tp in opts.assigned if tp not in found]
+    if missing:
+        raise ConfigError(
+            "format 'hmb': assign names partitions that do not exist: "
+            + ", ".join(f"{t}-{p}" for t, p in missing)
+        )
+    return {tp: found[tp] for tp in opts.assigned}
+
+
+def _timestamps(
+    parts: Sequence[TopicPartition], at: int | None, by_json: str | None, option: str
+) -> dict[TopicPartition, int] | None:
+    """The timestamp asked for each partition: ``at`` for all, else the JSON's (which must
+    name every partition read, as Spark requires), else None (offsets decide)."""
+    if at is not None:
+        return {tp: at for tp in parts}
+    if by_json is None:
+        return None
+    given = parse_timestamps_json(by_json, option=option)
+    unknown = sorted(set(given) - set(parts))
+    missing = sorted(set(parts) - set(given))
+    if unknown or missing:
+        raise ConfigError(
+            f"format 'hmb': {option} must name every partition read"
+            + (f"; not read: {', '.join(f'{t}-{p}' for t, p in unknown)}" if unknown else "")
+            + (f"; missing: {', '.join(f'{t}-{p}' for t, p in missing)}" if missing else "")
+        )
+    return given
+
+
+def _starting(
+    planner: PartitionPlanner, opts: SourceOptions, parts: Sequence[TopicPartition],
+    earliest: Mapping[TopicPartition, int], latest: Mapping[TopicPartition, int], default: str,
+) -> dict[TopicPartition, int]:
+    """Starting offsets: ``startingTimestamp`` > ``startingOffsetsByTimestamp`` >
+    ``startingOffsets`` (Spark's precedence)."""
+    stamps = _timestamps(
+        parts, opts.starting_timestamp, opts.starting_offsets_by_timestamp,
+        "startingTimestamp" if opts.starting_timestamp is not None
+        else "startingOffsetsByTimestamp",
+    )
+    if stamps is None:
+        return resolve_offsets(
+            opts.starting_offsets, parts, earliest, latest,
+            option="startingOffsets", default=default,
+        )
+    return resolve_timestamp_offsets(
+        planner.offsets_for_times(stamps), latest,
+        option="startingOffsetsByTimestamp" if opts.starting_timestamp is None
+        else "startingTimestamp",
+        strategy=opts.starting_offsets_by_timestamp_strategy,
+    )
 
 
 def _range_partitions(
     ranges: Sequence[OffsetRange],
     leaders: Mapping[TopicPartition, Any],
     settings: ReadSettings,
+    opts: SourceOptions,
 ) -> list[RangePartition]:
-    return [
-        RangePartition(r, leaders.get(r.topic_partition), settings) for r in ranges if r.count > 0
-    ]
+    pieces = split_ranges(
+        ranges, min_partitions=opts.min_partitions, max_records=opts.max_records_per_partition
+    )
+    return [RangePartition(r, leaders.get(r.topic_partition), settings) for r in pieces]
 
 
 class HmbBatchReader(DataSourceReader):
-    """``spark.read.format("hmb")``: one input partition per non-empty topic-partition range."""
+    """``spark.read.format("hmb")``: one input partition per non-empty topic-partition range
+    (more with ``minPartitions`` / ``maxRecordsPerPartition``)."""
 
     def __init__(self, opts: SourceOptions) -> None:
         self.opts = opts
@@ -156,28 +241,37 @@ class HmbBatchReader(DataSourceReader):
         """Resolve the options against the cluster: every range (empty ones too) and leaders.
 
         Raises:
-            ConfigError: Offsets JSON names unknown partitions or unavailable offsets, or an
-                ending offset lies before its starting offset.
+            ConfigError: Offsets JSON names unknown partitions or unavailable offsets, an
+                ending offset lies before its starting offset, or no offset matches a
+                starting timestamp (with ``startingOffsetsByTimestampStrategy=error``).
             UnknownTopicOrPartitionError: A named topic does not exist.
         """
+        opts = self.opts
         with PartitionPlanner(self.settings) as planner:
-            leaders = _subscribed(planner, self.opts)
+            leaders = _subscribed(planner, opts)
             parts = sorted(leaders)
             earliest = planner.offsets(parts, EARLIEST)
             latest = planner.offsets(parts, LATEST)
-        starts = resolve_offsets(
-            self.opts.starting_offsets, parts, earliest, latest,
-            option="startingOffsets", default="earliest",
-        )
-        ends = resolve_offsets(
-            self.opts.ending_offsets, parts, earliest, latest,
-            option="endingOffsets", default="latest",
-        )
+            starts = _starting(planner, opts, parts, earliest, latest, "earliest")
+            stamps = _timestamps(
+                parts, opts.ending_timestamp, opts.ending_offsets_by_timestamp,
+                "endingOffsetsByTimestamp",
+            )
+            if stamps is None:
+                ends = resolve_offsets(
+                    opts.ending_offsets, parts, earliest, latest,
+                    option="endingOffsets", default="latest",
+                )
+            else:  # an ending timestamp no message reaches means latest (as Spark)
+                ends = resolve_timestamp_offsets(
+                    planner.offsets_for_times(stamps), latest,
+                    option="endingOffsetsByTimestamp", strategy="latest",
+                )
         return plan_ranges(starts, ends), leaders
 
     def partitions(self) -> Sequence[InputPartition]:
         ranges, leaders = self.plan()
-        planned = _range_partitions(ranges, leaders, self.settings)
+        planned = _range_partitions(ranges, leaders, self.settings, self.opts)
         log.info("batch read plans %d ranges: %s", len(planned), [str(p.range) for p in planned])
         return planned
 
@@ -189,8 +283,9 @@ class HmbStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """``spark.readStream.format("hmb")``: micro-batches over planned offset ranges.
 
     Lives in one long-running Python worker on the driver for the whole query, so it may keep
-    small caches (the availableNow target, start offsets of newly seen partitions), but every
-    decision that matters for exactly-once is a function of the offsets Spark checkpoints.
+    small caches (the availableNow target, start offsets of newly seen partitions, the time of
+    the last batch for ``maxTriggerDelay``), but every decision that matters for exactly-once
+    is a function of the offsets Spark checkpoints.
     """
 
     def __init__(self, opts: SourceOptions) -> None:
@@ -198,9 +293,17 @@ class HmbStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.settings = opts.read_settings()
         self._target: dict[TopicPartition, int] | None = None
         self._new_starts: dict[TopicPartition, int] = {}
-        self._committed: dict[TopicPartition, int] = {}
         self._last_latest: dict[TopicPartition, int] = {}
-        self._zk: Any = None
+        self._last_batch_ms = monotonic_ms()
+        self._reported: set[DataLoss] = set()
+        self.progress = GroupProgress(
+            self.settings,
+            group_for(opts.group_id, opts.group_id_prefix),
+            to_broker=opts.commit_offsets_to_broker,
+            zookeeper=opts.zookeeper_connect,
+        )
+        if self.progress.group is not None:
+            log.info("streaming query records its progress in group %s", self.progress.group)
 
     # -- offsets -----------------------------------------------------------------------------
 
@@ -209,10 +312,7 @@ class HmbStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             parts = sorted(_subscribed(planner, self.opts))
             earliest = planner.offsets(parts, EARLIEST)
             latest = planner.offsets(parts, LATEST)
-        starts = resolve_offsets(
-            self.opts.starting_offsets, parts, earliest, latest,
-            option="startingOffsets", default="latest",
-        )
+            starts = _starting(planner, self.opts, parts, earliest, latest, "latest")
         log.info("streaming query starts at %s", starts)
         return offsets_to_dict(starts)
 
@@ -227,21 +327,31 @@ class HmbStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             self._target = planner.offsets(parts, LATEST)
         log.info("availableNow target offsets: %s", self._target)
 
+    def _loss(self, loss: DataLoss) -> None:
+        """Case *data loss*: fail (``failOnDataLoss=true``) or log the range once and go on."""
+        if self.opts.fail_on_data_loss:
+            raise DataLossError(
+                f"format 'hmb': data loss: {loss} (failOnDataLoss=true; set it to false to "
+                "skip lost offsets and go on)"
+            )
+        if loss not in self._reported:
+            self._reported.add(loss)
+            log.warning("failOnDataLoss=false: data loss: %s", loss)
+
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
         starts = offsets_from_dict(start, what="start offset")
         # Spark plans the next batch only after the previous one finished, so ``start`` is
         # processed data: a good moment to update the group's offsets for lag tools.
-        self._commit_group(starts)
+        self.progress.commit(starts)
         with PartitionPlanner(self.settings) as planner:
             parts = sorted(_subscribed(planner, self.opts))
             if self._target is not None:
                 parts = [tp for tp in parts if tp in self._target]
             latest = planner.offsets(parts, LATEST)
-            new = [tp for tp in parts if tp not in starts]
-            if new:
-                earliest = planner.offsets(new, EARLIEST)
-                for tp in new:
-                    self._new_starts.setdefault(tp, earliest[tp])
+            earliest = planner.offsets(parts, EARLIEST)
+        new = [tp for tp in parts if tp not in starts]
+        for tp in new:
+            self._new_starts.setdefault(tp, earliest[tp])
         self._last_latest = dict(latest)
         if self._target is not None:
             latest = {tp: min(latest[tp], self._target[tp]) for tp in latest}
@@ -252,19 +362,32 @@ class HmbStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         # A partition that vanished (topic deleted) keeps its position and makes no progress.
         available = {tp: latest.get(tp, positions[tp]) for tp in positions}
         for tp, pos in positions.items():
-            if available[tp] < pos:
-                # Never rewind: that would re-read (duplicate) data. Say why nothing moves.
-                log.warning(
-                    "%s-%d: latest offset %d is behind the query's position %d (topic "
-                    "recreated or log truncated?); no progress on it", tp[0], tp[1],
-                    available[tp], pos,
-                )
+            if tp not in latest:
+                continue
+            loss = data_loss(tp, pos, earliest[tp], self._last_latest[tp])
+            if loss is not None:
+                self._loss(loss)
+                positions[tp] = loss.resume_at
         max_rows = limit.max_rows if isinstance(limit, ReadMaxRows) else None
-        return offsets_to_dict(limit_ends(positions, available, max_rows))
+        ends = limit_ends(positions, available, max_rows)
+        if self._target is None:  # availableNow reads what is there, however little
+            backlog = sum(max(0, available[tp] - positions[tp]) for tp in positions)
+            waited = monotonic_ms() - self._last_batch_ms
+            if not trigger_due(
+                backlog, self.opts.min_offsets_per_trigger, self.opts.trigger_delay_ms, waited
+            ):
+                return start  # same offsets: Spark runs no batch this trigger
+        if ends != starts:
+            self._last_batch_ms = monotonic_ms()
+        behind = offsets_behind_latest(ends, self._last_latest)
+        if behind:
+            log.info("offsets behind latest after this batch: %s", behind)
+        return offsets_to_dict(ends)
 
     def reportLatestOffset(self) -> dict | None:
-        # What the last latestOffset call saw (for the query's progress report); no extra
-        # broker round trip per trigger.
+        # What the last latestOffset call saw (for the query's progress report, where it is
+        # ``sources[].latestOffset``; with ``endOffset`` it gives the offsets behind latest,
+        # see offsets_behind_latest); no extra broker round trip per trigger.
         return offsets_to_dict(self._last_latest) if self._last_latest else None
 
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
@@ -278,48 +401,30 @@ class HmbStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 earliest = planner.offsets(missing, EARLIEST)
                 for tp in missing:
                     self._new_starts[tp] = earliest[tp]
-            wanted = [
-                tp for tp in ends if ends[tp] > starts.get(tp, self._new_starts.get(tp, 0))
-            ]
+            full_starts = {tp: starts.get(tp, self._new_starts.get(tp, 0)) for tp in ends}
+            if not self.opts.fail_on_data_loss:
+                # Ranges whose start the log no longer holds begin at its earliest offset.
+                lowest = planner.offsets(sorted(full_starts), EARLIEST)
+                for tp, pos in full_starts.items():
+                    if pos < lowest[tp] or ends[tp] < pos:
+                        self._loss(DataLoss(tp[0], tp[1], pos, lowest[tp], lowest[tp],
+                                            "are not in the log any more") if pos < lowest[tp]
+                                   else DataLoss(tp[0], tp[1], ends[tp], pos, lowest[tp],
+                                                 "vanished (topic recreated or log truncated)"))
+                        full_starts[tp] = min(max(lowest[tp], 0), ends[tp])
+            wanted = [tp for tp in ends if ends[tp] > full_starts[tp]]
             leaders = planner.leaders(wanted) if wanted else {}
-        full_starts = {tp: starts.get(tp, self._new_starts.get(tp, 0)) for tp in ends}
         # plan_ranges raises if an end lies behind its start (a corrupt or foreign checkpoint).
-        return _range_partitions(plan_ranges(full_starts, ends), leaders, self.settings)
+        return _range_partitions(plan_ranges(full_starts, ends), leaders, self.settings, self.opts)
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
         return _read(partition)
 
     def commit(self, end: dict) -> None:
-        self._commit_group(offsets_from_dict(end, what="end offset"))
+        self.progress.commit(offsets_from_dict(end, what="end offset"))
 
     def stop(self) -> None:
-        if self._zk is not None:
-            try:
-                self._zk.stop()
-                self._zk.close()
-            finally:
-                self._zk = None
-
-    # -- group offsets -----------------------------------------------------------------------
-
-    def _commit_group(self, offsets: Mapping[TopicPartition, int]) -> None:
-        group, connect = self.opts.group_id, self.opts.zookeeper_connect
-        if group is None or connect is None or not offsets:
-            return
-        # Only forward: a late commit(end) of an older batch must not move the group back.
-        todo = {tp: o for tp, o in offsets.items() if o > self._committed.get(tp, -1)}
-        if not todo:
-            return
-        try:
-            if self._zk is None:
-                self._zk = start_zk_client(connect)
-            commit_group_offsets(self._zk, group, todo)
-        except Exception as exc:  # noqa: BLE001
-            # Group offsets are for lag monitoring only; the checkpoint drives the query, so a
-            # ZooKeeper outage must not stop it. The next batch tries again.
-            log.warning("group %s: could not record offsets in ZooKeeper: %r", group, exc)
-            return
-        self._committed.update(todo)
+        self.progress.close()
 
 
 class HmbDataSource(DataSource):
@@ -330,7 +435,9 @@ class HmbDataSource(DataSource):
         return "hmb"
 
     def schema(self) -> str:
-        return SCHEMA
+        flag = str(self.options.get("includeHeaders", "false")).strip().lower()
+        # A bad value is refused (naming the option) when the reader parses the options.
+        return ddl_schema(flag == "true")
 
     def reader(self, schema: StructType) -> DataSourceReader:
         return HmbBatchReader(parse_options(self.options, streaming=False))
@@ -345,6 +452,33 @@ class HmbDataSource(DataSource):
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
         return HmbStreamWriter(schema, self.options)
+
+
+def source_metrics(source_progress: Mapping[str, Any]) -> dict[str, str]:
+    """Spark's Kafka source metrics for one ``query.lastProgress["sources"][i]`` entry.
+
+    Spark's Python data source API has no ``ReportsSourceMetrics`` (its ``PythonMicroBatchStream``
+    does not implement it), so the ``metrics`` map of the progress stays empty for this source.
+    The same figures come from what the progress does hold: ``endOffset`` (consumed) and
+    ``latestOffset`` (what :meth:`HmbStreamReader.reportLatestOffset` saw).
+
+    Args:
+        source_progress: One entry of a progress's ``sources`` (a dict, as PySpark gives it).
+
+    Returns:
+        ``minOffsetsBehindLatest``, ``maxOffsetsBehindLatest``, ``avgOffsetsBehindLatest``
+        (strings, as Spark's connector reports them); empty when either offset is missing.
+    """
+    import json
+
+    end, latest = source_progress.get("endOffset"), source_progress.get("latestOffset")
+    if not end or not latest:
+        return {}
+    as_obj = [json.loads(v) if isinstance(v, str) else v for v in (end, latest)]
+    return offsets_behind_latest(
+        offsets_from_dict(as_obj[0], what="endOffset"),
+        offsets_from_dict(as_obj[1], what="latestOffset"),
+    )
 
 
 def register(spark: Any) -> None:

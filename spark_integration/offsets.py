@@ -17,6 +17,26 @@ Contract and invariants:
   data" by comparing serialized offsets, so a stable order matters.
 * In user-supplied JSON, ``-2`` means "earliest" and ``-1`` means "latest" (Kafka's
   ``EARLIEST_TIME`` / ``LATEST_TIME`` sentinels); every other offset must be >= 0.
+* ``assign`` JSON is ``{"topic": [0, 1]}``; timestamp JSON is ``{"topic": {"0": ms}}`` (ms >= 0)
+  and must name every partition read (as Spark requires).
+
+Decisions Spark's Kafka source makes, here as pure functions of offsets and time:
+
+* :func:`resolve_timestamp_offsets`: an offset found by timestamp, or (case *none*) the
+  ``startingOffsetsByTimestampStrategy``: ``error`` fails naming the partitions, ``latest``
+  (and every ending) takes the latest offset.
+* :func:`split_ranges` (``maxRecordsPerPartition``, ``minPartitions``): first no piece longer
+  than ``maxRecordsPerPartition``; then, while there are fewer pieces than ``minPartitions``,
+  each range is cut into ``max(1, round(size / total * minPartitions))`` near-equal pieces, as
+  Spark's ``KafkaOffsetRangeCalculator`` does. Balanced by offsets: hmb's broker serves no
+  DescribeLogDirs, and where a broker does it tells a partition's total size, not where inside
+  the partition the bytes lie, so a cut inside one partition can only be by offsets.
+* :func:`data_loss` (``failOnDataLoss``): a position below the earliest offset (*retention*:
+  ``[position, earliest)`` is lost) or above the latest (*went back*: the topic was recreated
+  or the log truncated; ``[latest, position)`` vanished); the query resumes at the earliest.
+* :func:`trigger_due` (``minOffsetsPerTrigger`` / ``maxTriggerDelay``).
+* :func:`offsets_behind_latest`: Spark's source metrics ``minOffsetsBehindLatest``,
+  ``maxOffsetsBehindLatest``, ``avgOffsetsBehindLatest``.
 """
 
 from __future__ import annotations
@@ -42,6 +62,14 @@ __all__ = [
     "resolve_offsets",
     "plan_ranges",
     "limit_ends",
+    "parse_assign",
+    "parse_timestamps_json",
+    "resolve_timestamp_offsets",
+    "split_ranges",
+    "DataLoss",
+    "data_loss",
+    "trigger_due",
+    "offsets_behind_latest",
 ]
 
 #: A (topic, partition) pair; the key of every offset map.
@@ -351,3 +379,151 @@ def limit_ends(
             shares[tp] += 1
             remainder -= 1
     return {tp: starts[tp] + shares[tp] for tp in starts}
+
+
+def parse_assign(text: str) -> tuple[TopicPartition, ...]:
+    """Parse ``assign`` JSON ``{"topic": [0, 1]}`` into sorted ``(topic, partition)`` pairs.
+
+    Raises:
+        ConfigError: Not that shape, a negative or non-integer partition, or no partition.
+    """
+    try:
+        raw = json.loads(text)
+    except ValueError as exc:
+        raise ConfigError(f"assign: not valid JSON ({exc}): {text!r}") from None
+    if not isinstance(raw, dict) or not raw:
+        raise ConfigError(f'assign: expected JSON such as {{"topic": [0, 1]}}, got {text!r}')
+    out: set[TopicPartition] = set()
+    for topic, parts in raw.items():
+        if not topic or not isinstance(parts, list) or not parts:
+            raise ConfigError(f"assign: topic {topic!r} must map to a non-empty list of partitions")
+        for part in parts:
+            if not isinstance(part, int) or isinstance(part, bool) or part < 0:
+                raise ConfigError(f"assign: {topic!r} has a bad partition {part!r}")
+            out.add((topic, part))
+    return tuple(sorted(out))
+
+
+def parse_timestamps_json(text: str, *, option: str) -> dict[TopicPartition, int]:
+    """Parse ``{"topic": {"0": ms}}`` (``startingOffsetsByTimestamp`` and its ending twin).
+
+    Raises:
+        ConfigError: Malformed, or a timestamp below 0 (the message names ``option``).
+    """
+    try:
+        raw = json.loads(text)
+    except ValueError as exc:
+        raise ConfigError(f"{option}: not valid JSON ({exc}): {text!r}") from None
+    return _offsets_from_obj(raw, option=option, allow_sentinels=False)
+
+
+def resolve_timestamp_offsets(
+    found: Mapping[TopicPartition, int | None],
+    latest: Mapping[TopicPartition, int],
+    *,
+    option: str,
+    strategy: str,
+) -> dict[TopicPartition, int]:
+    """Offsets looked up by timestamp, with the *none* case decided.
+
+    Args:
+        found: Per partition the first offset whose timestamp is >= the asked one, or None
+            when the partition holds no such message.
+        latest: Latest offset per partition.
+        option: The option name, for the error.
+        strategy: ``"error"`` (a None fails) or ``"latest"`` (a None takes ``latest``).
+
+    Raises:
+        ConfigError: ``strategy`` is ``"error"`` and some partition has no matching offset.
+    """
+    missing = sorted(tp for tp, offset in found.items() if offset is None)
+    if missing and strategy == "error":
+        names = ", ".join(f"{t}-{p}" for t, p in missing)
+        raise ConfigError(
+            f"{option}: no offset at or after the timestamp in {names} (set "
+            "startingOffsetsByTimestampStrategy=latest to start there at the latest offset)"
+        )
+    return {tp: latest[tp] if offset is None else offset for tp, offset in found.items()}
+
+
+def _cut(r: OffsetRange, pieces: int) -> list[OffsetRange]:
+    pieces = max(1, min(pieces, r.count))
+    bounds = [r.from_offset + r.count * i // pieces for i in range(pieces + 1)]
+    return [OffsetRange(r.topic, r.partition, a, b) for a, b in zip(bounds, bounds[1:], strict=False)]
+
+
+def split_ranges(
+    ranges: Iterable[OffsetRange], *, min_partitions: int | None, max_records: int | None
+) -> list[OffsetRange]:
+    """Cut non-empty ranges for ``maxRecordsPerPartition`` then ``minPartitions`` (see the
+    module docstring); empty ranges are dropped. Pieces cover each range exactly, in order."""
+    out = [r for r in ranges if r.count > 0]
+    if max_records is not None:
+        out = [piece for r in out for piece in _cut(r, -(-r.count // max_records))]
+    if min_partitions is not None and 0 < len(out) < min_partitions:
+        total = sum(r.count for r in out)
+        out = [
+            piece
+            for r in out
+            # half up, as Scala's math.round in Spark (Python's round() goes to even)
+            for piece in _cut(r, max(1, int(r.count / total * min_partitions + 0.5)))
+        ]
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class DataLoss:
+    """Offsets of one partition that can no longer be read: ``[lost_from, lost_to)``."""
+
+    topic: str
+    partition: int
+    lost_from: int
+    lost_to: int
+    resume_at: int
+    reason: str
+
+    def __str__(self) -> str:
+        return (
+            f"{self.topic}-{self.partition}: offsets [{self.lost_from}, {self.lost_to}) "
+            f"{self.reason}; resuming at {self.resume_at}"
+        )
+
+
+def data_loss(tp: TopicPartition, position: int, earliest: int, latest: int) -> DataLoss | None:
+    """Whether reading ``tp`` from ``position`` lost data, given its earliest/latest offsets."""
+    if position < earliest:
+        return DataLoss(tp[0], tp[1], position, earliest, earliest,
+                        "were deleted before they were read (retention or DeleteRecords)")
+    if position > latest:
+        return DataLoss(tp[0], tp[1], latest, position, earliest,
+                        "vanished: the log ends before the query's position (topic recreated "
+                        "or log truncated)")
+    return None
+
+
+def trigger_due(
+    backlog: int, min_offsets: int | None, delay_ms: int, since_last_ms: float
+) -> bool:
+    """Whether a micro-batch should run: any backlog without ``minOffsetsPerTrigger``; with it,
+    a backlog of at least that many offsets or (if any backlog) ``maxTriggerDelay`` elapsed."""
+    if backlog <= 0:
+        return False
+    if min_offsets is None or backlog >= min_offsets:
+        return True
+    return since_last_ms >= delay_ms
+
+
+def offsets_behind_latest(
+    consumed: Mapping[TopicPartition, int], latest: Mapping[TopicPartition, int]
+) -> dict[str, str]:
+    """Spark's Kafka source metrics: offsets between each partition's consumed end and its
+    latest offset, as ``{"minOffsetsBehindLatest": ..., "maxOffsetsBehindLatest": ...,
+    "avgOffsetsBehindLatest": ...}`` (strings, as Spark reports them); empty with no data."""
+    behind = [max(0, latest[tp] - consumed[tp]) for tp in consumed if tp in latest]
+    if not behind:
+        return {}
+    return {
+        "minOffsetsBehindLatest": str(min(behind)),
+        "maxOffsetsBehindLatest": str(max(behind)),
+        "avgOffsetsBehindLatest": str(float(sum(behind)) / len(behind)),
+    }

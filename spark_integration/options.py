@@ -24,21 +24,55 @@ Options shared by both (:class:`ReadOptions`):
 ``refresh.leader.backoff.ms``  pause before asking a moved leader again (default 200)
 ``zookeeper.connect``          with ``group.id``: the ZooKeeper consumer group whose offsets
 ``group.id``                   ``/consumers/<group>/offsets`` are read or written
+``isolation.level``            ``read_uncommitted`` (default) or ``read_committed``: committed
+                               transactions only, up to the last stable offset (alias
+                               ``kafka.isolation.level``, Spark's Kafka source's name)
 =============================  ==============================================================
 
 Data source only (:class:`SourceOptions`):
 
-=========================  ==================================================================
-``topic``                  one topic; or ``topics`` (comma-separated); or ``topicPattern``
-                           (a regex that must match a whole topic name). Exactly one of them.
-``startingOffsets``        ``earliest`` | ``latest`` | JSON ``{"t": {"0": 5}}`` (-2 earliest,
-                           -1 latest). Default: ``earliest`` for batch, ``latest`` streaming.
-``endingOffsets``          batch only: ``latest`` (default) | JSON (-1 latest)
-``maxOffsetsPerTrigger``   streaming only: at most this many offsets per micro-batch
-=========================  ==================================================================
+======================================  ====================================================
+``topic``                               one topic; or ``topics`` (comma-separated, alias
+                                        ``subscribe``); or ``topicPattern`` (alias
+                                        ``subscribePattern``: a regex matching a whole topic
+                                        name); or ``assign`` (JSON ``{"t": [0, 1]}``).
+                                        Exactly one of them.
+``startingOffsets``                     ``earliest`` | ``latest`` | JSON ``{"t": {"0": 5}}``
+                                        (-2 earliest, -1 latest). Default: ``earliest`` for
+                                        batch, ``latest`` streaming.
+``startingTimestamp``                   ms since the epoch, every partition: the first offset
+                                        whose timestamp is >= it (wins over the two others)
+``startingOffsetsByTimestamp``          JSON ``{"t": {"0": ms}}`` naming every partition read
+``startingOffsetsByTimestampStrategy``  ``error`` (default: no such offset fails the read) |
+                                        ``latest`` (start at the partition's latest offset)
+``endingOffsets``                       batch only: ``latest`` (default) | JSON (-1 latest)
+``endingTimestamp``                     batch only: as ``startingTimestamp``; no such offset
+``endingOffsetsByTimestamp``            means latest
+``failOnDataLoss``                      ``true`` (default) | ``false``: offsets deleted before
+                                        they were read fail the query, or are skipped (each
+                                        lost range logged at WARNING, topic-partition [from,
+                                        to))
+``minPartitions``                       split ranges so a read has at least this many tasks
+``maxRecordsPerPartition``              split ranges so no task reads more offsets than this
+``includeHeaders``                      ``false`` (default) | ``true``: a ``headers`` column
+``maxOffsetsPerTrigger``                streaming only: at most this many offsets per batch
+``minOffsetsPerTrigger``                streaming only: wait for this many new offsets ...
+``maxTriggerDelay``                     ... but at most this long (default ``15m``; ``ms``,
+                                        ``s``, ``m``, ``h``, ``d``; a bare number is ms)
+``groupIdPrefix``                       streaming only: commit progress to a group of its own,
+                                        ``<prefix>-<uuid>``, when no ``group.id`` is given
+``commitOffsetsToBroker``               streaming only: ``true`` (default) | ``false``: write
+                                        processed offsets to the broker's group (see below)
+======================================  ====================================================
 
-For the data source, ``zookeeper.connect`` and ``group.id`` are streaming only and go together:
-the query then also records processed offsets in the group so lag tools see progress.
+Any option may be spelled with Spark's ``kafka.`` prefix (``kafka.bootstrap.servers``,
+``kafka.group.id``, ``kafka.security.protocol``): the prefix is dropped when the rest is one of
+these options; other ``kafka.*`` keys are refused like any unknown option.
+
+For the data source, ``group.id`` (``kafka.group.id``), ``groupIdPrefix``, ``zookeeper.connect``
+and ``commitOffsetsToBroker`` are streaming only: a query with a group records processed offsets
+in it, through the broker's group coordinator (OffsetCommit, unless ``commitOffsetsToBroker`` is
+false) and, with ``zookeeper.connect``, in ZooKeeper, so lag tools see progress.
 
 ``create_rdd`` only (:class:`KafkaParams`): ``auto.offset.reset`` (``smallest`` | ``largest``,
 default ``largest`` as in Kafka 0.8; ``earliest``/``latest`` are accepted as synonyms), used by
@@ -49,6 +83,7 @@ An option given as an empty string counts as not given (Spark has no way to unse
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Mapping
 from typing import Any, Literal
@@ -64,7 +99,13 @@ from hmbclient.config import (
 )
 from hmbclient.errors import ConfigError
 from rebalance.paths import TOPIC_NAME_RULE, consumer_group_path, is_valid_topic_name
-from spark_integration.offsets import OffsetSpec, parse_offset_spec
+from spark_integration.offsets import (
+    OffsetSpec,
+    TopicPartition,
+    parse_assign,
+    parse_offset_spec,
+    parse_timestamps_json,
+)
 from spark_integration.settings import ReadSettings
 
 #: The client security settings' property names, handed to every task.
@@ -111,6 +152,53 @@ def _offset_spec(option: str) -> Any:
     return convert
 
 
+def _isolation(value: Any) -> Any:
+    return value.strip().lower() if isinstance(value, str) else value
+
+
+def _assign(value: Any) -> Any:
+    if isinstance(value, str):
+        parse_assign(value)  # raises ConfigError naming what is wrong
+        return value.strip()
+    return value
+
+
+def _timestamps(option: str) -> Any:
+    def convert(value: Any) -> Any:
+        if isinstance(value, str):
+            parse_timestamps_json(value, option=option)
+            return value.strip()
+        return value
+
+    return convert
+
+
+def _strategy(value: Any) -> Any:
+    return value.strip().lower() if isinstance(value, str) else value
+
+
+def _duration_ms(value: Any) -> Any:
+    if isinstance(value, str):
+        return parse_duration_ms(value)
+    return value
+
+
+_DURATION = re.compile(r"(?i)^\s*(\d+)\s*(ms|s|m|min|h|d)?\s*$")
+_DURATION_MS = {"ms": 1, "s": 1000, "m": 60_000, "min": 60_000, "h": 3_600_000, "d": 86_400_000}
+
+
+def parse_duration_ms(text: str) -> int:
+    """A Spark time string (``100ms``, ``30s``, ``15m``, ``1h``, ``2d``; bare numbers are ms).
+
+    Raises:
+        ValueError: Not such a string.
+    """
+    match = _DURATION.match(text)
+    if match is None:
+        raise ValueError(f"{text!r} is not a duration such as 500ms, 30s, 15m, 1h")
+    return int(match.group(1)) * _DURATION_MS[(match.group(2) or "ms").lower()]
+
+
 def _offset_reset(value: Any) -> Any:
     # The modern names mean the same thing; accept them rather than fail a copied config.
     if isinstance(value, str):
@@ -124,7 +212,7 @@ class ReadOptions(SecurityConfig):
     how to connect (the client security settings: ``security.protocol``, ``ssl.*``, ``sasl.*``)."""
 
     metadata_broker_list: BrokerList = setting(
-        aliases=("bootstrap.servers",),
+        aliases=("bootstrap.servers", "kafka.bootstrap.servers"),
         convert=parse_broker_list,
         doc="metadata.broker.list: bootstrap brokers 'host:port,...' (at least one)",
     )
@@ -145,7 +233,16 @@ class ReadOptions(SecurityConfig):
         doc="zookeeper.connect: 'host:port,...[/chroot]' holding the group's offsets",
     )
     group_id: str | None = setting(
-        None, convert=_group_id, doc="group.id: the consumer group whose offsets are kept"
+        None,
+        aliases=("kafka.group.id",),
+        convert=_group_id,
+        doc="group.id: the consumer group whose offsets are kept",
+    )
+    isolation_level: Literal["read_uncommitted", "read_committed"] = setting(
+        "read_uncommitted",
+        aliases=("kafka.isolation.level",),  # the name Spark's Kafka source takes
+        convert=_isolation,
+        doc="isolation.level: read_committed reads committed transactions only, up to the last stable offset",
     )
 
     def _validate(self) -> None:
@@ -162,6 +259,7 @@ class ReadOptions(SecurityConfig):
             client_id=self.client_id,
             api_version=self.api_version,
             retry_backoff_ms=self.refresh_leader_backoff_ms,
+            isolation_level=self.isolation_level,
             security=tuple(sorted(SecurityConfig.from_properties(
                 {k: v for k, v in self.to_properties().items() if k in _SECURITY_PROPS}
             ).to_properties().items())),
@@ -177,10 +275,13 @@ class SourceOptions(ReadOptions):
     """
 
     topic: str | None = setting(None, doc="topic: the one topic to read")
-    topics: tuple[str, ...] | None = setting(None, doc="topics: comma-separated topics to read")
+    topics: tuple[str, ...] | None = setting(
+        None, aliases=("subscribe",), doc="topics: comma-separated topics to read"
+    )
     topic_pattern: str | None = setting(
         None,
         prop="topicPattern",
+        aliases=("subscribePattern",),
         convert=_regex,
         doc="topicPattern: read every topic whose whole name matches this regex",
     )
@@ -202,6 +303,77 @@ class SourceOptions(ReadOptions):
         min=1,
         doc="maxOffsetsPerTrigger: streaming only; most offsets one micro-batch reads",
     )
+    assign: str | None = setting(
+        None, convert=_assign, doc='assign: JSON {"topic": [0, 1]}: exactly these partitions'
+    )
+    starting_timestamp: int | None = setting(
+        None,
+        prop="startingTimestamp",
+        min=0,
+        doc="startingTimestamp: ms; every partition starts at its first offset at or after it",
+    )
+    starting_offsets_by_timestamp: str | None = setting(
+        None,
+        prop="startingOffsetsByTimestamp",
+        convert=_timestamps("startingOffsetsByTimestamp"),
+        doc='startingOffsetsByTimestamp: JSON {"topic": {"0": ms}} for every partition read',
+    )
+    starting_offsets_by_timestamp_strategy: Literal["error", "latest"] = setting(
+        "error",
+        prop="startingOffsetsByTimestampStrategy",
+        convert=_strategy,
+        doc="startingOffsetsByTimestampStrategy: error | latest, when no offset matches",
+    )
+    ending_timestamp: int | None = setting(
+        None, prop="endingTimestamp", min=0, doc="endingTimestamp: batch only; ms, as starting"
+    )
+    ending_offsets_by_timestamp: str | None = setting(
+        None,
+        prop="endingOffsetsByTimestamp",
+        convert=_timestamps("endingOffsetsByTimestamp"),
+        doc='endingOffsetsByTimestamp: batch only; JSON {"topic": {"0": ms}}',
+    )
+    fail_on_data_loss: bool = setting(
+        True,
+        prop="failOnDataLoss",
+        doc="failOnDataLoss: fail (true) or skip and log (false) offsets deleted before read",
+    )
+    min_partitions: int | None = setting(
+        None, prop="minPartitions", min=1, doc="minPartitions: at least this many read tasks"
+    )
+    max_records_per_partition: int | None = setting(
+        None,
+        prop="maxRecordsPerPartition",
+        min=1,
+        doc="maxRecordsPerPartition: at most this many offsets per read task",
+    )
+    include_headers: bool = setting(
+        False, prop="includeHeaders", doc="includeHeaders: add a headers column"
+    )
+    min_offsets_per_trigger: int | None = setting(
+        None,
+        prop="minOffsetsPerTrigger",
+        min=1,
+        doc="minOffsetsPerTrigger: streaming only; wait for this many new offsets",
+    )
+    max_trigger_delay_ms: int | None = setting(
+        None,
+        prop="maxTriggerDelay",
+        min=0,
+        convert=_duration_ms,
+        doc="maxTriggerDelay: streaming only; longest wait for minOffsetsPerTrigger (15m)",
+    )
+    group_id_prefix: str | None = setting(
+        None,
+        prop="groupIdPrefix",
+        convert=_group_id,
+        doc="groupIdPrefix: streaming only; commit to the group <prefix>-<uuid>",
+    )
+    commit_offsets_to_broker: bool = setting(
+        True,
+        prop="commitOffsetsToBroker",
+        doc="commitOffsetsToBroker: streaming only; commit progress to the broker's group",
+    )
     # Spark passes ``path`` when load("...") is given an argument; this source takes none.
     path: str | None = setting(None, doc="path: not used (topics are options)")
 
@@ -215,12 +387,14 @@ class SourceOptions(ReadOptions):
                 ("topic", self.topic),
                 ("topics", self.topics),
                 ("topicPattern", self.topic_pattern),
+                ("assign", self.assign),
             )
             if value is not None
         ]
         if len(chosen) != 1:
             self._fail(
-                "needs exactly one of the options topic, topics, topicPattern"
+                "needs exactly one of the options topic, topics (subscribe), topicPattern "
+                "(subscribePattern), assign"
                 + (f" (got {', '.join(chosen)})" if chosen else "")
             )
         if self.topics is not None and not self.topics:
@@ -228,18 +402,40 @@ class SourceOptions(ReadOptions):
         for name in self.topic_names or ():
             if not is_valid_topic_name(name):
                 self._fail(f"illegal topic name {name!r}: {TOPIC_NAME_RULE}")
-        if (self.zookeeper_connect is None) != (self.group_id is None):
-            self._fail("zookeeper.connect and group.id go together (both or neither)")
+        if self.zookeeper_connect is not None and self.group_id is None:
+            self._fail("zookeeper.connect needs group.id (the group whose offsets it keeps)")
+        if self.starting_offsets_by_timestamp_strategy not in ("error", "latest"):
+            self._fail("startingOffsetsByTimestampStrategy must be 'error' or 'latest'")
         ending = self.ending_offsets
         if ending is not None and ending.kind == "earliest":
             self._fail("endingOffsets='earliest' reads nothing; use 'latest' or JSON")
         if ending is not None and any(v == -2 for v in (ending.offsets or {}).values()):
             self._fail("endingOffsets: -2 (earliest) is not allowed as an ending offset")
 
+    def read_settings(self) -> ReadSettings:
+        """The picklable settings tasks receive (with the source's column and loss options)."""
+        return dataclasses.replace(
+            super().read_settings(),
+            fail_on_data_loss=self.fail_on_data_loss,
+            include_headers=self.include_headers,
+        )
+
     @property
     def topic_names(self) -> tuple[str, ...] | None:
-        """The named topics (``topic`` or ``topics``), or None when ``topicPattern`` chooses."""
+        """The named topics (``topic``, ``topics`` or ``assign``'s), or None for ``topicPattern``."""
+        if self.assigned is not None:
+            return tuple(sorted({t for t, _ in self.assigned}))
         return (self.topic,) if self.topic is not None else self.topics
+
+    @property
+    def assigned(self) -> tuple[TopicPartition, ...] | None:
+        """``assign``'s partitions, sorted; None when topics are subscribed instead."""
+        return parse_assign(self.assign) if self.assign is not None else None
+
+    @property
+    def trigger_delay_ms(self) -> int:
+        """``maxTriggerDelay`` in ms (Spark's default 15 minutes when not given)."""
+        return 15 * 60_000 if self.max_trigger_delay_ms is None else self.max_trigger_delay_ms
 
     def matches(self, topic: str) -> bool:
         """Whether ``topic`` is subscribed by these options."""
@@ -287,24 +483,42 @@ def parse_options(options: Mapping[str, Any], *, streaming: bool) -> SourceOptio
             or an invalid value. The message starts with ``format 'hmb'``.
     """
     try:
-        opts = SourceOptions.from_properties(_given(options))
+        opts = SourceOptions.from_properties(_without_kafka_prefix(_given(options)))
     except ConfigError as exc:
         raise ConfigError(f"format 'hmb': {exc}") from None
     refused: dict[str, object]
     if streaming:
-        refused = {"endingOffsets": opts.ending_offsets}
+        refused = {
+            "endingOffsets": opts.ending_offsets,
+            "endingTimestamp": opts.ending_timestamp,
+            "endingOffsetsByTimestamp": opts.ending_offsets_by_timestamp,
+        }
         kind = "batch reads only (spark.read)"
     else:
         refused = {
             "maxOffsetsPerTrigger": opts.max_offsets_per_trigger,
+            "minOffsetsPerTrigger": opts.min_offsets_per_trigger,
+            "maxTriggerDelay": opts.max_trigger_delay_ms,
             "zookeeper.connect": opts.zookeeper_connect,
             "group.id": opts.group_id,
+            "groupIdPrefix": opts.group_id_prefix,
         }
         kind = "streaming reads only (spark.readStream)"
     for name, value in refused.items():
         if value is not None:
             raise ConfigError(f"format 'hmb': {name} is for {kind}")
     return opts
+
+
+def _without_kafka_prefix(options: Mapping[str, Any]) -> dict[str, Any]:
+    """Spark's ``kafka.<consumer property>`` spelling: drop the prefix of a key that names one of
+    our options (``kafka.security.protocol``); keep any other key as given, to be refused."""
+    out: dict[str, Any] = {}
+    for key, value in options.items():
+        if key.lower().startswith("kafka.") and SourceOptions.split_properties({key[6:]: 1})[0]:
+            key = key[6:]
+        out[key] = value
+    return out
 
 
 def parse_kafka_params(kafka_params: Mapping[str, Any]) -> KafkaParams:

@@ -14,7 +14,7 @@ up to ``ReadSettings.max_retries`` times with a pause of ``retry_backoff_ms``
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from hmbclient.errors import KafkaConnectionError, UnknownTopicOrPartitionError
@@ -152,6 +152,33 @@ class PartitionPlanner:
             self.leaders(unknown)
         return {tp: self._offset(tp, time_) for tp in wanted}
 
+    def offsets_for_times(
+        self, timestamps: Mapping[TopicPartition, int]
+    ) -> dict[TopicPartition, int | None]:
+        """The first offset whose timestamp is >= the given one (ListOffsets by time, v1+).
+
+        Args:
+            timestamps: ``{(topic, partition): ms since the epoch}``.
+
+        Returns:
+            ``{(topic, partition): offset}``, or None where no message is that recent.
+
+        Raises:
+            BrokerError: A leader refused for a reason other than a moved leader.
+            KafkaConnectionError: A partition had no reachable leader after the retries.
+        """
+        wanted = list(timestamps)
+        unknown = [tp for tp in wanted if self._leaders.get(tp) is None]
+        if unknown:
+            self.leaders(unknown)
+        out: dict[TopicPartition, int | None] = {}
+        for tp in wanted:
+            at = self._offset(tp, int(timestamps[tp]))
+            # The client answers "no such message" with the latest offset, which no message
+            # has: asked after, a latest above ``at`` means ``at`` holds a matching message.
+            out[tp] = at if at < self._offset(tp, LATEST) else None
+        return out
+
     def _offset(self, tp: TopicPartition, time_: int) -> int:
         # A fixed pause (the cap equals the first wait): refresh.leader.backoff.ms means one.
         policy = retry_policy(
@@ -173,7 +200,7 @@ class PartitionPlanner:
         leader = self._leaders.get(tp)
         if leader is None:
             raise KafkaConnectionError(f"{tp[0]}-{tp[1]} has no leader")
-        when = EARLIEST_TIME if time_ == EARLIEST else LATEST_TIME
+        when = EARLIEST_TIME if time_ == EARLIEST else LATEST_TIME if time_ == LATEST else time_
         try:
             offsets = self._consumer(leader).get_offsets_before(
                 tp[0], tp[1], when, max_num_offsets=1

@@ -11,8 +11,20 @@ Read contract: ``read_chunks`` yields every message the log holds with ``from_of
 naming the range. It never returns short: a broker that has no more messages before
 ``until_offset`` (range past the end, a truncated log) is an error, because a Spark partition
 that silently yields fewer messages than planned breaks exactly-once. Offsets missing *inside*
-a range (a compacted log, transaction markers) are skipped: the broker proved nothing lies
-there by returning a later offset.
+a range (a compacted log, transaction markers, with read_committed aborted records) are
+skipped: the broker proved nothing lies there by returning a later offset, or a set whose
+entries end later (``next_offset``) though it holds no record, as a trailing marker does.
+
+``failOnDataLoss=false`` (``ReadSettings.fail_on_data_loss``) relaxes "never short" for data
+the log no longer holds: an OffsetOutOfRange answer (retention deleted the offsets while the
+batch ran) makes the reader look up the earliest offset, log the lost range at WARNING
+(``topic-partition: offsets [from, to) ...``) and go on from there; a log that ends before
+``until_offset`` (truncated, recreated) logs ``[log end, until)`` and ends the range.
+
+Columns: the timestamp type of each record (Spark's ``timestampType``: 0 CreateTime,
+1 LogAppendTime, -1 none for magic 0) is read from the attributes of the batch or wrapper
+holding it (:func:`timestamp_types`, a walk over entry headers); ``headers`` is added when
+``include_headers`` is set.
 
 Retries, each per fetch and through tenacity:
 
@@ -27,6 +39,7 @@ Retries, each per fetch and through tenacity:
 from __future__ import annotations
 
 import logging
+import struct
 from bisect import bisect_left
 from collections.abc import Iterator
 from typing import Any, NoReturn
@@ -57,6 +70,8 @@ __all__ = [
     "read_range",
     "read_range_arrow",
     "arrow_schema",
+    "timestamp_types",
+    "ddl_schema",
     "ARROW_BATCH_ROWS",
 ]
 
@@ -73,6 +88,47 @@ _EMPTY_FETCH_MAX_PAUSE_S = 0.5
 
 class OffsetRangeError(HmbError):
     """An offset range could not be read completely; the message names the range."""
+
+
+class _DataGone(OffsetRangeError):
+    """The log no longer holds ``offset`` (OffsetOutOfRange) or ends before the range does."""
+
+    def __init__(self, message: str, offset: int, log_end: int | None) -> None:
+        super().__init__(message)
+        self.offset = offset
+        self.log_end = log_end
+
+
+_ENTRY_HEAD = struct.Struct(">qi")
+_I16 = struct.Struct(">h")
+_I32 = struct.Struct(">i")
+
+
+def timestamp_types(buf: Any) -> list[tuple[int, int]]:
+    """``(last offset, timestamp type)`` of each complete entry of a record set, in order.
+
+    The type is bit 3 of a v2 batch's or a v1 message's attributes (1 = LogAppendTime, else 0,
+    CreateTime); v0 messages have none (-1). A compressed v1 wrapper's type holds for its inner
+    messages, whose last offset is the wrapper's.
+    """
+    out: list[tuple[int, int]] = []
+    n = len(buf)
+    pos = 0
+    while pos + 17 <= n:
+        offset, size = _ENTRY_HEAD.unpack_from(buf, pos)
+        end = pos + 12 + size
+        if size <= 0 or end > n:
+            break
+        magic = buf[pos + 16]
+        if magic == 2 and pos + 27 <= n:
+            attrs = _I16.unpack_from(buf, pos + 21)[0]
+            out.append((offset + _I32.unpack_from(buf, pos + 23)[0], 1 if attrs & 0x08 else 0))
+        elif magic == 1 and pos + 18 <= n:
+            out.append((offset, 1 if buf[pos + 17] & 0x08 else 0))
+        else:
+            out.append((offset, -1))
+        pos = end
+    return out
 
 
 class _EmptyFetch(Exception):
@@ -99,14 +155,17 @@ class _RangeReader:
         self.range = offset_range
         self.leader = leader
         self.consumer: Any = None
+        #: ``timestamp_types`` of the last fetch's record set.
+        self.types: list[tuple[int, int]] = []
 
     def close(self) -> None:
         if self.consumer is not None:
             close_quietly(self.consumer)
             self.consumer = None
 
-    def records_from(self, offset: int) -> list[Any]:
-        """The records of the next non-empty fetch at ``offset`` (none below ``offset``).
+    def records_from(self, offset: int) -> tuple[list[Any], int]:
+        """The records of the next fetch at ``offset`` that holds records or moves on (none
+        below ``offset``), and the offset after it.
 
         Raises:
             OffsetRangeError: The log ends before the range does, or the fetch failed.
@@ -119,17 +178,19 @@ class _RangeReader:
             ),
             retry_error_callback=self._still_empty,
         )
-        records: list[Any] = policy(self._nonempty_fetch, offset)
-        return records
+        found: tuple[list[Any], int] = policy(self._nonempty_fetch, offset)
+        return found
 
-    def _nonempty_fetch(self, offset: int) -> list[Any]:
-        records, high_watermark = self._fetch(offset)
+    def _nonempty_fetch(self, offset: int) -> tuple[list[Any], int]:
+        records, high_watermark, next_offset = self._fetch(offset)
         # The message set already dropped records below ``offset`` except inside compressed
         # wrappers and v2 batches, which start early: cut with a binary search, not a scan.
         if records and _offset_of(records[0]) < offset:
             records = records[bisect_left(records, offset, key=_offset_of) :]
         if records:
-            return records
+            return records, max(next_offset, _offset_of(records[-1]) + 1)
+        if next_offset > offset:
+            return records, next_offset  # only markers (or aborted records) up to there
         if high_watermark < 0 or high_watermark > offset:
             log.debug("offset range %s: empty fetch at %d (high watermark %d); retrying",
                       self.range, offset, high_watermark)
@@ -142,8 +203,9 @@ class _RangeReader:
         assert isinstance(empty, _EmptyFetch)
         self._raise_log_ends(empty.offset, empty.high_watermark)
 
-    def _fetch(self, offset: int) -> tuple[list[Any], int]:
-        """One fetch at ``offset``: its records and the high watermark, after retries."""
+    def _fetch(self, offset: int) -> tuple[list[Any], int, int]:
+        """One fetch at ``offset``: its records, the high watermark and the set's
+        ``next_offset``, after retries."""
         policy = retry_policy(
             max_retries=self.settings.max_retries,
             backoff_ms=self.settings.retry_backoff_ms,
@@ -152,7 +214,7 @@ class _RangeReader:
             retry_on=is_transient,
         ).copy(before_sleep=self._forget_leader)
         try:
-            result: tuple[list[Any], int] = policy(self._fetch_once, offset)
+            result: tuple[list[Any], int, int] = policy(self._fetch_once, offset)
         except (BrokerError, KafkaConnectionError, OSError) as exc:
             raise OffsetRangeError(
                 f"offset range {self.range}: reading offset {offset} from leader {self.leader} "
@@ -160,7 +222,7 @@ class _RangeReader:
             ) from exc
         return result
 
-    def _fetch_once(self, offset: int) -> tuple[list[Any], int]:
+    def _fetch_once(self, offset: int) -> tuple[list[Any], int, int]:
         from hmbclient import FetchRequest
 
         topic, partition = self.range.topic, self.range.partition
@@ -173,17 +235,34 @@ class _RangeReader:
             message_set = self.consumer.fetch(FetchRequest(topic, partition, offset, max_bytes))
             records = message_set.messages()
         except OffsetOutOfRangeError as exc:
-            raise OffsetRangeError(
+            raise _DataGone(
                 f"offset range {self.range}: the broker answered OffsetOutOfRange for offset "
                 f"{offset} (the range is past the end of the log, or the log was truncated or "
-                "deleted by retention)"
+                "deleted by retention)",
+                offset,
+                None,
             ) from exc
         except MessageSizeTooLargeError as exc:
             raise OffsetRangeError(
                 f"offset range {self.range}: the message at offset {offset} is larger than "
                 f"fetch.message.max.bytes={max_bytes}; raise it"
             ) from exc
-        return records, message_set.high_watermark
+        self.types = timestamp_types(message_set.buffer) if records else []
+        return records, message_set.high_watermark, message_set.next_offset
+
+    def earliest(self) -> int:
+        """The partition's earliest offset now (asked of the leader)."""
+        from hmbclient import EARLIEST_TIME
+
+        if self.consumer is None:
+            self.leader = self.leader or find_leader(
+                self.settings, self.range.topic, self.range.partition
+            )
+            self.consumer = open_consumer(self.settings, self.leader)
+        got = self.consumer.get_offsets_before(
+            self.range.topic, self.range.partition, EARLIEST_TIME, max_num_offsets=1
+        )
+        return int(got[0]) if got else 0
 
     def _forget_leader(self, state: tenacity.RetryCallState) -> None:
         # tenacity's before_sleep: the next attempt looks the leader up again.
@@ -205,11 +284,13 @@ class _RangeReader:
             log_end: int | None = int(latest[0]) if latest else None
         except HmbError:
             log_end = None
-        raise OffsetRangeError(
+        raise _DataGone(
             f"offset range {offset_range}: ran out of messages at offset {offset} before "
             f"reaching until_offset {offset_range.until_offset} (high watermark "
             f"{high_watermark}, log end offset {log_end}); the range is past the end of the "
-            "log, or the log was truncated"
+            "log, or the log was truncated",
+            offset,
+            log_end if log_end is not None else high_watermark,
         )
 
 
@@ -232,6 +313,14 @@ def read_chunks(
             OffsetOutOfRange, a single message is larger than ``fetch_message_max_bytes``, or
             the leader stayed unreachable after ``max_retries`` attempts. Names the range.
     """
+    for records, _ in _typed_chunks(settings, offset_range, leader):
+        yield records
+
+
+def _typed_chunks(
+    settings: ReadSettings, offset_range: OffsetRange, leader: Leader | None
+) -> Iterator[tuple[list[Any], list[tuple[int, int]]]]:
+    """:func:`read_chunks` with each fetch's :func:`timestamp_types`."""
     if offset_range.count == 0:
         return
     until = offset_range.until_offset
@@ -239,18 +328,49 @@ def read_chunks(
     try:
         offset = offset_range.from_offset
         while offset < until:
-            records = reader.records_from(offset)
-            if _offset_of(records[-1]) >= until:
+            try:
+                records, offset = reader.records_from(offset)
+            except _DataGone as gone:
+                if settings.fail_on_data_loss:
+                    # Callers (and users' logs) see the public error type, as before.
+                    raise OffsetRangeError(str(gone)) from gone.__cause__
+                resume = _skip_lost(reader, gone, offset)
+                if resume is None or resume >= until:
+                    return
+                offset = resume
+                continue
+            if records and _offset_of(records[-1]) >= until:
                 records = records[: bisect_left(records, until, key=_offset_of)]
                 if records:
-                    yield records
+                    yield records, reader.types
                 # Everything below ``until`` that the log holds has been read: the broker
                 # returned a later offset, so any missing ones were compacted away.
                 return
-            offset = _offset_of(records[-1]) + 1
-            yield records
+            if records:
+                yield records, reader.types
     finally:
         reader.close()
+
+
+def _skip_lost(reader: _RangeReader, gone: _DataGone, offset: int) -> int | None:
+    """failOnDataLoss=false: log the lost offsets; where to go on (None: the range is done)."""
+    from spark_integration.offsets import DataLoss
+
+    until = reader.range.until_offset
+    topic, partition = reader.range.topic_partition
+    resume: int | None
+    if gone.log_end is not None or reader.earliest() <= offset:
+        # The log ends (or OffsetOutOfRange above its end): [offset, until) is not there.
+        lost = DataLoss(topic, partition, offset, until, until,
+                        "are past the end of the log (topic recreated or log truncated)")
+        resume = None
+    else:
+        earliest = reader.earliest()
+        lost = DataLoss(topic, partition, offset, min(earliest, until), min(earliest, until),
+                        "were deleted before they were read (retention or DeleteRecords)")
+        resume = earliest
+    log.warning("failOnDataLoss=false: data loss in offset range %s: %s", reader.range, lost)
+    return resume
 
 
 def read_range(
@@ -270,57 +390,95 @@ def read_range_arrow(
     """:func:`read_chunks` as Arrow record batches of the data source schema.
 
     Yields:
-        ``pyarrow.RecordBatch`` with columns key, value, topic, partition, offset, timestamp
-        (at most ``rows`` rows each).
+        ``pyarrow.RecordBatch`` with columns key, value, topic, partition, offset, timestamp,
+        timestampType (and headers with ``settings.include_headers``), at most ``rows`` rows.
     """
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    schema = arrow_schema()
+    schema = arrow_schema(settings.include_headers)
     timestamp_type = schema.field("timestamp").type
+    headers_type = schema.field("headers").type if settings.include_headers else None
 
-    def to_batch(records: list[Any]) -> Any:
+    def to_batch(records: list[Any], types: list[int]) -> Any:
         count = len(records)
         # Records are (offset, timestamp, key, value, headers) tuples: transpose once.
-        offsets, stamps, keys, values, _ = zip(*records, strict=True)
+        offsets, stamps, keys, values, headers = zip(*records, strict=True)
         millis = pa.array(stamps, pa.int64())
         # Kafka's NO_TIMESTAMP (-1, magic 0 messages) becomes SQL NULL; ms -> us for Spark.
         micros = pc.if_else(
             pc.less(millis, 0), pa.scalar(None, pa.int64()), pc.multiply(millis, 1000)
         )
-        return pa.RecordBatch.from_arrays(
-            [
-                pa.array(keys, pa.binary()),
-                pa.array(values, pa.binary()),
-                pa.array([offset_range.topic] * count, pa.string()),
-                pa.array([offset_range.partition] * count, pa.int32()),
-                pa.array(offsets, pa.int64()),
-                micros.cast(timestamp_type),
-            ],
-            schema=schema,
-        )
+        columns = [
+            pa.array(keys, pa.binary()),
+            pa.array(values, pa.binary()),
+            pa.array([offset_range.topic] * count, pa.string()),
+            pa.array([offset_range.partition] * count, pa.int32()),
+            pa.array(offsets, pa.int64()),
+            micros.cast(timestamp_type),
+            pa.array(types, pa.int32()),
+        ]
+        if headers_type is not None:
+            columns.append(pa.array(
+                [[{"key": _text(k), "value": v} for k, v in h] if h else None for h in headers],
+                headers_type,
+            ))
+        return pa.RecordBatch.from_arrays(columns, schema=schema)
 
     pending: list[Any] = []
-    for chunk in read_chunks(settings, offset_range, leader):
+    pending_types: list[int] = []
+    for chunk, spans in _typed_chunks(settings, offset_range, leader):
         pending.extend(chunk)
+        pending_types.extend(_types_of(chunk, spans))
         while len(pending) >= rows:
-            yield to_batch(pending[:rows])
+            yield to_batch(pending[:rows], pending_types[:rows])
             del pending[:rows]
+            del pending_types[:rows]
     if pending:
-        yield to_batch(pending)
+        yield to_batch(pending, pending_types)
 
 
-def arrow_schema() -> Any:
-    """The Arrow schema Spark expects for :data:`~spark_integration.datasource.SCHEMA`."""
+def _text(key: Any) -> str:
+    return key.decode("utf-8", "replace") if isinstance(key, (bytes, bytearray)) else str(key)
+
+
+def _types_of(records: list[Any], spans: list[tuple[int, int]]) -> list[int]:
+    """Each record's timestamp type, from its fetch's ``(last offset, type)`` entries."""
+    kinds = {kind for _, kind in spans}
+    if len(kinds) == 1:
+        return [kinds.pop()] * len(records)
+    lasts = [last for last, _ in spans]
+    out = []
+    for record in records:
+        at = bisect_left(lasts, _offset_of(record))
+        out.append(spans[at][1] if at < len(spans) else -1)
+    return out
+
+
+def arrow_schema(include_headers: bool = False) -> Any:
+    """The Arrow schema Spark expects for the data source's schema (:func:`ddl_schema`)."""
     import pyarrow as pa
 
-    return pa.schema(
-        [
-            ("key", pa.binary()),
-            ("value", pa.binary()),
-            ("topic", pa.string()),
-            ("partition", pa.int32()),
-            ("offset", pa.int64()),
-            ("timestamp", pa.timestamp("us", tz="UTC")),
-        ]
+    fields = [
+        ("key", pa.binary()),
+        ("value", pa.binary()),
+        ("topic", pa.string()),
+        ("partition", pa.int32()),
+        ("offset", pa.int64()),
+        ("timestamp", pa.timestamp("us", tz="UTC")),
+        ("timestampType", pa.int32()),
+    ]
+    if include_headers:
+        fields.append(
+            ("headers", pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())])))
+        )
+    return pa.schema(fields)
+
+
+def ddl_schema(include_headers: bool = False) -> str:
+    """The data source's schema as DDL: Spark's Kafka source columns, in its order."""
+    ddl = (
+        "key binary, value binary, topic string, partition int, offset long, "
+        "timestamp timestamp, timestampType int"
     )
+    return ddl + (", headers array<struct<key: string, value: binary>>" if include_headers else "")

@@ -38,6 +38,11 @@ class ReadSettings:
         security: The client security settings as ``(property, value)`` pairs (TLS, SASL;
             empty: PLAINTEXT); the password travels to the tasks as Spark's own Kafka source
             ships its options, and is left out of the repr.
+        isolation_level: ``read_uncommitted`` or ``read_committed`` (latest offsets are then
+            the last stable offsets, and aborted records are not read).
+        fail_on_data_loss: ``failOnDataLoss``: False skips offsets the log no longer holds
+            (logging the lost range) instead of failing the task.
+        include_headers: ``includeHeaders``: add the ``headers`` column.
     """
 
     brokers: tuple[tuple[str, int], ...]
@@ -48,6 +53,9 @@ class ReadSettings:
     max_retries: int = 3
     retry_backoff_ms: int = 200
     security: tuple[tuple[str, str], ...] = field(default=(), repr=False)
+    isolation_level: str = "read_uncommitted"
+    fail_on_data_loss: bool = True
+    include_headers: bool = False
 
     def security_settings(self) -> dict[str, Any]:
         """The security settings as keyword arguments of a client config."""
@@ -68,6 +76,7 @@ def open_consumer(settings: ReadSettings, leader: Leader) -> Any:
         client_id=settings.client_id,
         api_version=settings.api_version,
         fetch_message_max_bytes=settings.fetch_message_max_bytes,
+        isolation_level=settings.isolation_level,
         **settings.security_settings(),
     )
 

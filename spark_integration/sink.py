@@ -29,6 +29,14 @@ value or topic) the task raises an error naming the row, the topic and the cause
 retries it (``spark.task.maxFailures``), then fails the job. A job or micro-batch is reported
 successful only when every task committed.
 
+Output modes of ``writeStream.format("hmb")``: ``append``, and ``complete`` (Spark hands the
+whole result table each micro-batch; it is appended to the topic, as Spark's Kafka sink does:
+a topic cannot be truncated). ``update`` is refused by Spark itself for every Python data
+source: its streaming write builder lacks ``SupportsStreamingUpdateAsAppend``, which Spark's
+own Kafka sink has. :func:`write_stream_update` gives the same semantics, an append of each
+micro-batch's changed rows, through ``foreachBatch`` and this sink's batch form; the
+guarantee is the same (at-least-once: a replayed micro-batch writes its changed rows again).
+
 Guarantee: at-least-once, as Spark's Kafka sink. Duplicates come from retried tasks (the rows a
 failed attempt already sent are sent again), speculative task copies, a micro-batch replayed
 after a restart before its commit reached the checkpoint, and the producer's own retries of a
@@ -61,7 +69,15 @@ from hmbclient.config import (
 from hmbclient.errors import ConfigError, HmbError
 from rebalance.paths import TOPIC_NAME_RULE, is_valid_topic_name
 
-__all__ = ["SinkOptions", "SinkError", "parse_sink_options", "HmbWriter", "HmbStreamWriter", "SinkCommit"]
+__all__ = [
+    "SinkOptions",
+    "SinkError",
+    "parse_sink_options",
+    "HmbWriter",
+    "HmbStreamWriter",
+    "SinkCommit",
+    "write_stream_update",
+]
 
 log = logging.getLogger("spark_integration.sink")
 
@@ -279,3 +295,33 @@ class HmbStreamWriter(_SinkTasks, DataSourceStreamArrowWriter):
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # noqa: N803
         log.warning("format 'hmb' writer: micro-batch %d aborted; it is replayed (at-least-once)", batchId)
+
+
+def write_stream_update(df: Any, options: Mapping[str, Any]) -> Any:
+    """``df.writeStream`` in ``update`` output mode into format ``"hmb"``: each micro-batch's
+    changed rows are appended to the topic (what Spark's Kafka sink does in update mode).
+
+    The options are checked here, before the query starts, as the sink checks them.
+
+    Args:
+        df: A streaming DataFrame with the sink's columns (``value``, optional ``key``,
+            ``topic``, ``partition``, ``headers``).
+        options: The sink's options (``metadata.broker.list``, ``topic``, producer settings).
+
+    Returns:
+        The ``DataStreamWriter`` (set ``checkpointLocation``, a trigger, then ``start()``).
+
+    Raises:
+        ConfigError: A bad option or column (before any batch runs).
+    """
+    given = {str(k): v for k, v in options.items()}
+    _SinkTasks(df.schema, given)  # refuse bad options and columns now, not in batch 0
+
+    def write_batch(batch: Any, batch_id: int) -> None:
+        writer = batch.write.mode("append").format("hmb")
+        for key, value in given.items():
+            writer = writer.option(key, value)
+        writer.save()
+        log.info("format 'hmb' writer: update-mode micro-batch %d written", batch_id)
+
+    return df.writeStream.outputMode("update").foreachBatch(write_batch)

@@ -43,7 +43,7 @@ PACKAGES = ("hmbclient", "partitioners", "encoders", "rebalance", "spark_integra
 #: What the application layer may import: anything in the project.
 ANYTHING = "*"
 
-_CORE = ("hmbclient.errors", "hmbclient.clock", "hmbclient.config")
+_CORE = ("hmbclient.errors", "hmbclient.clock", "hmbclient.config", "hmbclient.metrics")
 
 #: The component configs, each beside its component (re-exported by hmbclient.config).
 _CONFIGS = ("hmbclient.net.config", "hmbclient.producer.config", "hmbclient.consumer.config", "hmbclient.broker.config")
@@ -55,6 +55,8 @@ ALLOWED: dict[str, tuple[str, ...]] = {
     "hmbclient.errors": (),
     "hmbclient.clock": (),
     "hmbclient.children": (),
+    # sensors and stats (Kafka's metrics model) for clients and broker alike
+    "hmbclient.metrics": ("hmbclient.clock",),
     "partitioners": (),
     "encoders": (),
     # the Kafka 0.8 znode layout and the topic-name rule: shared by the broker, the consumers
@@ -78,6 +80,8 @@ ALLOWED: dict[str, tuple[str, ...]] = {
                            "hmbclient.net", "hmbclient.zkpaths", "rebalance", "encoders"),
     "hmbclient": (*_CORE, "hmbclient.net", "hmbclient.producer", "hmbclient.consumer", "hmbclient.admin",
                   "rebalance", "partitioners", "encoders"),
+    # asyncio fronts of the producer and the poll consumer
+    "hmbclient.aio": (*_CORE, "hmbclient.producer", "hmbclient.producer.config", "hmbclient.consumer"),
     "hmbclient.admin": (*_CORE, "hmbclient", "hmbclient.protocol", "hmbclient.net", "hmbclient.consumer",
                         "hmbclient.zkpaths", "rebalance"),
     # the server and the local servers built on it
@@ -87,9 +91,12 @@ ALLOWED: dict[str, tuple[str, ...]] = {
     # on top of the client's public surface
     "spark_integration": ("hmbclient", *_CORE, "hmbclient.net", "hmbclient.producer", "hmbclient.consumer",
                           "rebalance", "partitioners", "encoders"),
+    # data stores (Zeek Broker) on the client's producer, simple consumer and admin
+    "hmbclient.store": (*_CORE, "hmbclient.net", "hmbclient.producer", "hmbclient.consumer", "hmbclient.admin"),
     # the application layer: the `hmb` command and its demo
     "hmbclient.cli": (ANYTHING,),
     "hmbclient.demo": (ANYTHING,),
+    "hmbclient.top": (ANYTHING,),
 }
 
 #: Components that may import socket, selectors or ssl.

@@ -26,6 +26,7 @@ import logging
 from collections.abc import Callable
 from typing import Any, Protocol
 
+from hmbclient.broker.log.overrides import validate_topic_configs
 from hmbclient.broker.metadata import NO_LEADER, BrokerEndpoint, MetadataCache, PartitionMeta
 from hmbclient.broker.producer_ids import INIT_PRODUCER_ID, ProducerIdManager
 from hmbclient.broker.replica_manager import PartitionState, ReplicaManager
@@ -33,7 +34,7 @@ from hmbclient.broker.results import AppendResult, FetchInfo, FetchResult
 from hmbclient.broker.security.hooks import allowed, refuse_request
 from hmbclient.broker.topics import TopicManager, is_valid_topic_name
 from hmbclient.clock import wall_ms
-from hmbclient.errors import ErrorCode
+from hmbclient.errors import ConfigError, ErrorCode
 from hmbclient.protocol.api import ApiKey, ApiVersionsResponse
 from hmbclient.protocol.api.base import REQUESTS, Request, Response
 from hmbclient.protocol.api.cluster import SECURITY_PROTOCOL_NAMES
@@ -102,7 +103,10 @@ class KafkaApis:
         configs: serves DescribeConfigs (a ``broker.configs.ConfigDescriber``; None: not served).
         transactions: the transaction coordinator (``broker.transaction.coordinator``): serves
             InitProducerId, a transactional id through its decisions, a null one on the
-            idempotent path (None: ``producer_ids`` alone).
+            idempotent path (None: ``producer_ids`` alone), AddPartitionsToTxn,
+            AddOffsetsToTxn, EndTxn, WriteTxnMarkers, DescribeTransactions and
+            ListTransactions; with ``offset_manager``,
+            TxnOffsetCommit.
         admin: serves the admin APIs (a ``broker.admin_apis.AdminApis``; None: not served).
     """
 
@@ -147,6 +151,15 @@ class KafkaApis:
         if transactions is not None:
             # InitProducerId with a transactional id; a null id still gets a plain producer id
             self._handlers[INIT_PRODUCER_ID] = transactions.handle_init_producer_id
+            self._handlers[ApiKey.ADD_PARTITIONS_TO_TXN] = transactions.handle_add_partitions_to_txn
+            self._handlers[ApiKey.ADD_OFFSETS_TO_TXN] = transactions.handle_add_offsets_to_txn
+            self._handlers[ApiKey.END_TXN] = transactions.handle_end_txn
+            self._handlers[ApiKey.WRITE_TXN_MARKERS] = transactions.handle_write_txn_markers
+            self._handlers[ApiKey.DESCRIBE_TRANSACTIONS] = transactions.handle_describe_transactions
+            self._handlers[ApiKey.LIST_TRANSACTIONS] = transactions.handle_list_transactions
+            transactions.allowed = self._allowed
+            if offset_manager is not None:
+                self._handlers[ApiKey.TXN_OFFSET_COMMIT] = offset_manager.handle_txn_offset_commit
         if offset_manager is not None:
             self._handlers[ApiKey.OFFSET_COMMIT] = offset_manager.handle_offset_commit
             self._handlers[ApiKey.OFFSET_FETCH] = offset_manager.handle_offset_fetch
@@ -417,6 +430,8 @@ class KafkaApis:
         infos: list[FetchInfo] = []
         layout: list[tuple[str, list[tuple[int, int | None]]]] = []
         refused = replica_id >= 0 and replica_id not in self.metadata.live_broker_ids()
+        # read_committed (Fetch v4+, KIP-98): consumers read below the last stable offset
+        isolation = req.isolation_level if v >= 4 and replica_id < 0 else 0
         cluster_ok = replica_id < 0 or self._allowed(channel, "ClusterAction", "Cluster")
         for t in req.topics:
             topic = t.topic
@@ -436,7 +451,7 @@ class KafkaApis:
                     plist.append((p.partition, ErrorCode.INVALID_TOPIC_EXCEPTION if not is_valid_topic_name(topic) else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
                 else:
                     plist.append((p.partition, None))
-                    infos.append(FetchInfo(topic, p.partition, p.fetch_offset, p.partition_max_bytes))
+                    infos.append(FetchInfo(topic, p.partition, p.fetch_offset, p.partition_max_bytes, isolation))
             layout.append((topic, plist))
 
         row = resp_cls.nested("topics", "partitions").row("partition", "error_code", "high_watermark", "last_stable_offset", "log_start_offset", "aborted_transactions", "records")
@@ -451,7 +466,8 @@ class KafkaApis:
                         parts.append(row(p, code, -1, -1, -1, None, b""))
                         continue
                     r = next(it)
-                    parts.append(row(p, r.error_code, r.high_watermark, r.high_watermark, r.log_start_offset, None, r.records))
+                    lso = r.last_stable_offset if r.last_stable_offset >= 0 else r.high_watermark
+                    parts.append(row(p, r.error_code, r.high_watermark, lso, r.log_start_offset, r.aborted, r.records))
                 topics.append((topic, parts))
             channel.send(resp_cls.build(throttle_time_ms=0, error_code=ErrorCode.NONE, session_id=0, topics=topics))
 
@@ -482,7 +498,9 @@ class KafkaApis:
                 epoch = self.metadata.leader_epoch(t.topic, p.partition)
                 end = -1
                 if partition_log is not None:
-                    end = partition_log.log_end_offset if from_replica else partition_log.high_watermark
+                    # read_committed (v2+): "latest" is the last stable offset (KIP-98)
+                    committed = v >= 2 and getattr(req, "isolation_level", 0) == 1
+                    end = partition_log.log_end_offset if from_replica else partition_log.last_stable_offset if committed else partition_log.high_watermark
                 if v == 0:
                     offsets: list[int] = []
                     if not code and partition_log is not None:
@@ -522,7 +540,12 @@ class KafkaApis:
                 code, msg = ErrorCode.TOPIC_AUTHORIZATION_FAILED, "Authorization failed."
             else:
                 n = t.num_partitions if t.num_partitions != -1 else self.topics.num_partitions
-                code, msg = self.topics.create_with_message(t.topic, n, t.replication_factor, assignment=assignment, validate_only=validate_only)
+                try:
+                    overrides = validate_topic_configs({c.name: c.value for c in t.configs or ()})
+                except ConfigError as e:
+                    code, msg = ErrorCode.INVALID_CONFIG, str(e)
+                else:
+                    code, msg = self.topics.create_with_message(t.topic, n, t.replication_factor, assignment=assignment, validate_only=validate_only, configs=overrides)
                 if code == ErrorCode.NONE and not validate_only:
                     created.append(t.topic)
             seen.add(t.topic)

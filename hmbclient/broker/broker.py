@@ -4,7 +4,7 @@ Start-up order: logs (recovery happens here, so a damaged log fails before we li
 coordination store (ZooKeeper, or in memory for a standalone broker) -> metadata cache, replica
 manager, replica fetchers, topic and offset managers, group coordinator -> socket server
 (binds; the port is known from here on) -> registration in the store -> controller (every broker competes for
-``/controller``) -> scheduler (retention, time-based flush). Shutdown runs the other way round,
+``/controller``) -> scheduler (retention, time-based flush) and log cleaner threads (``log.cleaner``). Shutdown runs the other way round,
 after a controlled shutdown (the controller moves this broker's leaderships away first), so
 nothing answers from a half-closed log and clients see leaders move instead of vanish.
 
@@ -15,6 +15,7 @@ paths as a broker of a ZooKeeper cluster.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import shutil
@@ -36,14 +37,17 @@ from hmbclient.broker.controller.store import CoordinationStore, MemoryStore, Zk
 from hmbclient.broker.coordinator.coordinator import GroupCoordinator
 from hmbclient.broker.coordinator.state import GroupConfig
 from hmbclient.broker.dynamic_config import DynamicConfigs
+from hmbclient.broker.log.cleaner import CleanerSettings, LogCleaner
 from hmbclient.broker.log.config import LogConfig
 from hmbclient.broker.log.manager import LogManager
+from hmbclient.broker.log.overrides import log_config_with, parse_cleanup_policy
 from hmbclient.broker.metadata import (
     OFFSETS_TOPIC,
     TRANSACTION_STATE_TOPIC,
     BrokerEndpoint,
     MetadataCache,
 )
+from hmbclient.broker.metrics import BrokerMetrics, MetricsEndpoint
 from hmbclient.broker.offset_manager import OffsetManager
 from hmbclient.broker.producer_ids import (
     STANDALONE_FILE,
@@ -55,12 +59,15 @@ from hmbclient.broker.replica_fetcher import ReplicaFetcherManager
 from hmbclient.broker.replica_manager import ReplicaManager
 from hmbclient.broker.security.setup import authorizer_from, inter_broker_security, listeners_from
 from hmbclient.broker.server import SocketServer
+from hmbclient.broker.topic_configs import FileTopicConfigs, TopicConfigStore, ZkTopicConfigs
 from hmbclient.broker.topics import TopicManager
 from hmbclient.broker.transaction.coordinator import TransactionCoordinator
+from hmbclient.broker.transaction.markers import MarkerWriter
 from hmbclient.broker.transaction.state import TxnConfig
 from hmbclient.clock import monotonic_ms, wall_ms
 from hmbclient.config import NEVER
 from hmbclient.errors import ErrorCode, HmbError
+from hmbclient.metrics import Metrics
 from hmbclient.protocol.api.cluster import ControlledShutdownRequest
 
 __all__ = ["Broker", "log_config_from", "Scheduler"]
@@ -80,8 +87,13 @@ def _opt(v: int) -> int | None:
     return None if v < 0 or v >= NEVER else v
 
 
-def log_config_from(config: BrokerConfig, *, compact: bool = False) -> LogConfig:
-    """The LogConfig a BrokerConfig asks for."""
+def log_config_from(config: BrokerConfig, *, compact: bool | None = None) -> LogConfig:
+    """The LogConfig a BrokerConfig asks for (``compact``: the internal topics; None: as
+    ``log.cleanup.policy`` says, ``compact,delete`` keeping retention)."""
+    if compact is None:
+        compact, delete = parse_cleanup_policy(config.log_cleanup_policy)
+        lc = log_config_from(config, compact=not delete)
+        return dataclasses.replace(lc, compact=compact) if compact and delete else lc
     return LogConfig(
         segment_bytes=min(config.log_segment_bytes, 2**31 - 1),
         index_interval_bytes=config.log_index_interval_bytes,
@@ -91,19 +103,31 @@ def log_config_from(config: BrokerConfig, *, compact: bool = False) -> LogConfig
         retention_bytes=None if compact else _opt(config.log_retention_bytes),
         max_message_bytes=max(config.message_max_bytes, 1),
         compact=compact,
+        min_cleanable_dirty_ratio=config.log_cleaner_min_cleanable_ratio,
+        min_compaction_lag_ms=config.log_cleaner_min_compaction_lag_ms,
+        delete_retention_ms=config.log_cleaner_delete_retention_ms,
         producer_id_expiration_ms=config.producer_id_expiration_ms,
     )
 
 
-def make_log_manager(config: BrokerConfig, log_dir: str) -> LogManager:
+def make_log_manager(config: BrokerConfig, log_dir: str, overrides: Callable[[str], dict[str, str]] | None = None) -> LogManager:
+    """The LogManager of ``log_dir``; ``overrides(topic)``: the topic's stored configs (see
+    ``topic_configs``), applied over the broker's (a bad stored value is logged and ignored)."""
     default = log_config_from(config)
     offsets = log_config_from(config, compact=True)
-    return LogManager(
-        log_dir,
-        default,
-        lambda topic: offsets if topic in (OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC) else None,
-        max_open_read_handles=config.log_max_open_read_handles,
-    )
+
+    def config_for(topic: str) -> LogConfig | None:
+        if topic in (OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC):
+            return offsets
+        if overrides is None:
+            return None
+        try:
+            return log_config_with(default, overrides(topic))
+        except (HmbError, ValueError) as e:
+            log.error("topic %s: its stored configs are not usable (%s): broker defaults apply", topic, e)
+            return None
+
+    return LogManager(log_dir, default, config_for, max_open_read_handles=config.log_max_open_read_handles)
 
 
 class Scheduler:
@@ -116,9 +140,16 @@ class Scheduler:
         self.flush_every_s = None if fms is None else max(min(fms, 1000), 10) / 1000.0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"{name}-scheduler", daemon=True)
+        io_rate = config.log_cleaner_io_max_bytes_per_second
+        self.cleaner = LogCleaner(
+            logs,
+            CleanerSettings(config.log_cleaner_threads, config.log_cleaner_backoff_ms, config.log_cleaner_dedupe_buffer_size, io_rate),
+            f"{name}-log-cleaner",
+        )
 
     def start(self) -> None:
         self._thread.start()
+        self.cleaner.start()
 
     def _run(self) -> None:
         every_ms = int(self.retention_every_s * 1000)
@@ -131,10 +162,10 @@ class Scheduler:
             if monotonic_ms() >= next_retention_ms:
                 next_retention_ms = monotonic_ms() + every_ms
                 self.logs.run_retention(now_ms)
-                self.logs.run_compaction()
 
     def stop(self) -> None:
         self._stop.set()
+        self.cleaner.stop()
         if self._thread.is_alive():
             self._thread.join(timeout=10)
 
@@ -170,6 +201,10 @@ class Broker:
         self.apis: KafkaApis | None = None
         self.server: SocketServer | None = None
         self.scheduler: Scheduler | None = None
+        self._metrics: Metrics | None = None
+        #: the Prometheus endpoint (``metrics.port``), while serving
+        self.metrics_endpoint: MetricsEndpoint | None = None
+        self.topic_configs: TopicConfigStore | None = None
         self._temp_dir: str | None = None
         self._port = config.port
         self.running = False
@@ -219,6 +254,13 @@ class Broker:
         ep = self.endpoint
         return BrokerChannel(ep.host, ep.port, client_id, security=self.inter_broker_security)
 
+    def _marker_channel(self, broker_id: int) -> BrokerChannel | None:
+        """A channel to another broker's inter-broker listener (transaction markers)."""
+        ep = self.metadata.broker(broker_id) if self.metadata is not None else None
+        if ep is None:
+            return None
+        return BrokerChannel(ep.host, ep.port, f"broker-{self.config.broker_id}-txn-markers", security=self.inter_broker_security)
+
     @property
     def log_dir(self) -> str | None:
         return self.logs.log_dir if self.logs is not None else None
@@ -242,9 +284,14 @@ class Broker:
             if self._temp_dir is None:
                 self._temp_dir = tempfile.mkdtemp(prefix="hmb-broker-")
             log_dir = self._temp_dir
-        self.logs = logs = make_log_manager(cfg, log_dir)
+        # Topic overrides: in the log dir standalone (readable now), in ZooKeeper once connected.
+        self.topic_configs = None if cfg.zookeeper_connect else FileTopicConfigs(log_dir)
+        self.logs = logs = make_log_manager(cfg, log_dir, self._topic_overrides)
         try:
             store = self._open_store(logs)
+            if self.topic_configs is None:
+                self.topic_configs = ZkTopicConfigs(store.zk)  # type: ignore[attr-defined]
+                logs.reconfigure()
             if self._own_producer_ids:
                 # Producer id blocks are recorded where they survive this broker: ZooKeeper
                 # for a cluster, the log directory standalone (see producer_ids).
@@ -271,6 +318,7 @@ class Broker:
                 security=self.inter_broker_security,
             )
             self.topics = topics = TopicManager(metadata, store, cfg.num_partitions, cfg.default_replication_factor, cfg.auto_create_topics_enable)
+            topics.config_store = self.topic_configs
             om = OffsetManager(cfg.broker_id, metadata, rm, topics, cfg, store)
             self.offset_manager = om
             group_config = GroupConfig(cfg.group_min_session_timeout_ms, cfg.group_max_session_timeout_ms, cfg.group_initial_rebalance_delay_ms)
@@ -285,8 +333,12 @@ class Broker:
                 num_partitions=cfg.transaction_state_log_num_partitions,
                 replication_factor=cfg.transaction_state_log_replication_factor,
                 config=TxnConfig(cfg.transaction_max_timeout_ms, cfg.transactional_id_expiration_ms),
+                abort_interval_ms=cfg.transaction_abort_timed_out_transaction_cleanup_interval_ms,
             )
             om.transactions = txns
+            txns.marker_writer = MarkerWriter(rm, om)
+            txns.group_partition_for = om.partition_for
+            txns.channel_for = self._marker_channel
             self.controller = controller = Controller(
                 cfg.broker_id,
                 store,
@@ -298,10 +350,13 @@ class Broker:
                 if cfg.auto_leader_rebalance_enable else None,
             )
             # Dynamic configs (AlterConfigs): read from the store and applied before serving.
-            self.dynamic_configs = dynamic = DynamicConfigs(cfg, store, logs, log_config_from, controller)
+            # Its topic layer adds to the stored CreateTopics configs (the same /config/topics/<t>
+            # in a cluster; topic-configs.json standalone).
+            self.dynamic_configs = dynamic = DynamicConfigs(cfg, store, logs, log_config_from, controller,
+                                                            stored_overrides=self._topic_overrides)
             internal_log_config = log_config_from(cfg, compact=True)
             logs.set_config_for(lambda topic: internal_log_config if topic in (OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC)
-                                else log_config_from(dynamic.config_for(topic)))
+                                else dynamic.log_config(topic))
             rm.min_insync_for = dynamic.min_insync_replicas
             dynamic.start()
             self.apis = KafkaApis(
@@ -333,6 +388,7 @@ class Broker:
                 name=name,
                 listeners=listeners_from(cfg, self._port, store),
             )
+            self._start_metrics(rm, controller)
             topics.purgatory.start()
             rm.start()
             groups.start()
@@ -362,6 +418,38 @@ class Broker:
             raise
         self.running = True
         log.info("broker %d serving on %s:%d (log dir %s)", cfg.broker_id, cfg.host, self._port, logs.log_dir)
+
+    def _start_metrics(self, rm: ReplicaManager, controller: Controller) -> None:
+        """The broker's registry and sensors (see broker/metrics.py), and its endpoint when
+        ``metrics.port`` is set."""
+        cfg = self.config
+        self._metrics = registry = Metrics(
+            num_samples=cfg.metrics_num_samples, sample_window_ms=cfg.metrics_sample_window_ms,
+            tags={"broker": str(cfg.broker_id)},
+        )
+        sensors = BrokerMetrics(registry)
+        rm.metrics = sensors
+        assert self.server is not None
+        self.server.metrics = sensors
+        sensors.watch_replicas(rm.under_replicated, lambda: len(rm.partitions()), lambda: len(rm.leader_partitions()))
+        sensors.watch_purgatories(rm.produce_purgatory.delayed, rm.fetch_purgatory.delayed)
+        sensors.watch_controller(lambda: controller.active)
+        if cfg.metrics_port is not None:
+            self.metrics_endpoint = MetricsEndpoint(lambda: [registry], cfg.metrics_host or cfg.host, cfg.metrics_port)
+            log.info("broker %d: metrics at http://%s:%d/metrics", cfg.broker_id, self.metrics_endpoint.host, self.metrics_endpoint.port)
+
+    def metrics(self) -> dict[str, dict[str, float]]:
+        """The broker's metrics under Kafka's MBean names (see :mod:`hmbclient.broker.metrics`):
+        ``{group: {name: value}}``, e.g. ``["kafka.server.ReplicaManager"]["UnderReplicatedPartitions"]``.
+
+        Returns:
+            A fresh snapshot; empty before the broker first started.
+        """
+        return self._metrics.snapshot() if self._metrics is not None else {}
+
+    def _topic_overrides(self, topic: str) -> dict[str, str]:
+        tc = self.topic_configs
+        return {} if tc is None else tc.get(topic)
 
     def _open_store(self, logs: LogManager) -> CoordinationStore:
         cfg = self.config
@@ -528,6 +616,9 @@ class Broker:
         return False
 
     def _teardown(self) -> None:
+        if self.metrics_endpoint is not None:
+            self.metrics_endpoint.close()
+            self.metrics_endpoint = None
         # Stop answering first: once the ZooKeeper session is closed the controller moves this
         # broker's leaderships, and nothing may be acknowledged from here after that.
         if self.server is not None:

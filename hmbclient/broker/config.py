@@ -39,6 +39,13 @@ def parse_listener(text: str) -> tuple[str, str, int]:
     return proto, host.strip("[]") or "0.0.0.0", int(port)
 
 
+def _cleanup_policy(value: Any) -> Any:
+    parts = {p.strip() for p in str(value).split(",") if p.strip()}
+    if not parts or not parts <= {"compact", "delete"}:
+        raise ValueError(f"must be delete, compact or compact,delete, got {value!r}")
+    return ",".join(p for p in ("compact", "delete") if p in parts)
+
+
 def _listener_list(value: Any) -> Any:
     if isinstance(value, str):
         value = [v for v in value.split(",") if v.strip()]
@@ -108,6 +115,15 @@ class BrokerConfig(ConfigBase):
     advertised_port: int | None = setting(
         None, min=1, max=65535, doc="advertised.port: port given to clients (None: the bound port)"
     )
+    metrics_port: int | None = setting(
+        None, min=0, max=65535,
+        doc="metrics.port: serve the broker's metrics for Prometheus at http://metrics.host:port/metrics (None: off; 0: any free port)",
+    )
+    metrics_host: str | None = setting(None, doc="metrics.host: address of the metrics endpoint (None: host.name)")
+    metrics_num_samples: int = setting(2, min=1, doc="metrics.num.samples: samples a windowed metric keeps")
+    metrics_sample_window_ms: int = setting(
+        30_000, min=1, doc="metrics.sample.window.ms: length of one sample of a windowed metric"
+    )
     log_dirs: tuple[str, ...] = setting(
         (),
         aliases=("log.dir",),
@@ -143,6 +159,30 @@ class BrokerConfig(ConfigBase):
     )
     log_retention_bytes: int = setting(
         -1, min=-1, doc="log.retention.bytes: per-partition size cap (-1: none)"
+    )
+    log_cleanup_policy: str = setting(
+        "delete", convert=_cleanup_policy, doc="log.cleanup.policy: default cleanup.policy of topics: delete, compact or compact,delete"
+    )
+    log_cleaner_threads: int = setting(
+        1, min=0, doc="log.cleaner.threads: threads compacting topics with cleanup.policy=compact (0: none)"
+    )
+    log_cleaner_backoff_ms: int = setting(
+        15_000, min=0, doc="log.cleaner.backoff.ms: how long a cleaner thread sleeps when no log needs cleaning"
+    )
+    log_cleaner_min_cleanable_ratio: float = setting(
+        0.5, min=0, max=1, doc="log.cleaner.min.cleanable.ratio: default min.cleanable.dirty.ratio of topics"
+    )
+    log_cleaner_min_compaction_lag_ms: int = setting(
+        0, min=0, doc="log.cleaner.min.compaction.lag.ms: default min.compaction.lag.ms of topics"
+    )
+    log_cleaner_delete_retention_ms: int = setting(
+        86_400_000, min=0, doc="log.cleaner.delete.retention.ms: default delete.retention.ms (how long tombstones are kept)"
+    )
+    log_cleaner_dedupe_buffer_size: int = setting(
+        128 * 1024 * 1024, min=1024, doc="log.cleaner.dedupe.buffer.size: memory for the keys of one cleaning pass"
+    )
+    log_cleaner_io_max_bytes_per_second: float = setting(
+        float("inf"), min=1, doc="log.cleaner.io.max.bytes.per.second: I/O throttle of each cleaner thread"
     )
     log_retention_check_interval_ms: int = setting(
         300_000, min=1, doc="log.retention.check.interval.ms: how often retention runs"
@@ -203,6 +243,11 @@ class BrokerConfig(ConfigBase):
     )
     transaction_max_timeout_ms: int = setting(
         900_000, min=1, doc="transaction.max.timeout.ms: the longest transaction timeout a producer may ask for"
+    )
+    transaction_abort_timed_out_transaction_cleanup_interval_ms: int = setting(
+        10_000,
+        min=1,
+        doc="transaction.abort.timed.out.transaction.cleanup.interval.ms: how often the coordinator aborts transactions past their timeout",
     )
     transactional_id_expiration_ms: int = setting(
         604_800_000, min=1, doc="transactional.id.expiration.ms: forget a transactional id idle this long"

@@ -44,6 +44,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from hmbclient.broker.config import BrokerConfig
+from hmbclient.broker.log.overrides import TOPIC_CONFIGS, validate_topic_configs
 from hmbclient.errors import ConfigError, ErrorCode
 from hmbclient.protocol.api.configs import (
     OP_APPEND,
@@ -89,12 +90,13 @@ TOPIC_CONFIG_FROM_BROKER: dict[str, str] = {
 _PROP = {i.name: i.prop for i in BrokerConfig.settings()}
 #: topic config name -> the broker property it overrides
 TOPIC_TO_BROKER_PROP: dict[str, str] = {n: _PROP[f] for n, f in TOPIC_CONFIG_FROM_BROKER.items() if f in _PROP}
-#: topic configs AlterConfigs may set (the others are not per-topic here: segment.index.bytes
-#: is not used by our indexes, unclean election is a controller-wide setting)
-ALTERABLE_TOPIC_CONFIGS: frozenset[str] = frozenset(TOPIC_TO_BROKER_PROP) - {"segment.index.bytes", "unclean.leader.election.enable"}
+#: topic configs AlterConfigs may set: the broker-backed ones (not segment.index.bytes, unused
+#: by our indexes, nor unclean election, a controller-wide setting) and the log overrides of
+#: ``log.overrides`` (cleanup.policy, compaction settings)
+ALTERABLE_TOPIC_CONFIGS: frozenset[str] = (frozenset(TOPIC_TO_BROKER_PROP) - {"segment.index.bytes", "unclean.leader.election.enable"}) | frozenset(TOPIC_CONFIGS)
 #: broker properties AlterConfigs may set for a broker or for every broker, applied without a restart
 DYNAMIC_BROKER_CONFIGS: frozenset[str] = frozenset(
-    {TOPIC_TO_BROKER_PROP[n] for n in ALTERABLE_TOPIC_CONFIGS} | {"unclean.leader.election.enable"})
+    {TOPIC_TO_BROKER_PROP[n] for n in ALTERABLE_TOPIC_CONFIGS if n in TOPIC_TO_BROKER_PROP} | {"unclean.leader.election.enable"})
 
 Entry = tuple[str, str | None, int, bool, bool]  # name, value, source, sensitive, read_only
 
@@ -141,6 +143,8 @@ def check_alter(resource_type: int, props: Mapping[str, str | None], static: Bro
                 return ErrorCode.INVALID_REQUEST, f"Cannot update these configs dynamically: Set({name})"
             return ErrorCode.INVALID_CONFIG, f"Unknown broker config name: {name}"
     try:  # (j)
+        if topic:
+            validate_topic_configs({k: v for k, v in props.items() if k in TOPIC_CONFIGS})
         layer = {k: str(v) for k, v in props.items()}
         layers = Layers(topics={"t": layer}) if topic else Layers(broker=layer)
         effective_config(static, layers, "t" if topic else None)

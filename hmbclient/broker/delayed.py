@@ -42,8 +42,8 @@ class Replicas(Protocol):
         """None while an acks=-1 produce still waits, else the partition's final error code."""
         ...
 
-    def fetch_end(self, topic: str, partition: int, from_replica: bool) -> tuple[int, Log | None, int]:
-        """``(error, log, end)``: the offset a fetch may read up to (HW or LEO)."""
+    def fetch_end(self, topic: str, partition: int, from_replica: bool, isolation_level: int = 0) -> tuple[int, Log | None, int]:
+        """``(error, log, end)``: the offset a fetch may read up to (HW, LSO or LEO)."""
         ...
 
 
@@ -132,7 +132,7 @@ class DelayedFetch(DelayedOperation):
         for info, wait in zip(self.infos, self.waits, strict=True):
             if wait.end_at_park < 0:
                 continue
-            code, partition_log, end = self.replicas.fetch_end(info.topic, info.partition, self.from_replica)
+            code, partition_log, end = self.replicas.fetch_end(info.topic, info.partition, self.from_replica, info.isolation_level)
             if code or partition_log is None:  # Case A
                 return self.force_complete()
             if not partition_log.log_start_offset <= info.offset <= partition_log.log_end_offset or end < wait.end_at_park:  # Case B

@@ -10,7 +10,9 @@ Contract:
   apply it (the writing broker also applies at once, so its own DescribeConfigs and appends
   see the write when the AlterConfigs answer leaves).
 * Applying = each affected log's ``LogConfig`` is replaced by the one of the effective config
-  (:func:`configs.effective_config`: topic override > this broker > default > static);
+  (:func:`configs.effective_config`: topic override > this broker > default > static), with
+  the topic's stored overrides (CreateTopics configs: ``cleanup.policy``, compaction settings;
+  ``log.overrides.log_config_with``) applied over it;
   ``min.insync.replicas`` is looked up per topic at each append; ``unclean.leader.election.enable``
   goes to this broker's controller. Internal topics (``__consumer_offsets``,
   ``__transaction_state``) keep their compacted configs.
@@ -25,10 +27,12 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
 from typing import Any
 
 from hmbclient.broker.config import BrokerConfig
 from hmbclient.broker.configs import Layers, effective_config
+from hmbclient.broker.log.overrides import TOPIC_CONFIGS, log_config_with
 from hmbclient.broker.metadata import is_internal_topic
 from hmbclient.zkpaths import DEFAULT_BROKER_ENTITY
 
@@ -46,10 +50,13 @@ class DynamicConfigs:
         logs: the LogManager whose logs get the effective configs.
         log_config_from: ``(BrokerConfig) -> LogConfig``.
         controller: told the effective ``unclean.leader.election.enable`` (None: nobody).
+        stored_overrides: ``topic -> configs`` stored at creation (``broker.topic_configs``).
     """
 
-    def __init__(self, static: BrokerConfig, store: Any, logs: Any, log_config_from: Any, controller: Any = None) -> None:
+    def __init__(self, static: BrokerConfig, store: Any, logs: Any, log_config_from: Any, controller: Any = None,
+                 stored_overrides: Callable[[str], dict[str, str]] | None = None) -> None:
         self.static = static
+        self._stored_overrides = stored_overrides
         self.store = store
         self.logs = logs
         self._log_config_from = log_config_from
@@ -80,6 +87,19 @@ class DynamicConfigs:
                 cfg = self.static
         self._cache[topic] = cfg
         return cfg
+
+    def log_config(self, topic: str) -> Any:
+        """The LogConfig of ``topic``: the effective config's, with the topic's overrides
+        (stored at creation and set dynamically) applied by ``log.overrides``."""
+        base = self._log_config_from(self.config_for(topic))
+        overrides = dict(self._stored_overrides(topic)) if self._stored_overrides is not None else {}
+        overrides.update(self._layers.topics.get(topic, {}))
+        known = {k: v for k, v in overrides.items() if k in TOPIC_CONFIGS}
+        try:
+            return log_config_with(base, known)
+        except Exception as e:  # a bad stored value: the broker's config applies
+            log.warning("topic %s: its overrides are not usable (%s): broker values apply", topic, e)
+            return base
 
     def min_insync_replicas(self, topic: str) -> int:
         return self.config_for(topic).min_insync_replicas
@@ -143,7 +163,7 @@ class DynamicConfigs:
         for (topic, _p), lg in self.logs.all_logs():
             if is_internal_topic(topic) or (topics is not None and topic not in topics):
                 continue
-            new = self._log_config_from(self.config_for(topic))
+            new = self.log_config(topic)
             if lg.config != new:
                 lg.config = new
                 log.info("log %s-%d reconfigured: %s", topic, _p, new)

@@ -42,6 +42,16 @@ The ZooKeeper calls run on a small pool of this manager's own threads, never on 
 handed the request over (it may be a network processor). A standalone broker (no ZooKeeper)
 serves v0 from this same store, like v1+.
 
+Transactional offset commits (TxnOffsetCommit, KIP-98; the pure rules are
+:mod:`hmbclient.broker.transaction.offsets`): the offsets are appended as ordinary commit
+records in a transactional batch of the producer (its id and epoch, base sequence 0, as a
+coordinator's append: the log checks the epoch, not the sequence) and kept *pending*, invisible
+to OffsetFetch, until the producer's marker reaches the group's offsets partition
+(``complete_txn``, called by the marker writer): a COMMIT makes them the group's offsets, an
+ABORT drops them. Loading replays the same: transactional records pend until their marker. A
+pending offset wins over the committed one when its marker commits it (Kafka also compares log
+positions with a plain commit appended meanwhile; we do not).
+
 From v1 a commit names a generation and member: the coordinator checks them against the group
 (Kafka's rules: a member of the current generation, or no generation at all for a group without
 members). v1+ always go to the coordinator and ``__consumer_offsets``.
@@ -67,9 +77,17 @@ from hmbclient.broker.metadata import (
 from hmbclient.broker.replica_manager import ReplicaManager
 from hmbclient.broker.results import AppendResult
 from hmbclient.broker.topics import TopicManager
+from hmbclient.broker.transaction import offsets as txn_offsets
 from hmbclient.clock import wall_ms
 from hmbclient.errors import CoordinationError, ErrorCode, HmbError, ProtocolError
 from hmbclient.protocol import records
+from hmbclient.protocol.records.control import (
+    ControlType,
+    batch_header,
+    control_record,
+    decode_control_type,
+    encode_transactional_batch,
+)
 from hmbclient.protocol.types import Array, Bytes, Int32, Int64, NullableString, String, Struct
 from hmbclient.zkpaths import is_valid_topic_name
 
@@ -264,7 +282,7 @@ class GroupHooks(Protocol):
     def unload_partition(self, partition: int) -> None:
         """This broker no longer leads the offsets partition: forget its groups."""
 
-    def validate_offset_commit(self, group_id: str, generation_id: int, member_id: str) -> int:
+    def validate_offset_commit(self, group_id: str, generation_id: int, member_id: str, group_instance_id: str | None = None) -> int:
         """May the commit be stored? NONE or the error code for every partition."""
 
 
@@ -293,6 +311,8 @@ class OffsetManager:
         self.replication_factor = config.offsets_topic_replication_factor
         self.retention_ms = config.offsets_retention_minutes * 60_000
         self._cache: dict[str, dict[tuple[str, int], OffsetEntry]] = {}
+        #: group -> its pending transactional offsets (values are OffsetEntry)
+        self._txn: dict[str, txn_offsets.GroupTxnOffsets] = {}
         self._loaded: set[int] = set()
         self._loading: set[int] = set()
         self._lock = threading.Lock()
@@ -329,6 +349,8 @@ class OffsetManager:
                 self._loaded.discard(partition)
                 for g in [g for g in self._cache if self.partition_for(g) == partition]:
                     del self._cache[g]
+                for g in [g for g in self._txn if self.partition_for(g) == partition]:
+                    del self._txn[g]
             # Unconditionally (a no-op for a partition the coordinator does not have): a load
             # still running re-checks the leadership when it is done.
             if self.coordinator is not None:
@@ -343,6 +365,7 @@ class OffsetManager:
     def _load(self, partition: int) -> None:
         loaded: dict[str, dict[tuple[str, int], OffsetEntry]] = {}
         groups: dict[str, GroupRecord | None] = {}
+        pend: dict[str, txn_offsets.GroupTxnOffsets] = {}
         n = 0
         try:
             # A new leader's log may end with entries its followers have not copied yet; they
@@ -354,23 +377,41 @@ class OffsetManager:
                 found, _ = offsets_log.read(offset, 1 << 20, min_one_entry=True)
                 if found is None:
                     break
-                recs = records.decode_records(found.read())
-                if not recs:
+                buf = found.read()
+                entries, _ = records.scan_entries(buf, verify_crc=False)
+                if not entries:
                     break
-                for r in recs:
-                    offset = r.offset + 1
-                    if r.key is None:
-                        continue
-                    k = decode_key(r.key)
-                    if k is None:
-                        self._load_group_record(r.key, r.value, groups)
-                        continue
-                    group, topic, part = k
-                    if r.value is None:  # a tombstone deletes the offset
-                        loaded.get(group, {}).pop((topic, part), None)
-                    else:
-                        loaded.setdefault(group, {})[(topic, part)] = decode_value(r.value)
-                    n += 1
+                mv = memoryview(buf)
+                for e in entries:
+                    offset = e.last_offset + 1
+                    pid = -1
+                    if e.magic >= 2:
+                        hdr = batch_header(mv, e.position)
+                        if hdr.is_control:
+                            # a transaction marker: the producer's pending offsets end (KIP-98)
+                            key, _value = control_record(mv, e.position)
+                            ctype = decode_control_type(key)
+                            if ctype in (ControlType.COMMIT, ControlType.ABORT):
+                                self._complete_loaded(pend, loaded, hdr.producer_id, ctype == ControlType.COMMIT)
+                            continue
+                        if hdr.is_transactional:
+                            pid = hdr.producer_id
+                    for r in records.decode_records(bytes(mv[e.position : e.position + e.size])):
+                        if r.key is None:
+                            continue
+                        k = decode_key(r.key)
+                        if k is None:
+                            self._load_group_record(r.key, r.value, groups)
+                            continue
+                        group, topic, part = k
+                        if pid >= 0 and r.value is not None:
+                            st = txn_offsets.prepare(pend.get(group, txn_offsets.GroupTxnOffsets()), pid, {(topic, part): decode_value(r.value)})
+                            pend[group] = txn_offsets.appended(st, pid, [(topic, part)], r.offset)
+                        elif r.value is None:  # a tombstone deletes the offset
+                            loaded.get(group, {}).pop((topic, part), None)
+                        else:
+                            loaded.setdefault(group, {})[(topic, part)] = decode_value(r.value)
+                        n += 1
         except (HmbError, struct.error, UnicodeDecodeError) as e:
             log.error("loading offsets partition %d failed: %s", partition, e)
         finally:
@@ -391,10 +432,102 @@ class OffsetManager:
                 if still_leader:
                     for g, offs in loaded.items():
                         self._cache.setdefault(g, {}).update(offs)
+                    for g, st in pend.items():
+                        if txn_offsets.pending_producers(st):
+                            self._txn[g] = st
                     self._loaded.add(partition)
             if not still_leader and self.coordinator is not None:
                 self.coordinator.unload_partition(partition)
         log.info("loaded %d offset commits and %d groups from %s-%d", n, sum(1 for r in groups.values() if r is not None), OFFSETS_TOPIC, partition)
+
+    @staticmethod
+    def _complete_loaded(
+        pend: dict[str, txn_offsets.GroupTxnOffsets], loaded: dict[str, dict[tuple[str, int], OffsetEntry]], producer_id: int, committed: bool
+    ) -> None:
+        for g, st in list(pend.items()):
+            if producer_id in st.pending:
+                pend[g], won = txn_offsets.complete(st, producer_id, committed, {})
+                loaded.setdefault(g, {}).update({tp: c.value for tp, c in won.items()})
+
+    def complete_txn(self, partition: int, producer_id: int, committed: bool) -> None:
+        """A marker of ``producer_id`` reached offsets partition ``partition``: its pending
+        transactional offsets there become committed (COMMIT) or are dropped (ABORT)."""
+        with self._lock:
+            for g, st in list(self._txn.items()):
+                if producer_id not in st.pending or self.partition_for(g) != partition:
+                    continue
+                st, won = txn_offsets.complete(st, producer_id, committed, {})
+                if won:
+                    self._cache.setdefault(g, {}).update({tp: c.value for tp, c in won.items()})
+                if txn_offsets.pending_producers(st):
+                    self._txn[g] = st
+                else:
+                    del self._txn[g]
+
+    def pending_txn_offsets(self, group: str) -> dict[int, dict[tuple[str, int], int]]:
+        """producer id -> pending offsets of ``group`` (tests, tools)."""
+        with self._lock:
+            st = self._txn.get(group)
+            return {} if st is None else {pid: {tp: c.value[0] for tp, c in offs.items()} for pid, offs in st.pending.items()}
+
+    def handle_txn_offset_commit(self, header: Any, req: Any, channel: Any) -> None:
+        """TxnOffsetCommit v0-2 (see the module docstring)."""
+        resp_cls = type(req).RESPONSE_TYPE
+        group = req.group_id
+        pid, epoch = req.producer_id, req.producer_epoch
+        now = wall_ms()
+        code = ErrorCode.INVALID_GROUP_ID if not group else self._group_state(group)
+        results: dict[tuple[str, int], int] = {}
+        items: list[tuple[bytes, bytes, int]] = []
+        pending: dict[tuple[str, int], OffsetEntry] = {}
+        for t in req.topics:
+            for p in t.partitions:
+                tp = (t.topic, p.partition)
+                if code:
+                    results[tp] = code
+                    continue
+                metadata = p.metadata or ""
+                if len(metadata.encode("utf-8")) > MAX_METADATA_BYTES:
+                    results[tp] = ErrorCode.OFFSET_METADATA_TOO_LARGE
+                    continue
+                items.append((encode_key(group, t.topic, p.partition), encode_value(p.offset, metadata, now, min(now + self.retention_ms, 2**63 - 1)), now))
+                pending[tp] = (p.offset, metadata, now)
+
+        def respond(outcome: dict[tuple[str, int], AppendResult] | None) -> None:
+            if outcome is not None:
+                r = next(iter(outcome.values()), None)
+                err = r.error_code if r is not None else ErrorCode.NONE
+                with self._lock:
+                    st = self._txn.get(group, txn_offsets.GroupTxnOffsets())
+                    if err == ErrorCode.NONE and r is not None:
+                        st = txn_offsets.appended(st, pid, list(pending), r.base_offset)
+                    else:
+                        st = txn_offsets.failed(st, pid, list(pending))
+                    if txn_offsets.pending_producers(st):
+                        self._txn[group] = st
+                    else:
+                        self._txn.pop(group, None)
+                for tp in pending:
+                    results[tp] = _commit_error(err)
+            shape = resp_cls.nested("topics", "partitions")
+            topics = []
+            for t in req.topics:
+                topics.append((t.topic, [shape.build(partition=p.partition, error_code=results.get((t.topic, p.partition), ErrorCode.NONE)) for p in t.partitions]))
+            channel.send(resp_cls.build(throttle_time_ms=0, topics=topics))
+
+        if not items:
+            respond(None)
+            return
+        try:
+            buf = encode_transactional_batch(records.NONE, items, pid, epoch, 0, timestamp_ms=now)
+        except ValueError:
+            for tp in pending:
+                results[tp] = ErrorCode.INVALID_PRODUCER_ID_MAPPING
+            respond(None)
+            return
+        with self._lock:
+            self._txn[group] = txn_offsets.prepare(self._txn.get(group, txn_offsets.GroupTxnOffsets()), pid, pending)
+        self.rm.append_messages(COMMIT_TIMEOUT_MS, -1, [(OFFSETS_TOPIC, self.partition_for(group), buf)], respond, allow_internal=True, origin="coordinator")
 
     @staticmethod
     def _load_group_record(key: Any, value: Any, groups: dict[str, GroupRecord | None]) -> None:
@@ -590,7 +723,7 @@ class OffsetManager:
             # v0 names no generation: it commits as a consumer outside group management.
             generation = req.generation_id if v >= 1 else -1
             member = req.member_id if v >= 1 else ""
-            code = self.coordinator.validate_offset_commit(group, generation, member)
+            code = self.coordinator.validate_offset_commit(group, generation, member, getattr(req, "group_instance_id", None))
         retention_ms = self.retention_ms
         if 2 <= v <= 4 and req.retention_time_ms >= 0:
             retention_ms = req.retention_time_ms

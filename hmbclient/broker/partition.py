@@ -233,14 +233,17 @@ class Partition:
             self.followers = {}
 
     # -- leader: appends --------------------------------------------------------------------------
-    def append_as_leader(self, buf: bytes | bytearray | memoryview, required_acks: int, min_insync_replicas: int) -> tuple[int, AppendInfo | None]:
-        """Append a producer's payload. Returns ``(error code, AppendInfo or None)``."""
+    def append_as_leader(
+        self, buf: bytes | bytearray | memoryview, required_acks: int, min_insync_replicas: int, origin: str = "client"
+    ) -> tuple[int, AppendInfo | None]:
+        """Append a producer's payload (``origin`` as ``Log.append``). Returns ``(error code,
+        AppendInfo or None)``."""
         with self.lock:
             if self.role is not Role.LEADER:
                 return ErrorCode.NOT_LEADER_FOR_PARTITION, None
             if required_acks == -1 and len(self.isr) < min_insync_replicas:
                 return ErrorCode.NOT_ENOUGH_REPLICAS, None
-            info = self.log.append(buf, leader_epoch=self.leader_epoch)
+            info = self.log.append(buf, leader_epoch=self.leader_epoch, origin=origin)
             if len(self.isr) <= 1:
                 self._maybe_increment_hw()
             return ErrorCode.NONE, info

@@ -22,6 +22,9 @@ HW becomes ``min(leader's HW, own LEO)``. A leader whose log starts after the fo
 (retention) makes the follower start over at the leader's log start.
 
 Errors: a lost connection or an error code backs off ``replica.fetch.backoff.ms`` and retries;
+a write the disk refuses (full, I/O error: nothing was written) backs off and fetches the same
+offset again, without truncating (logged once until a write succeeds); fetched bytes that fail
+validation send the partition back to TRUNCATING;
 a partition whose leader says it is not the leader waits for the controller's next
 LeaderAndIsr, which moves it to another fetcher.
 """
@@ -107,6 +110,8 @@ class _PartitionFetch:
     partition: Partition
     leader_epoch: int
     state: FetchState = FetchState.TRUNCATING
+    #: the last append was refused by the disk (logged once until one succeeds)
+    storage_error: bool = False
 
 
 class _FetcherThread:
@@ -250,7 +255,8 @@ class _FetcherThread:
                 if found is None or not self._still_mine(found):
                     continue
                 if a.error_code == ErrorCode.NONE:
-                    self._append(found, a.records, a.high_watermark)
+                    if not self._append(found, a.records, a.high_watermark):
+                        failed = True
                 elif a.error_code == ErrorCode.OFFSET_OUT_OF_RANGE:
                     self._out_of_range(found)
                 else:
@@ -259,19 +265,33 @@ class _FetcherThread:
         if failed:
             self._backoff()
 
-    def _append(self, pf: _PartitionFetch, data: bytes | None, leader_hw: int) -> None:
+    def _append(self, pf: _PartitionFetch, data: bytes | None, leader_hw: int) -> bool:
+        """Append what the leader sent; False when the disk refused it (back off)."""
         p = pf.partition
         with p.lock:
             if not self._still_mine(pf):
-                return
+                return True
             if data:
                 try:
                     p.log.append_as_follower(data)
-                except (CorruptRecordError, StorageError) as e:
+                except CorruptRecordError as e:
                     log.error("%s-%d: cannot append what broker %d sent: %s; truncating again", p.topic, p.partition, self.leader.node_id, e)
                     pf.state = FetchState.TRUNCATING
-                    return
+                    return True
+                except StorageError as e:
+                    # Case: the disk refused the write (full, I/O error). Nothing was written
+                    # (the log undoes a partial write), so nothing is to be truncated: the
+                    # same offset is fetched again after the backoff, until space returns.
+                    if not pf.storage_error:
+                        log.error("%s-%d: cannot write what broker %d sent: %s; fetching it again after %d ms until the disk takes it",
+                                  p.topic, p.partition, self.leader.node_id, e, self.manager.backoff_ms)
+                    pf.storage_error = True
+                    return False
+                if pf.storage_error:
+                    log.warning("%s-%d: the disk takes writes again", p.topic, p.partition)
+                    pf.storage_error = False
             p.follower_high_watermark(leader_hw)
+        return True
 
     def _out_of_range(self, pf: _PartitionFetch) -> None:
         """The leader has no data at our LEO: behind its log start (retention) -> start over at

@@ -37,6 +37,7 @@ from hmbclient.broker.log.log import Log
 from hmbclient.broker.log.manager import LogManager
 from hmbclient.broker.log.segment import FileSlice
 from hmbclient.broker.metadata import NO_LEADER, BrokerEndpoint, MetadataCache, is_internal_topic
+from hmbclient.broker.metrics import BrokerMetrics
 from hmbclient.broker.partition import IsrWriter, Partition, Role
 from hmbclient.broker.purgatory import Purgatory
 from hmbclient.broker.results import TP, AppendResult, FetchInfo, FetchResult
@@ -108,7 +109,7 @@ class ReplicaManager:
         self.min_insync_for: Callable[[str], int] | None = None
         self.replica_lag_time_max_ms = replica_lag_time_max_ms
         self.hw_checkpoint_interval_ms = hw_checkpoint_interval_ms
-        self.isr_writer = isr_writer
+        self.isr_writer = isr_writer if isr_writer is None else self._metered(isr_writer)
         self._now_ms = now_ms
         self.produce_purgatory: Purgatory[DelayedProduce] = Purgatory("produce", now_ms)
         self.fetch_purgatory: Purgatory[DelayedFetch] = Purgatory("fetch", now_ms)
@@ -117,10 +118,28 @@ class ReplicaManager:
         self._append_listeners: list[Callable[[str, int], None]] = []
         self._leadership_listeners: list[LeadershipListener] = []
         self.fetchers: Any = None  # ReplicaFetcherManager, set by the broker
+        self.metrics: BrokerMetrics | None = None  # the broker's sensors, set by the broker
         self._stop = threading.Event()
         # Set after LeaderAndIsr made leaders: the chores flush their new epochs at once.
         self._new_epochs = threading.Event()
         self._chores: threading.Thread | None = None
+
+    def _metered(self, writer: IsrWriter) -> IsrWriter:
+        """``writer`` counting the ISR shrinks and expansions it wrote (IsrShrinksPerSec...)."""
+
+        def write(topic: str, partition: int, leader: int, epoch: int, isr: tuple[int, ...], controller_epoch: int, version: int) -> int | None:
+            p = self._partitions.get((topic, partition))
+            before = len(p.isr) if p is not None else len(isr)
+            written = writer(topic, partition, leader, epoch, isr, controller_epoch, version)
+            if written is not None and self.metrics is not None:
+                self.metrics.isr_changed(before, len(isr))
+            return written
+
+        return write
+
+    def under_replicated(self) -> int:
+        """Led partitions whose ISR is smaller than their replica set."""
+        return sum(1 for p in self.leader_partitions() if len(p.isr) < len(p.replicas))
 
     # -- lifecycle ---------------------------------------------------------------------------------
     def start(self) -> None:
@@ -222,12 +241,15 @@ class ReplicaManager:
             return self._not_here(topic, partition), None
         return ErrorCode.NONE, p.log
 
-    def fetch_end(self, topic: str, partition: int, from_replica: bool) -> tuple[int, Log | None, int]:
-        """What a waiting fetch may read up to: the HW for consumers, the LEO for followers."""
+    def fetch_end(self, topic: str, partition: int, from_replica: bool, isolation_level: int = 0) -> tuple[int, Log | None, int]:
+        """What a waiting fetch may read up to: the HW for consumers (the last stable offset
+        for read_committed ones), the LEO for followers."""
         code, partition_log = self.leader_log(topic, partition)
         if code or partition_log is None:
             return code, None, -1
-        return ErrorCode.NONE, partition_log, partition_log.log_end_offset if from_replica else partition_log.high_watermark
+        if from_replica:
+            return ErrorCode.NONE, partition_log, partition_log.log_end_offset
+        return ErrorCode.NONE, partition_log, partition_log.last_stable_offset if isolation_level == 1 else partition_log.high_watermark
 
     # -- LeaderAndIsr / StopReplica ------------------------------------------------------------------
     def become_leader_or_follower(self, states: Iterable[PartitionState], leaders: dict[int, BrokerEndpoint]) -> dict[TP, int]:
@@ -344,9 +366,11 @@ class ReplicaManager:
         respond: Callable[[dict[TP, AppendResult]], None],
         *,
         allow_internal: bool = False,
+        origin: str = "client",
     ) -> None:
         """Append each ``(topic, partition, records bytes)`` and call ``respond`` with the
-        per-partition results: at once for acks 0/1, through a DelayedProduce for acks -1."""
+        per-partition results: at once for acks 0/1, through a DelayedProduce for acks -1.
+        ``origin`` "coordinator": transaction markers and TxnOffsetCommit (see ``Log.append``)."""
         results: dict[TP, AppendResult] = {}
         appended: list[tuple[TP, int]] = []
         duplicates: list[tuple[TP, int]] = []
@@ -360,7 +384,7 @@ class ReplicaManager:
                 results[tp] = AppendResult(ErrorCode.INVALID_TOPIC_EXCEPTION, -1, -1)
                 continue
             try:
-                code, info = p.append_as_leader(buf if buf is not None else _EMPTY, acks, self.min_isr(topic))
+                code, info = p.append_as_leader(buf if buf is not None else _EMPTY, acks, self.min_isr(topic), origin)
             except BrokerError as e:
                 log.info("append to %s-%d refused: %s", topic, partition, e)
                 results[tp] = AppendResult(e.errno, -1, -1)
@@ -376,6 +400,8 @@ class ReplicaManager:
             if code or info is None:
                 results[tp] = AppendResult(code, -1, -1)
                 continue
+            if self.metrics is not None and info.num_records:
+                self.metrics.appended(topic, info.num_records, len(buf))
             results[tp] = AppendResult(ErrorCode.NONE, info.first_offset, p.log.log_start_offset)
             if info.num_records:
                 appended.append((tp, info.last_offset + 1))
@@ -383,6 +409,10 @@ class ReplicaManager:
                 # A retried batch already in the log: answered like the original, so acks=-1
                 # still waits until the original is replicated (as Kafka does).
                 duplicates.append((tp, info.last_offset + 1))
+        if self.metrics is not None:
+            for r in results.values():
+                if r.error_code:
+                    self.metrics.append_failed()
         for tp, _ in appended:
             self.fetch_purgatory.check_and_complete(tp)
             for fn in self._append_listeners:
@@ -446,7 +476,9 @@ class ReplicaManager:
             partition_log = p.log
             leo = partition_log.log_end_offset
             hw = partition_log.high_watermark
-            end = leo if from_replica else hw
+            lso = partition_log.last_stable_offset
+            committed = info.isolation_level == 1 and not from_replica
+            end = leo if from_replica else lso if committed else hw
             start = partition_log.log_start_offset
             limit = min(info.max_bytes, remaining)
             data: FileSlice | bytes = _EMPTY
@@ -455,7 +487,7 @@ class ReplicaManager:
                 try:
                     found, magic = partition_log.read(info.offset, max(limit, 0), min_one_entry=min_one_entry, max_offset=end)
                 except OffsetOutOfRangeError:
-                    out.append(FetchResult(ErrorCode.OFFSET_OUT_OF_RANGE, hw, start, _EMPTY, 0))
+                    out.append(FetchResult(ErrorCode.OFFSET_OUT_OF_RANGE, hw, start, _EMPTY, 0, lso))
                     if waits is not None:
                         waits.append(FetchWait(-1, 0))
                     continue
@@ -473,7 +505,9 @@ class ReplicaManager:
             if from_replica and p.on_follower_fetch(replica_id, info.offset, leo):
                 self._hw_moved(p.tp)
                 hw = partition_log.high_watermark
-            out.append(FetchResult(ErrorCode.NONE, hw, start, data, n))
+            # read_committed: the aborted transactions with records in what was read (KIP-98)
+            aborted = partition_log.aborted_transactions(info.offset, end) if committed and n else None
+            out.append(FetchResult(ErrorCode.NONE, hw, start, data, n, lso, aborted))
             if waits is not None:
                 waits.append(FetchWait(end, n))
         return out
@@ -514,6 +548,18 @@ class ReplicaManager:
     ) -> None:
         """Read now and respond if ``min_bytes`` are there (or an error, or no wait); else park
         a DelayedFetch that responds when the data arrives or ``max_wait_ms`` passes."""
+        metrics = self.metrics
+        if metrics is not None:
+            answer = respond
+
+            def respond(results: list[FetchResult]) -> None:
+                per_topic: dict[str, int] = {}
+                for info, r in zip(infos, results, strict=False):
+                    if r.size:
+                        per_topic[info.topic] = per_topic.get(info.topic, 0) + r.size
+                metrics.fetched(per_topic, replica_id >= 0)
+                answer(results)
+
         waits: list[FetchWait] = []
         results = self.read(infos, max_bytes, max_magic, min_one_entry, waits, replica_id)
         total = 0

@@ -35,6 +35,8 @@ class FetchInfo(NamedTuple):
     partition: int
     offset: int
     max_bytes: int
+    #: 1: read_committed (KIP-98): read below the last stable offset only
+    isolation_level: int = 0
 
 
 class FetchResult(NamedTuple):
@@ -45,3 +47,7 @@ class FetchResult(NamedTuple):
     log_start_offset: int
     records: FileSlice | bytes
     size: int
+    #: the last stable offset (-1: not known, e.g. on error)
+    last_stable_offset: int = -1
+    #: (producer id, first offset) of the aborted transactions a read_committed reader needs
+    aborted: list[tuple[int, int]] | None = None

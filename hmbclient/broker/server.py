@@ -56,6 +56,7 @@ from typing import Any
 from hmbclient.broker.apis import KafkaApis, unsupported_api_versions_response
 from hmbclient.broker.listener import Listener
 from hmbclient.broker.log.segment import FileSlice
+from hmbclient.broker.metrics import BrokerMetrics
 from hmbclient.broker.security import ANONYMOUS, Session
 from hmbclient.broker.security.sasl import new_sasl_server
 from hmbclient.clock import monotonic_ms
@@ -98,7 +99,7 @@ def _cert_principal(cert: dict[str, Any] | None) -> str:
 class _Slot:
     """One request's place in its connection's response order (a RequestChannel)."""
 
-    __slots__ = ("conn", "cid", "parts", "done", "close_reason")
+    __slots__ = ("conn", "cid", "parts", "done", "close_reason", "metrics", "t0")
 
     @property
     def session(self) -> Session | None:
@@ -111,8 +112,13 @@ class _Slot:
         self.parts: list[Any] | None = None
         self.done = False
         self.close_reason: str | None = None
+        #: the broker's sensors when it keeps metrics, and when the request was decoded
+        self.metrics: BrokerMetrics | None = None
+        self.t0 = 0
 
     def send(self, response: Response | None) -> None:
+        if self.metrics is not None:
+            self.metrics.answered(monotonic_ms() - self.t0)
         if response is not None:
             self.parts = _coalesce(ServerConnection.encode_response(self.cid, response))
         self.done = True
@@ -235,6 +241,8 @@ class _HandlerPool:
                         break
                     slot, ev = conn.requests.popleft()
                     left = len(conn.requests)
+                if slot.metrics is not None:
+                    slot.metrics.request(ev.header.api_key, monotonic_ms() - slot.t0)
                 apis.handle(ev.header, ev.request, slot)
                 if left + 1 == _MAX_QUEUED_REQUESTS:
                     conn.processor.notify(conn)  # it may have stopped reading: resume
@@ -465,6 +473,10 @@ class _Processor(threading.Thread):
                 if isinstance(ev, RequestEvent):
                     slot = _Slot(conn, ev.header.correlation_id)
                     conn.slots.append(slot)
+                    metrics = server.metrics
+                    if metrics is not None:
+                        slot.metrics = metrics
+                        slot.t0 = monotonic_ms()
                     sasl = conn.sasl
                     if sasl is not None:
                         h = ev.header
@@ -481,6 +493,8 @@ class _Processor(threading.Thread):
                         # which at 1,000 partitions x 100 producers (small requests) halved the
                         # broker's produce rate; an append waits for no other broker here
                         # (acks=-1 parks in the produce purgatory).
+                        if metrics is not None:
+                            metrics.request(ev.header.api_key, 0)
                         server.apis.handle(ev.header, ev.request, slot)
                     else:
                         server.handlers.submit(conn, slot, ev)
@@ -723,6 +737,8 @@ class SocketServer:
         listeners: list[Listener] | None = None,
     ) -> None:
         self.apis = apis
+        #: the broker's sensors (set by the broker before start; None: no request metrics)
+        self.metrics: BrokerMetrics | None = None
         self.listeners = listeners or [Listener("PLAINTEXT", host, port)]
         self.host = self.listeners[0].host
         self.port = self.listeners[0].port

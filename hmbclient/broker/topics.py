@@ -42,6 +42,7 @@ from hmbclient.broker.controller import decisions
 from hmbclient.broker.controller.store import CoordinationStore
 from hmbclient.broker.metadata import MetadataCache, is_internal_topic
 from hmbclient.broker.purgatory import DelayedOperation, Purgatory
+from hmbclient.broker.topic_configs import TopicConfigStore
 from hmbclient.errors import BrokerError, ErrorCode, InvalidTopicError
 
 # The rule itself is shared with the client side (group subscriptions, Spark), which may not
@@ -134,6 +135,8 @@ class TopicManager:
         self.auto_create = auto_create
         self.purgatory: Purgatory[DelayedOperation] = purgatory or Purgatory("topics")
         self._lock = threading.Lock()
+        #: where CreateTopics configs are stored (``broker.topic_configs``); None: not stored
+        self.config_store: TopicConfigStore | None = None
         metadata.add_listener(self._on_metadata)
 
     def _on_metadata(self, event: str, arg: object) -> None:
@@ -158,13 +161,15 @@ class TopicManager:
         code = self.create(topic, self.num_partitions, self.replication_factor)
         return ErrorCode.NONE if code == ErrorCode.TOPIC_ALREADY_EXISTS else code
 
-    def create(self, topic: str, num_partitions: int, replication_factor: int | None = None, *, assignment: dict[int, list[int]] | None = None, validate_only: bool = False) -> int:
+    def create(self, topic: str, num_partitions: int, replication_factor: int | None = None, *, assignment: dict[int, list[int]] | None = None, validate_only: bool = False, configs: dict[str, str] | None = None) -> int:
         """Create a topic; error code (TOPIC_ALREADY_EXISTS, INVALID_PARTITIONS,
         INVALID_REPLICATION_FACTOR, INVALID_REPLICA_ASSIGNMENT, INVALID_TOPIC)."""
-        return self.create_with_message(topic, num_partitions, replication_factor, assignment=assignment, validate_only=validate_only)[0]
+        return self.create_with_message(topic, num_partitions, replication_factor, assignment=assignment, validate_only=validate_only, configs=configs)[0]
 
-    def create_with_message(self, topic: str, num_partitions: int, replication_factor: int | None = None, *, assignment: dict[int, list[int]] | None = None, validate_only: bool = False) -> tuple[int, str | None]:
-        """``create`` plus a message saying why a refused topic was refused."""
+    def create_with_message(self, topic: str, num_partitions: int, replication_factor: int | None = None, *, assignment: dict[int, list[int]] | None = None, validate_only: bool = False, configs: dict[str, str] | None = None) -> tuple[int, str | None]:
+        """``create`` plus a message saying why a refused topic was refused. ``configs``
+        (validated overrides, see ``log.overrides``) are stored in ``config_store`` before the
+        assignment, so the replicas creating the logs find them."""
         if not is_valid_topic_name(topic):
             return ErrorCode.INVALID_TOPIC_EXCEPTION, f"illegal topic name: use {TOPIC_NAME_RULE}"
         rf = self.replication_factor if replication_factor is None or replication_factor == -1 else replication_factor
@@ -187,6 +192,8 @@ class TopicManager:
                 return ErrorCode.TOPIC_ALREADY_EXISTS, "topic already exists"
             if validate_only:
                 return ErrorCode.NONE, None
+            if configs and self.config_store is not None:
+                self.config_store.set(topic, configs)
             if not self.store.create_topic(topic, replicas):
                 return ErrorCode.TOPIC_ALREADY_EXISTS, "topic already exists"
         log.info("created topic %s: %d partitions, replicas %s", topic, len(replicas), replicas)

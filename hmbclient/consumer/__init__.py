@@ -6,6 +6,11 @@
 * :class:`Consumer` / :class:`ConsumerConnector` — the high-level consumer of groups balanced
   through ZooKeeper or the brokers' group coordinator (:mod:`.connector`, :mod:`.group`), with :class:`KafkaStream`, :class:`MessageAndMetadata` and the topic
   filters :class:`Whitelist` / :class:`Blacklist`; imported on first use (they load kazoo).
+* :mod:`.poll_consumer` — the subscribe/poll consumer, ``hmbclient.Consumer`` (called with a
+  config; its ``Consumer.create`` is the factory above), on the same fetchers, stream, group
+  member and offset store.
+* :class:`KafkaOffsetStorage` — a group's offsets in the broker's group coordinator
+  (OffsetCommit / OffsetFetch), for tools that record progress without joining the group.
 """
 
 from typing import Any
@@ -29,12 +34,17 @@ __all__ = [
     "TopicFilter",
     "Whitelist",
     "Blacklist",
+    "KafkaOffsetStorage",
 ]
 
-_HIGH_LEVEL = frozenset(__all__[6:])
+_HIGH_LEVEL = frozenset(__all__[6:-1])
 
 
 def __getattr__(name: str) -> Any:
+    if name == "KafkaOffsetStorage":
+        from hmbclient.consumer import offsets
+
+        return offsets.KafkaOffsetStorage
     if name in _HIGH_LEVEL:
         from hmbclient.consumer import connector
 

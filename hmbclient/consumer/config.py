@@ -18,7 +18,7 @@ from hmbclient.config import (
 )
 from hmbclient.net.config import SecurityConfig
 
-__all__ = ["ConsumerConfig", "SimpleConsumerConfig"]
+__all__ = ["ConsumerConfig", "SimpleConsumerConfig", "PollConsumerConfig", "IsolationLevel", "isolation_code", "parse_isolation_level"]
 
 
 def _offset_reset(value: Any) -> Any:
@@ -35,6 +35,20 @@ def _group_id(value: Any) -> Any:
         if "/" in value or value in (".", ".."):
             raise ValueError("must be usable as a ZooKeeper path element (no '/')")
     return value
+
+
+#: ``isolation.level`` (Kafka's names; Fetch and ListOffsets send 0 / 1).
+IsolationLevel = Literal["read_uncommitted", "read_committed"]
+
+
+def parse_isolation_level(value: Any) -> Any:
+    """``isolation.level`` as given, lower-cased (the setting's type then checks the name)."""
+    return value.strip().lower() if isinstance(value, str) else value
+
+
+def isolation_code(level: str) -> int:
+    """The wire value of an ``isolation.level``: 0 read_uncommitted, 1 read_committed."""
+    return 1 if level == "read_committed" else 0
 
 
 @config_class
@@ -68,6 +82,11 @@ class SimpleConsumerConfig(SecurityConfig):
     )
     fetch_min_bytes: int = setting(0, min=0, doc="fetch.min.bytes: broker waits for this much data")
     fetch_wait_max_ms: int = setting(0, min=0, doc="fetch.wait.max.ms: ...but at most this long")
+    isolation_level: IsolationLevel = setting(
+        "read_uncommitted",
+        convert=parse_isolation_level,
+        doc="isolation.level: read_committed hides aborted transactions and stops at the last stable offset",
+    )
 
     def _validate(self) -> None:
         super()._validate()
@@ -131,6 +150,11 @@ class ConsumerConfig(SecurityConfig):
     )
     fetch_min_bytes: int = setting(1, min=0, doc="fetch.min.bytes: broker waits for this much data")
     fetch_wait_max_ms: int = setting(100, min=0, doc="fetch.wait.max.ms: ...but at most this long")
+    isolation_level: IsolationLevel = setting(
+        "read_uncommitted",
+        convert=parse_isolation_level,
+        doc="isolation.level: read_committed hides aborted transactions and stops at the last stable offset",
+    )
     rebalance_backoff_ms: int = setting(
         200, min=0, doc="rebalance.backoff.ms: wait between rebalance attempts"
     )
@@ -238,3 +262,107 @@ class ConsumerConfig(SecurityConfig):
                 f"'fetch.wait.max.ms' ({self.fetch_wait_max_ms}) to prevent needless socket timeouts"
             )
 
+
+
+def _reset_to_latest_names(value: Any) -> Any:
+    # The 0.8 spellings too; stored as Kafka's current names.
+    if isinstance(value, str):
+        return {"smallest": "earliest", "largest": "latest"}.get(value.strip().lower(), value.strip().lower())
+    return value
+
+
+def _assignment_strategy(value: Any) -> Any:
+    # Kafka takes a list ("range,roundrobin"): the first one is the one this member offers
+    # first; the group member offers its other assignors after it.
+    if isinstance(value, (list, tuple)):
+        value = value[0] if value else ""
+    if isinstance(value, str):
+        value = value.split(",")[0].strip().lower()
+    return value
+
+
+@config_class
+class PollConsumerConfig(SecurityConfig):
+    """Settings of :class:`hmbclient.Consumer` (subscribe/poll), with today's Kafka names.
+
+    The group is always balanced by the brokers' group coordinator (ZooKeeper groups stay
+    the ConsumerConnector's). Defaults are the Java consumer's (Kafka 3.x+): session 45 s,
+    heartbeat 3 s, max.poll.interval.ms 5 minutes, auto commit every 5 s, 500 records a poll.
+    """
+
+    bootstrap_servers: BrokerList = setting(
+        prop="bootstrap.servers",
+        aliases=("metadata.broker.list",),
+        convert=parse_broker_list,
+        doc="bootstrap.servers: brokers to bootstrap from (required)",
+    )
+    group_id: str | None = setting(
+        None, convert=_group_id, doc="group.id: the consumer group (None: assign() only, no commits)"
+    )
+    group_instance_id: str | None = setting(
+        None, doc="group.instance.id: static membership id (KIP-345), passed to the group member"
+    )
+    client_id: str = setting("hmbclient", doc="client.id: sent with every request")
+    api_version: ApiVersion = setting("auto", doc="api.version: auto, 0.8, 0.10, 2.1 or hmb")
+    auto_offset_reset: Literal["earliest", "latest"] = setting(
+        "latest",
+        convert=_reset_to_latest_names,
+        doc="auto.offset.reset: start point of a partition without a committed offset",
+    )
+    enable_auto_commit: bool = setting(
+        True, doc="enable.auto.commit: commit the polled positions in poll(), on revoke and on close"
+    )
+    auto_commit_interval_ms: int = setting(5_000, min=1, doc="auto.commit.interval.ms: auto commit period")
+    max_poll_records: int = setting(500, min=1, doc="max.poll.records: most records one poll() returns")
+    max_poll_interval_ms: int = setting(
+        300_000,
+        min=1,
+        doc="max.poll.interval.ms: longest time between two polls before the member leaves the group",
+    )
+    session_timeout_ms: int = setting(
+        45_000, min=1, doc="session.timeout.ms: the coordinator drops a member silent for this long"
+    )
+    heartbeat_interval_ms: int = setting(3_000, min=1, doc="heartbeat.interval.ms: time between two heartbeats")
+    partition_assignment_strategy: str = setting(
+        "range",
+        convert=_assignment_strategy,
+        doc="partition.assignment.strategy: the assignor offered first (range, roundrobin, ...)",
+    )
+    isolation_level: Literal["read_uncommitted", "read_committed"] = setting(
+        "read_uncommitted", doc="isolation.level: read_committed hides aborted transactions' records"
+    )
+    key_deserializer: Any = setting(
+        None, importable=True, doc="key.deserializer: key Decoder (None: bytes as stored)"
+    )
+    value_deserializer: Any = setting(
+        None, importable=True, doc="value.deserializer: value Decoder (None: bytes as stored)"
+    )
+    fetch_min_bytes: int = setting(1, min=0, doc="fetch.min.bytes: the broker waits for this much data")
+    fetch_max_wait_ms: int = setting(500, min=0, doc="fetch.max.wait.ms: ...but at most this long")
+    max_partition_fetch_bytes: int = setting(
+        1_048_576, min=1, doc="max.partition.fetch.bytes: bytes per partition per fetch"
+    )
+    queued_max_message_chunks: int = setting(
+        16, min=1, doc="queued.max.message.chunks: fetched chunks (one partition's fetch each) buffered"
+    )
+    request_timeout_ms: int = setting(30_000, min=1, doc="request.timeout.ms: longest wait for an answer")
+    retry_backoff_ms: int = setting(100, min=0, doc="retry.backoff.ms: wait before retrying a failed step")
+    receive_buffer_bytes: int = setting(
+        65_536, min=-1, doc="receive.buffer.bytes: socket SO_RCVBUF (-1: OS default)"
+    )
+    exclude_internal_topics: bool = setting(
+        True, doc="exclude.internal.topics: a pattern never matches __consumer_offsets"
+    )
+
+    def _validate(self) -> None:
+        super()._validate()
+        if self.heartbeat_interval_ms >= self.session_timeout_ms:
+            self._fail(
+                f"'heartbeat.interval.ms' ({self.heartbeat_interval_ms}) must be lower than "
+                f"'session.timeout.ms' ({self.session_timeout_ms})"
+            )
+        if self.fetch_max_wait_ms > self.request_timeout_ms:
+            self._fail(
+                f"'request.timeout.ms' ({self.request_timeout_ms}) must be at least "
+                f"'fetch.max.wait.ms' ({self.fetch_max_wait_ms})"
+            )

@@ -50,7 +50,7 @@ from typing import Any, NamedTuple, Protocol
 from kazoo.exceptions import KazooException
 from kazoo.handlers.threading import KazooTimeoutError
 
-from hmbclient.consumer.config import ConsumerConfig
+from hmbclient.consumer.config import ConsumerConfig, isolation_code
 from hmbclient.errors import ConfigError, CoordinationError, HmbError
 from hmbclient.net.client import NetClient
 from hmbclient.net.metadata import Metadata
@@ -548,6 +548,7 @@ class ConsumerConnector:
             min_bytes=cfg.fetch_min_bytes,
             max_wait_ms=cfg.fetch_wait_max_ms,
             auto_offset_reset=cfg.auto_offset_reset,
+            isolation_level=isolation_code(cfg.isolation_level),
             refresh_leader_backoff_ms=cfg.refresh_leader_backoff_ms,
             request_timeout_ms=cfg.socket_timeout_ms,
         )

@@ -16,6 +16,11 @@ Contract
 * A message larger than ``fetch_message_max_bytes`` cannot make progress: the stream raises
   MessageSizeTooLargeError when it reaches that point (as the Java consumer does), and the
   partition is no longer fetched. A corrupt record set raises CorruptRecordError the same way.
+* ``isolation_level`` 1 (read_committed): Fetch and ListOffsets ask for committed data only;
+  the broker answers up to the last stable offset with the aborted transactions of the set,
+  whose records are dropped (``control.read_committed``). Whatever the level, control batches
+  (transaction markers) never reach a stream, and a set that holds none but them (or only
+  aborted records) still moves the partition's fetch offset past it.
 * Revocation never waits for a fetcher: a revoked partition's chunk is refused by the stream
   (see :mod:`.stream`), and :meth:`FetcherManager.remove` just forgets the partition.
 
@@ -45,7 +50,9 @@ from hmbclient.net.versions import BrokerVersions
 from hmbclient.protocol.api.base import ApiKey
 from hmbclient.protocol.api.list_offsets import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
 from hmbclient.protocol.records import decode_records
+from hmbclient.protocol.records.control import read_committed
 
+from .message_set import last_offset_of
 from .stream import FetchedChunk, PartitionTopicInfo
 
 __all__ = ["FetcherManager", "list_offsets"]
@@ -56,9 +63,15 @@ TopicPartition = tuple[str, int]
 
 
 def list_offsets(
-    client: NetClient, node_id: int, partitions: Iterable[TopicPartition], latest: bool, timeout_ms: float
+    client: NetClient,
+    node_id: int,
+    partitions: Iterable[TopicPartition],
+    latest: bool,
+    timeout_ms: float,
+    isolation_level: int = 0,
 ) -> dict[TopicPartition, int | BaseException]:
-    """Earliest or latest offset of each partition from its leader ``node_id``.
+    """Earliest or latest offset of each partition from its leader ``node_id`` (latest with
+    ``isolation_level`` 1: the last stable offset).
 
     Returns:
         ``{tp: offset}`` or ``{tp: error}`` per partition.
@@ -72,7 +85,7 @@ def list_offsets(
         return versions.build(
             ApiKey.LIST_OFFSETS,
             replica_id=-1,
-            isolation_level=0,
+            isolation_level=isolation_level,
             topics=[
                 {
                     "topic": topic,
@@ -163,7 +176,7 @@ class _BrokerFetcher:
         try:
             offsets = list_offsets(
                 manager.client, self.node_id, [pti.tp for pti in ptis], manager.reset_to_latest,
-                manager.request_timeout_ms,
+                manager.request_timeout_ms, manager.isolation_level,
             )
         except UnsupportedByBroker as exc:
             # A broker without ListOffsets (HMB): its logs are never truncated, so the earliest
@@ -209,7 +222,7 @@ class _BrokerFetcher:
                 max_wait_ms=manager.max_wait_ms,
                 min_bytes=manager.min_bytes,
                 max_bytes=0x7FFFFFFF,
-                isolation_level=0,
+                isolation_level=manager.isolation_level,
                 session_id=0,
                 session_epoch=-1,
                 topics=[{"topic": topic, "partitions": asks} for topic, asks in by_topic.items()],
@@ -231,36 +244,47 @@ class _BrokerFetcher:
                 if answer.error_code:
                     self._partition_error(owned, for_code(answer.error_code)(f"Fetch {topic.topic}-{answer.partition}"))
                     continue
-                self._deliver(owned, answer.records, asked[tp])
+                aborted = None
+                if manager.isolation_level and hasattr(answer, "aborted_transactions"):
+                    aborted = answer.aborted_transactions or []
+                self._deliver(owned, answer.records, asked[tp], aborted)
 
-    def _deliver(self, pti: PartitionTopicInfo, raw: Any, start: int) -> None:
-        # One partition's record bytes from a fetch at offset ``start``: decode (CRC checked)
-        # and queue them as one chunk, or queue the error the stream will raise.
+    def _deliver(self, pti: PartitionTopicInfo, raw: Any, start: int, aborted: Any = None) -> None:
+        # One partition's record bytes from a fetch at offset ``start``: decode (CRC checked;
+        # read_committed: without the aborted transactions) and queue them as one chunk, or
+        # queue the error the stream will raise.
         if raw is None or len(raw) == 0:
             return
         try:
-            records = decode_records(raw)
+            records = read_committed(raw, aborted) if aborted else decode_records(raw)
         except CorruptRecordError as exc:
             self._drop(pti)
             pti.stream.put_error(pti, exc, self._stop)
             return
         if records and records[0].offset < start:
             records = [r for r in records if r.offset >= start]
+        last = last_offset_of(raw)  # of the last complete entry, control batches included
         if not records:
-            if not decode_records(raw):
-                # Bytes came back but not one whole message: it is bigger than
-                # fetch_message_max_bytes and no retry can make progress.
-                self._drop(pti)
-                pti.stream.put_error(
-                    pti,
-                    MessageSizeTooLargeError(
-                        f"{pti.topic}-{pti.partition} at offset {start}: a message is larger than "
-                        f"fetch.message.max.bytes ({self.manager.fetch_max_bytes}); raise it to consume"
-                    ),
-                    self._stop,
-                )
+            if last is not None:
+                # Only markers, aborted records or records before ``start``: move past them.
+                if last >= start and pti.fetch_offset == start:
+                    pti.fetch_offset = last + 1
+                return
+            # Bytes came back but not one whole message: it is bigger than
+            # fetch_message_max_bytes and no retry can make progress.
+            self._drop(pti)
+            pti.stream.put_error(
+                pti,
+                MessageSizeTooLargeError(
+                    f"{pti.topic}-{pti.partition} at offset {start}: a message is larger than "
+                    f"fetch.message.max.bytes ({self.manager.fetch_max_bytes}); raise it to consume"
+                ),
+                self._stop,
+            )
             return
         next_offset = records[-1].offset + 1
+        if last is not None and last + 1 > next_offset:
+            next_offset = last + 1  # trailing markers / aborted records are not fetched again
         if pti.stream.put(FetchedChunk(pti, records), self._stop):
             # Only advance if nobody reset the position meanwhile.
             if pti.fetch_offset == start:
@@ -292,6 +316,7 @@ class FetcherManager:
         auto_offset_reset: ``"smallest"`` or ``"largest"``.
         refresh_leader_backoff_ms: wait before retrying a leaderless partition.
         request_timeout_ms: bound on one request (``socket_timeout_ms``).
+        isolation_level: 0 read_uncommitted, 1 read_committed (``isolation.level``).
     """
 
     def __init__(
@@ -305,8 +330,10 @@ class FetcherManager:
         auto_offset_reset: str,
         refresh_leader_backoff_ms: int,
         request_timeout_ms: int,
+        isolation_level: int = 0,
     ) -> None:
         self.client = client
+        self.isolation_level = isolation_level
         self.metadata = metadata
         self.fetch_max_bytes = fetch_max_bytes
         self.min_bytes = min_bytes

@@ -12,12 +12,57 @@ Protocol
 --------
 FindCoordinator -> JoinGroup (protocol type "consumer"; one protocol per assignor, the
 configured ``partition.assignment.strategy`` first, each with a ConsumerProtocolMemberMetadata
-v0 naming the subscribed topics; v4+ coordinators first answer MEMBER_ID_REQUIRED with the id
-to join with) -> the leader assigns with :mod:`.assignors` (the Java consumer's "range" and
-"roundrobin", so kafka-python, aiokafka and librdkafka members can share the group) and hands
-every member's ConsumerProtocolMemberAssignment in with SyncGroup -> each member spreads its
-share over its streams and the consumer fetches -> Heartbeat every ``heartbeat_interval_ms``.
-Eager rebalancing: every rebalance revokes every partition before rejoining.
+naming the subscribed topics; v4+ coordinators first answer a dynamic member MEMBER_ID_REQUIRED
+with the id to join with) -> the leader assigns with :mod:`.assignors` (the Java consumer's
+"range", "roundrobin" and "cooperative-sticky", so kafka-python, aiokafka and librdkafka
+members can share the group) and hands every member's ConsumerProtocolMemberAssignment in with
+SyncGroup -> each member spreads its share over its streams and the consumer fetches ->
+Heartbeat every ``heartbeat_interval_ms``.
+
+Two rebalance protocols, decided by the assignor:
+
+* EAGER ("range", "roundrobin", offered together, subscription v0): every rebalance revokes
+  every partition before rejoining.
+* COOPERATIVE ("cooperative-sticky", KIP-429, offered alone, so a group with members that only
+  offer eager assignors refuses us, INCONSISTENT_GROUP_PROTOCOL): the subscription (v3) carries
+  the partitions we own and their generation; on a rebalance we rejoin *still owning and
+  consuming* them; after SyncGroup the partitions no longer ours are revoked (with a commit),
+  then only the new ones are assigned, and if anything was revoked we rejoin at once: the
+  follow-up rebalance hands the revoked partitions to their new owner (the assignor never gives
+  a partition another member still owns). Partitions that stay put are never revoked.
+
+Static membership (``group_instance_id``, KIP-345): sent in JoinGroup v5+, SyncGroup v3+,
+Heartbeat v3+; the coordinator gives a restarted member its partitions back under the same
+generation (no rebalance), so ``close`` sends no LeaveGroup for a static member (as Java). A
+coordinator answer FENCED_INSTANCE_ID (another process took our instance id) stops the member
+for good: partitions lost, ``fatal_error`` set, state CLOSED; it never rejoins (that would
+fence the other in turn).
+
+Hooks for a consumer (the ``listener``, an OwnershipListener)
+--------------------------------------------------------------
+Called on the group thread, never concurrently, in this order within a rebalance:
+
+* ``on_revoke(partitions, commit=True)`` -- *revoked*: stop handing out and fetching these,
+  commit what was handed out, return (raise if the commit failed: the rebalance goes on and the
+  partitions are then reported again with ``commit=False``). Eager: every owned partition at
+  the start of each rebalance; cooperative: only the partitions taken away, after SyncGroup.
+* ``on_revoke(partitions, commit=False)`` -- *lost*: the coordinator dropped us (session ran
+  out, ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID, FENCED_INSTANCE_ID, coordinator lost during a
+  cooperative rejoin): stop at once, commit nothing (another member may own them already).
+* ``on_assign(partitions)`` -- *assigned*: ``{tp: stream thread id}`` of the partitions that
+  are new to us (eager: the whole share; cooperative: only the increment); read committed
+  offsets and start fetching. May raise (the offsets could not be read): SyncGroup is retried.
+
+A subscribe/poll consumer maps these to ``on_revoke``/``on_lost``/``on_assign`` user callbacks;
+``owned`` is the current assignment; ``commit_generation()`` gives the generation and member id
+for OffsetCommit; ``fatal_error`` says why a member stopped for good.
+
+Not here: Kafka 4's consumer group protocol (KIP-848, ConsumerGroupHeartbeat) assigns by topic
+id, which needs topic ids in the broker and Metadata v10+ first. When it comes, Kafka's
+``group.protocol`` (classic | consumer) clashes with the connector's ``group.protocol``
+(zookeeper | broker); the decision recorded for then: the connector's choice becomes
+``group.coordination`` (zookeeper | broker) with ``group.protocol=zookeeper|broker`` accepted as
+its deprecated alias, and ``group.protocol`` takes Kafka's values.
 
 Member states
 -------------
@@ -39,14 +84,15 @@ Where the member stands is one :class:`MemberState`; every change goes through
 
 * NEW: constructed; :meth:`BrokerGroupMember.start` starts the group thread.
 * DISCOVERING: no coordinator known, nothing owned: FindCoordinator (retried with backoff).
-* JOINING: nothing owned; JoinGroup is due (again after MEMBER_ID_REQUIRED, UNKNOWN_MEMBER_ID,
-  REBALANCE_IN_PROGRESS or a retriable error).
+* JOINING: nothing owned (cooperative: what we keep through the rebalance); JoinGroup is due
+  (again after MEMBER_ID_REQUIRED, UNKNOWN_MEMBER_ID, REBALANCE_IN_PROGRESS or a retriable
+  error).
 * SYNCING: JoinGroup answered (the leader also got every member's subscription); SyncGroup is
   due, then the assignment is handed to the consumer (``on_assign``).
 * STABLE: the consumer fetches our share; heartbeats every ``heartbeat_interval_ms``. A
   heartbeat answered REBALANCE_IN_PROGRESS, a change of the subscribed topics or their
-  partitions, or :meth:`BrokerGroupMember.trigger` -> revoke every partition *with* a commit,
-  then REJOIN. ILLEGAL_GENERATION / UNKNOWN_MEMBER_ID (the coordinator dropped us) -> revoke
+  partitions, or :meth:`BrokerGroupMember.trigger` -> revoke every partition *with* a commit
+  (eager; cooperative: none), then REJOIN. ILLEGAL_GENERATION / UNKNOWN_MEMBER_ID (the coordinator dropped us) -> revoke
   *without* a commit (our partitions may already be someone else's), then FENCED.
 * REDISCOVERING: the coordinator moved or cannot be reached (NOT_COORDINATOR,
   COORDINATOR_NOT_AVAILABLE, a lost connection, a heartbeat without answer) while we own
@@ -63,7 +109,8 @@ Invariants
 ----------
 * Only the owner hands out: partitions are handed to the consumer (``on_assign``) only after
   a SyncGroup of the current generation answered, and revoked (``on_revoke``) before any
-  JoinGroup is sent. A member whose last successful heartbeat was *sent* a session timeout
+  JoinGroup is sent (cooperative: those taken away are revoked before the follow-up JoinGroup,
+  and the assignor gives nobody a partition another member still reports owned). A member whose last successful heartbeat was *sent* a session timeout
   ago revokes without a commit: the coordinator, whose clock for us started no earlier, may
   have dropped us and given our partitions away.
 * Commit before revoke: on a rebalance the consumer stops handing out, then commits exactly
@@ -112,7 +159,7 @@ from hmbclient.protocol.api.consumer_protocol import (
 )
 from rebalance.rebalancer import OwnershipListener, Subscription
 
-from .assignors import GROUP_ASSIGNORS, MemberSubscription, streams_for
+from .assignors import COOPERATIVE_ASSIGNORS, GROUP_ASSIGNORS, MemberSubscription, streams_for
 from .offsets import COORDINATOR_MOVED, KafkaOffsetStorage
 
 __all__ = [
@@ -141,9 +188,7 @@ _JOIN_GRACE_MS = 5_000
 _LEAVE_TIMEOUT_MS = 3_000
 
 # Heartbeat, SyncGroup and OffsetCommit answers that mean "the coordinator dropped us".
-_DROPPED = frozenset(
-    {ErrorCode.ILLEGAL_GENERATION, ErrorCode.UNKNOWN_MEMBER_ID, ErrorCode.FENCED_INSTANCE_ID}
-)
+_DROPPED = frozenset({ErrorCode.ILLEGAL_GENERATION, ErrorCode.UNKNOWN_MEMBER_ID})
 
 
 class IllegalTransition(RuntimeError):
@@ -248,6 +293,21 @@ def next_state(state: MemberState, event: Event) -> MemberState:
 # ---------------------------------------------------------------------- the member
 
 
+def _member_subscription(meta: Any, instance: str | None) -> MemberSubscription:
+    """A member's JoinGroup metadata as the assignors read it: owned partitions (v1+) and their
+    generation (v2+ ``generation_id``; before, Java's 4-byte ``user_data``, or the generation
+    that ends librdkafka's sticky ``user_data``)."""
+    owned = tuple((e.topic, int(p)) for e in (getattr(meta, "owned_partitions", None) or ()) for p in e.partitions)
+    generation = getattr(meta, "generation_id", -1)
+    if meta.version < 2 or generation is None:
+        generation = -1
+        data = meta.user_data
+        if data is not None and len(data) >= 4:
+            generation = int.from_bytes(bytes(data[-4:]), "big", signed=True)
+    return MemberSubscription(tuple(meta.topics), instance, owned, generation)
+
+
+
 class BrokerGroupMember:
     """Membership and assignment of one member of a broker-coordinated consumer group.
 
@@ -268,6 +328,9 @@ class BrokerGroupMember:
         retry_backoff_ms: first wait after a failed step (doubles, at most 5 s).
         exclude_internal_topics: topic filters never match internal topics.
         status: ``status(kind, fields)`` for status events (never raises into the loop).
+        group_instance_id: Kafka's ``group.instance.id``: a static member (KIP-345; needs
+            JoinGroup v5+). Restarted within the session timeout it gets its partitions back
+            without a rebalance; it sends no LeaveGroup on close.
     """
 
     def __init__(
@@ -288,6 +351,7 @@ class BrokerGroupMember:
         retry_backoff_ms: int = 200,
         exclude_internal_topics: bool = True,
         status: StatusCallback | None = None,
+        group_instance_id: str | None = None,
     ) -> None:
         if assignor not in GROUP_ASSIGNORS:
             raise ValueError(f"assignor must be one of {sorted(GROUP_ASSIGNORS)}, got {assignor!r}")
@@ -298,7 +362,14 @@ class BrokerGroupMember:
         self.subscription = subscription
         self.listener = listener
         self.metadata_partitions = metadata_partitions
-        self.protocols = [assignor, *sorted(set(GROUP_ASSIGNORS) - {assignor})]
+        #: COOPERATIVE rebalance protocol (KIP-429): offered alone, so a group never picks an
+        #: eager assignor for it (members sharing no assignor are refused by the coordinator).
+        self.cooperative = assignor in COOPERATIVE_ASSIGNORS
+        if self.cooperative:
+            self.protocols = [assignor]
+        else:
+            eager = set(GROUP_ASSIGNORS) - COOPERATIVE_ASSIGNORS - {assignor}
+            self.protocols = [assignor, *sorted(eager)]
         self.session_timeout_s = session_timeout_ms / 1000
         self.heartbeat_interval_s = heartbeat_interval_ms / 1000
         self.rebalance_timeout_ms = rebalance_timeout_ms
@@ -308,6 +379,12 @@ class BrokerGroupMember:
         self.backoff_s = retry_backoff_ms / 1000
         self.exclude_internal_topics = exclude_internal_topics
         self._status = status
+        if group_instance_id is not None and not group_instance_id:
+            raise ValueError("group_instance_id must be a non-empty string or None")
+        self.group_instance_id = group_instance_id
+        #: Set when the member stopped for good (FENCED_INSTANCE_ID: another member took our
+        #: group.instance.id); the member is CLOSED then and owns nothing.
+        self.fatal_error: BaseException | None = None
 
         # The state and the Condition await_rebalance and start wait on.
         self._lock = threading.RLock()
@@ -433,7 +510,9 @@ class BrokerGroupMember:
                 owned, self.owned = dict(self.owned), {}
                 self._revoke(owned, commit=release and self.generation_id >= 0, reason="close")
         finally:
-            if self.member_id and self._coordinator is not None:
+            # A static member does not leave (as Java's): restarted within the session timeout
+            # it takes its partitions back with no rebalance.
+            if self.member_id and self._coordinator is not None and self.group_instance_id is None:
                 self._leave()
             self._emit("closed", consumer_id=self.consumer_id)
 
@@ -497,7 +576,10 @@ class BrokerGroupMember:
             except _Closed:
                 return
             except Exception as exc:  # noqa: BLE001 - the loop must go on; logged, retried
-                self._step_failed(exc)
+                try:
+                    self._step_failed(exc)
+                except _Closed:
+                    return
 
     def _step_failed(self, exc: BaseException) -> None:
         # A failing step is retried after a backoff that doubles per consecutive failure
@@ -550,6 +632,8 @@ class BrokerGroupMember:
 
     def _lose_coordinator(self, why: str) -> None:
         log.info("%s: coordinator of %s lost (%s); looking it up again", self.consumer_id, self.group, why)
+        if self._state in (MemberState.JOINING, MemberState.SYNCING):
+            self._lose_owned(f"coordinator lost while rejoining: {why}")
         self.offsets.forget_coordinator()
         self._coordinator = None
         self._emit("coordinator_lost", consumer_id=self.consumer_id, reason=why)
@@ -583,17 +667,23 @@ class BrokerGroupMember:
     # ------------------------------------------------------------------ JOINING
 
     def _join(self) -> None:
-        assert not self.owned, "partitions must be revoked before joining"
+        assert self.cooperative or not self.owned, "partitions must be revoked before joining"
         with self._lock:
             self._rejoin_wanted = False
         topics, partitions = self._subscribed_now()
         self._joined_topics, self._joined_partitions = topics, partitions
-        metadata = ConsumerProtocolMemberMetadata[0](topics=topics, user_data=None).encode()
+        metadata = self._subscription_metadata(topics)
         versions = self._coordinator_versions()
         if versions is None:
             return
-        # v4+: a join without member id only fetches one (MEMBER_ID_REQUIRED); the next counts.
-        real = bool(self.member_id) or versions.version(ApiKey.JOIN_GROUP) < 4
+        if self.group_instance_id is not None and versions.version(ApiKey.JOIN_GROUP) < 5:
+            raise UnsupportedByBroker(
+                f"group.instance.id needs JoinGroup v5+ (KIP-345); the coordinator speaks "
+                f"v{versions.version(ApiKey.JOIN_GROUP)}"
+            )
+        # v4+: a dynamic member's join without member id only fetches one (MEMBER_ID_REQUIRED);
+        # the next counts. A static member joins at once.
+        real = bool(self.member_id) or versions.version(ApiKey.JOIN_GROUP) < 4 or self.group_instance_id is not None
         if not self._rebalance_started:
             self._rebalance_started = time.monotonic()
         timeout_ms = self.rebalance_timeout_ms + _JOIN_GRACE_MS
@@ -605,7 +695,7 @@ class BrokerGroupMember:
                 session_timeout_ms=self.session_timeout_ms,
                 rebalance_timeout_ms=self.rebalance_timeout_ms,
                 member_id=self.member_id,
-                group_instance_id=None,
+                group_instance_id=self.group_instance_id,
                 protocol_type=PROTOCOL_TYPE,
                 protocols=[{"name": name, "metadata": metadata} for name in self.protocols],
             ),
@@ -641,9 +731,16 @@ class BrokerGroupMember:
             self.member_id = answer.member_id
             self._transition(Event.REJOIN)
             return
-        if code == ErrorCode.UNKNOWN_MEMBER_ID:
-            self.member_id = ""
+        if code in _DROPPED:
+            # The coordinator no longer knows our generation: what we kept is lost.
+            self._lose_owned(f"JoinGroup: {for_code(code).__name__}")
+            if code == ErrorCode.UNKNOWN_MEMBER_ID:
+                self.member_id = ""
+            self.generation_id = -1
             self._transition(Event.REJOIN)
+            return
+        if code == ErrorCode.FENCED_INSTANCE_ID:
+            self._fatal("JoinGroup", code)
             return
         if code in COORDINATOR_MOVED:
             self._lose_coordinator(f"JoinGroup: {for_code(code).__name__}")
@@ -653,6 +750,24 @@ class BrokerGroupMember:
             self._sleep(self.backoff_s)
             return
         raise for_code(code)(f"JoinGroup of group {self.group!r}")
+
+    def _subscription_metadata(self, topics: list[str]) -> bytes:
+        """ConsumerProtocolSubscription: v0 (topics) for the eager assignors; v3 for the
+        cooperative ones, with what we own and since which generation (also in ``user_data``,
+        4 bytes, as Java's CooperativeStickyAssignor writes it for leaders reading v0/v1)."""
+        if not self.cooperative:
+            return ConsumerProtocolMemberMetadata[0](topics=topics, user_data=None).encode()
+        by_topic: dict[str, list[int]] = {}
+        for topic, partition in sorted(self.owned):
+            by_topic.setdefault(topic, []).append(partition)
+        generation = self.generation_id if self.owned else -1
+        return ConsumerProtocolMemberMetadata[3](
+            topics=topics,
+            user_data=generation.to_bytes(4, "big", signed=True) if generation >= 0 else None,
+            owned_partitions=sorted(by_topic.items()),
+            generation_id=generation,
+            rack_id=None,
+        ).encode()
 
     def _coordinator_versions(self) -> BrokerVersions | None:
         """The versions the coordinator connection speaks; None (coordinator lost) when it
@@ -694,7 +809,7 @@ class BrokerGroupMember:
                 group_id=self.group,
                 generation_id=self.generation_id,
                 member_id=self.member_id,
-                group_instance_id=None,
+                group_instance_id=self.group_instance_id,
                 assignments=assignments,
             )
         except (KafkaConnectionError, RequestTimedOutError) as exc:
@@ -704,7 +819,12 @@ class BrokerGroupMember:
         if code in COORDINATOR_MOVED:
             self._lose_coordinator(f"SyncGroup: {for_code(code).__name__}")
             return
+        if code == ErrorCode.FENCED_INSTANCE_ID:
+            self._fatal("SyncGroup", code)
+            return
         if code == ErrorCode.REBALANCE_IN_PROGRESS or code in _DROPPED:
+            if code in _DROPPED:
+                self._lose_owned(f"SyncGroup: {for_code(code).__name__}")
             if code == ErrorCode.UNKNOWN_MEMBER_ID:
                 self.member_id = ""
             self._transition(Event.REJOIN)
@@ -715,9 +835,23 @@ class BrokerGroupMember:
         mine = streams_for(
             self.consumer_id, share, self.subscription.topic_counts, self.subscription.num_streams
         )
-        if mine:
+        added = mine
+        if self.cooperative:
+            # Keep consuming what we still own (same streams); revoke only what was taken
+            # away, then start the new partitions; a revocation calls for the follow-up
+            # rebalance at once, in which the partitions reach their new owner.
+            kept = {tp: tid for tp, tid in self.owned.items() if tp in mine}
+            revoked = {tp: tid for tp, tid in self.owned.items() if tp not in mine}
+            if revoked:
+                self.owned = kept
+                self._revoke(revoked, commit=True, reason="cooperative rebalance")
+                with self._lock:
+                    self._rejoin_wanted = True
+            added = {tp: tid for tp, tid in mine.items() if tp not in kept}
+            mine = {**kept, **added}
+        if added:
             # Raises when the committed offsets cannot be read: SyncGroup is sent again.
-            self.listener.on_assign(dict(mine))
+            self.listener.on_assign(dict(added))
         self.owned = mine
         self._last_alive = sent
         self._next_heartbeat = sent + self.heartbeat_interval_s
@@ -731,8 +865,8 @@ class BrokerGroupMember:
             "topics": list(self._joined_topics),
             "partitions": dict(self._joined_partitions),
         }
-        if mine:
-            self._emit("partitions_assigned", consumer_id=self.consumer_id, partitions=sorted(mine))
+        if added:
+            self._emit("partitions_assigned", consumer_id=self.consumer_id, partitions=sorted(added))
         seconds = time.monotonic() - self._rebalance_started if self._rebalance_started else 0.0
         self._rebalance_started = 0.0
         self._transition(Event.SYNCED)
@@ -754,13 +888,13 @@ class BrokerGroupMember:
             )
         members: dict[str, MemberSubscription] = {}
         for member in self._join_members:
-            member_topics: tuple[str, ...] = ()
+            instance = getattr(member, "group_instance_id", None)
             try:
-                member_topics = tuple(decode_member_metadata(member.metadata).topics)
+                members[member.member_id] = _member_subscription(decode_member_metadata(member.metadata), instance)
             except HmbError as exc:
                 log.warning("%s: member %s sent unreadable metadata (%s); it gets nothing",
                             self.consumer_id, member.member_id, exc)
-            members[member.member_id] = MemberSubscription(member_topics, getattr(member, "group_instance_id", None))
+                members[member.member_id] = MemberSubscription((), instance)
         topics = sorted({t for sub in members.values() for t in sub.topics})
         partitions = {t: sorted(p) for t, p in self.metadata_partitions(topics).items()} if topics else {}
         self._group_topics = topics
@@ -817,7 +951,7 @@ class BrokerGroupMember:
                 group_id=self.group,
                 generation_id=self.generation_id,
                 member_id=self.member_id,
-                group_instance_id=None,
+                group_instance_id=self.group_instance_id,
             )
         except (KafkaConnectionError, RequestTimedOutError) as exc:
             self._lose_coordinator(f"Heartbeat: {exc}")
@@ -830,6 +964,8 @@ class BrokerGroupMember:
             return
         if code == ErrorCode.REBALANCE_IN_PROGRESS:
             self._rebalance("the coordinator is rebalancing the group")
+        elif code == ErrorCode.FENCED_INSTANCE_ID:
+            self._fatal("Heartbeat", code)
         elif code in _DROPPED:
             self._fence(f"Heartbeat: {for_code(code).__name__}", forget_member=code == ErrorCode.UNKNOWN_MEMBER_ID)
         elif code in COORDINATOR_MOVED:
@@ -864,13 +1000,22 @@ class BrokerGroupMember:
             self._fence("no heartbeat answered within session.timeout.ms", forget_member=False)
 
     def _rebalance(self, reason: str) -> None:
-        """Revoke everything with a commit (stop hand-out, commit, stop fetching), then rejoin."""
+        """Eager: revoke everything with a commit (stop hand-out, commit, stop fetching), then
+        rejoin. Cooperative: rejoin owning what we own (the assignment says what goes)."""
         self._rebalance_started = time.monotonic()
         self._emit("rebalance_started", consumer_id=self.consumer_id, reason=reason, owned=len(self.owned))
+        if not self.cooperative:
+            owned, self.owned = self.owned, {}
+            if owned:
+                self._revoke(owned, commit=True, reason=reason)
+        self._transition(Event.REJOIN)
+
+    def _lose_owned(self, reason: str) -> None:
+        """Partitions kept through a cooperative rebalance are lost (revoked uncommitted):
+        the coordinator dropped us or cannot be reached while we rejoin."""
         owned, self.owned = self.owned, {}
         if owned:
-            self._revoke(owned, commit=True, reason=reason)
-        self._transition(Event.REJOIN)
+            self._revoke(owned, commit=False, reason=reason)
 
     def _fence(self, reason: str, *, forget_member: bool) -> None:
         """The coordinator dropped us: revoke everything *without* a commit, then join anew."""
@@ -884,6 +1029,27 @@ class BrokerGroupMember:
             self.member_id = ""
         self.generation_id = -1
         self._transition(Event.FENCED)
+
+    def _fatal(self, api: str, code: int) -> None:
+        """Another member registered our ``group.instance.id``: we are a zombie. Revoke without
+        a commit and stop for good (no rejoin, which would fence the other in turn)."""
+        exc = for_code(code)(
+            f"{api} of group {self.group!r}: group.instance.id {self.group_instance_id!r} was "
+            f"taken by another member; this member stops"
+        )
+        log.error("%s: %s", self.consumer_id, exc)
+        owned, self.owned = self.owned, {}
+        if owned:
+            self._revoke(owned, commit=False, reason="fenced instance")
+        self.generation_id = -1
+        with self._changed:
+            self.fatal_error = exc
+            if not self._join_sent:
+                self._start_error = exc
+            self._changed.notify_all()
+        self._emit("fatal", consumer_id=self.consumer_id, error=repr(exc))
+        self._transition(Event.CLOSE)
+        raise _Closed()
 
     def _revoke(self, owned: Mapping[TopicPartition, str], *, commit: bool, reason: str) -> None:
         committed = commit

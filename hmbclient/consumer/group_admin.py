@@ -54,19 +54,28 @@ def list_broker_groups(
     """
     client = _client(brokers, api_version, timeout_ms, security)
     try:
-        view = Metadata(client, allow_auto_topic_creation=False).refresh([], timeout_ms=timeout_ms)
-        nodes = sorted(view.brokers) or list(client.bootstrap_ids)
-        found: dict[str, str] = {}
-        for node in nodes:
-            answer = client.call(node, lambda v: v.build(ApiKey.LIST_GROUPS), timeout_ms=timeout_ms,
-                                 api_key=ApiKey.LIST_GROUPS)
-            if answer.error_code:
-                raise for_code(answer.error_code)(f"ListGroups on broker {node}")
-            for group in answer.groups:
-                found[group.group_id] = group.protocol_type
-        return sorted(found.items())
+        return list_groups_with(client, Metadata(client, allow_auto_topic_creation=False), timeout_ms)
     finally:
         client.close()
+
+
+def list_groups_with(client: NetClient, metadata: Metadata, timeout_ms: int) -> list[tuple[str, str]]:
+    """:func:`list_broker_groups` on a client the caller keeps open (``hmb top``).
+
+    Raises:
+        HmbError: no broker answered, or one refused ListGroups.
+    """
+    view = metadata.refresh([], timeout_ms=timeout_ms)
+    nodes = sorted(view.brokers) or list(client.bootstrap_ids)
+    found: dict[str, str] = {}
+    for node in nodes:
+        answer = client.call(node, lambda v: v.build(ApiKey.LIST_GROUPS), timeout_ms=timeout_ms,
+                             api_key=ApiKey.LIST_GROUPS)
+        if answer.error_code:
+            raise for_code(answer.error_code)(f"ListGroups on broker {node}")
+        for group in answer.groups:
+            found[group.group_id] = group.protocol_type
+    return sorted(found.items())
 
 
 def describe_broker_group(
@@ -86,49 +95,61 @@ def describe_broker_group(
     """
     client = _client(brokers, api_version, timeout_ms, security)
     try:
-        metadata = Metadata(client, allow_auto_topic_creation=False)
-        coordinator = _find_coordinator(client, group, timeout_ms)
-        described = client.call(
-            coordinator,
-            lambda v: v.build(ApiKey.DESCRIBE_GROUPS, groups=[group], include_authorized_operations=False),
-            timeout_ms=timeout_ms,
-            api_key=ApiKey.DESCRIBE_GROUPS,
-        ).groups[0]
-        if described.error_code:
-            raise for_code(described.error_code)(f"DescribeGroups {group!r}")
-        members, owners, topics = _members(described)
-        if not topics:
-            view = metadata.refresh(None, timeout_ms=timeout_ms)
-            topics = {t for t in view.topics if not t.startswith("__")}
-        view = metadata.refresh(sorted(topics), timeout_ms=timeout_ms)
-        partitions = {
-            (t, p) for t in topics if t in view.topics for p in view.topics[t].partition_ids
-        }
-        committed = _committed(client, coordinator, group, partitions, timeout_ms)
-        rows_for = sorted({tp for tp, offset in committed.items() if offset is not None} | set(owners))
-        latest = _latest(client, metadata, rows_for, timeout_ms)
-        if not described.members and not rows_for and described.group_state in ("Dead", "Empty", ""):
-            raise CoordinationError(f"no consumer group {group!r} on the brokers at {brokers}")
-        rows = []
-        for tp in rows_for:
-            c, end = committed.get(tp), latest.get(tp)
-            rows.append({
-                "topic": tp[0],
-                "partition": tp[1],
-                "owner": owners.get(tp),
-                "committed": c,
-                "latest": end,
-                "lag": None if c is None or end is None else max(0, end - c),
-            })
-        return {
-            "state": described.group_state,
-            "protocol_type": described.protocol_type,
-            "protocol": described.protocol_data,
-            "members": members,
-            "partitions": rows,
-        }
+        info = describe_group_with(client, Metadata(client, allow_auto_topic_creation=False), group, timeout_ms)
     finally:
         client.close()
+    if info is None:
+        raise CoordinationError(f"no consumer group {group!r} on the brokers at {brokers}")
+    return info
+
+
+def describe_group_with(client: NetClient, metadata: Metadata, group: str, timeout_ms: int) -> dict[str, Any] | None:
+    """:func:`describe_broker_group` on a client the caller keeps open (``hmb top``); None
+    when the coordinator knows no such group.
+
+    Raises:
+        HmbError: a broker could not be reached or refused a request.
+    """
+    coordinator = _find_coordinator(client, group, timeout_ms)
+    described = client.call(
+        coordinator,
+        lambda v: v.build(ApiKey.DESCRIBE_GROUPS, groups=[group], include_authorized_operations=False),
+        timeout_ms=timeout_ms,
+        api_key=ApiKey.DESCRIBE_GROUPS,
+    ).groups[0]
+    if described.error_code:
+        raise for_code(described.error_code)(f"DescribeGroups {group!r}")
+    members, owners, topics = _members(described)
+    if not topics:
+        view = metadata.refresh(None, timeout_ms=timeout_ms)
+        topics = {t for t in view.topics if not t.startswith("__")}
+    view = metadata.refresh(sorted(topics), timeout_ms=timeout_ms)
+    partitions = {
+        (t, p) for t in topics if t in view.topics for p in view.topics[t].partition_ids
+    }
+    committed = _committed(client, coordinator, group, partitions, timeout_ms)
+    rows_for = sorted({tp for tp, offset in committed.items() if offset is not None} | set(owners))
+    latest = _latest(client, metadata, rows_for, timeout_ms)
+    if not described.members and not rows_for and described.group_state in ("Dead", "Empty", ""):
+        return None
+    rows = []
+    for tp in rows_for:
+        c, end = committed.get(tp), latest.get(tp)
+        rows.append({
+            "topic": tp[0],
+            "partition": tp[1],
+            "owner": owners.get(tp),
+            "committed": c,
+            "latest": end,
+            "lag": None if c is None or end is None else max(0, end - c),
+        })
+    return {
+        "state": described.group_state,
+        "protocol_type": described.protocol_type,
+        "protocol": described.protocol_data,
+        "members": members,
+        "partitions": rows,
+    }
 
 
 def _find_coordinator(client: NetClient, group: str, timeout_ms: int) -> int:

@@ -12,6 +12,14 @@ binary search, not a per-record test). A partition whose fetch failed keeps its 
 
 The cheap header walk :func:`last_offset_of` (no decoding, no CRC) tells the consumer where the
 next fetch will start, so it can be sent while this set is still being decoded.
+
+Transactions (KIP-98): control batches (commit/abort markers) are never yielded, whatever the
+isolation level. A set fetched with ``read_committed`` (isolation_level 1) is given the
+answer's aborted transactions and drops their records (``control.read_committed``: Kafka's
+consumer algorithm, by producer id and first offset, until the producer's ABORT marker); the
+broker already cut the set at the last stable offset. ``next_offset`` is after the last
+complete entry, so a set that holds only markers or aborted records still moves the consumer
+on (its length is 0, its ``next_offset`` is not the fetch offset).
 """
 
 from __future__ import annotations
@@ -24,6 +32,7 @@ from typing import Any
 
 from hmbclient.errors import BrokerError
 from hmbclient.protocol.records import Record, decode_records
+from hmbclient.protocol.records.control import read_committed
 
 __all__ = ["MessageAndOffset", "ByteBufferMessageSet", "last_offset_of", "first_entry_incomplete"]
 
@@ -80,7 +89,10 @@ class ByteBufferMessageSet:
         buffer: the raw record-set bytes.
     """
 
-    __slots__ = ("topic", "partition", "fetch_offset", "high_watermark", "error", "buffer", "_records")
+    __slots__ = (
+        "topic", "partition", "fetch_offset", "high_watermark", "error", "buffer", "_records",
+        "aborted", "last_stable_offset",
+    )
 
     def __init__(
         self,
@@ -90,8 +102,15 @@ class ByteBufferMessageSet:
         buffer: Any,
         high_watermark: int = -1,
         error: BrokerError | None = None,
+        *,
+        aborted: Any = None,
+        last_stable_offset: int = -1,
     ) -> None:
         self.topic = topic
+        # read_committed: the answer's aborted transactions ((producer_id, first_offset)
+        # pairs or objects; [] when none); None: read_uncommitted
+        self.aborted = aborted
+        self.last_stable_offset = last_stable_offset
         self.partition = partition
         self.fetch_offset = fetch_offset
         self.high_watermark = high_watermark
@@ -104,7 +123,14 @@ class ByteBufferMessageSet:
         if recs is None:
             if self.error is not None:
                 raise self.error
-            recs = decode_records(self.buffer) if len(self.buffer) else []
+            if not len(self.buffer):
+                recs = []
+            elif not self.aborted:
+                # read_uncommitted, or nothing aborted in this set: markers are all there is
+                # to leave out, and decode_records skips control batches
+                recs = decode_records(self.buffer)
+            else:
+                recs = read_committed(self.buffer, self.aborted)
             fo = self.fetch_offset
             if recs and recs[0].offset < fo:
                 # offsets ascend: a binary search, not a walk through (say) the first half of
@@ -149,9 +175,15 @@ class ByteBufferMessageSet:
 
     @property
     def next_offset(self) -> int:
-        """Where the next fetch should start: after the last message (decodes on first use)."""
+        """Where the next fetch should start: after the last complete entry, messages or not
+        (control batches, aborted transactions), never before ``fetch_offset`` (decodes on
+        first use, so a corrupt set raises here too)."""
         recs = self._decode()
-        return recs[-1].offset + 1 if recs else self.fetch_offset
+        last = last_offset_of(self.buffer)
+        nxt = recs[-1].offset + 1 if recs else self.fetch_offset
+        if last is not None and last + 1 > nxt:
+            nxt = last + 1
+        return nxt
 
     def __repr__(self) -> str:
         state = f"error={self.error!r}" if self.error else f"{len(self.buffer)} bytes"

@@ -47,7 +47,7 @@ from collections.abc import Sequence
 from concurrent.futures import Future
 from typing import Any, NamedTuple
 
-from hmbclient.consumer.config import SimpleConsumerConfig
+from hmbclient.consumer.config import SimpleConsumerConfig, isolation_code
 from hmbclient.consumer.message_set import (
     ByteBufferMessageSet,
     first_entry_incomplete,
@@ -140,6 +140,7 @@ class SimpleConsumer:
             name=f"hmbclient-io-simple-{cfg.host}:{cfg.port}",
         )
         self._dialect = self._client.dialect
+        self._isolation = isolation_code(cfg.isolation_level)
         depth = 2 if prefetch is True else int(prefetch)
         self._prefetch_depth = depth if self._dialect.max_in_flight != 1 else 0
         # (topic, partition) -> speculative fetches, consecutive, oldest first:
@@ -207,7 +208,7 @@ class SimpleConsumer:
                 max_wait_ms=max(1, cfg.fetch_wait_max_ms),
                 min_bytes=max(1, cfg.fetch_min_bytes),
                 max_bytes=max(total, 1),
-                isolation_level=0,
+                isolation_level=self._isolation,
                 session_id=0,
                 session_epoch=-1,
                 topics=topics,
@@ -220,8 +221,7 @@ class SimpleConsumer:
         # The I/O thread enforces the request deadline; the margin guards against a hang.
         return fut.result(timeout=self._timeout_ms() / 1000.0 + 2.0)
 
-    @staticmethod
-    def _sets(resp: Any, reqs: Sequence[tuple[str, int, int, int]]) -> list[ByteBufferMessageSet]:
+    def _sets(self, resp: Any, reqs: Sequence[tuple[str, int, int, int]]) -> list[ByteBufferMessageSet]:
         found: dict[tuple[str, int], Any] = {}
         for t in resp.topics:
             for p in t.partitions:
@@ -234,7 +234,17 @@ class SimpleConsumer:
                 out.append(ByteBufferMessageSet(topic, partition, offset, b"", -1, None))
                 continue
             error = for_code(p.error_code)(f"fetch {topic}-{partition} at offset {offset}") if p.error_code else None
-            out.append(ByteBufferMessageSet(topic, partition, offset, p.records, p.high_watermark, error))
+            if self._isolation and hasattr(p, "aborted_transactions"):
+                # read_committed (Fetch v4+): the broker cut the set at the last stable offset
+                # and named the aborted transactions in it (None: none)
+                out.append(
+                    ByteBufferMessageSet(
+                        topic, partition, offset, p.records, p.high_watermark, error,
+                        aborted=p.aborted_transactions or [], last_stable_offset=p.last_stable_offset,
+                    )
+                )
+            else:
+                out.append(ByteBufferMessageSet(topic, partition, offset, p.records, p.high_watermark, error))
         return out
 
     def _norm(self, r: FetchRequest) -> tuple[str, int, int, int]:
@@ -518,7 +528,7 @@ class SimpleConsumer:
         req = versions.build(
             ApiKey.LIST_OFFSETS,
             replica_id=-1,
-            isolation_level=0,
+            isolation_level=self._isolation,  # read_committed: LATEST is the last stable offset
             topics=[{"topic": topic, "partitions": [{"partition": partition, "current_leader_epoch": -1, "timestamp": ts}]}],
         )
         return int(self._list_offsets(req, timeout).offset)

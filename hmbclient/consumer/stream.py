@@ -30,7 +30,9 @@ Users only iterate a stream. The fetcher and the connector feed and steer it thr
 hand-off methods, all thread-safe: :meth:`~KafkaStream.put` (a fetched chunk; blocks while
 the queue is full), :meth:`~KafkaStream.put_error`, :meth:`~KafkaStream.reset_position`
 (auto_offset_reset), :meth:`~KafkaStream.revoke` (rebalance), :meth:`~KafkaStream.set_paused`
-and :meth:`~KafkaStream.close` (shutdown).
+and :meth:`~KafkaStream.close` (shutdown). The subscribe/poll consumer takes batches with
+:meth:`~KafkaStream.take`; its asyncio front registers a one-shot :meth:`~KafkaStream.add_waiter`
+that the next ``put`` (or ``close``) calls from the feeding thread.
 """
 
 from __future__ import annotations
@@ -38,7 +40,8 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from itertools import islice
 from typing import Any, NamedTuple
 
 from hmbclient.errors import ConsumerTimeoutError, HmbError
@@ -140,6 +143,8 @@ class KafkaStream:
         self._cur_iter: Iterator[Any] | None = None
         self._paused = False
         self._closed = False
+        # add_waiter's one-shot callbacks, called by the next put or close.
+        self._waiters: list[Callable[[], None]] = []
 
     def __iter__(self) -> KafkaStream:
         return self
@@ -224,6 +229,73 @@ class KafkaStream:
                     )
                 self._cond.wait(left)
 
+    def take(self, max_records: int, timeout_s: float | None) -> list[tuple[PartitionTopicInfo, list[Any]]]:
+        """Hand out up to ``max_records`` raw records at once, grouped by partition (the batch
+        form of ``next()`` that :class:`hmbclient.Consumer`'s ``poll`` uses; not decoded).
+
+        Returns as soon as at least one record is out and no further chunk is queued; waits
+        up to ``timeout_s`` (None: forever) for the first. Same invariant as ``next()``: each
+        partition's position moves under the stream's lock, so ``revoke`` stops hand-out.
+
+        Args:
+            max_records: at most this many records (at least 1).
+            timeout_s: longest wait for the first record; 0 only takes what is queued.
+
+        Returns:
+            ``[(partition info, records), ...]``; empty on timeout or once the stream is closed.
+
+        Raises:
+            HmbError: a queued chunk carried an error (raised when no records precede it).
+        """
+        out: list[tuple[PartitionTopicInfo, list[Any]]] = []
+        left = max(1, max_records)
+        deadline = None if timeout_s is None else time.monotonic() + max(0.0, timeout_s)
+        with self._cond:
+            while True:
+                if self._closed:
+                    return out
+                if not self._paused:
+                    pti = self._cur_pti
+                    if pti is not None and not pti.revoked:
+                        got = list(islice(self._cur_iter, left))  # type: ignore[arg-type]
+                        exhausted = len(got) < left
+                        floor = pti.consumed
+                        if got and floor is not None and got[0].offset < floor:
+                            # Below the position (a compressed wrapper, a reset): never twice.
+                            got = [record for record in got if record.offset >= floor]
+                        if got:
+                            pti.consumed = got[-1].offset + 1
+                            out.append((pti, got))
+                            left -= len(got)
+                            if not left:
+                                return out
+                        if not exhausted:
+                            continue
+                    self._cur_iter = None
+                    self._cur_pti = None
+                    if self._chunks:
+                        chunk = self._chunks[0]
+                        if chunk.error is not None and out:
+                            return out  # hand out what came before; raise on the next call
+                        self._chunks.popleft()
+                        self._cond.notify_all()  # room for a blocked fetcher
+                        if chunk.pti.revoked:
+                            continue
+                        if chunk.error is not None:
+                            raise chunk.error
+                        self._cur_pti = chunk.pti
+                        self._cur_iter = iter(chunk.records)
+                        continue
+                if out:
+                    return out
+                if deadline is None:
+                    self._cond.wait()
+                else:
+                    wait = deadline - time.monotonic()
+                    if wait <= 0:
+                        return out
+                    self._cond.wait(wait)
+
     def __repr__(self) -> str:
         return f"KafkaStream({self.name!r}, queued={len(self._chunks)})"
 
@@ -250,7 +322,37 @@ class KafkaStream:
                 return False
             self._chunks.append(chunk)
             self._cond.notify_all()
+            waiters, self._waiters = self._waiters, []
+        for wake in waiters:  # outside the lock: they only schedule work elsewhere
+            wake()
+        return True
+
+    def add_waiter(self, wake: Callable[[], None]) -> bool:
+        """Call ``wake()`` once, from the feeding thread, when the next chunk is queued or the
+        stream closes (how :mod:`hmbclient.aio` waits without a thread). Keep it short.
+
+        Args:
+            wake: the one-shot callback.
+
+        Returns:
+            False, and nothing registered, when there is something to take already (a chunk
+            queued, or one partly handed out) or the stream is closed: take it instead.
+        """
+        with self._cond:
+            if self._chunks or self._cur_pti is not None or self._closed:
+                return False
+            self._waiters.append(wake)
             return True
+
+    def remove_waiter(self, wake: Callable[[], None]) -> None:
+        """Forget a callback of :meth:`add_waiter` that is no longer wanted (timed out).
+
+        Args:
+            wake: the callback given to ``add_waiter``.
+        """
+        with self._cond:
+            if wake in self._waiters:
+                self._waiters.remove(wake)
 
     def revoke(self, pti: PartitionTopicInfo) -> int | None:
         """Stop handing out ``pti``'s messages; return its final consumed position."""
@@ -291,6 +393,9 @@ class KafkaStream:
             self._cur_iter = None
             self._cur_pti = None
             self._cond.notify_all()
+            waiters, self._waiters = self._waiters, []
+        for wake in waiters:
+            wake()
 
     def put_error(self, pti: PartitionTopicInfo, error: HmbError, stop: threading.Event) -> None:
         """Queue an error to be raised when iteration reaches it."""

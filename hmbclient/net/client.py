@@ -42,6 +42,7 @@ from typing import Any, NamedTuple
 from hmbclient.clock import monotonic_ms
 from hmbclient.config import parse_broker_list
 from hmbclient.errors import ConfigError, KafkaConnectionError
+from hmbclient.metrics import Count, Metrics, Rate
 from hmbclient.net.connection import BrokerConnection, ConnState, PendingRequest, RequestBuilder
 from hmbclient.net.security import Security
 from hmbclient.net.versions import BrokerVersions, Dialect, resolve_dialect
@@ -109,6 +110,8 @@ class NetClient:
         receive_buffer_bytes: int | None = None,
         security: Security | None = None,
         name: str = "hmbclient-io",
+        metrics: Metrics | None = None,
+        metric_group: str = "client-metrics",
     ) -> None:
         """Start the I/O thread (connections open lazily, on the first request).
 
@@ -125,6 +128,10 @@ class NetClient:
             reconnect_backoff_max_ms: its largest wait.
             security: TLS and SASL for every connection (None: PLAINTEXT); build it with
                 ``Security.from_config(config)`` or ``Security("SASL_SSL", ...)``.
+            name: the I/O thread's name.
+            metrics: a registry to record ``request-latency-avg/max`` (from queueing a request
+                to its answer) and ``response-rate/-total`` into, under ``metric_group``.
+            metric_group: the metric group of those (``producer-metrics``...).
 
         Raises:
             ConfigError: bad addresses, api_version or limits.
@@ -149,6 +156,10 @@ class NetClient:
             send_buffer_bytes=send_buffer_bytes,
             receive_buffer_bytes=receive_buffer_bytes,
             security=security,
+            latency_sensor=None if metrics is None else metrics.avg_max(
+                "request-latency", metric_group, "request-latency", "ms from queueing a request to its answer"
+            ).add(metric_group, "response-rate", Rate(metrics.num_samples, metrics.sample_window_ms, count=True),
+                  "answers received per second").add(metric_group, "response-total", Count(), "answers received"),
         )
         self.bootstrap_ids: list[int] = [-(i + 1) for i in range(len(self._bootstrap))]
         # node id -> (host, port). Written by callers (whole-dict swap), read by the I/O thread.

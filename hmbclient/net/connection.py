@@ -11,7 +11,10 @@ Contract (the I/O thread is the only caller; nothing here is thread-safe by desi
   ``BrokerConnection._enter`` is the one place the state changes. PROBING exists only for a
   dialect with ``probe=True``: an ApiVersions v0 request is the first thing written. If the
   broker closes the connection or does not answer within the probe timeout (Kafka 0.8/0.9), the
-  connection reconnects at once without a probe and keeps the legacy version set for good.
+  connection reconnects at once without a probe and keeps the legacy version set for good --
+  unless this broker has answered a probe before: then the lost probe is a network fault (a
+  partition, a proxy closing links, a broker restarting), never a downgrade, and the attempt
+  fails like a refused connect (backoff, then a new probe).
   HANDSHAKING is the TLS handshake (security.protocol SSL / SASL_SSL) and AUTHENTICATING the SASL
   exchange (SASL_PLAINTEXT / SASL_SSL); see "Security" below. READY -> AUTHENTICATING is a
   re-authentication on the same connection.
@@ -87,6 +90,7 @@ from hmbclient.errors import (
     RequestTimedOutError,
     UnsupportedByBroker,
 )
+from hmbclient.metrics import Sensor
 from hmbclient.net.security import Security, describe_tls_error
 from hmbclient.net.versions import BrokerVersions, Dialect, api_name, pick_versions
 from hmbclient.protocol.api import ApiVersionsRequest
@@ -208,8 +212,10 @@ class BrokerConnection:
         send_buffer_bytes: int | None = None,
         receive_buffer_bytes: int | None = None,
         security: Security | None = None,
+        latency_sensor: Sensor | None = None,
     ) -> None:
         self.owner = owner
+        self.latency_sensor = latency_sensor
         self.node_id = node_id
         self.host = host
         self.port = port
@@ -237,6 +243,7 @@ class BrokerConnection:
         self._backoff_until = 0.0
         self._failures = 0
         self._legacy = False  # the probe failed once: never probe this broker again
+        self._probed_ok = False  # this broker answered a probe once: it is not a legacy broker
         self._last_error: HmbError | None = None
         self._recycled = False
         # Receive path: HMB's quirky frames go through ClientConnection's own buffering; every
@@ -347,9 +354,10 @@ class BrokerConnection:
                 self._start_reauth(now_ms)
                 return
         if state is ConnState.PROBING and now_ms >= self._probe_deadline:
-            log.info(
-                "%s: no answer to the ApiVersions probe; using the legacy (0.8) versions%s", self.address, self._silence_hint()
-            )
+            if not self._probed_ok:
+                log.info(
+                    "%s: no answer to the ApiVersions probe; using the legacy (0.8) versions%s", self.address, self._silence_hint()
+                )
             self._probe_failed(now_ms)
             return
         if state is ConnState.DISCONNECTED and now_ms >= self._backoff_until and (self._pending or self._version_waiters):
@@ -583,6 +591,7 @@ class BrokerConnection:
             log.warning("%s: ApiVersions error %s; using the legacy versions", self.address, resp.error_code)
             self._negotiated(self.dialect.fallback_versions(), now_ms)
             return
+        self._probed_ok = True
         ranges = {k.api_key: (k.min_version, k.max_version) for k in resp.api_keys}
         picked = pick_versions((k, lo, hi) for k, (lo, hi) in ranges.items())
         self._negotiated(BrokerVersions(self.dialect, picked, probed=True, ranges=ranges), now_ms)
@@ -685,6 +694,12 @@ class BrokerConnection:
                 break
 
     def _probe_failed(self, now_ms: float) -> None:
+        if self._probed_ok:
+            # It answered ApiVersions before: a network fault, not a 0.8 broker.
+            self._connect_failed(KafkaConnectionError(
+                f"{self.address}: the ApiVersions probe got no answer (this broker answered one before: "
+                "a network fault, not a legacy broker; retrying)"), now_ms)
+            return
         self._legacy = True
         self._teardown(KafkaConnectionError(f"{self.address}: ApiVersions probe unanswered"))
         self._backoff_until = now_ms
@@ -791,7 +806,8 @@ class BrokerConnection:
             self._sasl_failed(self._sasl.connection_closed(), now_ms)
             return
         if self.state is ConnState.PROBING:
-            log.info("%s closed the connection on the ApiVersions probe; using legacy versions", self.address)
+            if not self._probed_ok:
+                log.info("%s closed the connection on the ApiVersions probe; using legacy versions", self.address)
             self._probe_failed(now_ms)
             return
         self._disconnect(KafkaConnectionError(f"{self.address}: connection closed by the broker"), now_ms)
@@ -920,6 +936,8 @@ class BrokerConnection:
                 continue
             if self.dialect.fetch_once_per_connection and getattr(r[1], "API_KEY", -1) == 1:
                 recycle = True
+            if self.latency_sensor is not None:
+                self.latency_sensor.record(now_ms - (req.deadline_ms - req.timeout_ms), int(now_ms))
             _succeed(req.future, r[1])
         if recycle and not in_flight:
             # HMB answers one Fetch per connection: start the next request on a fresh one.

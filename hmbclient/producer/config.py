@@ -138,6 +138,16 @@ class ProducerConfig(SecurityConfig):
         doc="enable.idempotence: sequence numbers so the broker keeps a retried batch once "
         "(unset: on when acks=-1, retries > 0 and at most 5 in flight, as Kafka 3+)",
     )
+    transactional_id: str | None = setting(
+        None,
+        doc="transactional.id: makes the producer transactional (init_transactions(), "
+        "begin/commit/abort_transaction()); needs idempotence, acks=-1",
+    )
+    transaction_timeout_ms: int = setting(
+        60_000,
+        min=1,
+        doc="transaction.timeout.ms: the coordinator aborts a transaction open longer than this",
+    )
     serializer: Any = setting(
         None,
         prop="serializer.class",
@@ -184,22 +194,40 @@ class ProducerConfig(SecurityConfig):
                 f"'batch.num.messages' ({self.batch_num_messages}) can't be larger than "
                 f"'queue.buffering.max.messages' ({self.queue_buffering_max_messages})"
             )
-        if self.enable_idempotence:
+        if self.transactional_id is not None:
+            self._validate_transactional()
+        if self.enable_idempotence or self.transactional_id is not None:
+            what = "'enable.idempotence'=true" if self.enable_idempotence else "'transactional.id'"
             # Kafka's rules (ProducerConfig): explicitly on, the settings must allow it.
             if self.request_required_acks != -1:
                 self._fail(
-                    f"'enable.idempotence'=true needs 'request.required.acks'=-1 (all), not "
+                    f"{what} needs 'request.required.acks'=-1 (all), not "
                     f"{self.request_required_acks}: a batch acknowledged by the leader alone can be lost"
                 )
             if self.message_send_max_retries == 0:
-                self._fail("'enable.idempotence'=true needs 'message.send.max.retries' > 0 (retries are what it makes safe)")
+                self._fail(f"{what} needs 'message.send.max.retries' > 0 (retries are what it makes safe)")
             if self.max_in_flight_requests_per_connection > 5:
                 self._fail(
-                    "'enable.idempotence'=true needs 'max.in.flight.requests.per.connection' <= 5, not "
+                    f"{what} needs 'max.in.flight.requests.per.connection' <= 5, not "
                     f"{self.max_in_flight_requests_per_connection} (the broker remembers the last 5 batches)"
                 )
             if self.api_version in ("hmb", "0.8", "0.10"):
-                self._fail(f"'enable.idempotence'=true needs Kafka 0.11+ (RecordBatch v2); api.version is {self.api_version!r}")
+                self._fail(f"{what} needs Kafka 0.11+ (RecordBatch v2); api.version is {self.api_version!r}")
+
+    def _validate_transactional(self) -> None:
+        """A transactional producer is an idempotent one (Kafka's ProducerConfig rules)."""
+        tid = self.transactional_id
+        if not isinstance(tid, str) or not tid:
+            self._fail(f"'transactional.id' must be a non-empty string, not {tid!r}")
+        if self.enable_idempotence is False:
+            self._fail("'transactional.id' needs idempotence: remove 'enable.idempotence'=false")
+        if self.request_required_acks != -1:
+            self._fail(
+                f"'transactional.id' needs 'request.required.acks'=-1 (all), not {self.request_required_acks}: "
+                "a committed transaction must not lose a batch the leader alone held"
+            )
+        if self.event_handler is not None:
+            self._fail("'transactional.id' cannot be used with an 'event.handler' (it replaces the send engine)")
 
     @property
     def idempotence(self) -> bool:
@@ -208,6 +236,8 @@ class ProducerConfig(SecurityConfig):
         (Kafka 3+'s default)."""
         if self.enable_idempotence is not None:
             return self.enable_idempotence
+        if self.transactional_id is not None:
+            return True
         return (
             self.request_required_acks == -1
             and self.message_send_max_retries > 0

@@ -66,12 +66,15 @@ from typing import Any
 
 from hmbclient.clock import monotonic_ms, wall_ms
 from hmbclient.errors import (
+    HmbError,
     MessageSizeTooLargeError,
     ProducerClosedError,
     QueueFullError,
     RequestTimedOutError,
+    TransactionStateError,
     UnsupportedByBroker,
 )
+from hmbclient.metrics import Metrics
 from hmbclient.net.client import NetClient
 from hmbclient.net.metadata import Metadata
 from hmbclient.net.retry import retry_policy
@@ -88,7 +91,10 @@ from hmbclient.producer.data import (
     SendFutures,
 )
 from hmbclient.producer.idempotence import IdempotenceState
+from hmbclient.producer.metrics import GROUP as PRODUCER_METRICS
+from hmbclient.producer.metrics import ProducerMetrics
 from hmbclient.producer.sender import Dispatcher, SendEngine, SenderThread, call_hook
+from hmbclient.producer.transaction import FATAL, RETRY, TransactionManager, TxnState, classify
 from hmbclient.protocol.records import NONE, codec_from_name
 from partitioners import DefaultPartitioner
 
@@ -106,7 +112,7 @@ _RECORD_OVERHEAD = 12
 _BATCH_OVERHEAD = 100
 
 
-def _open_client(cfg: ProducerConfig) -> NetClient:
+def _open_client(cfg: ProducerConfig, metrics: Metrics | None = None) -> NetClient:
     """The producer's NetClient (its I/O thread starts; connections open on first use)."""
     return NetClient(
         cfg.metadata_broker_list,
@@ -120,6 +126,8 @@ def _open_client(cfg: ProducerConfig) -> NetClient:
         send_buffer_bytes=cfg.send_buffer_bytes if cfg.send_buffer_bytes > 0 else None,
         security=Security.from_config(cfg),
         name="hmbclient-io-producer",
+        metrics=metrics,
+        metric_group=PRODUCER_METRICS,
     )
 
 
@@ -150,7 +158,8 @@ class Producer:
         self.config = config
         self._closed = False
         self._listeners: list[Any] = []
-        self._client = _open_client(config)
+        self._metrics = Metrics(tags={"client-id": config.client_id or ""})
+        self._client = _open_client(config, self._metrics)
         refresh = config.topic_metadata_refresh_interval_ms
         self._metadata = Metadata(
             self._client,
@@ -168,7 +177,11 @@ class Producer:
             codec_for=self._codec_for,
             hooks=self._hooks,
         )
+        self._dispatcher.metrics = ProducerMetrics(self._metrics)
         self._init_pipeline(config)
+        acc, engine = self._acc, getattr(self, "_engine", None)
+        self._dispatcher.metrics.watch(lambda: acc.queued if acc is not None else 0,
+                                       lambda: engine.in_flight if engine is not None else 0)
 
     def _init_message_rules(self, cfg: ProducerConfig) -> None:
         """How ``send`` turns and checks messages: serializers, the dialect's key rule, the size
@@ -194,6 +207,7 @@ class Producer:
         sends batch in a private accumulator and send in the caller's thread)."""
         self._async = cfg.producer_type == "async"
         self._event_handler = cfg.event_handler
+        self._txn = TransactionManager(cfg.transactional_id, cfg.transaction_timeout_ms) if cfg.transactional_id else None
         self._events: _EventPipeline | None = None
         self._acc: RecordAccumulator | None = None
         self._sender: SenderThread | None = None
@@ -220,8 +234,9 @@ class Producer:
                 max_retries=cfg.message_send_max_retries,
                 retry_backoff_ms=cfg.retry_backoff_ms,
                 refresh_topics=self._grow_topics,
-                idempotence=IdempotenceState(explicit=cfg.enable_idempotence is True) if cfg.idempotence else None,
+                idempotence=IdempotenceState(explicit=cfg.enable_idempotence is True or self._txn is not None) if cfg.idempotence else None,
                 emit=self._emit,
+                transaction=self._txn,
             )
             if self._async:
                 self._sender = SenderThread(self._engine)
@@ -233,6 +248,7 @@ class Producer:
             self._acc
             if self._async
             and self._encode_value is None and self._encode_key is None and "after_enqueue" not in self._hooks
+            and self._txn is None  # (T2) every transactional send checks the state
             else None
         )
 
@@ -468,6 +484,8 @@ class Producer:
                 return self._queue(acc, topic, key, values)
         if self._closed:
             raise ProducerClosedError("send() after close()")
+        if self._txn is not None:
+            self._txn.check_send()
         pds: Sequence[Any] = (data,) if isinstance(data, ProducerData) else data
         if not isinstance(pds, (list, tuple)):
             raise TypeError(f"send() takes ProducerData or a list of them, not {type(data).__name__}")
@@ -508,6 +526,8 @@ class Producer:
             raise TypeError("send_record() needs producer_type='async'; a sync producer sends ProducerData with send()")
         if self._closed:
             raise ProducerClosedError("send_record() after close()")
+        if self._txn is not None:
+            self._txn.check_send()
         topic, key, values = self._convert(ProducerData(topic, key, [value]))
         queue = None
         if partition is not None:
@@ -590,6 +610,8 @@ class Producer:
             raise TypeError("produce() is not available with an event_handler; use send()")
         if self._closed:
             raise ProducerClosedError("produce() after close()")
+        if self._txn is not None:
+            self._txn.check_send()
         if self._encode_value is not None:
             value = self._encode_value(value)
         if value.__class__ is bytes:
@@ -795,6 +817,166 @@ class Producer:
                     raise exc
         return SendFutures(segments)
 
+    def metrics(self) -> dict[str, dict[str, float]]:
+        """The producer's metrics under Kafka's names: ``{"producer-metrics": {name: value}}``
+        (``record-send-rate``, ``request-latency-avg``, ``batch-size-avg``... listed in
+        :mod:`hmbclient.producer.metrics`). Rates are per second over Kafka's window (2 samples
+        of 30 s); an average with nothing recorded yet is NaN.
+
+        Returns:
+            A fresh snapshot (safe to keep; later records do not change it).
+        """
+        return self._metrics.snapshot()
+
+    # -- transactions (KIP-98; the state machine and its cases: transaction.py) -------------
+
+    def _transaction(self) -> TransactionManager:
+        txn = self._txn
+        if txn is None:
+            raise TransactionStateError("this producer has no 'transactional.id'; transactions need one (see ProducerConfig)")
+        if self._closed:
+            raise ProducerClosedError("transactional call after close()")
+        return txn
+
+    @staticmethod
+    def _deadline(timeout: float | None) -> float | None:
+        return None if timeout is None else monotonic_ms() + max(0.0, timeout) * 1000.0
+
+    @property
+    def transaction_state(self) -> str | None:
+        """The transaction state ("Uninitialized", "Ready", "InTransaction", "Committing",
+        "Aborting", "AbortableError", "FatalError"); None without ``transactional.id``."""
+        return self._txn.state.value if self._txn is not None else None
+
+    def init_transactions(self, timeout: float | None = 60.0) -> None:
+        """Register ``transactional.id`` with its coordinator and take it over: every older
+        producer with the id is fenced and its open transaction aborted. Call once, first.
+
+        Args:
+            timeout: seconds to keep retrying (coordinator not yet available, a previous
+                transaction still completing); None: no limit. After a timeout, call again.
+
+        Raises:
+            TransactionStateError: called twice, or on a producer without transactional.id.
+            ProducerFencedError / TransactionFatalError-like BrokerError: refused for good
+                (e.g. TRANSACTIONAL_ID_AUTHORIZATION_FAILED); the producer is unusable.
+            RequestTimedOutError: the coordinator did not answer in time (call again).
+        """
+        txn = self._transaction()
+        txn.transition("init")
+        try:
+            self._engine.txn_init(self._deadline(timeout))
+        except HmbError as e:
+            if classify(e) == FATAL:
+                txn.fatal(e)
+            raise
+        txn.transition("initialized")
+
+    def begin_transaction(self) -> None:
+        """Start a transaction: what is sent from now until commit or abort is one unit.
+
+        Raises:
+            TransactionStateError: not initialised, or a transaction is already open.
+        """
+        self._transaction().transition("begin")
+
+    def send_offsets_to_transaction(self, offsets: Any, group: Any, timeout: float | None = 60.0) -> None:
+        """Commit a consumer group's offsets as part of the transaction: the group sees them
+        only if the transaction commits (consume-transform-produce exactly once).
+
+        Args:
+            offsets: the *next* offsets to consume: ``{(topic, partition): offset}`` (values may
+                also be ``(offset, metadata)`` or objects with ``.offset``/``.metadata``; keys
+                objects with ``.topic``/``.partition``), or a list of objects with ``.topic``,
+                ``.partition`` and ``.offset`` (confluent-kafka's TopicPartition).
+            group: the group id, or an object with ``group_id`` (Java's and
+                confluent-kafka's ConsumerGroupMetadata; hmbclient sends TxnOffsetCommit v0-2,
+                which carries no member or generation).
+            timeout: seconds to keep retrying retriable answers; None: no limit.
+
+        Raises:
+            TransactionStateError: no transaction is open.
+            TypeError / ValueError: offsets or group of the wrong shape; nothing was sent.
+            ProducerFencedError: fenced (fatal). Other BrokerErrors make the transaction
+                abortable (abort_transaction() next).
+        """
+        txn = self._transaction()
+        txn.require(TxnState.IN_TRANSACTION, "send_offsets_to_transaction()")
+        group_id = _group_id(group)
+        parsed = _txn_offsets(offsets)
+        if not parsed:
+            return
+        try:
+            self._engine.txn_add_offsets(group_id, parsed, self._deadline(timeout))
+        except HmbError as e:
+            if classify(e) == RETRY:
+                raise  # the deadline passed; nothing changed
+            err = txn.failed(e)
+            if err is e:
+                raise
+            raise err from e
+
+    def commit_transaction(self, timeout: float | None = None) -> None:
+        """Flush, then commit: every message sent in the transaction and the offsets sent with
+        it become visible to ``read_committed`` readers at once.
+
+        Args:
+            timeout: seconds for the flush and the commit; None: no limit. A commit that timed
+                out is finished by calling commit_transaction() again.
+
+        Raises:
+            TransactionStateError: no transaction is open.
+            TransactionAbortableError: a message or offset commit of it failed; call
+                abort_transaction().
+            ProducerFencedError / TransactionTimedOutError: fatal; close the producer.
+            RequestTimedOutError: not done within ``timeout`` (call again).
+        """
+        self._end_transaction(True, timeout)
+
+    def abort_transaction(self, timeout: float | None = None) -> None:
+        """Abort the transaction: messages not yet sent are dropped (their futures and
+        callbacks fail), the sent ones are never visible to ``read_committed`` readers, and
+        offsets sent with it are not committed.
+
+        Args:
+            timeout: seconds for the abort; None: no limit (call again after a timeout).
+
+        Raises:
+            TransactionStateError: no transaction is open (or the producer hit a fatal error).
+            ProducerFencedError: fatal; close the producer.
+            RequestTimedOutError: not done within ``timeout`` (call again).
+        """
+        self._end_transaction(False, timeout)
+
+    def _end_transaction(self, committing: bool, timeout: float | None) -> None:
+        txn = self._transaction()
+        if committing:
+            txn.raise_for_end(True)  # (T4) an abortable transaction cannot commit
+        recover = not committing and txn.error is not None and txn.state is not TxnState.FATAL_ERROR
+        txn.transition("commit" if committing else "abort")
+        deadline = self._deadline(timeout)
+        # (T6) every batch of the transaction acknowledged (or, aborting, dropped) first
+        left = self.flush(None if deadline is None else max(0.0, deadline - monotonic_ms()) / 1000.0)
+        what = "commit_transaction()" if committing else "abort_transaction()"
+        if left:
+            raise RequestTimedOutError(f"{what}: {left} messages not acknowledged within {timeout} s; call {what} again")
+        txn.raise_for_end(committing)
+        try:
+            if txn.started:
+                self._engine.txn_end(committing, deadline)
+            if recover:
+                # A failed batch may have left the broker's sequences and ours apart: a new
+                # epoch (InitProducerId with the id, the transaction being complete) resets them.
+                self._engine.txn_init(deadline)
+        except HmbError as e:
+            if classify(e) == RETRY:
+                raise  # the deadline passed; state kept, the call can be repeated
+            err = txn.failed(e)
+            if err is e:
+                raise
+            raise err from e
+        txn.transition("completed")
+
     # -- lifecycle -------------------------------------------------------------------------
 
     def flush(self, timeout: float | None = None, *, timeout_s: float | None = None) -> int:
@@ -909,6 +1091,52 @@ def _headers(headers: Any) -> tuple[tuple[str, bytes | None], ...] | None:
             value = bytes(value)
         out.append((name, value))
     return tuple(out) or None
+
+
+def _group_id(group: Any) -> str:
+    """send_offsets_to_transaction's group: an id, or an object carrying one."""
+    if isinstance(group, str):
+        gid: Any = group
+    else:
+        gid = getattr(group, "group_id", None)
+        if gid is None:
+            gid = getattr(group, "group", None)
+    if not isinstance(gid, str) or not gid:
+        raise TypeError(f"group must be a group id (non-empty str) or an object with group_id, not {group!r}")
+    return gid
+
+
+def _txn_offsets(offsets: Any) -> dict[tuple[str, int], tuple[int, str | None]]:
+    """send_offsets_to_transaction's offsets as ``{(topic, partition): (offset, metadata)}``."""
+    items: list[tuple[Any, Any]]
+    if isinstance(offsets, dict):
+        items = list(offsets.items())
+    elif isinstance(offsets, (list, tuple)):
+        items = [(o, o) for o in offsets]
+    else:
+        raise TypeError(f"offsets must be a dict or a list of TopicPartition-like objects, not {type(offsets).__name__}")
+    out: dict[tuple[str, int], tuple[int, str | None]] = {}
+    for key, value in items:
+        if isinstance(key, tuple) and len(key) == 2:
+            topic, partition = key
+        else:
+            topic, partition = getattr(key, "topic", None), getattr(key, "partition", None)
+        offset: Any
+        metadata: Any
+        if isinstance(value, int) and not isinstance(value, bool):
+            offset, metadata = value, None
+        elif isinstance(value, tuple) and len(value) == 2:
+            offset, metadata = value
+        else:
+            offset, metadata = getattr(value, "offset", None), getattr(value, "metadata", None)
+        if not isinstance(topic, str) or not topic or not isinstance(partition, int) or partition < 0:
+            raise TypeError(f"offsets: {key!r} is not a (topic, partition)")
+        if not isinstance(offset, int) or isinstance(offset, bool) or offset < 0:
+            raise ValueError(f"offsets: {topic}-{partition}: offset must be an int >= 0 (the next to consume), not {offset!r}")
+        if metadata is not None and not isinstance(metadata, str):
+            raise TypeError(f"offsets: {topic}-{partition}: metadata must be a str or None, not {type(metadata).__name__}")
+        out[(topic, partition)] = (offset, metadata)
+    return out
 
 
 def _chunks(values: list[Any], key: bytes | None, cap: int) -> list[tuple[list[Any], int]]:

@@ -29,7 +29,7 @@ from typing import Any
 
 from tenacity import Retrying
 
-from hmbclient.clock import monotonic_ms
+from hmbclient.clock import monotonic_ms, wall_ms
 from hmbclient.errors import (
     ErrorCode,
     HmbError,
@@ -44,7 +44,7 @@ from hmbclient.errors import (
 )
 from hmbclient.net.client import NetClient
 from hmbclient.net.metadata import Metadata
-from hmbclient.net.retry import backoff_ms
+from hmbclient.net.retry import backoff_ms, retry_policy
 from hmbclient.net.versions import BrokerVersions, produce_magic
 from hmbclient.producer.accumulator import RecordAccumulator, Unit
 from hmbclient.producer.data import ProducerBatch
@@ -56,9 +56,12 @@ from hmbclient.producer.idempotence import (
     IdempotenceState,
     ProducerEvent,
 )
+from hmbclient.producer.metrics import ProducerMetrics
+from hmbclient.producer.transaction import COORDINATOR_MOVED, RETRY, TransactionManager, classify
 from hmbclient.protocol.api.admin import InitProducerIdV3Request
 from hmbclient.protocol.api.base import ApiKey
 from hmbclient.protocol.records import encode_records
+from hmbclient.protocol.records.base import TRANSACTIONAL_MASK
 from hmbclient.protocol.records.v2 import (
     NO_PRODUCER_EPOCH,
     NO_PRODUCER_ID,
@@ -85,8 +88,34 @@ _DUPLICATE = int(ErrorCode.DUPLICATE_SEQUENCE_NUMBER)
 # Java client sends Integer.MAX_VALUE).
 _IDEMPOTENT_TIMEOUT_MS = 2**31 - 1
 _NO_PRODUCER = (NO_PRODUCER_ID, NO_PRODUCER_EPOCH, NO_SEQUENCE)
+# First pause before retrying a transactional request: CONCURRENT_TRANSACTIONS, the usual
+# answer to the first AddPartitionsToTxn after a commit while the coordinator writes the
+# markers, clears within milliseconds (Kafka's Java client waits 20 ms there, KAFKA-5477).
+_TXN_RETRY_MS = 20.0
 
 log = logging.getLogger("hmbclient.producer")
+
+
+def find_coordinator(client: NetClient, key: str, key_type: int, timeout_ms: float) -> int:
+    """The node id of the coordinator of a group (``key_type`` 0) or a transactional id (1).
+
+    Raises:
+        UnsupportedByBroker: a transaction coordinator asked of a broker whose FindCoordinator
+            has no key type (v0: before Kafka 0.11).
+        HmbError: the answer's error (COORDINATOR_NOT_AVAILABLE while Kafka creates its
+            internal topic: retriable), or a lost connection.
+    """
+
+    def build(versions: BrokerVersions) -> Any:
+        if key_type and versions.version(ApiKey.FIND_COORDINATOR) < 1:
+            raise UnsupportedByBroker(f"{versions.dialect.broker_label} has no transaction coordinator (FindCoordinator v0)")
+        return versions.build(ApiKey.FIND_COORDINATOR, group_id=key, key=key, key_type=key_type)
+
+    found = client.call(client.least_loaded_node(), build, timeout_ms=timeout_ms, api_key=ApiKey.FIND_COORDINATOR)
+    if found.error_code:
+        raise for_code(found.error_code)(f"FindCoordinator for {'transactional id' if key_type else 'group'} {key!r}")
+    client.update_brokers({found.node_id: (found.host, found.port)})
+    return int(found.node_id)
 
 
 def call_hook(hooks: dict[str, Any], name: str, *args: Any) -> None:
@@ -121,6 +150,9 @@ class Dispatcher:
         self.real_offsets = client.dialect.real_offsets
         self._versions: dict[int, BrokerVersions] = {}
         self.idem: IdempotenceState | None = None  # set by an idempotent producer's engine
+        self.metrics: ProducerMetrics | None = None  # set by a producer that keeps metrics
+        self.transactional_id: str | None = None  # set by a transactional producer's engine
+        self.batch_flags = 0  # TRANSACTIONAL_MASK for a transactional producer
 
     def versions(self, node: int) -> BrokerVersions:
         versions = self._versions.get(node)
@@ -156,6 +188,7 @@ class Dispatcher:
             for b in unit.batches:
                 b.attempts += 1
         versions = self.versions(node)
+        metrics = self.metrics
         magic = produce_magic(versions.version(ApiKey.PRODUCE))
         topics: dict[str, list[tuple[int, bytes | bytearray]]] = {}
         idem = self.idem
@@ -165,16 +198,23 @@ class Dispatcher:
                 seq = unit.batches[0].seq
                 producer = (idem.producer_id, idem.epoch, seq) if idem is not None and seq >= 0 else _NO_PRODUCER
                 records = encode_batches(
-                    codec, [(b.values, b.keys, b.headers, b.created_ms) for b in unit.batches], 0, producer
+                    codec, [(b.values, b.keys, b.headers, b.created_ms) for b in unit.batches], 0, producer, self.batch_flags
                 )
             else:
                 records = encode_records(magic, codec, unit.items(), 0, unit.batches[0].created_ms)
             topics.setdefault(unit.topic, []).append((unit.partition, records))
+        if metrics is not None:
+            now = wall_ms()  # batches carry their wall-clock creation time (their timestamp)
+            metrics.request(
+                sum(unit.count for unit in units),
+                [len(r) for parts in topics.values() for _, r in parts],
+                [max(0, now - b.created_ms) for unit in units for b in unit.batches if b.attempts == 1],
+            )
         if "before_send" in self.hooks:
             call_hook(self.hooks, "before_send", [b for unit in units for b in unit.batches], node)
         req = versions.build(
             ApiKey.PRODUCE,
-            transactional_id=None,
+            transactional_id=self.transactional_id,
             acks=self.acks,
             timeout_ms=self.request_timeout_ms,
             topics=list(topics.items()),
@@ -230,6 +270,8 @@ class Dispatcher:
                 call_hook(self.hooks, "on_delivery", b)
 
     def fail(self, unit: Unit, err: BaseException) -> None:
+        if self.metrics is not None:
+            self.metrics.failed(unit.count)
         for b in unit.batches:
             b.fail(err)
             call_hook(self.hooks, "on_error", b, err)
@@ -258,11 +300,17 @@ class SendEngine:
         refresh_topics: Callable[[], None],
         idempotence: IdempotenceState | None = None,
         emit: Callable[[ProducerEvent], None] | None = None,
+        transaction: TransactionManager | None = None,
     ) -> None:
         self.acc = acc
         self.dispatcher = dispatcher
         self.idem = idempotence
         dispatcher.idem = idempotence
+        self.txn = transaction
+        if transaction is not None:
+            assert idempotence is not None, "a transactional producer is idempotent"
+            dispatcher.transactional_id = transaction.transactional_id
+            dispatcher.batch_flags = TRANSACTIONAL_MASK
         self.emit = emit
         self.metadata = metadata
         self.policy = policy
@@ -360,6 +408,8 @@ class SendEngine:
         self._metadata_wanted = False
 
     def _send(self, units: list[Unit]) -> None:
+        if self.txn is not None:
+            units = self._txn_gate(units)
         by_node, orphans = self.dispatcher.group_by_leader(units)
         for unit in orphans:
             self.metadata.invalidate(unit.topic)
@@ -412,7 +462,7 @@ class SendEngine:
         idem = self.idem
         head = unit.batches[0]
         sequenced = idem is not None and head.seq >= 0
-        if sequenced and isinstance(err, _STATE_LOST):
+        if sequenced and isinstance(err, _STATE_LOST) and self.txn is None:
             # The broker refused the batch (so it stored nothing of this attempt) because its
             # state for us differs from ours: bump, then re-sequence or fail what is queued.
             assert idem is not None
@@ -441,6 +491,8 @@ class SendEngine:
         if getattr(err, "retriable", False) and attempts <= self.max_retries and not acc.closing_hard:
             wait = backoff_ms(self.policy, max(1, attempts))
             log.info("retrying %s-%s (%d messages, attempt %d) in %.0f ms: %s", unit.topic, unit.partition, unit.count, attempts, wait, err)
+            if self.dispatcher.metrics is not None:
+                self.dispatcher.metrics.retried(unit.count)
             with acc.lock:
                 acc.requeue_front(unit, monotonic_ms() + wait)
             return
@@ -448,6 +500,8 @@ class SendEngine:
         if sequenced and not head.maybe_stored:
             assert idem is not None
             idem.rewind(unit.topic, unit.partition, head.seq)
+        if self.txn is not None:
+            self.txn.fail(err)  # (T4) the transaction cannot commit any more
         self.dispatcher.fail(unit, err)
         with acc.lock:
             acc.release(unit)
@@ -552,6 +606,226 @@ class SendEngine:
                 call_hook(hooks, "on_error", b, err)
             log.warning("idempotent producer: %d batches (%d messages) failed: %s", len(unresolved), sum(len(b.values) for b in unresolved), err)
             self._event(BATCHES_UNRESOLVED, reason, sum(len(b.values) for b in unresolved))
+
+    # -- transactions (the state and its cases: transaction.py) -------------------------------
+
+    def _give_up(self, unit: Unit, err: BaseException) -> None:
+        """Fail a unit that was never sent (its sequences were never assigned)."""
+        self.dispatcher.fail(unit, err)
+        with self.acc.lock:
+            self.acc.release(unit)
+
+    def _txn_gate(self, units: list[Unit]) -> list[Unit]:
+        """The units that may go out now: (T4) none unless the transaction is sending; (T3)
+        only those whose partition is in the transaction (the others are added first)."""
+        txn = self.txn
+        assert txn is not None
+        if not txn.sending:
+            err = txn.unsent_error()
+            for unit in units:
+                self._give_up(unit, err)
+            return []
+        missing = txn.missing((u.topic, u.partition) for u in units)
+        if missing:
+            try:
+                self._add_partitions(missing)
+            except HmbError as e:
+                if classify(e) == RETRY and monotonic_ms() - txn.started_ms < txn.timeout_ms:
+                    log.info("AddPartitionsToTxn %s: %s; retrying", missing, e)
+                    retry_at = monotonic_ms() + min(backoff_ms(self.policy, 1), _TXN_RETRY_MS)
+                    keep = []
+                    with self.acc.lock:
+                        for unit in units:
+                            if (unit.topic, unit.partition) in txn.partitions:
+                                keep.append(unit)
+                            else:
+                                self.acc.requeue_front(unit, retry_at)
+                    return keep
+                log.warning("AddPartitionsToTxn %s failed: %s", missing, e)
+                txn.fail(e)
+        if not txn.sending:
+            err = txn.unsent_error()
+            for unit in units:
+                self._give_up(unit, err)
+            return []
+        return units
+
+    def _txn_call(self, build: Callable[[BrokerVersions], Any], what: str) -> Any:
+        """One request to the transaction coordinator (found first: FindCoordinator key_type 1).
+
+        Raises:
+            HmbError: a lost connection, or the answer's top-level error (the coordinator is
+                forgotten when it moved).
+        """
+        txn = self.txn
+        assert txn is not None
+        client = self.dispatcher.client
+        timeout = self.dispatcher.request_timeout_ms
+        node = txn.coordinator
+        if node is None:
+            node = find_coordinator(client, txn.transactional_id, 1, timeout)
+            txn.coordinator = node
+        try:
+            resp = client.call(node, build, timeout_ms=timeout)
+        except (KafkaConnectionError, RequestTimedOutError):
+            txn.coordinator = None
+            raise
+        code = getattr(resp, "error_code", 0)
+        if code:
+            if code in COORDINATOR_MOVED:
+                txn.coordinator = None
+            raise for_code(code)(f"{what} (transactional id {txn.transactional_id!r}, coordinator {node})")
+        return resp
+
+    def _txn_retrying(self, fn: Callable[[], Any], deadline_ms: float | None) -> Any:
+        """``fn()`` retried while its error classifies RETRY, until ``deadline_ms``."""
+        left = None if deadline_ms is None else max(0.0, deadline_ms - monotonic_ms())
+        policy = retry_policy(
+            max_retries=1 << 30,
+            backoff_ms=max(1.0, min(self.retry_backoff_ms, _TXN_RETRY_MS)),
+            deadline_ms=left,
+            retry_on=lambda e: classify(e) == RETRY,
+        )
+        return policy(fn)
+
+    def _add_partitions(self, tps: list[tuple[str, int]]) -> None:
+        """(T3) AddPartitionsToTxn; the partitions it accepted join ``txn.partitions``."""
+        txn = self.txn
+        idem = self.idem
+        assert txn is not None and idem is not None
+        by_topic: dict[str, list[int]] = {}
+        for t, p in tps:
+            by_topic.setdefault(t, []).append(p)
+        resp = self._txn_call(
+            lambda v: v.build(
+                ApiKey.ADD_PARTITIONS_TO_TXN,
+                transactional_id=txn.transactional_id,
+                producer_id=idem.producer_id,
+                producer_epoch=idem.epoch,
+                topics=list(by_topic.items()),
+            ),
+            "AddPartitionsToTxn",
+        )
+        first: BaseException | None = None
+        for topic in resp.results:
+            for r in topic.results:
+                if not r.error_code:
+                    txn.partitions.add((topic.topic, r.partition))
+                elif r.error_code != ErrorCode.OPERATION_NOT_ATTEMPTED or first is None:
+                    err = for_code(r.error_code)(f"AddPartitionsToTxn {topic.topic}-{r.partition}")
+                    if first is None or getattr(first, "errno", 0) == ErrorCode.OPERATION_NOT_ATTEMPTED:
+                        first = err
+        if first is not None:
+            raise first
+
+    def txn_init(self, deadline_ms: float | None) -> None:
+        """(T1) InitProducerId with the transactional id, through its coordinator.
+
+        Raises:
+            HmbError: the coordinator's refusal, or the last retriable error at the deadline.
+        """
+        txn = self.txn
+        idem = self.idem
+        assert txn is not None and idem is not None
+
+        def attempt() -> Any:
+            return self._txn_call(
+                lambda v: v.build(
+                    ApiKey.INIT_PRODUCER_ID,
+                    transactional_id=txn.transactional_id,
+                    transaction_timeout_ms=txn.timeout_ms,
+                ),
+                "InitProducerId",
+            )
+
+        resp = self._txn_retrying(attempt, deadline_ms)
+        with self.acc.lock:
+            idem.reset(resp.producer_id, resp.producer_epoch)
+        log.info("transactional producer %r: producer id %d, epoch %d", txn.transactional_id, resp.producer_id, resp.producer_epoch)
+        self._event(PRODUCER_ID_ASSIGNED, f"init_transactions({txn.transactional_id!r})")
+
+    def txn_add_offsets(self, group_id: str, offsets: dict[tuple[str, int], tuple[int, str | None]], deadline_ms: float | None) -> None:
+        """(T5) AddOffsetsToTxn, then TxnOffsetCommit to the group's coordinator.
+
+        Raises:
+            HmbError: the first error that is not retriable, or the last one at the deadline.
+        """
+        txn = self.txn
+        idem = self.idem
+        assert txn is not None and idem is not None
+        if not txn.offsets_added:
+            self._txn_retrying(
+                lambda: self._txn_call(
+                    lambda v: v.build(
+                        ApiKey.ADD_OFFSETS_TO_TXN,
+                        transactional_id=txn.transactional_id,
+                        producer_id=idem.producer_id,
+                        producer_epoch=idem.epoch,
+                        group_id=group_id,
+                    ),
+                    "AddOffsetsToTxn",
+                ),
+                deadline_ms,
+            )
+            txn.offsets_added = True
+        by_topic: dict[str, list[dict[str, Any]]] = {}
+        for (t, p), (off, meta) in sorted(offsets.items()):
+            by_topic.setdefault(t, []).append({"partition": p, "offset": off, "committed_leader_epoch": -1, "metadata": meta})
+        client = self.dispatcher.client
+        timeout = self.dispatcher.request_timeout_ms
+        group_node: list[int | None] = [None]
+
+        def commit() -> None:
+            node = group_node[0]
+            if node is None:
+                node = group_node[0] = find_coordinator(client, group_id, 0, timeout)
+            try:
+                resp = client.call(
+                    node,
+                    lambda v: v.build(
+                        ApiKey.TXN_OFFSET_COMMIT,
+                        transactional_id=txn.transactional_id,
+                        group_id=group_id,
+                        producer_id=idem.producer_id,
+                        producer_epoch=idem.epoch,
+                        topics=[{"topic": t, "partitions": ps} for t, ps in by_topic.items()],
+                    ),
+                    timeout_ms=timeout,
+                )
+            except (KafkaConnectionError, RequestTimedOutError):
+                group_node[0] = None
+                raise
+            for topic in resp.topics:
+                for r in topic.partitions:
+                    if r.error_code:
+                        if r.error_code in COORDINATOR_MOVED:
+                            group_node[0] = None
+                        raise for_code(r.error_code)(f"TxnOffsetCommit {topic.topic}-{r.partition} for group {group_id!r}")
+
+        self._txn_retrying(commit, deadline_ms)
+
+    def txn_end(self, committed: bool, deadline_ms: float | None) -> None:
+        """(T6) EndTxn: the coordinator writes the markers and completes the transaction.
+
+        Raises:
+            HmbError: the coordinator's refusal, or the last retriable error at the deadline.
+        """
+        txn = self.txn
+        idem = self.idem
+        assert txn is not None and idem is not None
+        self._txn_retrying(
+            lambda: self._txn_call(
+                lambda v: v.build(
+                    ApiKey.END_TXN,
+                    transactional_id=txn.transactional_id,
+                    producer_id=idem.producer_id,
+                    producer_epoch=idem.epoch,
+                    committed=committed,
+                ),
+                "EndTxn(commit)" if committed else "EndTxn(abort)",
+            ),
+            deadline_ms,
+        )
 
     def _fail_queued(self, err: BaseException) -> None:
         """Fail every ready batch (no identity can be had for them)."""

@@ -119,6 +119,7 @@ class Ctx:
     txn: str = field(default_factory=lambda: f"x-{uuid.uuid4().hex[:10]}")
     member: str = ""
     generation: int = -1
+    producer: tuple[int, int] = (-1, -1)
 
     def resource(self, kind: str) -> tuple[str, str]:
         return {
@@ -139,6 +140,7 @@ def snapshot(ctx: Ctx) -> Any:
     members = None if group is None else (group.state, group.generation_id, tuple(sorted(group.members)))
     txn = br.transactions.metadata_of(ctx.txn)
     return (
+        None if txn is None else txn.state, br.offset_manager.pending_txn_offsets(ctx.group),
         br.metadata.has_topic(ctx.topic), br.metadata.has_topic(ctx.new_topic), tuple(ends),
         tuple(sorted(br.offset_manager.committed(ctx.group).items())), members, ctx.group in br.group_coordinator.group_ids(),
         None if txn is None else (txn.producer_id, txn.producer_epoch),
@@ -414,6 +416,65 @@ def sasl_reauthenticate(ctx: Ctx, c: RawClient) -> Any:
     return c.request(_req(ApiKey.API_VERSIONS, 0)).error_code
 
 
+def _txn_ready(ctx: Ctx) -> None:
+    """A topic and a transactional id with a producer (admin's), no transaction open."""
+    _create(ctx)
+    r = _retry_coordinator(lambda: ctx.admin.request(_req(INIT_PRODUCER_ID, 1, transactional_id=ctx.txn, transaction_timeout_ms=60_000)), lambda r: r.error_code)
+    assert r.error_code == E.NONE, r
+    ctx.producer = (r.producer_id, r.producer_epoch)
+
+
+def _add_partitions_req(ctx: Ctx) -> Any:
+    return _req(ApiKey.ADD_PARTITIONS_TO_TXN, 1, transactional_id=ctx.txn, producer_id=ctx.producer[0], producer_epoch=ctx.producer[1], topics=[(ctx.topic, [0])])
+
+
+def _add_offsets_req(ctx: Ctx) -> Any:
+    return _req(ApiKey.ADD_OFFSETS_TO_TXN, 1, transactional_id=ctx.txn, producer_id=ctx.producer[0], producer_epoch=ctx.producer[1], group_id=ctx.group)
+
+
+def _txn_open(ctx: Ctx) -> None:
+    """As _txn_ready, with a transaction open on the topic and the group's offsets."""
+    _txn_ready(ctx)
+    r = ctx.admin.request(_add_partitions_req(ctx))
+    assert r.results[0].results[0].error_code == E.NONE, r
+    r = _retry_coordinator(lambda: ctx.admin.request(_add_offsets_req(ctx)), lambda r: r.error_code)
+    assert r.error_code == E.NONE, r
+
+
+def add_partitions_to_txn(ctx: Ctx, c: RawClient) -> Any:
+    return c.request(_add_partitions_req(ctx)).results[0].results[0].error_code
+
+
+def add_offsets_to_txn(ctx: Ctx, c: RawClient) -> Any:
+    return _retry_coordinator(lambda: c.request(_add_offsets_req(ctx)), lambda r: r.error_code).error_code
+
+
+def end_txn(ctx: Ctx, c: RawClient) -> Any:
+    return c.request(_req(ApiKey.END_TXN, 1, transactional_id=ctx.txn, producer_id=ctx.producer[0], producer_epoch=ctx.producer[1], committed=False)).error_code
+
+
+def txn_offset_commit(ctx: Ctx, c: RawClient) -> Any:
+    req = _req(ApiKey.TXN_OFFSET_COMMIT, 1, transactional_id=ctx.txn, group_id=ctx.group, producer_id=ctx.producer[0], producer_epoch=ctx.producer[1],
+               topics=[(ctx.topic, [(0, 5, None)])])
+    return _retry_coordinator(lambda: c.request(req), lambda r: r.topics[0].partitions[0].error_code).topics[0].partitions[0].error_code
+
+
+def write_txn_markers(ctx: Ctx, c: RawClient) -> Any:
+    # an abort marker for a producer id that wrote nothing here: written, changes the log end
+    r = c.request(_req(ApiKey.WRITE_TXN_MARKERS, 0, markers=[(987_654_321, 0, False, [(ctx.topic, [0])], 0)]))
+    return r.markers[0].topics[0].partitions[0].error_code
+
+
+def describe_transactions(ctx: Ctx, c: RawClient) -> Any:
+    d = c.request(_req(ApiKey.DESCRIBE_TRANSACTIONS, 0, transactional_ids=[ctx.txn])).transaction_states[0]
+    return d.error_code, d.transaction_state
+
+
+def list_transactions(ctx: Ctx, c: RawClient) -> Any:
+    r = c.request(_req(ApiKey.LIST_TRANSACTIONS, 1, state_filters=[], producer_id_filters=[], duration_filter=-1))
+    return r.error_code, ctx.txn in [t.transactional_id for t in r.transaction_states]
+
+
 INIT_PRODUCER_ID = 22
 
 
@@ -518,6 +579,27 @@ CASES = [
          E.CLUSTER_AUTHORIZATION_FAILED, E.STALE_CONTROLLER_EPOCH, _with_data),
     Case("controlled-shutdown", ApiKey.CONTROLLED_SHUTDOWN, controlled_shutdown, (("cluster", "ClusterAction"),), ("cluster", "ClusterAction"),
          E.CLUSTER_AUTHORIZATION_FAILED, "not-authorization-failed", _with_data),
+    Case("add-partitions-to-txn", ApiKey.ADD_PARTITIONS_TO_TXN, add_partitions_to_txn, (("txn", "Write"), ("topic", "Write")), ("txn", "Write"),
+         E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, E.NONE, _txn_ready, changes=True),
+    Case("add-partitions-to-txn-topic", ApiKey.ADD_PARTITIONS_TO_TXN, add_partitions_to_txn, (("txn", "Write"), ("topic", "Write")), ("topic", "Write"),
+         E.TOPIC_AUTHORIZATION_FAILED, E.NONE, _txn_ready, changes=True),
+    Case("add-offsets-to-txn", ApiKey.ADD_OFFSETS_TO_TXN, add_offsets_to_txn, (("txn", "Write"), ("group", "Read")), ("txn", "Write"),
+         E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, E.NONE, _txn_ready, changes=True),
+    Case("add-offsets-to-txn-group", ApiKey.ADD_OFFSETS_TO_TXN, add_offsets_to_txn, (("txn", "Write"), ("group", "Read")), ("group", "Read"),
+         E.GROUP_AUTHORIZATION_FAILED, E.NONE, _txn_ready, changes=True),
+    Case("end-txn", ApiKey.END_TXN, end_txn, (("txn", "Write"),), ("txn", "Write"), E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, E.NONE, _txn_open, changes=True),
+    Case("txn-offset-commit", ApiKey.TXN_OFFSET_COMMIT, txn_offset_commit, (("txn", "Write"), ("group", "Read"), ("topic", "Read")), ("txn", "Write"),
+         E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, E.NONE, _txn_open, changes=True),
+    Case("txn-offset-commit-group", ApiKey.TXN_OFFSET_COMMIT, txn_offset_commit, (("txn", "Write"), ("group", "Read"), ("topic", "Read")), ("group", "Read"),
+         E.GROUP_AUTHORIZATION_FAILED, E.NONE, _txn_open, changes=True),
+    Case("txn-offset-commit-topic", ApiKey.TXN_OFFSET_COMMIT, txn_offset_commit, (("txn", "Write"), ("group", "Read"), ("topic", "Read")), ("topic", "Read"),
+         E.TOPIC_AUTHORIZATION_FAILED, E.NONE, _txn_open, changes=True),
+    Case("write-txn-markers", ApiKey.WRITE_TXN_MARKERS, write_txn_markers, (("cluster", "ClusterAction"),), ("cluster", "ClusterAction"),
+         E.CLUSTER_AUTHORIZATION_FAILED, E.NONE, changes=True),
+    Case("describe-transactions", ApiKey.DESCRIBE_TRANSACTIONS, describe_transactions, (("txn", "Describe"),), ("txn", "Describe"),
+         (E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, ""), (E.NONE, "Empty"), _txn_ready),
+    Case("list-transactions", ApiKey.LIST_TRANSACTIONS, list_transactions, (("txn", "Describe"),), ("txn", "Describe"),
+         (E.NONE, False), (E.NONE, True), _txn_ready),
     Case("api-versions", ApiKey.API_VERSIONS, api_versions, (), None, E.NONE, E.NONE),
     Case("sasl-handshake", ApiKey.SASL_HANDSHAKE, sasl_reauthenticate, (), None, E.NONE, E.NONE),
     Case("sasl-authenticate", ApiKey.SASL_AUTHENTICATE, sasl_reauthenticate, (), None, E.NONE, E.NONE),

@@ -28,6 +28,7 @@ from waiting import wait_until
 from hmbclient import admin, zkpaths
 from hmbclient.broker import EmbeddedCluster
 from hmbclient.errors import ErrorCode, InvalidConfigError, InvalidRequestError
+from hmbclient.protocol.api.base import ApiKey
 from hmbclient.testing import kafka_java
 
 from .conftest import RawClient, encode, produce
@@ -238,3 +239,27 @@ def test_check_alter_and_incremental_cases() -> None:
     assert apply_incremental({}, [("a", OP_SET, "1"), ("a", OP_DELETE, None)])[0] == E.INVALID_REQUEST  # (k)
     assert apply_incremental({}, [("a", OP_APPEND, "1")])[:2] == (E.INVALID_CONFIG, "Config value append is not allowed for config key: a")  # (l)
     assert apply_incremental({}, [("a", 9, "1")])[0] == E.INVALID_REQUEST  # (m)
+
+
+def test_created_overrides_and_dynamic_ones_combine(cluster: EmbeddedCluster) -> None:
+    """CreateTopics configs (cleanup.policy, stored in the same /config/topics/<t>) survive a
+    dynamic change of another config, and cleanup.policy itself can be altered."""
+    from hmbclient.net.client import NetClient
+
+    topic = _topic("cfg-compact")
+    client = NetClient(cluster.bootstrap)
+    try:
+        resp = client.call(client.bootstrap_ids[0], lambda v: v.build(
+            ApiKey.CREATE_TOPICS, topics=[(topic, 1, 2, [], [("cleanup.policy", "compact")])], timeout_ms=10_000, validate_only=False))
+        assert resp.topics[0].error_code == E.NONE
+    finally:
+        client.close()
+    wait_until(lambda: len(_replica_logs(cluster, topic)) == 2 and all(lg.config.compact for lg in _replica_logs(cluster, topic)),
+               TIMEOUT_S, "compacted replicas")
+    admin.alter_configs(cluster.bootstrap, "topic", topic, {"max.message.bytes": "4096"})
+    wait_until(lambda: all(lg.config.compact and lg.config.max_message_bytes == 4096 for lg in _replica_logs(cluster, topic)),
+               TIMEOUT_S, "both kept")
+    admin.alter_configs(cluster.bootstrap, "topic", topic, {"cleanup.policy": "delete"})
+    wait_until(lambda: not any(lg.config.compact for lg in _replica_logs(cluster, topic)), TIMEOUT_S, "policy altered")
+    with pytest.raises(InvalidConfigError):
+        admin.alter_configs(cluster.bootstrap, "topic", topic, {"cleanup.policy": "shred"})

@@ -145,9 +145,46 @@ cluster_reqs = st.builds(lambda ops, kind: _req(ApiKey.DESCRIBE_CLUSTER, 1, incl
 offset_delete_reqs = st.builds(lambda group, topic, parts: _req(ApiKey.OFFSET_DELETE, 0, group_id=group, topics=[(topic, [(p,) for p in parts])]),
                                st.sampled_from(["g-hostile", "", "g" * 300]), TOPIC, st.lists(I32, max_size=3))
 init_pid_reqs = st.builds(lambda timeout: _req(22, 1, transactional_id=None, transaction_timeout_ms=timeout), I32)
+# transactions (KIP-98): hostile ids, producer ids, epochs, timeouts and isolation levels
+I16 = st.sampled_from([-32768, -1, 0, 1, 32767])
+TXN_ID = st.sampled_from(["", "x-hostile", "y" * 300])
+txn_init_reqs = st.builds(lambda tid, timeout: _req(22, 1, transactional_id=tid, transaction_timeout_ms=timeout), TXN_ID, I32)
+add_partitions_reqs = st.builds(
+    lambda tid, pid, epoch, topic, part: _req(ApiKey.ADD_PARTITIONS_TO_TXN, 1, transactional_id=tid, producer_id=pid, producer_epoch=epoch, topics=[(topic, [part])]),
+    TXN_ID, I64, I16, TOPIC, I32,
+)
+add_offsets_reqs = st.builds(
+    lambda tid, pid, epoch, group: _req(ApiKey.ADD_OFFSETS_TO_TXN, 1, transactional_id=tid, producer_id=pid, producer_epoch=epoch, group_id=group),
+    TXN_ID, I64, I16, st.sampled_from(["g-hostile", ""]),
+)
+end_txn_reqs = st.builds(
+    lambda tid, pid, epoch, commit: _req(ApiKey.END_TXN, 1, transactional_id=tid, producer_id=pid, producer_epoch=epoch, committed=commit),
+    TXN_ID, I64, I16, st.booleans(),
+)
+txn_commit_reqs = st.builds(
+    lambda tid, group, pid, epoch, topic, part, off, meta: _req(ApiKey.TXN_OFFSET_COMMIT, 1, transactional_id=tid, group_id=group, producer_id=pid,
+                                                                 producer_epoch=epoch, topics=[(topic, [(part, off, meta)])]),
+    TXN_ID, st.sampled_from(["g-hostile-txn", ""]), I64, I16, TOPIC, I32, I64, st.sampled_from([None, "", "m" * 5000]),
+)
+markers_reqs = st.builds(
+    lambda pid, epoch, commit, topic, part, cepoch: _req(ApiKey.WRITE_TXN_MARKERS, 0, markers=[(pid, epoch, commit, [(topic, [part])], cepoch)]),
+    I64, I16, st.booleans(), TOPIC.filter(lambda t: t != SEEDED), I32, I32,
+)
+committed_fetch_reqs = st.builds(
+    lambda topic, part, off, level: _req(ApiKey.FETCH, 4, replica_id=-1, max_wait_ms=0, min_bytes=0, max_bytes=1 << 20, isolation_level=level,
+                                         topics=[(topic, [(part, off, 1 << 20)])]),
+    TOPIC, I32, I64, st.sampled_from([-128, -1, 0, 1, 2, 127]),
+)
+describe_txn_reqs = st.builds(lambda ids: _req(ApiKey.DESCRIBE_TRANSACTIONS, 0, transactional_ids=ids), st.lists(TXN_ID, max_size=3))
+list_txn_reqs = st.builds(
+    lambda states, pids, duration: _req(ApiKey.LIST_TRANSACTIONS, 1, state_filters=states, producer_id_filters=pids, duration_filter=duration),
+    st.lists(st.sampled_from(["Ongoing", "Empty", "", "nonsense"]), max_size=3), st.lists(I64, max_size=3), I64,
+)
 
 HOSTILE = st.one_of(produce_reqs, fetch_reqs, list_offsets_reqs, metadata_reqs, commit_reqs, offset_fetch_reqs,
-                    create_reqs, join_reqs, heartbeat_reqs, epoch_reqs, init_pid_reqs, delete_topics_reqs, create_partitions_reqs,
+                    create_reqs, join_reqs, heartbeat_reqs, epoch_reqs, init_pid_reqs, txn_init_reqs, add_partitions_reqs,
+                    add_offsets_reqs, end_txn_reqs, txn_commit_reqs, markers_reqs, committed_fetch_reqs,
+                    describe_txn_reqs, list_txn_reqs, delete_topics_reqs, create_partitions_reqs,
                     elect_reqs, alter_configs_reqs, incremental_reqs, log_dirs_reqs, cluster_reqs,
                     offset_delete_reqs)
 

@@ -60,14 +60,14 @@ def test_case_f_pure() -> None:
 def test_the_log_takes_markers_and_keeps_sequences(tmp_path: Path) -> None:
     lg = Log(str(tmp_path / "t-0"), LogConfig(segment_bytes=400))
     lg.append(txn(5, 0, 0, b"a", b"b"))
-    lg.append(marker(5, 0, COMMIT))
+    lg.append(marker(5, 0, COMMIT), origin="coordinator")
     lg.append(txn(5, 0, 2, b"c"))  # the next transaction goes on from sequence 2
     with pytest.raises(BrokerError) as e:
         lg.append(txn(5, 0, 0, b"again"))
     assert e.value.errno == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
-    lg.append(marker(5, 1, ABORT))  # the coordinator fenced epoch 0: its abort carries epoch 1
+    lg.append(marker(5, 1, ABORT), origin="coordinator")  # the coordinator fenced epoch 0: its abort carries epoch 1
     with pytest.raises(BrokerError) as e:
-        lg.append(marker(5, 0, COMMIT))  # the zombie's late marker
+        lg.append(marker(5, 0, COMMIT), origin="coordinator")  # the zombie's late marker
     assert e.value.errno == ErrorCode.INVALID_PRODUCER_EPOCH
     with pytest.raises(BrokerError) as e:
         lg.append(txn(5, 0, 3, b"zombie"))

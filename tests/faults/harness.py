@@ -43,6 +43,15 @@ One run (:class:`FaultRun`):
   segment files: diverging logs are the failure leader epochs exist to prevent). For a lost
   value, the brokers' log directories are searched to tell a loss from a missed read.
 
+* Readers (optional, :mod:`.readers`): consumers reading while the faults happen; every record
+  one was served must be in the final log at that offset (else a dirty read: a value served
+  above the high watermark of a leader that then lost it), and group commits read back must
+  never be lower than what was committed. Subclasses bring other clusters and faults
+  (``partitions.PartitionRun``: network namespaces; ``disk.DiskRun``: a disk that fills).
+* The fault table (``RunResult.rows``, printed by conftest.py): per fault and client, the
+  values acknowledged (or read), lost, duplicated and read dirty, counted under the fault
+  during which they were sent (or read), and that fault's recovery time.
+
 Invariants of the harness itself: every wait is bounded and names what it waited for; every
 broker is stopped by its own process (the cluster's ``stop``), and children die with the test
 process (``PR_SET_PDEATHSIG``); everything listens on 127.0.0.1.
@@ -94,6 +103,12 @@ SESSION_TIMEOUT_MS = 6000
 #: The ISR-shrink fault needs this plus the leader's check interval (half of it) well under
 #: the session.
 REPLICA_LAG_TIME_MAX_MS = 1000
+#: Every run's cluster: replication 3, min.insync.replicas 2, no unclean election.
+CLUSTER_SETTINGS: dict[str, Any] = dict(
+    num_partitions=PARTITIONS, replication_factor=BROKERS, min_insync_replicas=2,
+    unclean_leader_election_enable=False, zookeeper_session_timeout_ms=SESSION_TIMEOUT_MS,
+    replica_lag_time_max_ms=REPLICA_LAG_TIME_MAX_MS, offsets_topic_num_partitions=1,
+)
 
 FAULT_KINDS = (
     "kill_leader", "kill_controller", "pause_follower", "pause_past_session", "restart_all",
@@ -109,12 +124,12 @@ PROGRESS_ACKS = 20
 RECOVERY_TIMEOUT_S = 90.0
 
 
-def fault_sequence(seed: int, count: int) -> list[str]:
-    """``count`` fault kinds drawn by ``seed``: every kind once before any repeats."""
+def fault_sequence(seed: int, count: int, kinds_from: Sequence[str] = FAULT_KINDS) -> list[str]:
+    """``count`` fault kinds (of ``kinds_from``) drawn by ``seed``: every kind once before any repeats."""
     rng = random.Random(f"sequence-{seed}")
     out: list[str] = []
     while len(out) < count:
-        kinds = list(FAULT_KINDS)
+        kinds = list(kinds_from)
         rng.shuffle(kinds)
         out.extend(kinds)
     return out[:count]
@@ -419,6 +434,9 @@ class FaultRecord:
     fault_s: float = 0.0
     recovery_s: float = 0.0
     problem: str | None = None
+    #: per producer: values it had sent when the fault began; per reader: records it had read
+    sent_before: dict[str, int] = field(default_factory=dict)
+    read_before: dict[str, int] = field(default_factory=dict)
 
     def __str__(self) -> str:
         text = f"{self.kind}({self.detail}; {self.fault_s:.1f}+{self.recovery_s:.1f} s)"
@@ -440,8 +458,33 @@ class RunResult:
     #: the producers that ran with idempotence on
     idempotent: list[str] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
+    #: per producer: acknowledged values not found
+    lost_by: Counter[str] = field(default_factory=Counter)
+    #: per reader: records read, and those read that the final log does not hold there
+    reads: dict[str, int] = field(default_factory=dict)
+    dirty_reads: dict[str, int] = field(default_factory=dict)
+    #: per reader: committed offsets read back lower during a fault (a zombie coordinator)
+    stale_commit_reads: dict[str, int] = field(default_factory=dict)
+    #: findings that do not fail the run
+    notes: list[str] = field(default_factory=list)
+    #: the rows of the fault table (see ``rows``), filled by the validation
+    table: list[tuple[str, str, int, int, int, int, float]] = field(default_factory=list)
     seconds: float = 0.0
     report_path: str = ""
+
+    def rows(self) -> list[tuple[str, str, int, int, int, int, float]]:
+        """Table rows: (fault kind, client, acked or read, lost, duplicates, dirty reads,
+        recovery in seconds), one per fault and client, each value counted under the fault during
+        which (or during whose recovery) it was sent or read ("before faults" for the first);
+        without per-fault figures, one row per client for the run's kinds together."""
+        if self.table:
+            return self.table
+        kinds = "+".join(dict.fromkeys(f.kind for f in self.faults)) or "none"
+        recover = max((f.recovery_s for f in self.faults), default=0.0)
+        out = [(kinds, name, self.acked.get(name, 0), self.lost_by.get(name, 0), self.duplicates.get(name, 0), 0, recover)
+               for name in self.sent]
+        out += [(kinds, name, n, 0, 0, self.dirty_reads.get(name, 0), recover) for name, n in self.reads.items()]
+        return out
 
     @property
     def survived(self) -> int:
@@ -461,6 +504,8 @@ class RunResult:
             f"(of {sum(self.sent.values())} sent, {sum(self.failed.values())} failed), lost={len(self.lost)}, "
             f"misplaced={len(self.misplaced)}, duplicates={dups}{f' ({per})' if per else ''}{idem}, "
             f"reordered={reordered}{f' ({per_order})' if per_order else ''}, "
+            f"read={sum(self.reads.values())} dirty={sum(self.dirty_reads.values())}, "
+            f"stale commit reads={sum(self.stale_commit_reads.values())}, "
             f"problems={len(self.problems)}, {self.seconds:.1f} s"
         )
 
@@ -470,7 +515,7 @@ class RunResult:
             lines.append(f"  {name}{' (idempotent)' if name in self.idempotent else ''}: sent {self.sent[name]}, "
                          f"acked {self.acked.get(name, 0)}, failed {self.failed.get(name, 0)}, "
                          f"duplicates {self.duplicates.get(name, 0)}, reordered {self.reordered.get(name, 0)}")
-        for title, items in (("problems", self.problems), ("lost", self.lost), ("misplaced", self.misplaced)):
+        for title, items in (("problems", self.problems), ("lost", self.lost), ("misplaced", self.misplaced), ("notes", self.notes)):
             if items:
                 lines.append(f"{title} ({len(items)}):")
                 lines += [f"  {x}" for x in items[:50]]
@@ -494,7 +539,8 @@ class RunResult:
 
 
 class FaultRun:
-    """One seeded run: a cluster, producers, ``faults`` one after another, then validation.
+    """One seeded run: a cluster, producers (and readers), ``faults`` one after another, then
+    validation.
 
     Args:
         zookeeper_connect: a ZooKeeper ("host:port"); the run uses its own chroot.
@@ -504,7 +550,11 @@ class FaultRun:
         faults: a count, or the kinds in order (names from :data:`FAULT_KINDS`).
         producers: kinds from :data:`PRODUCER_KINDS`.
         rate: values per second per producer.
+        readers: kinds from :data:`READER_KINDS`, reading while the faults happen.
     """
+
+    #: the fault kinds this run knows (each a method ``_<kind>``)
+    fault_kinds: Sequence[str] = FAULT_KINDS
 
     def __init__(
         self,
@@ -515,11 +565,12 @@ class FaultRun:
         *,
         producers: Sequence[str] = PRODUCER_KINDS,
         rate: float = 100.0,
+        readers: Sequence[str] = (),
     ) -> None:
-        self.kinds = fault_sequence(seed, faults) if isinstance(faults, int) else list(faults)
-        unknown = [k for k in self.kinds if k not in FAULT_KINDS]
+        self.kinds = fault_sequence(seed, faults, self.fault_kinds) if isinstance(faults, int) else list(faults)
+        unknown = [k for k in self.kinds if k not in self.fault_kinds]
         if unknown:
-            raise ValueError(f"unknown faults {unknown}; known: {FAULT_KINDS}")
+            raise ValueError(f"unknown faults {unknown}; known: {self.fault_kinds}")
         self.zookeeper_connect = zookeeper_connect
         self.log_dir = Path(log_dir)
         self.seed = seed
@@ -529,6 +580,8 @@ class FaultRun:
         self.session_s = SESSION_TIMEOUT_MS / 1000.0
         self.result = RunResult(seed)
         self.workers: list[ProducerWorker] = []
+        self.reader_kinds = list(readers)
+        self.readers: list[Any] = []
         self.events: list[str] = []
         self.broker_output: dict[int, list[str]] = {i: [] for i in range(BROKERS)}
         self._t0 = time.monotonic()
@@ -770,6 +823,39 @@ class FaultRun:
             if bad and w.idempotent:
                 r.problems.append(f"{w.name} (idempotent): {bad} value(s) stored out of send order, first {first}")
 
+    def _fill_table(self, marks: dict[str, dict[str, list[int]]]) -> None:
+        """One row per fault and client: its values (reads) since the fault began, up to the
+        next fault (see ``RunResult.rows``)."""
+        faults = self.result.faults
+        for name, m in marks.items():
+            reader = "dirty" in m
+            starts = [(f.read_before if reader else f.sent_before).get(name, 0) for f in faults]
+            windows = [("before faults", 0, starts[0] if starts else 1 << 62, 0.0)]
+            windows += [(f.kind, a, b, f.recovery_s) for f, a, b in zip(faults, starts, [*starts[1:], 1 << 62], strict=True)]
+            for kind, low, high, recover in windows:
+                def count(xs: list[int], lo: int = low, hi: int = high) -> int:
+                    return sum(1 for x in xs if lo <= x < hi)
+
+                self.result.table.append((kind, name, count(m["ok"]), count(m["lost"]), count(m["dup"]), count(m.get("dirty", [])), recover))
+
+    def _judge_readers(self, at: dict[tuple[int, int], bytes | None]) -> None:
+        """No reader may have seen a record the final log does not hold at that offset (a read
+        above the high watermark of a leader that later lost it: a dirty read)."""
+        r = self.result
+        for reader in self.readers:
+            dirty = [(p, o, v) for (p, o), v in reader.seen.items() if at.get((p, o), b"<absent>") != v]
+            r.reads[reader.name] = len(reader.seen)
+            r.dirty_reads[reader.name] = len(dirty)
+            if dirty:
+                p, o, v = min(dirty)
+                r.problems.append(f"{reader.name}: {len(dirty)} dirty read(s), first {TOPIC}-{p}@{o} = {v!r}, "
+                                  f"the log holds {at.get((p, o))!r}")
+            r.problems.extend(f"{reader.name}: {x}" for x in reader.problems)
+            stale = getattr(reader, "stale_commit_reads", [])
+            if stale:
+                r.stale_commit_reads[reader.name] = len(stale)
+                r.notes.append(f"{reader.name}: {len(stale)} stale commit read(s) during faults, first: {stale[0]}")
+
     def _disk(self, broker_id: int, partition: int) -> list[tuple[int, bytes | None]]:
         """The records of one replica, read from its segment files."""
         d = Path(self.cluster.broker_log_dir(broker_id)) / f"{TOPIC}-{partition}"
@@ -841,13 +927,17 @@ class FaultRun:
                 r.problems.append(f"read a value no producer sent: {read_value!r}")
         self._judge_order(read)
         lost: dict[bytes, str] = {}
+        #: per client: the send (or read) positions of its acked, lost, duplicated (dirty) values
+        marks: dict[str, dict[str, list[int]]] = {}
         for w in self.workers:
             dups = 0
+            m = marks[w.name] = {"ok": [v - w.log.base for v in w.log.acked], "lost": [], "dup": []}
             for value, (p, offset) in sorted(w.log.acked.items()):
                 data = encode_value(value)
                 n = counts.get(data, 0)
                 if n == 0:
                     lost[data] = f"{w.name} value {value} acked at {TOPIC}-{p}@{offset}"
+                    m["lost"].append(value - w.log.base)
                 elif offset >= 0 and at.get((p, offset)) != data:
                     r.misplaced.append(
                         f"{w.name} value {value} acked at {TOPIC}-{p}@{offset}, which holds "
@@ -857,6 +947,7 @@ class FaultRun:
                 n = counts.get(encode_value(number), 0)
                 if n > 1:
                     dups += n - 1
+                    m["dup"] += [number - w.log.base] * (n - 1)
             r.duplicates[w.name] = dups
             if w.idempotent and dups:
                 r.problems.append(f"{w.name} (idempotent) stored {dups} duplicate(s)")
@@ -873,6 +964,13 @@ class FaultRun:
                 else:
                     verdict = f"only on followers' disks ({text}): lost from the leader"
                 r.lost.append(f"{what}: {verdict}")
+                r.lost_by[what.split(" value ", 1)[0]] += 1
+        for reader in self.readers:
+            order = {key: i for i, key in enumerate(reader.seen)}
+            marks[reader.name] = {"ok": list(order.values()), "lost": [], "dup": [],
+                                  "dirty": [order[k] for k, v in reader.seen.items() if at.get(k, b"<absent>") != v]}
+        self._judge_readers(at)
+        self._fill_table(marks)
         self._replicas_agree()
         for p in range(PARTITIONS):
             meta = self.cluster.partition(TOPIC, p)
@@ -887,12 +985,7 @@ class FaultRun:
         self._t0 = time.monotonic()
         chroot = f"{self.zookeeper_connect}/faults-{self.seed}-{uuid.uuid4().hex[:8]}"
         self.log_dir.mkdir(parents=True, exist_ok=True)
-        self.cluster = EmbeddedCluster(
-            brokers=BROKERS, zookeeper_connect=chroot, log_dir=str(self.log_dir / "cluster"), processes=True,
-            num_partitions=PARTITIONS, replication_factor=BROKERS, min_insync_replicas=2,
-            unclean_leader_election_enable=False, zookeeper_session_timeout_ms=SESSION_TIMEOUT_MS,
-            replica_lag_time_max_ms=REPLICA_LAG_TIME_MAX_MS, offsets_topic_num_partitions=1,
-        )
+        self.cluster = self._make_cluster(chroot)
         self.zk = KazooClient(hosts=chroot)
         try:
             with self.cluster:
@@ -912,20 +1005,35 @@ class FaultRun:
                 if w.alive:
                     w.stop()
                     w.close(5.0)
+            for reader in self.readers:
+                reader.stop()
             self.zk.stop()
             self.zk.close()
             self.result.seconds = time.monotonic() - self._t0
             self._write_report()
         return self.result
 
+    def _make_cluster(self, chroot: str) -> EmbeddedCluster:
+        """The cluster of the run (not started), on ZooKeeper ``chroot``."""
+        return EmbeddedCluster(
+            brokers=BROKERS, zookeeper_connect=chroot, log_dir=str(self.log_dir / "cluster"), processes=True,
+            **CLUSTER_SETTINGS,
+        )
+
     def _run_producers_and_faults(self) -> None:
+        from .readers import make_reader
+
         self.workers = [_WORKERS[k](i, self.cluster.bootstrap, TOPIC, rate=self.rate) for i, k in enumerate(self.producer_kinds)]
         for w in self.workers:
             w.start()
+        self.readers = [make_reader(k, i, self.cluster, TOPIC, PARTITIONS) for i, k in enumerate(self.reader_kinds)]
+        for reader in self.readers:
+            reader.start()
         try:
             self._await_progress("at the start")
             for kind in self.kinds:
-                f = FaultRecord(kind)
+                f = FaultRecord(kind, sent_before={w.name: w.log.sent for w in self.workers},
+                                read_before={reader.name: len(reader.seen) for reader in self.readers})
                 self.result.faults.append(f)
                 start = time.monotonic()
                 try:
@@ -947,6 +1055,8 @@ class FaultRun:
         finally:
             for w in self.workers:
                 w.stop()
+            for reader in self.readers:
+                reader.stop()
             for w in self.workers:
                 try:
                     w.close(30.0)

@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 
 from .harness import FAULT_KINDS, TOPIC, FaultRun, encode_value, fault_sequence
+from .readers import READER_KINDS
 
 #: (seed, faults): together every kind, each run short.
 BOUNDED: list[tuple[int, Sequence[str]]] = [
@@ -41,18 +42,18 @@ CHAOS_FAULTS = 8
 @pytest.mark.timeout(240)
 @pytest.mark.parametrize(("seed", "faults"), BOUNDED, ids=[f"seed{s}-{'+'.join(k)}" for s, k in BOUNDED])
 def test_no_acknowledged_loss_under_faults(zookeeper: Any, tmp_path: Any, seed: int, faults: Sequence[str],
-                                           fault_summary: Callable[[str], None]) -> None:
+                                           fault_summary: Callable[..., None]) -> None:
     result = FaultRun(zookeeper.connect, tmp_path, seed, faults).run()
-    fault_summary(result.summary())
+    fault_summary(result.summary(), result)
     result.check()
 
 
 @pytest.mark.chaos
 @pytest.mark.timeout(600)
 @pytest.mark.parametrize("seed", CHAOS_SEEDS)
-def test_chaos_no_acknowledged_loss(zookeeper: Any, tmp_path: Any, seed: int, fault_summary: Callable[[str], None]) -> None:
-    result = FaultRun(zookeeper.connect, tmp_path, seed, CHAOS_FAULTS).run()
-    fault_summary(result.summary())
+def test_chaos_no_acknowledged_loss(zookeeper: Any, tmp_path: Any, seed: int, fault_summary: Callable[..., None]) -> None:
+    result = FaultRun(zookeeper.connect, tmp_path, seed, CHAOS_FAULTS, readers=READER_KINDS).run()
+    fault_summary(result.summary(), result)
     result.check()
 
 

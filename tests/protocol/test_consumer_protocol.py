@@ -111,8 +111,8 @@ def test_random_values_match_kafka_python(version: int, topics: list[str], user_
 
 
 def test_newer_versions_decode_with_the_fields_we_know() -> None:
-    """A v3 subscription (v2 generation_id, v3 rack_id) reads as our v1 plus ignored fields;
-    the value keeps the member's version."""
+    """A v3 subscription (v2 generation_id, v3 rack_id) written by kafka-python reads as our v3;
+    a version above ours reads with the fields we know; the value keeps the member's version."""
     data = bytes(
         KpSubscription(
             version=3,
@@ -124,11 +124,15 @@ def test_newer_versions_decode_with_the_fields_we_know() -> None:
         ).encode(version=3)
     )
     got = decode_member_metadata(data)
-    assert type(got) is ConsumerProtocolMemberMetadata[1]
-    assert (got.version, got.topics, got.user_data, _tps(got.owned_partitions)) == (3, ["events"], b"u", [("events", [3])])
+    assert type(got) is ConsumerProtocolMemberMetadata[3]
+    assert (got.version, got.topics, got.user_data, _tps(got.owned_partitions), got.generation_id, got.rack_id) == (3, ["events"], b"u", [("events", [3])], 9, "rack-a")
     # the same bytes are not a valid v1 on their own: the class decode stays exact
     with pytest.raises(ProtocolError):
         ConsumerProtocolMemberMetadata[1].decode(data)
+    # a version above ours (4, with a field appended) reads as our v3
+    newer = b"\x00\x04" + data[2:] + b"\x00\x00\x00\x07"
+    got = decode_member_metadata(newer)
+    assert type(got) is ConsumerProtocolMemberMetadata[3] and (got.version, got.generation_id) == (4, 9)
 
     assign = _assignment_to_kp(3, [("events", [1])], None)
     got_a = decode_member_assignment(assign)

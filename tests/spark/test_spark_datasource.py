@@ -43,7 +43,7 @@ def test_batch_earliest_to_latest(spark: Any, broker: Any, batch_topic: list[Pro
     df = _batch(spark, broker, topic="ds-batch")
     assert df.schema.simpleString() == (
         "struct<key:binary,value:binary,topic:string,partition:int,offset:bigint,"
-        "timestamp:timestamp>"
+        "timestamp:timestamp,timestampType:int>"
     )
     rows = df.collect()
     assert len(rows) == 200

@@ -21,7 +21,8 @@ appends are asynchronous.
 
 Kafka's special cases kept: SyncGroup while loading answers REBALANCE_IN_PROGRESS (old clients
 do not expect COORDINATOR_LOAD_IN_PROGRESS there); Heartbeat while loading answers NONE; the
-JoinGroup v0 rebalance timeout is the session timeout; member ids are ``client_id-uuid``.
+JoinGroup v0 rebalance timeout is the session timeout; member ids are ``client_id-uuid``
+(``group_instance_id-uuid`` for a static member, as Kafka names them).
 """
 
 from __future__ import annotations
@@ -158,12 +159,12 @@ class GroupCoordinator:
             self._run(group_id, group, state.unload_group(group, ErrorCode.NOT_COORDINATOR, now))
         log.info("unloaded the groups of offsets partition %d", partition)
 
-    def validate_offset_commit(self, group_id: str, generation_id: int, member_id: str) -> int:
+    def validate_offset_commit(self, group_id: str, generation_id: int, member_id: str, group_instance_id: str | None = None) -> int:
         with self._lock:
             if not self._owns(group_id):
                 return ErrorCode.NOT_COORDINATOR
             group = self._groups.get(group_id)
-            error, found, effects = state.validate_offset_commit(group, group_id, generation_id, member_id, self._now_ms())
+            error, found, effects = state.validate_offset_commit(group, group_id, generation_id, member_id, self._now_ms(), group_instance_id)
             if group is None and found is not None:
                 self._groups[group_id] = found
             if found is not None:
@@ -206,6 +207,10 @@ class GroupCoordinator:
     def _on_stored(self, group: Group, effect: StoreGroup, error: int) -> None:
         if error:
             log.warning("group %s: storing generation %d failed (error %d)", group.group_id, effect.generation_id, error)
+        if effect.static is not None:
+            with self._lock:
+                self._run(group.group_id, group, state.static_member_stored(group, effect.static, error, self._now_ms()))
+            return
         if not effect.for_sync:
             return
         with self._lock:
@@ -295,6 +300,7 @@ class GroupCoordinator:
             reply(JoinResult(error, req.member_id))
             return
         client_id = header.client_id or ""
+        instance_id = req.group_instance_id if v >= 5 else None
         rebalance_timeout_ms = req.rebalance_timeout_ms if v >= 1 and req.rebalance_timeout_ms > 0 else req.session_timeout_ms
         join = JoinRequest(
             member_id=req.member_id,
@@ -304,9 +310,9 @@ class GroupCoordinator:
             rebalance_timeout_ms=rebalance_timeout_ms,
             protocol_type=req.protocol_type,
             protocols=tuple((p.name, bytes(p.metadata)) for p in req.protocols),
-            new_member_id=f"{client_id}-{uuid.uuid4()}",
+            new_member_id=f"{instance_id or client_id}-{uuid.uuid4()}",
             require_known_member_id=v >= 4,
-            group_instance_id=req.group_instance_id if v >= 5 else None,
+            group_instance_id=instance_id,
             waiter=reply,
         )
         group_id = req.group_id
@@ -355,7 +361,7 @@ class GroupCoordinator:
                     error = ErrorCode.NOT_COORDINATOR
                 else:
                     group = self._groups.get(req.group_id)
-                    error, effects = state.heartbeat(group, req.member_id, req.generation_id, self._now_ms())
+                    error, effects = state.heartbeat(group, req.member_id, req.generation_id, self._now_ms(), getattr(req, "group_instance_id", None))
                     self._run(req.group_id, group, effects)
         channel.send(resp_cls.build(throttle_time_ms=0, error_code=error))
 
@@ -375,7 +381,7 @@ class GroupCoordinator:
                     error = ErrorCode.NOT_COORDINATOR
                 else:
                     group = self._groups.get(req.group_id)
-                    error, member_errors, effects = state.leave_group(group, [m for m, _ in leaving], self._now_ms())
+                    error, member_errors, effects = state.leave_group(group, leaving, self._now_ms())
                     self._run(req.group_id, group, effects)
         if v >= 3:
             shape = resp_cls.nested("members")

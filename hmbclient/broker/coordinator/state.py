@@ -36,8 +36,29 @@ Invariants:
   that holds it is persisted (:class:`StoreGroup`), so a coordinator that takes over after a
   failure knows the assignment its members were given.
 
-Static membership (KIP-345, ``group_instance_id``) is not implemented: such members are treated as
-dynamic ones (a restart rebalances); the instance id is kept for DescribeGroups and the record.
+Static membership (KIP-345, Kafka's rules): a member that names a ``group_instance_id``
+(JoinGroup v5+) is *static*; the group maps each instance id to its current member id
+(``Group.static_members``, rebuilt from the record when the group is loaded).
+
+* Static join, no member id, instance unknown: added as a new member (no MEMBER_ID_REQUIRED
+  round trip) and the group rebalances, as for a dynamic member.
+* Static join, no member id, instance known (a restarted member): the old member is *replaced*:
+  its parked JoinGroup/SyncGroup are answered FENCED_INSTANCE_ID, the member keeps its
+  assignment under a new member id (and the leadership if it had it). In Stable, when the
+  protocol the group would choose is unchanged, the group is persisted with the new member id
+  (:class:`StoreGroup` with ``static``) and the member is answered with the *current*
+  generation and the old leader id (so it never thinks it leads): **no rebalance**; if the
+  store fails the replacement is undone and the member gets the store's error. In
+  CompletingRebalance the group rebalances (the leader may be assigning to the old id); in
+  PreparingRebalance the member simply takes part in the rebalance.
+* A request naming an instance id mapped to another member id (a zombie of a replaced member)
+  is answered FENCED_INSTANCE_ID: JoinGroup with a member id, SyncGroup, Heartbeat,
+  OffsetCommit and LeaveGroup (Kafka's validateCurrentMember); an instance id not mapped at
+  all gets UNKNOWN_MEMBER_ID.
+* LeaveGroup may name a member by instance id alone (member id ""): the admin's removal.
+* A static member that has not rejoined when a rebalance completes is kept (its session
+  timeout, or the delayed sync, removes it); dynamic ones are removed. A static member's
+  session expiry removes it and rebalances, like a dynamic member's.
 """
 
 from __future__ import annotations
@@ -72,6 +93,8 @@ __all__ = [
     "AwaitSync",
     "CheckSync",
     "StoreGroup",
+    "StaticRejoin",
+    "static_member_stored",
     "UNKNOWN_MEMBER_ID",
     "NEW_MEMBER_JOIN_TIMEOUT_MS",
     "join_group",
@@ -212,6 +235,8 @@ class Group:
     state_timestamp_ms: int = -1
     #: names the one live delayed join (a stale one completes without effect)
     join_epoch: int = 0
+    #: group_instance_id -> member id of the static members
+    static_members: dict[str, str] = field(default_factory=dict)
 
     # -- state ------------------------------------------------------------------------------------
     def transition_to(self, target: GroupState, now_ms: int) -> None:
@@ -238,12 +263,50 @@ class Group:
             self.leader_id = member.member_id
         self.members[member.member_id] = member
         self.pending_members.discard(member.member_id)
+        if member.group_instance_id is not None:
+            self.static_members[member.group_instance_id] = member.member_id
 
     def remove(self, member_id: str) -> Member | None:
         member = self.members.pop(member_id, None)
         self.pending_sync_members.discard(member_id)
+        if member is not None and member.group_instance_id is not None and self.static_members.get(member.group_instance_id) == member_id:
+            del self.static_members[member.group_instance_id]
         if self.leader_id == member_id:
             self.leader_id = next(iter(self.members), None)
+        return member
+
+    def static_member(self, group_instance_id: str | None) -> str | None:
+        """The member id ``group_instance_id`` is mapped to (None: not a static member here)."""
+        return None if group_instance_id is None else self.static_members.get(group_instance_id)
+
+    def is_fenced(self, member_id: str, group_instance_id: str | None) -> bool:
+        """``group_instance_id`` belongs to another member id (Kafka's isStaticMemberFenced)."""
+        current = self.static_member(group_instance_id)
+        return current is not None and current != member_id
+
+    def replace_static_member(self, group_instance_id: str, old_member_id: str, new_member_id: str, effects: list[Effect]) -> Member:
+        """The member of ``old_member_id`` continues as ``new_member_id`` (same assignment,
+        same place in the join order, the leadership if it had it); whatever the old id had
+        parked is answered FENCED_INSTANCE_ID."""
+        member = self.members[old_member_id]
+        if member.join_waiter is not None:
+            effects.append(_join_error(member.join_waiter, ErrorCode.FENCED_INSTANCE_ID, old_member_id))
+            member.join_waiter = None
+        if member.sync_waiter is not None:
+            effects.append(SyncReply(member.sync_waiter, SyncResult(ErrorCode.FENCED_INSTANCE_ID)))
+            member.sync_waiter = None
+        self.members = {(new_member_id if k == old_member_id else k): v for k, v in self.members.items()}
+        member.member_id = new_member_id
+        if old_member_id in self.pending_sync_members:
+            self.pending_sync_members.discard(old_member_id)
+            self.pending_sync_members.add(new_member_id)
+        if self.leader_id == old_member_id:
+            self.leader_id = new_member_id
+        self.static_members[group_instance_id] = new_member_id
+        # The old id's delayed heartbeat ends without effect (no member of that id); a chain
+        # for the new id starts.
+        member.heartbeat_due_ms = 0
+        effects.append(CheckHeartbeat(old_member_id))
         return member
 
     @property
@@ -440,14 +503,29 @@ class CheckSync(Effect):
 
 
 @dataclass(frozen=True)
+class StaticRejoin:
+    """A known static member rejoined with a new member id in Stable, without a rebalance:
+    what :func:`static_member_stored` needs to answer it, or to undo the replacement."""
+
+    group_instance_id: str
+    old_member_id: str
+    new_member_id: str
+    old_protocols: tuple[tuple[str, bytes], ...]
+    leader_id: str
+    waiter: Any
+
+
+@dataclass(frozen=True)
 class StoreGroup(Effect):
     """Persist ``record``; when ``for_sync``, call :func:`group_stored` with the outcome (the
-    assignment of ``generation_id`` reaches the members only once it is stored)."""
+    assignment of ``generation_id`` reaches the members only once it is stored); with
+    ``static``, call :func:`static_member_stored`."""
 
     record: GroupRecord
     generation_id: int
     assignment: Mapping[str, bytes]
     for_sync: bool = False
+    static: StaticRejoin | None = None
 
 
 # -- helpers shared by the decisions ---------------------------------------------------------------
@@ -609,6 +687,12 @@ def join_group(group: Group | None, group_id: str, req: JoinRequest, config: Gro
         effects.append(_join_error(req.waiter, ErrorCode.COORDINATOR_NOT_AVAILABLE, req.member_id))
     elif not group.supports_protocols(req.protocol_type, names):
         effects.append(_join_error(req.waiter, ErrorCode.INCONSISTENT_GROUP_PROTOCOL, req.member_id))
+    elif is_unknown and req.group_instance_id is not None:
+        old_member_id = group.static_member(req.group_instance_id)
+        if old_member_id is None:
+            _add_member_and_rebalance(group, req, req.new_member_id, config, now_ms, effects)
+        else:
+            _update_static_member_and_rebalance(group, old_member_id, req, now_ms, effects)
     elif is_unknown:
         if req.require_known_member_id:
             # JoinGroup v4+: hand out the id first; the member joins with it in its next
@@ -621,7 +705,10 @@ def join_group(group: Group | None, group_id: str, req: JoinRequest, config: Gro
     elif req.member_id in group.pending_members:
         _add_member_and_rebalance(group, req, req.member_id, config, now_ms, effects)
         effects.append(CheckHeartbeat(req.member_id))  # ends the pending id's delayed heartbeat
-    elif not group.has(req.member_id):
+    elif group.is_fenced(req.member_id, req.group_instance_id):
+        # A zombie of a replaced static member: it must stop, not rejoin.
+        effects.append(_join_error(req.waiter, ErrorCode.FENCED_INSTANCE_ID, req.member_id))
+    elif not group.has(req.member_id) or (req.group_instance_id is not None and group.static_member(req.group_instance_id) is None):
         effects.append(_join_error(req.waiter, ErrorCode.UNKNOWN_MEMBER_ID, req.member_id))
     else:
         member = group.members[req.member_id]
@@ -647,6 +734,50 @@ def join_group(group: Group | None, group_id: str, req: JoinRequest, config: Gro
     return group, effects
 
 
+def _update_static_member_and_rebalance(group: Group, old_member_id: str, req: JoinRequest, now_ms: int, effects: list[Effect]) -> None:
+    """A known static member joined with no member id (it restarted): Kafka's
+    updateStaticMemberAndRebalance (see the module docstring)."""
+    assert req.group_instance_id is not None
+    current_leader = group.leader_id or ""
+    member = group.replace_static_member(req.group_instance_id, old_member_id, req.new_member_id, effects)
+    _touch(group, member, now_ms, effects)
+    old_protocols = member.protocols
+    member.protocols = tuple((n, bytes(m)) for n, m in req.protocols)
+    member.join_waiter = req.waiter
+    if group.state is _S:
+        if group.protocol_name == group.select_protocol():
+            # Persist the new member id, then answer with the current generation: no rebalance.
+            assignment = {m.member_id: m.assignment for m in group.members.values()}
+            rejoin = StaticRejoin(req.group_instance_id, old_member_id, req.new_member_id, old_protocols, current_leader, req.waiter)
+            effects.append(StoreGroup(group_record(group, assignment), group.generation_id, assignment, static=rejoin))
+        else:
+            _maybe_prepare_rebalance(group, now_ms, effects)
+    elif group.state is _C:
+        # The leader may be assigning to the old member id: rebalance.
+        _maybe_prepare_rebalance(group, now_ms, effects)
+    # PreparingRebalance: the member takes part in the rebalance under way.
+
+
+def static_member_stored(group: Group, rejoin: StaticRejoin, error: int, now_ms: int) -> list[Effect]:
+    """The group record naming a restarted static member's new id was persisted (``error``
+    NONE: answer it with the current generation and the old leader id) or not (undo the
+    replacement and answer the error). Nothing happens if the member's JoinGroup was answered
+    otherwise meanwhile (a rebalance started, it was fenced or removed)."""
+    effects: list[Effect] = []
+    member = group.members.get(rejoin.new_member_id)
+    if group.state is _D or member is None or member.join_waiter is not rejoin.waiter:
+        return effects
+    member.join_waiter = None
+    if error:
+        member.protocols = rejoin.old_protocols
+        old = group.replace_static_member(rejoin.group_instance_id, rejoin.new_member_id, rejoin.old_member_id, effects)
+        _touch(group, old, now_ms, effects)
+        effects.append(JoinReply(rejoin.waiter, JoinResult(error, UNKNOWN_MEMBER_ID, group.generation_id, group.protocol_name or "", rejoin.leader_id)))
+        return effects
+    effects.append(JoinReply(rejoin.waiter, JoinResult(ErrorCode.NONE, rejoin.new_member_id, group.generation_id, group.protocol_name or "", rejoin.leader_id)))
+    return effects
+
+
 def join_is_stale(group: Group, epoch: int) -> bool:
     """A delayed join that is no longer the group's live one (or of a group gone Dead)."""
     return group.state is not _P or epoch != group.join_epoch
@@ -665,7 +796,8 @@ def complete_join(group: Group, epoch: int, now_ms: int) -> list[Effect]:
     effects: list[Effect] = []
     if join_is_stale(group, epoch):
         return effects
-    for member in [m for m in group.members.values() if not m.awaiting_join]:
+    # Static members that have not rejoined stay (their session timeout decides about them).
+    for member in [m for m in group.members.values() if not m.awaiting_join and m.group_instance_id is None]:
         if member.sync_waiter is not None:
             effects.append(SyncReply(member.sync_waiter, SyncResult(ErrorCode.UNKNOWN_MEMBER_ID)))
             member.sync_waiter = None
@@ -682,7 +814,8 @@ def complete_join(group: Group, epoch: int, now_ms: int) -> list[Effect]:
         effects.append(StoreGroup(group_record(group, {}), group.generation_id, {}))
         return effects
     for member in group.members.values():
-        effects.append(JoinReply(member.join_waiter, _generation_result(group, member)))
+        if member.join_waiter is not None:
+            effects.append(JoinReply(member.join_waiter, _generation_result(group, member)))
         member.join_waiter = None
         _touch(group, member, now_ms, effects)
         member.is_new = False
@@ -733,13 +866,29 @@ def _init_next_generation(group: Group, now_ms: int) -> None:
 # -- SyncGroup ---------------------------------------------------------------------------------------
 
 
-def _validate_member(group: Group | None, member_id: str, generation_id: int) -> int:
+def _current_member_error(group: Group, member_id: str, group_instance_id: str | None) -> int:
+    """Kafka's validateCurrentMember: a named instance id must map to ``member_id``
+    (FENCED_INSTANCE_ID when it maps to another, UNKNOWN_MEMBER_ID when to none); the member
+    must exist."""
+    if group_instance_id is not None:
+        current = group.static_member(group_instance_id)
+        if current is None:
+            return ErrorCode.UNKNOWN_MEMBER_ID
+        if current != member_id:
+            return ErrorCode.FENCED_INSTANCE_ID
+    if not group.has(member_id):
+        return ErrorCode.UNKNOWN_MEMBER_ID
+    return ErrorCode.NONE
+
+
+def _validate_member(group: Group | None, member_id: str, generation_id: int, group_instance_id: str | None = None) -> int:
     if group is None:
         return ErrorCode.UNKNOWN_MEMBER_ID
     if group.state is _D:
         return ErrorCode.COORDINATOR_NOT_AVAILABLE
-    if not group.has(member_id):
-        return ErrorCode.UNKNOWN_MEMBER_ID
+    error = _current_member_error(group, member_id, group_instance_id)
+    if error:
+        return error
     if generation_id != group.generation_id:
         return ErrorCode.ILLEGAL_GENERATION
     return ErrorCode.NONE
@@ -748,7 +897,7 @@ def _validate_member(group: Group | None, member_id: str, generation_id: int) ->
 def sync_group(group: Group | None, req: SyncRequest, now_ms: int) -> list[Effect]:
     """Decide a SyncGroup: followers wait for the leader; the leader's assignment is persisted
     (:class:`StoreGroup`) and then given to every waiting member (:func:`group_stored`)."""
-    error = _validate_member(group, req.member_id, req.generation_id)
+    error = _validate_member(group, req.member_id, req.generation_id, req.group_instance_id)
     if error:
         return [SyncReply(req.waiter, SyncResult(error))]
     assert group is not None
@@ -820,9 +969,9 @@ def sync_expired(group: Group, generation_id: int, now_ms: int) -> list[Effect]:
 # -- Heartbeat -----------------------------------------------------------------------------------------
 
 
-def heartbeat(group: Group | None, member_id: str, generation_id: int, now_ms: int) -> tuple[int, list[Effect]]:
+def heartbeat(group: Group | None, member_id: str, generation_id: int, now_ms: int, group_instance_id: str | None = None) -> tuple[int, list[Effect]]:
     """Decide a Heartbeat: the error code to answer and the effects."""
-    error = _validate_member(group, member_id, generation_id)
+    error = _validate_member(group, member_id, generation_id, group_instance_id)
     if error:
         return error, []
     assert group is not None
@@ -874,38 +1023,49 @@ def heartbeat_expired(group: Group, member_id: str, due_ms: int, pending: bool, 
 # -- LeaveGroup ------------------------------------------------------------------------------------------
 
 
-def leave_group(group: Group | None, member_ids: Iterable[str], now_ms: int) -> tuple[int, list[int], list[Effect]]:
-    """Decide a LeaveGroup of one (v0-2) or several (v3) members.
+def leave_group(group: Group | None, members: Iterable[str | tuple[str, str | None]], now_ms: int) -> tuple[int, list[int], list[Effect]]:
+    """Decide a LeaveGroup of one (v0-2) or several (v3) members, each a member id or a
+    ``(member_id, group_instance_id)`` pair; member id "" with an instance id names the static
+    member of that instance (an admin's removal).
 
     Returns:
         ``(group error, per-member errors, effects)``.
     """
-    member_ids = list(member_ids)
+    leaving = [(m, None) if isinstance(m, str) else m for m in members]
     if group is None:
-        return ErrorCode.NONE, [ErrorCode.UNKNOWN_MEMBER_ID] * len(member_ids), []
+        return ErrorCode.NONE, [ErrorCode.UNKNOWN_MEMBER_ID] * len(leaving), []
     if group.state is _D:
         return ErrorCode.COORDINATOR_NOT_AVAILABLE, [], []
     effects: list[Effect] = []
     errors: list[int] = []
-    for member_id in member_ids:
-        if member_id in group.pending_members:
+    for member_id, instance_id in leaving:
+        if member_id == UNKNOWN_MEMBER_ID and instance_id is not None:
+            current = group.static_member(instance_id)
+            if current is None:
+                errors.append(ErrorCode.UNKNOWN_MEMBER_ID)
+            else:
+                _remove_member_and_update_group(group, group.members[current], now_ms, effects)
+                errors.append(ErrorCode.NONE)
+        elif member_id in group.pending_members:
             group.pending_members.discard(member_id)
             effects.append(CheckHeartbeat(member_id))
             if group.state is _P:
                 effects.append(CheckJoin())
             errors.append(ErrorCode.NONE)
-        elif member_id != UNKNOWN_MEMBER_ID and group.has(member_id):
-            _remove_member_and_update_group(group, group.members[member_id], now_ms, effects)
-            errors.append(ErrorCode.NONE)
-        else:
+        elif member_id == UNKNOWN_MEMBER_ID:
             errors.append(ErrorCode.UNKNOWN_MEMBER_ID)
+        else:
+            error = _current_member_error(group, member_id, instance_id)
+            if not error:
+                _remove_member_and_update_group(group, group.members[member_id], now_ms, effects)
+            errors.append(error)
     return ErrorCode.NONE, errors, effects
 
 
 # -- offsets, deletion, loading ------------------------------------------------------------------------
 
 
-def validate_offset_commit(group: Group | None, group_id: str, generation_id: int, member_id: str, now_ms: int) -> tuple[int, Group | None, list[Effect]]:
+def validate_offset_commit(group: Group | None, group_id: str, generation_id: int, member_id: str, now_ms: int, group_instance_id: str | None = None) -> tuple[int, Group | None, list[Effect]]:
     """May this OffsetCommit be stored? (Kafka's validateOffsetCommit.)
 
     A commit without a generation (``generation_id`` < 0, v0, or a consumer that assigns its
@@ -926,8 +1086,9 @@ def validate_offset_commit(group: Group | None, group_id: str, generation_id: in
     if generation_id < 0 and group.state is _E:
         return ErrorCode.NONE, group, []
     if generation_id >= 0 or member_id != UNKNOWN_MEMBER_ID:
-        if not group.has(member_id):
-            return ErrorCode.UNKNOWN_MEMBER_ID, group, []
+        error = _current_member_error(group, member_id, group_instance_id)
+        if error:
+            return error, group, []
         if generation_id != group.generation_id:
             return ErrorCode.ILLEGAL_GENERATION, group, []
     elif group.state is not _E:
@@ -999,6 +1160,8 @@ def load_group(group_id: str, record: GroupRecord | None, now_ms: int) -> tuple[
             assignment=r.assignment,
         )
         group.members[r.member_id] = member
+        if r.group_instance_id is not None:
+            group.static_members[r.group_instance_id] = r.member_id
         _touch(group, member, now_ms, effects)
     if group.leader_id not in group.members:
         group.leader_id = next(iter(group.members), None)

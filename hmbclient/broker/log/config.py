@@ -29,7 +29,13 @@ class LogConfig:
         retention_ms: delete whole non-active segments whose last write is older than this.
         retention_bytes: delete the oldest non-active segments while the log is bigger.
         max_message_bytes: largest batch/message accepted on append (MessageSizeTooLarge).
-        compact: keep only the newest record per key in non-active segments (offsets topic).
+        compact: ``cleanup.policy`` has ``compact``: the log cleaner keeps the newest record
+            per key (see ``cleaner``); retention still applies when set (``compact,delete``).
+        min_cleanable_dirty_ratio: clean a compact log once this share of its cleanable bytes
+            is dirty (``min.cleanable.dirty.ratio``).
+        min_compaction_lag_ms: a record stays uncompacted at least this long
+            (``min.compaction.lag.ms``).
+        delete_retention_ms: how long a tombstone outlives its cleaning (``delete.retention.ms``).
         producer_id_expiration_ms: forget an idempotent producer's state after this long
             without a write (``producer.id.expiration.ms``).
     """
@@ -42,6 +48,9 @@ class LogConfig:
     retention_bytes: int | None = None
     max_message_bytes: int = 1_000_012
     compact: bool = False
+    min_cleanable_dirty_ratio: float = 0.5
+    min_compaction_lag_ms: int = 0
+    delete_retention_ms: int = 86_400_000
     producer_id_expiration_ms: int = 86_400_000
 
     def __post_init__(self) -> None:
@@ -55,5 +64,9 @@ class LogConfig:
             raise ConfigError("flush_interval_ms must be >= 0 or None")
         if self.producer_id_expiration_ms <= 0:
             raise ConfigError("producer_id_expiration_ms must be > 0")
+        if not 0.0 <= self.min_cleanable_dirty_ratio <= 1.0:
+            raise ConfigError("min_cleanable_dirty_ratio must be in [0, 1]")
+        if self.min_compaction_lag_ms < 0 or self.delete_retention_ms < 0:
+            raise ConfigError("min_compaction_lag_ms and delete_retention_ms must be >= 0")
         if self.max_message_bytes <= 0:
             raise ConfigError("max_message_bytes must be > 0")

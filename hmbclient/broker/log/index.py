@@ -22,6 +22,10 @@ Cases when the file is read:
   rebuilds a corrupt index; without one it is a StorageError naming the file;
 * missing file: an empty index (it is created with its log, but an empty one carries nothing).
 
+A damaged index whose entries still increase (a position pointing into the middle of an entry)
+passes that check; the Segment checks each lookup against the log and calls
+``rebuild_in_memory`` when the entry found does not start where the index says.
+
 Invariants: ``_offsets``/``_positions`` increasing; the first ``_persisted`` of them are exactly
 the file's whole entries; one writer (the Log's lock); readers see arrays that only grow or are
 cut under the writer's lock (a racing read may start its scan earlier, never wrongly later).
@@ -176,6 +180,26 @@ class OffsetIndex:
             # A truncation cut the arrays between the bisect and here: start from the top
             # (the reader then finds what is left, or less than it asked for, as documented).
             return self.base_offset, 0
+
+    def rebuild_in_memory(self, why: str) -> None:
+        """Replace the entries with ones rebuilt from the log (a damaged index found at a
+        lookup); the file is rewritten on the next ``flush`` (a sealed segment's stays as it
+        is: the next load checks it again).
+
+        Raises:
+            StorageError: no rebuild function was given.
+        """
+        if self._rebuild is None:
+            raise StorageError(f"index {self.path}: {why}")
+        with self._load_lock:
+            log.warning("index %s: %s: rebuilding it from the log", self.path, why)
+            offsets, positions = array("q"), array("q")
+            for o, p in self._rebuild():
+                offsets.append(o)
+                positions.append(p)
+            self._offsets, self._positions = offsets, positions
+            self._persisted, self._file_entries = 0, -1
+            self._loaded = True
 
     def unload(self) -> None:
         """Forget the entries if the file holds them all (a sealed segment's index whose log

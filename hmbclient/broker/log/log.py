@@ -33,6 +33,12 @@ Contract:
   log writes nothing and returns its original offsets with ``duplicate=True``);
   ``append_as_follower`` feeds it unchecked; a roll and ``close`` snapshot it; start-up,
   ``truncate_to``, emptying and retention rebuild or trim it.
+* Transactions (KIP-98, ``txns``, a ``txn_state.LogTxnState``): ``append`` refuses control
+  batches unless ``origin="coordinator"`` (WriteTxnMarkers) and checks transactional batches; every
+  append (leader or follower) updates the open transactions and the aborted-transaction index
+  (``<base>.txnindex``); ``last_stable_offset`` and ``aborted_transactions`` answer
+  ``read_committed`` fetches. Start-up and truncation rebuild it from the producer state
+  (which keeps each producer's open transaction) and the index files.
 * Start-up: every file name is checked (a malformed name or an index without its log is a
   StorageError: we refuse to guess). The recovery point is the active (newest) segment's base
   offset: a roll fsyncs the segment it closes (log and index), so everything before the active
@@ -45,14 +51,25 @@ Contract:
     read from the headers after its last index entry (no CRC scan); if those do not end exactly
     at the end of the file it is recovered as after an unclean shutdown.
 
-  No other segment is opened or has its index read at start-up (see ``Segment``: files are opened
-  lazily through the ``HandleCache``, indexes read on first lookup), so start-up costs a folder
-  listing per partition plus the active segment's work, however many segments there are.
+  - the closed segments after an unclean shutdown (the case is in ``_verify_closed``): each is
+    CRC-scanned too, without keeping its entries. A crash does not damage them (a roll
+    fsynced them), but a damaged disk or a stray write can, and an unclean shutdown is when
+    such damage is looked for (decision: a full scan on every start-up would cost a read of
+    the whole log after each clean restart; a scan on read would cost sendfile). At the first
+    entry that fails its CRC, its size or its offset order, the log is truncated to the offset
+    it should have started at (``truncate_to``: later segments, epochs, producer state go too)
+    and an error is logged: a follower fetches the rest from its leader again; a leader has
+    lost it (as a single replica in Kafka would).
+
+  After a clean shutdown no other segment is opened or has its index read at start-up (see
+  ``Segment``: files are opened lazily through the ``HandleCache``, indexes read on first
+  lookup), so start-up costs a folder listing per partition plus the active segment's work,
+  however many segments there are.
   Epoch entries at or past the recovered log end are dropped; the high watermark starts at the
   log start until the LogManager restores it from its checkpoint.
 
 Concurrency: one lock serialises writers (append, roll, truncation, retention, flush, high
-watermark moves). Readers take no lock: they bisect ``_segments``, an immutable tuple that
+watermark moves, the cleaner's swap of a segment group: ``replace_segments``). Readers take no lock: they bisect ``_segments``, an immutable tuple that
 writers replace whole (copy-on-write), and a segment's size only grows after its bytes are in the
 file, except under truncation, which cuts the one segment holding the new end in place (a read
 racing with it may come back short, as in Kafka). The high watermark's position is published
@@ -70,11 +87,12 @@ import struct
 import threading
 import uuid
 from bisect import bisect_left, bisect_right
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any, NamedTuple
 
 from crc32c import crc32c
 
+from hmbclient.broker.log import cleaner
 from hmbclient.broker.log.checkpoint import TMP_SUFFIX
 from hmbclient.broker.log.config import LogConfig
 from hmbclient.broker.log.epochs import LEADER_EPOCH_CHECKPOINT, LeaderEpochCache
@@ -85,6 +103,7 @@ from hmbclient.broker.log.producer_state import (
 )
 from hmbclient.broker.log.segment import INDEX_SUFFIX, LOG_SUFFIX, FileSlice, Segment
 from hmbclient.broker.log.store import HandleCache, SegmentGoneError
+from hmbclient.broker.log.txn_state import TXN_INDEX_FILE, LogTxnState
 from hmbclient.clock import wall_ms
 from hmbclient.errors import (
     CorruptRecordError,
@@ -109,8 +128,41 @@ DELETE_SUFFIX = "-delete"
 _RECOVERY_CHUNK = 8 * 1024 * 1024
 _MIN_ENTRY = 14  # smallest size field of any entry (a magic 0 message)
 _RecordListTooLarge = for_code(ErrorCode.RECORD_LIST_TOO_LARGE)
+_InvalidRecord = for_code(ErrorCode.INVALID_RECORD)
 # Read handles of Logs built without a LogManager (tools, tests): one cache for the process.
 _SHARED_CACHE = HandleCache()
+
+
+def _first_bad_entry(seg: Segment) -> tuple[int, int] | None:
+    """``(offset, position)`` of ``seg``'s first invalid entry (CRC, size, offsets going
+    backwards, a partial entry at the end): the offset it should have started at and where it
+    starts; None if every entry is sound. Reads the segment in chunks and keeps no entries."""
+    size = seg.store.size
+    pos = 0
+    expect = seg.base_offset
+    chunk = _RECOVERY_CHUNK
+    while pos < size:
+        buf = seg.store.read(pos, min(chunk, size - pos))
+        try:
+            found, valid = records.scan_entries(buf, verify_crc=True)
+        except (CorruptRecordError, ProtocolError):
+            found, valid = [], 0
+        for e in found:
+            if e.last_offset < expect:
+                return expect, pos + e.position
+            expect = e.last_offset + 1
+        pos += valid
+        if valid == len(buf):
+            chunk = _RECOVERY_CHUNK
+            continue
+        head = seg.store.read(pos, 12)
+        if len(head) == 12:
+            n = int.from_bytes(head[8:12], "big", signed=True)
+            if n > 0 and pos + 12 + n <= size and 12 + n > len(buf) - valid:
+                chunk = max(_RECOVERY_CHUNK, 12 + n)  # an entry straddling the chunk end
+                continue
+        return expect, pos
+    return None
 
 
 class AppendInfo(NamedTuple):
@@ -135,7 +187,7 @@ _V2_COUNT_AT = struct.calcsize(">qiibIhiqqqhi")  # 57
 
 
 def _assign_offsets_v2(
-    buf: Any, next_offset: int, max_message_bytes: int, leader_epoch: int | None = None
+    buf: Any, next_offset: int, max_message_bytes: int, leader_epoch: int | None = None, control_ok: bool = True
 ) -> tuple[bytearray, int, int, int, int] | None:
     """Per-batch validation and offset stamping of a payload made only of v2 RecordBatches
     (what every modern producer sends); None if any entry is another format, which then goes
@@ -146,7 +198,8 @@ def _assign_offsets_v2(
     which is most of the broker's CPU on the produce path. The batch CRC-32C (computed in C)
     covers attributes, offsets deltas, timestamps, producer fields, the record count and every
     record byte, so corruption between producer and log is caught here per batch; the checks on
-    the header are the same ones. Raises as ``records.assign_offsets`` does.
+    the header are the same ones. Raises as ``records.assign_offsets`` does, and
+    INVALID_RECORD for a control batch unless ``control_ok`` (KIP-98: clients may not write one).
     """
     mv = memoryview(buf).cast("B") if not isinstance(buf, bytes | bytearray) else memoryview(buf)
     n = len(mv)
@@ -171,6 +224,8 @@ def _assign_offsets_v2(
             raise MessageSizeTooLargeError(f"entry of {end - pos} bytes is over max.message.bytes={max_message_bytes}")
         if crc32c(mv[pos + _v2.ATTRIBUTES_OFFSET : end]) != struct.unpack_from(">I", mv, pos + _v2.CRC_OFFSET)[0]:
             raise CorruptRecordError(f"record batch at {pos}: CRC mismatch")
+        if not control_ok and mv[pos + _v2.ATTRIBUTES_OFFSET + 1] & 0x20:
+            raise _InvalidRecord("clients are not allowed to write control records")
         k = _i32.unpack_from(mv, pos + _V2_COUNT_AT)[0]
         if k <= 0 or _i32.unpack_from(mv, pos + _V2_LAST_DELTA_AT)[0] != k - 1:
             raise CorruptRecordError(f"record batch at {pos}: {k} records but lastOffsetDelta disagrees")
@@ -197,6 +252,17 @@ def _assign_offsets_v2(
             pack_epoch(out, spans[i] + _V2_EPOCH_AT, leader_epoch)
             off += spans[i + 1]
     return out, count, next_offset + count - 1, max_ts, 2 if count else -1
+
+
+def _has_control(buf: bytes | bytearray) -> bool:
+    """Whether a validated v2 payload holds a control batch (attributes bit 5)."""
+    n = len(buf)
+    pos = 0
+    while pos + _v2.ATTRIBUTES_OFFSET + 2 <= n:
+        if buf[pos + _V2_MAGIC_AT] >= 2 and buf[pos + _v2.ATTRIBUTES_OFFSET + 1] & 0x20:
+            return True
+        pos += 12 + _i32.unpack_from(buf, pos + 8)[0]
+    return False
 
 
 def _whole_entries(buf: bytes | bytearray) -> int:
@@ -263,6 +329,9 @@ class Log:
             raise StorageError(f"cannot create log folder {directory}: {e}") from e
         self._segments: tuple[Segment, ...] = ()
         self._bases: tuple[int, ...] = ()
+        self._view: tuple[tuple[Segment, ...], tuple[int, ...]] = ((), ())
+        #: where a damaged closed segment's first bad entry starts (the log is cut there)
+        self._corrupt_from: int | None = None
         self._load()
         self.leader_epochs = LeaderEpochCache(os.path.join(directory, LEADER_EPOCH_CHECKPOINT))
         end = self.log_end_offset
@@ -281,10 +350,14 @@ class Log:
         self._hw = self.log_start_offset
         self._hw_mark: tuple[int, Segment, int] = (self._hw, self.segments[0], 0)
         self.producer_state = ProducerStateManager(directory, config.producer_id_expiration_ms)
+        self.txns = LogTxnState(directory)
         self._load_producer_state(clean_shutdown)
+        if self._corrupt_from is not None:
+            self.truncate_to(self._corrupt_from)
 
     # -- start-up --------------------------------------------------------------------------
     def _load(self) -> None:
+        cleaner.complete_interrupted_cleaning(self.directory)
         logs: set[int] = set()
         indexes: set[int] = set()
         leftovers: list[str] = []
@@ -293,9 +366,9 @@ class Log:
                 # A compaction rewrite that never reached its rename: the original is intact.
                 leftovers.append(name)
                 continue
-            if name == LEADER_EPOCH_CHECKPOINT or SNAPSHOT_FILE.match(name):
+            if name == LEADER_EPOCH_CHECKPOINT or SNAPSHOT_FILE.match(name) or TXN_INDEX_FILE.match(name):
                 continue
-            if name.endswith(TMP_SUFFIX) and SNAPSHOT_FILE.match(name[: -len(TMP_SUFFIX)]):
+            if name.endswith(TMP_SUFFIX) and (SNAPSHOT_FILE.match(name[: -len(TMP_SUFFIX)]) or TXN_INDEX_FILE.match(name[: -len(TMP_SUFFIX)])):
                 leftovers.append(name)  # a snapshot write that never reached its rename
                 continue
             if name == LEADER_EPOCH_CHECKPOINT + TMP_SUFFIX:
@@ -333,9 +406,26 @@ class Log:
             if self._clean_shutdown:
                 log.warning("%s: the active segment is not as a clean shutdown leaves it: recovering it", active.log_path)
             self._recover(active)
+        if not self._clean_shutdown:
+            self._corrupt_from = self._verify_closed(segs[:-1])
         if segs[-1].next_offset < segs[-1].base_offset:
             raise StorageError(f"{segs[-1].log_path}: next offset below base offset")
         self._set_segments(tuple(segs))
+
+    def _verify_closed(self, segs: list[Segment]) -> int | None:
+        """CRC-scan closed segments in order; the offset the first bad entry should have held
+        (None: all sound). See the module docstring."""
+        for seg in segs:
+            bad = _first_bad_entry(seg)
+            if bad is not None:
+                offset, position = bad
+                log.error("%s: corrupt entry at position %d of a closed segment, where offset %d should start: truncating "
+                          "the log to %d (a follower fetches the rest from its leader again)", seg.log_path, position, offset, offset)
+                # Cut here first: the header walk of truncate_to cannot step over a damaged
+                # size field; truncate_to then drops the later segments, epochs and state.
+                seg.truncate_to(position, offset)
+                return offset
+        return None
 
     def _recover(self, seg: Segment) -> None:
         size = seg.store.size
@@ -393,14 +483,17 @@ class Log:
         end = self.log_end_offset
         if not ps.snapshot_offsets() and (clean_shutdown or (truncating and not ps.producers)):
             ps.advance(end)
+            self.txns.load(list(self._bases), ps.open_transactions(), end, [], end)
             return
-        ps.load(self.log_start_offset, end, self._segments[-1].base_offset, self._chunks_from)
+        replayed: list[tuple[int, int, int, bool]] = []
+        start = ps.load(self.log_start_offset, end, self._segments[-1].base_offset, self._chunks_from, lambda *t: replayed.append(t))
+        self.txns.load(list(self._bases), ps.open_transactions(), start, replayed, end)
 
     def _chunks_from(self, offset: int) -> Iterator[bytes]:
         """The log's bytes from the segment holding ``offset`` to the end, in chunks of whole
         entries (the producer state's rebuild reads batch headers from them)."""
-        segs = self._segments
-        i = max(bisect_right(self._bases, offset) - 1, 0)
+        segs, bases = self._view
+        i = max(bisect_right(bases, offset) - 1, 0)
         for seg in segs[i:]:
             size = seg.size
             pos = 0
@@ -424,10 +517,11 @@ class Log:
         return seg
 
     def _set_segments(self, segs: tuple[Segment, ...]) -> None:
-        # Publish both tuples; readers may see the pair from either side of this assignment,
-        # and both are consistent views on their own (bases only grows or loses a prefix).
-        self._bases = tuple(s.base_offset for s in segs)
+        # Readers that need both take ``_view``, one object: the cleaner replaces segments in
+        # the middle, so a ``_segments`` and a ``_bases`` read apart may not match.
+        self._bases = bases = tuple(s.base_offset for s in segs)
         self._segments = segs
+        self._view = (segs, bases)
 
     # -- state -----------------------------------------------------------------------------
     @property
@@ -446,6 +540,17 @@ class Log:
     def high_watermark(self) -> int:
         """The offset below which every message is committed (consumers read up to here)."""
         return self._hw
+
+    @property
+    def last_stable_offset(self) -> int:
+        """How far a ``read_committed`` consumer reads: the high watermark, or the first offset
+        of the oldest open transaction if lower (KIP-98)."""
+        return self.txns.last_stable_offset(self._hw)
+
+    def aborted_transactions(self, fetch_offset: int, upper_bound: int) -> list[tuple[int, int]]:
+        """(producer id, first offset) of the aborted transactions with records in
+        ``[fetch_offset, upper_bound)`` (a ``read_committed`` Fetch's answer)."""
+        return self.txns.aborted_transactions(fetch_offset, upper_bound)
 
     @property
     def size_bytes(self) -> int:
@@ -515,7 +620,7 @@ class Log:
         if self._deleted:
             raise StorageError(f"{self.directory}: the log was deleted")
 
-    def append(self, buf: bytes | bytearray | memoryview, *, leader_epoch: int | None = None) -> AppendInfo:
+    def append(self, buf: bytes | bytearray | memoryview, *, leader_epoch: int | None = None, origin: str = "client") -> AppendInfo:
         """Validate, assign offsets and append one produce payload (the leader's append).
 
         Args:
@@ -526,12 +631,17 @@ class Log:
                 nothing of replication: batches stay as the producer sent them, the epoch cache
                 is left alone, and the log is its own only replica, so the high watermark moves
                 to the new log end (what every append did before replication).
+            origin: "client" (a producer) or "coordinator" (Kafka's AppendOrigin): only a
+                coordinator writes control batches (WriteTxnMarkers; a client's is refused with
+                INVALID_RECORD), and its transactional batches (TxnOffsetCommit) have their
+                producer epoch checked but not their sequence, as Kafka.
         Returns:
             AppendInfo of what was written (count 0 and nothing written for an empty payload).
         Raises:
             CorruptRecordError: bad CRC or malformed entries (nothing written).
             MessageSizeTooLargeError: an entry over ``max_message_bytes``.
             BrokerError 18 (RECORD_LIST_TOO_LARGE): the payload is bigger than a segment.
+            BrokerError: a producer's batch refused (sequence, epoch, transaction state).
             StorageError: the write failed, or the log was deleted.
         """
         with self._lock:
@@ -539,7 +649,8 @@ class Log:
                 self._check_open()
             active = self._segments[-1]
             first = active.next_offset
-            fast = _assign_offsets_v2(buf, first, self.config.max_message_bytes, leader_epoch)
+            coordinator = origin == "coordinator"
+            fast = _assign_offsets_v2(buf, first, self.config.max_message_bytes, leader_epoch, coordinator)
             new: bytes | bytearray
             events: list[tuple[int, int, int]] | None = None
             if fast is not None:
@@ -558,9 +669,18 @@ class Log:
             # Idempotent producers: refused (raises, nothing written) or a duplicate (nothing
             # written, the original offsets answered) before anything changes.
             batches = producer_batches(new) if magic >= 2 else None
+            if fast is None and magic >= 2 and not coordinator and _has_control(new):
+                raise _InvalidRecord("clients are not allowed to write control records")
+            # KIP-98: only a payload touching transactions pays for their checks (the hot path
+            # of idempotent producers does not)
+            txn_batches = None
+            if batches and (coordinator or self.txns.state.ongoing or batches[0].is_transactional or (len(batches) > 1 and any(b.is_transactional for b in batches))):
+                txn_batches = batches
+            if txn_batches:
+                self.txns.check(txn_batches, self.producer_state.producers, markers=coordinator)
             updates = None
             if batches:
-                plan = self.producer_state.prepare(batches)
+                plan = self.producer_state.prepare(batches, check_sequence=not coordinator)
                 if plan.duplicate is not None:
                     d = plan.duplicate
                     return AppendInfo(d.first_offset, d.last_offset, 0, -1, magic, 0, True)
@@ -577,6 +697,8 @@ class Log:
             if active.size and active.size + n > self.config.segment_bytes:
                 active = self._roll(first)
             pos = active.append(new, first, last, max_ts, magic)
+            if txn_batches:
+                self.txns.appended(txn_batches, active.base_offset)
             if updates:
                 self.producer_state.commit(updates, last + 1)
             else:
@@ -659,13 +781,17 @@ class Log:
                 if filled and filled + e.size > limit:
                     if k > run:
                         self._write_entries(active, mv, entries[run:k])
-                        ps.apply(self._producer_batches_of(mv, entries[run:k]), e.base_offset)
+                        pbs = self._producer_batches_of(mv, entries[run:k])
+                        self.txns.appended(pbs, active.base_offset)
+                        ps.apply(pbs, e.base_offset)
                     ps.advance(e.base_offset)
                     active = self._roll(e.base_offset)
                     run, filled = k, 0
                 filled += e.size
             self._write_entries(active, mv, entries[run:])
-            ps.apply(self._producer_batches_of(mv, entries[run:]), entries[-1].last_offset + 1)
+            pbs = self._producer_batches_of(mv, entries[run:])
+            self.txns.appended(pbs, active.base_offset)
+            ps.apply(pbs, entries[-1].last_offset + 1)
             count = sum(e.count for e in entries)
             self._unflushed_messages += count
             fm = self.config.flush_interval_messages
@@ -756,6 +882,7 @@ class Log:
         self._set_segments((self._new_segment(offset),))
         self.leader_epochs.clear()
         self.producer_state.clear(offset)
+        self.txns.clear()
         self._set_hw_locked(offset)
 
     def _roll(self, base_offset: int) -> Segment:
@@ -763,6 +890,7 @@ class Log:
         # Flushed (log and index) and its writer dropped: this is what lets start-up trust
         # every segment but the active one, and keeps one writer open per partition.
         old.seal()
+        self.txns.flush()
         # The producer state of everything below the new segment survives what it survives
         # (a partition that never saw an idempotent producer writes no snapshot).
         self.producer_state.advance(base_offset)
@@ -831,91 +959,52 @@ class Log:
             self._set_segments(segs[drop:])
             self.leader_epochs.truncate_from_start(self.log_start_offset)
             self.producer_state.truncate_head(self.log_start_offset)
+            self.txns.segments_changed(self._bases, self.log_start_offset, self.log_end_offset)
         for s in gone:
             s.delete()
             log.info("%s: retention deleted segment %d", self.directory, s.base_offset)
         return drop
 
     def compact(self) -> int:
-        """Keep only the newest record per key in the non-active segments below the high
-        watermark (``compact`` logs, i.e. ``__consumer_offsets``). Returns how many records
-        were dropped.
+        """Clean the whole cleanable range now, as one pass of the log cleaner from the log
+        start (tools, tests; the broker's ``LogCleaner`` threads clean ``compact`` logs on their
+        own). Returns how many records were dropped; 0 for a log that is not ``compact``.
 
-        Only records below the high watermark count as "newer": an uncommitted record may still
-        be truncated away, and must not cost the committed one it would supersede.
-
-        Each rewritten segment is written to ``<name>.log.cleaned``, fsynced, and renamed over
-        the old file (atomic), then the index is rebuilt; offsets are kept (a kept record becomes
-        a one-record batch at its own offset, so gaps are fine). Slices already cut from the old
-        segment keep reading the old file through their handles; a reader of the old segment
-        without one retries on the new segments (the old one is retired). A ``.cleaned`` file found at
-        start-up is an unfinished rewrite and is deleted.
+        Raises:
+            StorageError: I/O failure (see ``cleaner.clean_log``).
         """
         if not self.config.compact:
             return 0
+        result = cleaner.clean_log(self, self.log_start_offset)
+        return 0 if result is None else result.dropped
+
+    def replace_segments(self, old: tuple[Segment, ...], commit: Callable[[], None], entries: list[Any]) -> bool:
+        """The cleaner's swap (see ``cleaner``): under the lock, if ``old`` are still consecutive
+        segments of this log, none the active one, all below the high watermark, run ``commit``
+        (the file renames that put the cleaned file in their place) and publish the new segment,
+        its index built from ``entries`` (the cleaned file's, positions from 0). False when the
+        log changed meanwhile (truncation, retention, deletion): nothing was done.
+
+        Raises:
+            OSError: from ``commit`` (start-up completes a committed swap).
+        """
         with self._lock:
             segs = self._segments
-            hw = self._hw
-            cleanable = 0
-            while cleanable < len(segs) - 1 and segs[cleanable + 1].base_offset <= hw:
-                cleanable += 1
-            if not cleanable:
-                return 0
-            latest: dict[bytes, int] = {}
-            for seg in segs:
-                if seg.base_offset >= hw:
-                    break
-                for r in records.decode_records(seg.store.read(0, seg.size)):
-                    if r.key is not None and r.offset < hw:
-                        latest[r.key] = r.offset
-            dropped = 0
-            out: list[Segment] = []
-            for seg in segs[:cleanable]:
-                recs = records.decode_records(seg.store.read(0, seg.size))
-                keep = [r for r in recs if r.key is None or latest.get(r.key) == r.offset]
-                if len(keep) == len(recs):
-                    out.append(seg)
-                    continue
-                dropped += len(recs) - len(keep)
-                out.append(self._rewrite(seg, keep))
-            self._set_segments((*out, *segs[cleanable:]))
-            # Rewritten segments are new objects: the high watermark's mark must not name a
-            # replaced one.
+            i = next((k for k, s in enumerate(segs) if s is old[0]), -1)
+            n = len(old)
+            if self._deleted or i < 0 or i + n >= len(segs) or any(a is not b for a, b in zip(segs[i : i + n], old, strict=True)):
+                return False
+            if old[-1].next_offset > self._hw:
+                return False
+            commit()
+            new = Segment(self.directory, old[0].base_offset, self.config.index_interval_bytes, self._cache)
+            new.recover(entries, new.size)
+            new.next_offset = old[-1].next_offset
+            new.seal()
+            self._set_segments((*segs[:i], new, *segs[i + n :]))
+            # The high watermark's mark must not name a replaced segment.
             self._set_hw_locked(self._hw)
-        if dropped:
-            log.info("%s: compaction dropped %d superseded records", self.directory, dropped)
-        return dropped
-
-    def _rewrite(self, seg: Segment, keep: list) -> Segment:
-        tmp = seg.log_path + _CLEANED_SUFFIX
-        parts = [
-            records.encode_records(2, records.NONE, [(r.key, r.value, r.timestamp)], base_offset=r.offset, timestamp_ms=r.timestamp)
-            for r in keep
-        ]
-        try:
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-            try:
-                os.write(fd, b"".join(parts))
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-        except OSError as e:
-            raise StorageError(f"compaction of {seg.log_path} failed: {e}") from e
-        # Retired before the rename: a reader of the old segment whose handle was evicted must
-        # not reopen the name and read the new file at the old positions.
-        seg.store.retire()
-        try:
-            os.replace(tmp, seg.log_path)
-        except OSError as e:
-            seg.store.retired = False  # the old file is still there, under its name
-            raise StorageError(f"compaction of {seg.log_path} failed: {e}") from e
-        next_offset = seg.next_offset
-        new = Segment(self.directory, seg.base_offset, self.config.index_interval_bytes, self._cache)
-        self._recover(new)
-        new.next_offset = next_offset
-        # The rebuilt index is in memory until flushed; a non-active segment is flushed now.
-        new.seal()
-        return new
+        return True
 
     # -- reads -----------------------------------------------------------------------------
     def _check_offset(self, offset: int, segs: tuple[Segment, ...]) -> None:
@@ -946,7 +1035,7 @@ class Log:
             StorageError: I/O failure, or the log was deleted.
         """
         while True:
-            segs, bases = self._segments, self._bases
+            segs, bases = self._view
             try:
                 return self._read(segs, bases, offset, max_bytes, min_one_entry, max_offset)
             except SegmentGoneError:
@@ -1058,6 +1147,12 @@ class Log:
                     log.warning("%s", e)
                     ok = False
                 s.close()
+            if not self._deleted:
+                try:
+                    self.txns.flush()
+                except StorageError as e:
+                    log.warning("%s", e)
+                    ok = False
             if ok and not self._deleted:
                 try:
                     self.producer_state.take_snapshot()

@@ -211,16 +211,11 @@ class LogManager:
             except StorageError as e:
                 log.error("flush: %s", e)
 
-    def run_compaction(self) -> int:
-        """Compact every log configured with ``compact`` (the offsets topic)."""
-        n = 0
-        for _, lg in self.all_logs():
-            if lg.config.compact:
-                try:
-                    n += lg.compact()
-                except StorageError as e:
-                    log.error("compaction: %s", e)
-        return n
+    def reconfigure(self) -> None:
+        """Ask ``config_for`` again for every log (topic overrides became readable, or changed):
+        each log takes its new LogConfig (the cleaner and retention read it on each pass)."""
+        for (topic, _), lg in self.all_logs():
+            lg.config = self._config(topic)
 
     def close(self) -> None:
         """Checkpoint the high watermarks (a clean shutdown keeps them), close every log, and

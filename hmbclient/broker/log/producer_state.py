@@ -47,10 +47,18 @@ Durability (invariant: the state describes exactly the batches below ``end_offse
   snapshots below it; ``remove_expired`` drops producers silent for
   ``producer.id.expiration.ms`` (Kafka's name and default, 24 hours).
 
-Snapshot file layout (big-endian; not Kafka's, which keeps one batch per producer)::
+Transactions (KIP-98): each entry also keeps the first offset of its producer's open
+transaction here (set by its first transactional batch, cleared by a marker) and the
+coordinator epoch of its last marker, so a rebuild knows the open transactions (the log's last
+stable offset); ``apply`` reports each transaction a replayed marker closes, from which the log
+rebuilds its aborted-transaction index. A producer with a transaction open never expires.
 
-    version:int16(1) crc:uint32(crc32c of what follows) count:int32
-    count x [producer_id:int64 epoch:int16 last_timestamp:int64 batches:int8
+Snapshot file layout (big-endian; not Kafka's, which keeps one batch per producer; version 1,
+without txn_first_offset and coordinator_epoch, is still read)::
+
+    version:int16(2) crc:uint32(crc32c of what follows) count:int32
+    count x [producer_id:int64 epoch:int16 last_timestamp:int64 txn_first_offset:int64
+             coordinator_epoch:int32 batches:int8
              batches x [first_seq:int32 last_seq:int32 first_offset:int64 last_offset:int64 max_timestamp:int64]]
 """
 
@@ -67,7 +75,8 @@ from typing import NamedTuple
 from crc32c import crc32c
 
 from hmbclient.broker.log.checkpoint import TMP_SUFFIX, fsync_dir
-from hmbclient.errors import ErrorCode, StorageError, for_code
+from hmbclient.errors import CorruptRecordError, ErrorCode, StorageError, for_code
+from hmbclient.protocol.records.control import control_record, decode_end_txn_marker
 
 __all__ = [
     "BATCHES_TO_RETAIN",
@@ -93,7 +102,7 @@ DEFAULT_PRODUCER_ID_EXPIRATION_MS = 86_400_000
 SNAPSHOT_SUFFIX = ".snapshot"
 SNAPSHOT_FILE = re.compile(r"^(\d{20})\.snapshot$")
 _INT32_MAX = 2**31 - 1
-_SNAPSHOT_VERSION = 1
+_SNAPSHOT_VERSION = 2  # 1: without txn_first_offset / coordinator_epoch (still read)
 
 # RecordBatch v2 header up to the record count (see protocol.records.v2): baseOffset, batchLength,
 # partitionLeaderEpoch, magic, crc, attributes, lastOffsetDelta, firstTimestamp, maxTimestamp,
@@ -105,7 +114,8 @@ _i32 = struct.Struct(">i")
 _i64 = struct.Struct(">q")
 
 _snap_head = struct.Struct(">hIi")
-_snap_entry = struct.Struct(">qhqb")
+_snap_entry_v1 = struct.Struct(">qhqb")
+_snap_entry = struct.Struct(">qhqqib")
 _snap_batch = struct.Struct(">iiqqq")
 
 
@@ -129,6 +139,9 @@ class BatchHeader(NamedTuple):
     is_transactional: bool = False
     #: a commit/abort marker (KIP-98): no sequence, only its epoch counts
     is_control: bool = False
+    #: a marker's type (0 ABORT, 1 COMMIT) and coordinator epoch; -1 for data batches
+    control_type: int = -1
+    coordinator_epoch: int = -1
 
 
 class BatchMetadata(NamedTuple):
@@ -146,6 +159,10 @@ class ProducerStateEntry(NamedTuple):
     epoch: int
     batches: tuple[BatchMetadata, ...]
     last_timestamp: int
+    #: first offset of the producer's open transaction here (KIP-98), -1 when none is open
+    txn_first_offset: int = -1
+    #: coordinator epoch of the producer's last marker here, -1 before any
+    coordinator_epoch: int = -1
 
     @property
     def last_seq(self) -> int:
@@ -228,21 +245,36 @@ def check_batch(entry: ProducerStateEntry | None, batch: BatchHeader) -> Decisio
     )
 
 
+def _check_epoch(entry: ProducerStateEntry | None, batch: BatchHeader) -> Decision:
+    if entry is not None and batch.producer_epoch < entry.epoch:
+        return Decision(
+            Verdict.REFUSE, ErrorCode.INVALID_PRODUCER_EPOCH, f"producer {batch.producer_id}: epoch {batch.producer_epoch} is older than the current epoch {entry.epoch}"
+        )
+    return _APPEND
+
+
 def apply_batch(entry: ProducerStateEntry | None, batch: BatchHeader) -> ProducerStateEntry:
     """The entry after ``batch`` was written (no check: leaders check first, replicas trust)."""
     if batch.is_control:
-        # A marker adds no sequence; one of a newer epoch (a fenced producer's abort) starts
-        # the new epoch with no batches, so its producer's first batch is sequence 0.
+        # A marker adds no sequence and closes the open transaction; one of a newer epoch (a
+        # fenced producer's abort) starts the new epoch with no batches, so its producer's
+        # first batch is sequence 0.
         if entry is not None and entry.epoch == batch.producer_epoch:
-            return ProducerStateEntry(entry.producer_id, entry.epoch, entry.batches, max(entry.last_timestamp, batch.max_timestamp))
-        return ProducerStateEntry(batch.producer_id, batch.producer_epoch, (), batch.max_timestamp)
-    pid, epoch, first_seq, last_seq, first_offset, last_offset, max_ts, _, _ = batch
+            return ProducerStateEntry(entry.producer_id, entry.epoch, entry.batches, max(entry.last_timestamp, batch.max_timestamp), -1, batch.coordinator_epoch)
+        return ProducerStateEntry(batch.producer_id, batch.producer_epoch, (), batch.max_timestamp, -1, batch.coordinator_epoch)
+    pid, epoch, first_seq, last_seq, first_offset, last_offset, max_ts, txn, _, _, _ = batch
     meta = BatchMetadata(first_seq, last_seq, first_offset, last_offset, max_ts)
-    if entry is None or entry.epoch != epoch:
-        return ProducerStateEntry(pid, epoch, (meta,), max_ts if entry is None else max(entry.last_timestamp, max_ts))
+    if entry is None:
+        return ProducerStateEntry(pid, epoch, (meta,), max_ts, first_offset if txn else -1)
+    # KIP-98: the first transactional batch opens the producer's transaction here
+    open_at = entry.txn_first_offset
+    if txn and open_at < 0:
+        open_at = first_offset
+    if entry.epoch != epoch:
+        return ProducerStateEntry(pid, epoch, (meta,), max(entry.last_timestamp, max_ts), open_at, entry.coordinator_epoch)
     kept = entry.batches
     batches = (*kept[1:], meta) if len(kept) >= BATCHES_TO_RETAIN else (*kept, meta)
-    return ProducerStateEntry(pid, epoch, batches, max(entry.last_timestamp, max_ts))
+    return ProducerStateEntry(pid, epoch, batches, max(entry.last_timestamp, max_ts), open_at, entry.coordinator_epoch)
 
 
 def producer_batches(buf: bytes | bytearray | memoryview, limit: int | None = None) -> list[BatchHeader]:
@@ -257,9 +289,29 @@ def producer_batches(buf: bytes | bytearray | memoryview, limit: int | None = No
         base, length, _epoch, magic, _crc, attrs, delta, _first_ts, max_ts, pid, epoch, seq = unpack(buf, pos)
         if magic >= 2 and pid >= 0:
             s = seq + delta
-            out.append(BatchHeader(pid, epoch, seq, s - _INT32_MAX - 1 if s > _INT32_MAX else s, base, base + delta, max_ts, bool(attrs & 0x10), bool(attrs & 0x20)))
+            last = s - _INT32_MAX - 1 if s > _INT32_MAX else s
+            if attrs & 0x20:  # a marker (KIP-98): its type and coordinator epoch too
+                out.append(BatchHeader(pid, epoch, seq, last, base, base + delta, max_ts, bool(attrs & 0x10), True, *_marker_of(buf, pos)))
+            else:
+                out.append(BatchHeader(pid, epoch, seq, last, base, base + delta, max_ts, bool(attrs & 0x10)))
         pos += 12 + length
     return out
+
+
+def _marker_of(buf: bytes | bytearray | memoryview, pos: int) -> tuple[int, int]:
+    """(type, coordinator epoch) of the control batch at ``pos``; (-1, -1) for a control record
+    that is not a commit/abort marker (or is malformed: the CRC checks already passed)."""
+    try:
+        key, value = control_record(buf, pos)
+        m = decode_end_txn_marker(key, value)
+    except CorruptRecordError:
+        return -1, -1
+    return int(m.control_type), m.coordinator_epoch
+
+
+#: ``(producer_id, first_offset, marker_offset, aborted)`` of a transaction a replayed marker
+#: closed (the log rebuilds its aborted-transaction index from these).
+CompletedCallback = Callable[[int, int, int, bool], None]
 
 
 class _Plan(NamedTuple):
@@ -288,8 +340,11 @@ class ProducerStateManager:
         self._has_snapshots = bool(self.snapshot_offsets())
 
     # -- leader appends ------------------------------------------------------------------------
-    def prepare(self, batches: list[BatchHeader]) -> _Plan:
+    def prepare(self, batches: list[BatchHeader], check_sequence: bool = True) -> _Plan:
         """Check a payload's idempotent batches in order.
+
+        ``check_sequence`` False is a coordinator's append (TxnOffsetCommit, markers): only
+        an epoch older than the producer's is refused (Kafka checks sequences of clients only).
 
         Returns:
             ``(duplicate, updates)``: the duplicate's metadata (append nothing; answer its
@@ -298,7 +353,7 @@ class ProducerStateManager:
             BrokerError: INVALID_PRODUCER_EPOCH, UNKNOWN_PRODUCER_ID or
                 OUT_OF_ORDER_SEQUENCE_NUMBER (nothing may be written).
         """
-        if len(batches) == 1:  # what producers send: one batch per partition per request
+        if len(batches) == 1 and check_sequence:  # what producers send: one batch per partition per request
             b = batches[0]
             current = self.producers.get(b.producer_id)
             if check_batch(current, b) is _APPEND:
@@ -306,7 +361,7 @@ class ProducerStateManager:
         updates: dict[int, ProducerStateEntry] = {}
         for b in batches:
             current = updates.get(b.producer_id) or self.producers.get(b.producer_id)
-            d = check_batch(current, b)
+            d = check_batch(current, b) if check_sequence else _check_epoch(current, b)
             if d.verdict is Verdict.DUPLICATE:
                 return _Plan(d.duplicate, {})
             if d.verdict is Verdict.REFUSE:
@@ -319,11 +374,18 @@ class ProducerStateManager:
         self.end_offset = end_offset
 
     # -- replicas and rebuilds -----------------------------------------------------------------
-    def apply(self, batches: Iterable[BatchHeader], end_offset: int) -> None:
+    def apply(self, batches: Iterable[BatchHeader], end_offset: int, on_completed: CompletedCallback | None = None) -> None:
         producers = self.producers
         for b in batches:
-            producers[b.producer_id] = apply_batch(producers.get(b.producer_id), b)
+            prev = producers.get(b.producer_id)
+            if on_completed is not None and b.is_control and prev is not None and prev.txn_first_offset >= 0 and b.control_type >= 0:
+                on_completed(b.producer_id, prev.txn_first_offset, b.first_offset, b.control_type == 0)
+            producers[b.producer_id] = apply_batch(prev, b)
         self.end_offset = end_offset
+
+    def open_transactions(self) -> dict[int, int]:
+        """producer id -> first offset of its open transaction (KIP-98)."""
+        return {pid: e.txn_first_offset for pid, e in self.producers.items() if e.txn_first_offset >= 0}
 
     def advance(self, end_offset: int) -> None:
         """Batches without producer state were appended up to ``end_offset``."""
@@ -331,7 +393,8 @@ class ProducerStateManager:
 
     # -- housekeeping --------------------------------------------------------------------------
     def remove_expired(self, now_ms: int) -> int:
-        gone = [pid for pid, e in self.producers.items() if now_ms - e.last_timestamp >= self.expiration_ms]
+        # a producer with a transaction open is kept until its marker (as Kafka)
+        gone = [pid for pid, e in self.producers.items() if now_ms - e.last_timestamp >= self.expiration_ms and e.txn_first_offset < 0]
         for pid in gone:
             del self.producers[pid]
         return len(gone)
@@ -383,7 +446,7 @@ class ProducerStateManager:
         self._has_snapshots = True
         body: list[bytes] = [_i32.pack(len(self.producers))]
         for e in self.producers.values():
-            body.append(_snap_entry.pack(e.producer_id, e.epoch, e.last_timestamp, len(e.batches)))
+            body.append(_snap_entry.pack(e.producer_id, e.epoch, e.last_timestamp, e.txn_first_offset, e.coordinator_epoch, len(e.batches)))
             body.extend(_snap_batch.pack(*b) for b in e.batches)
         data = b"".join(body)
         blob = _i16.pack(_SNAPSHOT_VERSION) + struct.pack(">I", crc32c(data)) + data
@@ -408,25 +471,32 @@ class ProducerStateManager:
             raise StorageError(f"cannot read {path}: {e}") from e
         try:
             version, crc, count = _snap_head.unpack_from(blob, 0)
-            if version != _SNAPSHOT_VERSION or crc32c(blob[6:]) != crc:
+            if version not in (1, _SNAPSHOT_VERSION) or crc32c(blob[6:]) != crc:
                 return None
             pos = _snap_head.size
             out: dict[int, ProducerStateEntry] = {}
             for _ in range(count):
-                pid, epoch, last_ts, nb = _snap_entry.unpack_from(blob, pos)
-                pos += _snap_entry.size
+                if version == 1:
+                    pid, epoch, last_ts, nb = _snap_entry_v1.unpack_from(blob, pos)
+                    tfo, cepoch = -1, -1
+                    pos += _snap_entry_v1.size
+                else:
+                    pid, epoch, last_ts, tfo, cepoch, nb = _snap_entry.unpack_from(blob, pos)
+                    pos += _snap_entry.size
                 batches = []
                 for _ in range(nb):
                     batches.append(BatchMetadata(*_snap_batch.unpack_from(blob, pos)))
                     pos += _snap_batch.size
-                out[pid] = ProducerStateEntry(pid, epoch, tuple(batches), last_ts)
+                out[pid] = ProducerStateEntry(pid, epoch, tuple(batches), last_ts, tfo, cepoch)
             if pos != len(blob):
                 return None
             return out
         except struct.error:
             return None
 
-    def load(self, log_start_offset: int, log_end_offset: int, fallback_start: int, read_from: LogReader) -> None:
+    def load(
+        self, log_start_offset: int, log_end_offset: int, fallback_start: int, read_from: LogReader, on_completed: CompletedCallback | None = None
+    ) -> int:
         """Rebuild the state of ``[.., log_end_offset)``: the newest sound snapshot at or below
         the end (snapshots past it are deleted), then the batches after it read from the log.
 
@@ -436,6 +506,9 @@ class ProducerStateManager:
             fallback_start: where to start reading when there is no sound snapshot.
             read_from: ``read_from(offset)`` yields the log's bytes from the entry holding
                 ``offset`` to the end, in chunks of whole entries.
+            on_completed: told of every transaction a replayed marker closes.
+        Returns:
+            The offset the replay started at (the snapshot's, or ``fallback_start``).
         """
         self.producers = {}
         start = fallback_start
@@ -454,9 +527,10 @@ class ProducerStateManager:
         self.end_offset = start
         if start < log_end_offset:
             for chunk in read_from(max(start, log_start_offset)):
-                self.apply((b for b in producer_batches(chunk) if b.first_offset >= start), log_end_offset)
+                self.apply((b for b in producer_batches(chunk) if b.first_offset >= start), log_end_offset, on_completed)
         self.end_offset = log_end_offset
         self.truncate_head(log_start_offset)
+        return start
 
     def __repr__(self) -> str:
         return f"ProducerStateManager({self.directory!r}, producers={len(self.producers)}, end={self.end_offset})"

@@ -198,11 +198,13 @@ class Segment:
 
     # -- writes ----------------------------------------------------------------------------
     def append(self, data: bytes | bytearray | memoryview, first_offset: int, last_offset: int, max_timestamp: int, magic: int) -> int:
-        """Append whole entries holding ``first_offset..last_offset``; returns their position."""
-        if self._bytes_since_index >= self.index_interval_bytes:
-            self.index.append(first_offset, self.store.size)
-            self._bytes_since_index = 0
+        """Append whole entries holding ``first_offset..last_offset``; returns their position.
+        The index entry is added once the bytes are written: a write that fails (a full disk)
+        leaves no index entry pointing past the log."""
         pos = self.store.append(data)
+        if self._bytes_since_index >= self.index_interval_bytes:
+            self.index.append(first_offset, pos)
+            self._bytes_since_index = 0
         self._bytes_since_index += len(data)
         self.next_offset = last_offset + 1
         if self._max_magic is not None and magic > self._max_magic:
@@ -247,10 +249,10 @@ class Segment:
         ``offset`` goes whole) and one past the last offset kept before it. ``(size,
         next_offset)`` if nothing here is at or after ``offset``."""
         size = self.store.size
-        index_offset, start = self.index.lookup(offset)
+        fh = self.store.handle()
+        index_offset, start = self._lookup(fh, offset)
         cut = -1
         prev_last: int | None = None
-        fh = self.store.handle()
         for h in walk_headers(fh, start, size):
             if h.last_offset >= offset:
                 cut = h.position
@@ -359,10 +361,28 @@ class Segment:
         self.store.seal()
 
     # -- reads -----------------------------------------------------------------------------
+    def _lookup(self, fh: Store | FileHandle, offset: int) -> tuple[int, int]:
+        """``index.lookup`` checked against the log: the entry at the position found must
+        start at or before the indexed offset (an appended entry is indexed under its first
+        offset, a rebuilt one under its last), within this segment, with a size that fits.
+        Case: it does not (a damaged index whose entries still increase, which the load-time
+        check cannot see): the index is rebuilt from the log, with a warning, and asked again."""
+        indexed, pos = self.index.lookup(offset)
+        if pos == 0:
+            return indexed, pos
+        head = fh.read(pos, 12)
+        if len(head) == 12:
+            entry_offset, size = _off_size.unpack(head)
+            if self.base_offset <= entry_offset <= indexed and _MIN_ENTRY <= 12 + size <= self.store.size - pos:
+                return indexed, pos
+        self.index.rebuild_in_memory(f"entry ({indexed}, {pos}) does not point at an entry starting there")
+        return self.index.lookup(offset)
+
     def locate(self, offset: int, end: int) -> EntryHeader | None:
         """Header of the first entry in ``[0, end)`` whose last offset is >= ``offset``."""
-        _, pos = self.index.lookup(offset)
-        for h in walk_headers(self.store.handle(), pos, end):
+        fh = self.store.handle()
+        _, pos = self._lookup(fh, offset)
+        for h in walk_headers(fh, pos, end):
             if h.last_offset >= offset:
                 return h
         return None
@@ -377,7 +397,7 @@ class Segment:
         # One handle for the walk and the slice: the bytes sent are the bytes located, whatever
         # the cache evicts meanwhile.
         fh = self.store.handle()
-        _, pos = self.index.lookup(offset)
+        _, pos = self._lookup(fh, offset)
         for h in walk_headers(fh, pos, end):
             if h.last_offset >= offset:
                 break

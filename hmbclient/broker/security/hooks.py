@@ -35,7 +35,10 @@ __all__ = ["allowed", "refusal", "refuse_request", "INTERNAL"]
 
 INTERNAL = object()
 
-_CLUSTER_ACTION_APIS = {ApiKey.LEADER_AND_ISR, ApiKey.UPDATE_METADATA, ApiKey.STOP_REPLICA, ApiKey.CONTROLLED_SHUTDOWN}
+_CLUSTER_ACTION_APIS = {ApiKey.LEADER_AND_ISR, ApiKey.UPDATE_METADATA, ApiKey.STOP_REPLICA, ApiKey.CONTROLLED_SHUTDOWN, ApiKey.WRITE_TXN_MARKERS}
+# Write on the request's TransactionalId (Kafka); AddOffsetsToTxn and TxnOffsetCommit also
+# need Read on the group (and TxnOffsetCommit Read on each topic), checked after it.
+_TXN_ID_APIS = {ApiKey.ADD_PARTITIONS_TO_TXN, ApiKey.ADD_OFFSETS_TO_TXN, ApiKey.END_TXN, ApiKey.TXN_OFFSET_COMMIT}
 _GROUP_OPERATION = {ApiKey.FIND_COORDINATOR: "Describe", ApiKey.OFFSET_FETCH: "Describe", ApiKey.OFFSET_DELETE: "Delete"}
 
 
@@ -73,6 +76,16 @@ def refusal(req: Any, code: int) -> Any:
     if "topics" in resp_cls._fields and getattr(req, "topics", None):
         fields["topics"] = _topics_with(resp_cls, req.topics, code)
     return resp_cls.build(**fields)
+
+
+def _txn_refusal(key: int, req: Any, code: int) -> Any:
+    """The refusal of a transaction API: per partition where its answer has partitions."""
+    resp_cls = type(req).RESPONSE_TYPE
+    if key == ApiKey.ADD_PARTITIONS_TO_TXN:
+        return resp_cls.build(throttle_time_ms=0, results=[(t.topic, [(p, code) for p in t.partitions]) for t in req.topics])
+    if key == ApiKey.WRITE_TXN_MARKERS:
+        return resp_cls.build(markers=[(m.producer_id, [(t.topic, [(p, code) for p in t.partitions]) for t in m.topics]) for m in req.markers])
+    return refusal(req, code)
 
 
 def _group_id(req: Any) -> str | None:
@@ -170,9 +183,15 @@ def refuse_request(authorizer: Authorizer | None, header: Any, req: Any, channel
     key = header.api_key
     if key in _CLUSTER_ACTION_APIS:
         if not allowed(authorizer, channel, "ClusterAction", "Cluster"):
-            channel.send(refusal(req, ErrorCode.CLUSTER_AUTHORIZATION_FAILED))
+            channel.send(_txn_refusal(key, req, ErrorCode.CLUSTER_AUTHORIZATION_FAILED))
             return True
         return False
+    if key in _TXN_ID_APIS:
+        if not allowed(authorizer, channel, "Write", "TransactionalId", req.transactional_id):
+            channel.send(_txn_refusal(key, req, ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED))
+            return True
+        if key in (ApiKey.ADD_PARTITIONS_TO_TXN, ApiKey.END_TXN):
+            return False  # AddPartitionsToTxn's Topic Write is checked per partition by its handler
     if key == ApiKey.INIT_PRODUCER_ID:
         if req.transactional_id is not None:
             if allowed(authorizer, channel, "Write", "TransactionalId", req.transactional_id):
@@ -201,7 +220,7 @@ def refuse_request(authorizer: Authorizer | None, header: Any, req: Any, channel
         return True
     if key == ApiKey.OFFSET_FETCH:
         return _split_offset_fetch(authorizer, header, req, channel, handler)
-    if key == ApiKey.OFFSET_COMMIT and req.topics:
+    if key in (ApiKey.OFFSET_COMMIT, ApiKey.TXN_OFFSET_COMMIT) and req.topics:
         ok = [t for t in req.topics if allowed(authorizer, channel, "Read", "Topic", t.topic)]
         if len(ok) == len(req.topics):
             return False

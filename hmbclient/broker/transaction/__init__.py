@@ -2,8 +2,10 @@
 records of ``__transaction_state`` (:mod:`.log`), and a partition log's side — open
 transactions, the last stable offset, aborted transactions and the ``.txnindex``
 (:mod:`.partition`), and transactional offset commits on the group side (:mod:`.offsets`).
-The I/O shells (serving the APIs, the replicated topic, sending markers to
-partition leaders, the log keeping its index) are built on these."""
+The I/O shells are built on these: :mod:`.coordinator` (the APIs, the replicated topic, the
+timeout chore), :mod:`.markers` (WriteTxnMarkers on this broker's leaders, and the thread
+sending markers to every leader), ``broker/log/txn_state.py`` (a log's state and ``.txnindex``)
+and the offset manager's TxnOffsetCommit."""
 
 from .log import (
     TRANSACTION_STATE_TOPIC,

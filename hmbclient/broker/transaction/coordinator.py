@@ -7,13 +7,30 @@ of an id is its state, a tombstone deletes it), on losing it it forgets them. Ea
 metadata replaces the cached one under one lock; its effects run after the lock is released,
 in order: a :class:`~.state.WriteTxnLog` is appended to the id's partition with acks=all and
 reported back through :func:`~.state.log_written`; a :class:`~.state.Reply` answers the waiting
-request. Serves so far: FindCoordinator with key_type 1 (through the offset manager, which
-answers FindCoordinator) and InitProducerId with a transactional id (a null id goes to the
-idempotent path, :class:`~hmbclient.broker.producer_ids.ProducerIdManager`).
+request; a :class:`~.state.SendMarkers` goes to the :class:`~.markers.MarkerSender` thread,
+which reports written partitions back through :func:`~.state.markers_written` (Complete* is
+written once all are).
 
-Not yet: AddPartitionsToTxn, AddOffsetsToTxn, EndTxn, TxnOffsetCommit (their decisions exist;
-ending a transaction needs the partition leaders to accept markers), the timeout and expiry
-chores, DescribeTransactions/ListTransactions (flexible-only requests).
+Serves FindCoordinator with key_type 1 (through the offset manager, which answers
+FindCoordinator), InitProducerId with a transactional id (a null id goes to the idempotent
+path, :class:`~hmbclient.broker.producer_ids.ProducerIdManager`), AddPartitionsToTxn,
+AddOffsetsToTxn (the group's ``__consumer_offsets`` partition joins the transaction), EndTxn,
+and WriteTxnMarkers (through its :class:`~.markers.MarkerWriter`). A chore thread runs every
+``transaction.abort.timed.out.transaction.cleanup.interval.ms``: it aborts transactions older
+than their timeout (the producer's epoch is bumped, so it is fenced) and writes the tombstone
+of ids idle for ``transactional.id.expiration.ms``.
+
+Request checks before the decisions (Kafka's order): the coordinator status (NOT_COORDINATOR,
+COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE); AddPartitionsToTxn answers
+UNKNOWN_TOPIC_OR_PARTITION for a partition that does not exist and OPERATION_NOT_ATTEMPTED for
+the others of that request. PRODUCER_FENCED becomes INVALID_PRODUCER_EPOCH for old request
+versions (:func:`~.state.error_for_version`).
+
+DescribeTransactions answers, per id, TRANSACTIONAL_ID_AUTHORIZATION_FAILED without Describe
+on it, the coordinator status when this broker does not coordinate it (NOT_COORDINATOR, ...),
+else :func:`~.state.describe`. ListTransactions lists the ids this broker coordinates
+(:func:`~.state.list_transactions`), leaving out those the session may not Describe;
+COORDINATOR_LOAD_IN_PROGRESS while a partition loads (Kafka's answers).
 """
 
 from __future__ import annotations
@@ -25,6 +42,7 @@ from collections.abc import Callable
 from typing import Any
 
 from hmbclient.broker.controller.decisions import offsets_topic_replication_factor
+from hmbclient.broker.metadata import OFFSETS_TOPIC
 from hmbclient.errors import ErrorCode, HmbError
 from hmbclient.protocol import records
 
@@ -38,19 +56,31 @@ from .log import (
     partition_for,
     value_of,
 )
+from .markers import MarkerSender, MarkerWriter
 from .state import (
     Decision,
     Forget,
     Reply,
     SendMarkers,
     TxnConfig,
+    TxnDescription,
     TxnMetadata,
+    TxnState,
     WriteTxnLog,
+    abort_timed_out,
+    add_partitions,
+    describe,
+    end_txn,
     error_for_version,
+    expire,
+    expired,
     init_producer_id,
+    list_transactions,
     log_written,
+    markers_written,
     needs_new_producer_id,
     on_load,
+    timed_out,
 )
 
 __all__ = ["TransactionCoordinator", "WRITE_TIMEOUT_MS"]
@@ -96,6 +126,7 @@ class TransactionCoordinator:
         replication_factor: int,
         config: TxnConfig,
         clock: Callable[[], float] = time.time,
+        abort_interval_ms: int = 10_000,
     ) -> None:
         self.broker_id = broker_id
         self.metadata = metadata
@@ -111,6 +142,17 @@ class TransactionCoordinator:
         self._loaded: dict[int, int] = {}  # partition -> coordinator epoch
         self._loading: set[int] = set()
         self._running = False
+        self.abort_interval_ms = abort_interval_ms
+        #: writes markers on this broker's partitions (WriteTxnMarkers; set by the broker)
+        self.marker_writer: MarkerWriter | None = None
+        #: a BrokerChannel to another broker (set by the broker; None: markers stay local)
+        self.channel_for: Callable[[int], Any] = lambda _broker_id: None
+        #: the ``__consumer_offsets`` partition of a group (AddOffsetsToTxn; set by the broker)
+        self.group_partition_for: Callable[[str], int] | None = None
+        self._sender: MarkerSender | None = None
+        #: ``allowed(channel, operation, resource type, name)``: the broker's ACL check
+        self.allowed: Callable[[Any, str, str, str], bool] = lambda *_a: True
+        self._chore_wake = threading.Event()
 
     def _now_ms(self) -> int:
         return int(self._clock() * 1000)
@@ -118,10 +160,46 @@ class TransactionCoordinator:
     # -- lifecycle -------------------------------------------------------------------------------
     def start(self) -> None:
         self._running = True
+        if self.marker_writer is None:
+            self.marker_writer = MarkerWriter(self.rm)
+        self._sender = MarkerSender(self.broker_id, self.metadata, self.marker_writer, self.channel_for, self._markers_done)
+        self._sender.start(f"broker-{self.broker_id}-txn-markers")
+        threading.Thread(target=self._chores, name=f"broker-{self.broker_id}-txn-chores", daemon=True).start()
         self.rm.add_leadership_listener(self._on_leadership)
 
     def shutdown(self) -> None:
         self._running = False
+        self._chore_wake.set()
+        if self._sender is not None:
+            self._sender.shutdown()
+
+    def _chores(self) -> None:
+        """Abort timed-out transactions and expire idle ids (see the module docstring)."""
+        while self._running:
+            self._chore_wake.wait(self.abort_interval_ms / 1000.0)
+            if not self._running:
+                return
+            try:
+                self.run_chores()
+            except Exception:
+                log.exception("transaction chores failed")
+
+    def run_chores(self) -> None:
+        now = self._now_ms()
+        decisions: list[Decision] = []
+        with self._lock:
+            for tid, txn in list(self._txns.items()):
+                if timed_out(txn, now):
+                    log.info("aborting transaction of %s: open for %d ms (timeout %d ms)", tid, now - txn.start_ms, txn.timeout_ms)
+                    d = abort_timed_out(txn, now)
+                elif expired(txn, now, self.config):
+                    d = expire(txn, now, self.config)
+                else:
+                    continue
+                self._keep(tid, d)
+                decisions.append(d)
+        for d in decisions:
+            self._effects(d)
 
     def _on_leadership(self, topic: str, partition: int, leads: bool) -> None:
         if topic == TRANSACTION_STATE_TOPIC:
@@ -237,9 +315,26 @@ class TransactionCoordinator:
                 with self._lock:
                     self._txns.pop(e.transactional_id, None)
             elif isinstance(e, SendMarkers):
-                # Ending transactions is not served yet (no EndTxn): a Prepare* can only come
-                # from a log written by a newer version; it stays until markers are supported.
-                log.warning("markers for %s not sent: transaction markers are not supported yet", e.transactional_id)
+                if self._sender is not None:
+                    self._sender.add(e)
+
+    def _markers_done(self, e: SendMarkers, partitions: set[tuple[str, int]]) -> bool:
+        """The sender's report: whether the transaction is still this coordinator's to end."""
+        p = self.partition_for(e.transactional_id)
+        with self._lock:
+            txn = self._txns.get(e.transactional_id)
+            if (
+                txn is None
+                or self._loaded.get(p) != e.coordinator_epoch
+                or txn.producer_id != e.producer_id
+                or txn.producer_epoch != e.producer_epoch
+                or txn.state not in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT)
+            ):
+                return False
+            d = markers_written(txn, partitions, self._now_ms())
+            self._keep(e.transactional_id, d)
+        self._effects(d)
+        return True
 
     def _write(self, w: WriteTxnLog) -> None:
         tid = w.transactional_id
@@ -300,3 +395,113 @@ class TransactionCoordinator:
                 if d.txn is not None:
                     self._txns[tid] = d.txn
         self._effects(d)
+
+    def _start_decision(self, tid: str, version: int, api: str, reply: Callable[[Reply], None], decide: Callable[[TxnMetadata | None], Decision]) -> None:
+        status = self._status(tid) if tid else ErrorCode.NONE
+        if status != ErrorCode.NONE:
+            reply(Reply(None, status))
+            return
+        with self._lock:
+            d = decide(self._txns.get(tid))
+            if d.txn is not None:
+                self._txns[tid] = d.txn
+        self._effects(d)
+
+    def handle_add_partitions_to_txn(self, header: Any, req: Any, channel: Any) -> None:
+        resp_cls = type(req).RESPONSE_TYPE
+        version = header.api_version
+        wanted = [(t.topic, p) for t in req.topics for p in t.partitions]
+        early: dict[tuple[str, int], int] = {}
+        for tp in wanted:
+            if not self.allowed(channel, "Write", "Topic", tp[0]):
+                early[tp] = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+            elif tp[0] == TRANSACTION_STATE_TOPIC or self.metadata.partition(*tp) is None:
+                early[tp] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+
+        def answer(code_of: Callable[[tuple[str, int]], int]) -> None:
+            by_topic: dict[str, list[tuple[int, int]]] = {}
+            for tp in wanted:
+                by_topic.setdefault(tp[0], []).append((tp[1], code_of(tp)))
+            channel.send(resp_cls.build(throttle_time_ms=0, results=list(by_topic.items())))
+
+        if early:
+            answer(lambda tp: early.get(tp, ErrorCode.OPERATION_NOT_ATTEMPTED))
+            return
+
+        def reply(r: Reply) -> None:
+            code = error_for_version(r.error, "AddPartitionsToTxn", version)
+            answer(lambda _tp: code)
+
+        tid = req.transactional_id
+        self._start_decision(
+            tid, version, "AddPartitionsToTxn", reply,
+            lambda txn: add_partitions(txn, tid, req.producer_id, req.producer_epoch, wanted, self._now_ms(), waiter=reply),
+        )
+
+    def handle_add_offsets_to_txn(self, header: Any, req: Any, channel: Any) -> None:
+        resp_cls = type(req).RESPONSE_TYPE
+        version = header.api_version
+
+        def reply(r: Reply) -> None:
+            channel.send(resp_cls.build(throttle_time_ms=0, error_code=error_for_version(r.error, "AddOffsetsToTxn", version)))
+
+        if self.group_partition_for is None or not req.group_id:
+            reply(Reply(None, ErrorCode.INVALID_REQUEST if not req.group_id else ErrorCode.UNSUPPORTED_VERSION))
+            return
+        tp = (OFFSETS_TOPIC, self.group_partition_for(req.group_id))
+        tid = req.transactional_id
+        self._start_decision(
+            tid, version, "AddOffsetsToTxn", reply,
+            lambda txn: add_partitions(txn, tid, req.producer_id, req.producer_epoch, [tp], self._now_ms(), waiter=reply),
+        )
+
+    def handle_end_txn(self, header: Any, req: Any, channel: Any) -> None:
+        resp_cls = type(req).RESPONSE_TYPE
+        version = header.api_version
+
+        def reply(r: Reply) -> None:
+            channel.send(resp_cls.build(throttle_time_ms=0, error_code=error_for_version(r.error, "EndTxn", version)))
+
+        tid = req.transactional_id
+        self._start_decision(
+            tid, version, "EndTxn", reply,
+            lambda txn: end_txn(txn, tid, req.producer_id, req.producer_epoch, bool(req.committed), self._now_ms(), waiter=reply),
+        )
+
+    def handle_write_txn_markers(self, header: Any, req: Any, channel: Any) -> None:
+        if self.marker_writer is None:
+            self.marker_writer = MarkerWriter(self.rm)
+        self.marker_writer.handle_write_txn_markers(header, req, channel)
+
+    def transactional_ids(self) -> list[TxnMetadata]:
+        """Every cached transactional id's metadata (ListTransactions, tests)."""
+        with self._lock:
+            return list(self._txns.values())
+
+    def handle_describe_transactions(self, header: Any, req: Any, channel: Any) -> None:
+        resp_cls = type(req).RESPONSE_TYPE
+        out: list[TxnDescription] = []
+        for tid in req.transactional_ids:
+            if not self.allowed(channel, "Describe", "TransactionalId", tid):
+                out.append(describe(None, tid)._replace(error_code=ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED))
+                continue
+            status = self._status(tid) if tid else ErrorCode.NONE
+            if status != ErrorCode.NONE:
+                out.append(describe(None, tid)._replace(error_code=status))
+                continue
+            with self._lock:
+                out.append(describe(self._txns.get(tid), tid))
+        channel.send(resp_cls.build(throttle_time_ms=0, transaction_states=[tuple(d) for d in out]))
+
+    def handle_list_transactions(self, header: Any, req: Any, channel: Any) -> None:
+        resp_cls = type(req).RESPONSE_TYPE
+        duration = req.duration_filter if header.api_version >= 1 else -1
+        with self._lock:
+            loading = bool(self._loading)
+            txns = list(self._txns.values())
+        if loading:
+            channel.send(resp_cls.build(throttle_time_ms=0, error_code=ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, unknown_state_filters=[], transaction_states=[]))
+            return
+        visible = [t for t in txns if self.allowed(channel, "Describe", "TransactionalId", t.transactional_id)]
+        found, unknown = list_transactions(visible, req.state_filters, req.producer_id_filters, self._now_ms(), duration)
+        channel.send(resp_cls.build(throttle_time_ms=0, error_code=ErrorCode.NONE, unknown_state_filters=unknown, transaction_states=found))

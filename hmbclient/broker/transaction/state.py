@@ -245,7 +245,7 @@ class WriteTxnLog:
 class SendMarkers:
     """Have the leaders of ``partitions`` write a commit (``committed``) or abort marker for
     (producer_id, producer_epoch) under ``coordinator_epoch``; report each partition done with
-    :func:`markers_written` (a partition whose topic is gone counts as done)."""
+    :func:`markers_written`."""
 
     transactional_id: str
     producer_id: int

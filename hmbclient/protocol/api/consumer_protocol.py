@@ -5,7 +5,9 @@ Both start with their own int16 ``version`` (not the JoinGroup/SyncGroup version
 
 * ConsumerProtocolMemberMetadata (Kafka: ConsumerProtocolSubscription), one per member and
   assignor in JoinGroup: v0 topics [string], user_data (nullable bytes, the assignor's own);
-  v1 + owned_partitions [topic, partitions [int32]] (cooperative rebalancing, KIP-429).
+  v1 + owned_partitions [topic, partitions [int32]] (cooperative rebalancing, KIP-429); v2 +
+  generation_id int32 (default -1: the generation the owned partitions are from, KIP-792);
+  v3 + rack_id (nullable string, KIP-881).
 * ConsumerProtocolMemberAssignment (Kafka: ConsumerProtocolAssignment), from the leader to each
   member in SyncGroup: assigned_partitions [topic, partitions [int32]], user_data; v1 is v0
   re-versioned.
@@ -27,7 +29,16 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from hmbclient.errors import ProtocolError
-from hmbclient.protocol.types import Array, FieldSpec, Int16, Int32, NullableBytes, String, Struct
+from hmbclient.protocol.types import (
+    Array,
+    FieldSpec,
+    Int16,
+    Int32,
+    NullableBytes,
+    NullableString,
+    String,
+    Struct,
+)
 
 __all__ = [
     "PROTOCOL_TYPE",
@@ -85,11 +96,15 @@ def _topic_partitions(name: str) -> FieldSpec:
 
 _meta_v0: list[FieldSpec] = [("topics", Array(String)), ("user_data", NullableBytes)]
 _meta_v1 = [*_meta_v0, _topic_partitions("owned_partitions")]
+_meta_v2: list[FieldSpec] = [*_meta_v1, ("generation_id", Int32, -1)]
+_meta_v3: list[FieldSpec] = [*_meta_v2, ("rack_id", NullableString)]
 _assign_v0: list[FieldSpec] = [_topic_partitions("assigned_partitions"), ("user_data", NullableBytes)]
 
 ConsumerProtocolMemberMetadata: dict[int, type[ConsumerProtocolMessage]] = {
     0: _define("ConsumerProtocolMemberMetadata", 0, _meta_v0),
     1: _define("ConsumerProtocolMemberMetadata", 1, _meta_v1),
+    2: _define("ConsumerProtocolMemberMetadata", 2, _meta_v2),
+    3: _define("ConsumerProtocolMemberMetadata", 3, _meta_v3),
 }
 ConsumerProtocolMemberAssignment: dict[int, type[ConsumerProtocolMessage]] = {
     0: _define("ConsumerProtocolMemberAssignment", 0, _assign_v0),

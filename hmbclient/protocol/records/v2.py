@@ -391,6 +391,7 @@ def encode_batches(
     batches: Sequence[tuple[list[Any], Any, Any, int]],
     base_offset: int = 0,
     producer: tuple[int, int, int] = (NO_PRODUCER_ID, NO_PRODUCER_EPOCH, NO_SEQUENCE),
+    flags: int = 0,
 ) -> bytes | bytearray:
     """One RecordBatch holding the messages of ``batches``, in order: the producer's encoder.
 
@@ -441,7 +442,7 @@ def encode_batches(
     try:
         if codec:
             del parts[0]
-            return _finish(codec, parts, base_offset, delta, delta - 1, base_ts, max_ts, producer)
+            return _finish(codec, parts, base_offset, delta, delta - 1, base_ts, max_ts, producer, flags)
         buf = bytearray().join(parts)
     except TypeError as e:  # a str (it has a len()) among the keys or values
         raise ValueError(f"cannot encode record: {e}") from None
@@ -454,7 +455,7 @@ def encode_batches(
             NO_PARTITION_LEADER_EPOCH,
             2,
             0,
-            0,
+            flags & ~CODEC_MASK,
             delta - 1,
             base_ts,
             max_ts,
