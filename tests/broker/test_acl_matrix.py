@@ -568,7 +568,8 @@ CASES = [
     Case("describe-cluster", ApiKey.DESCRIBE_CLUSTER, describe_cluster, (("cluster", "Describe"),), ("cluster", "Describe"),
          (E.CLUSTER_AUTHORIZATION_FAILED, []), (E.NONE, [0])),
     Case("offset-delete-group", ApiKey.OFFSET_DELETE, offset_delete, (("group", "Delete"), ("topic", "Read")), ("group", "Delete"),
-         (E.GROUP_AUTHORIZATION_FAILED, [E.GROUP_AUTHORIZATION_FAILED]), (E.NONE, [E.NONE]), _empty_group_with_offsets, changes=True),
+         # Kafka answers a refused group with the top-level error and no topics
+         (E.GROUP_AUTHORIZATION_FAILED, []), (E.NONE, [E.NONE]), _empty_group_with_offsets, changes=True),
     Case("offset-delete-topic", ApiKey.OFFSET_DELETE, offset_delete, (("group", "Delete"), ("topic", "Read")), ("topic", "Read"),
          (E.NONE, [E.TOPIC_AUTHORIZATION_FAILED]), (E.NONE, [E.NONE]), _empty_group_with_offsets, changes=True),
     Case("leader-and-isr", ApiKey.LEADER_AND_ISR, leader_and_isr, (("cluster", "ClusterAction"),), ("cluster", "ClusterAction"),
