@@ -2,6 +2,7 @@
 can give it a master of its own (``local[N,F]``: real task retries) and kill it with SIGKILL.
 
     python eos_driver.py batch  BOOTSTRAP MODE|TOPIC|FAIL_MARKER [...]
+    python eos_driver.py batch-cluster MASTER BOOTSTRAP MODE|TOPIC|FAIL_MARKER [...]
     python eos_driver.py stream BOOTSTRAP MODE|SRC|DST|CKPT|GATE_VALUE|GATE_MARKER|REACHED [...]
 
 MODE is ``eos`` (exactlyOnce=true) or ``alo`` (the default sink).
@@ -11,6 +12,10 @@ MODE is ``eos`` (exactlyOnce=true) or ``alo`` (the default sink).
   the partition's first row, is in the topic -- the attempt has sent rows -- then raises on the
   partition's last row). Spark retries the task. The padding makes the rows before the last
   one fill the buffers between the UDF, the JVM and the sink, so they reach the sink first.
+* batch-cluster: the same writes on a standalone cluster (MASTER ``spark://...``), but instead
+  of raising, the UDF kills its own executor with SIGKILL (the JVM that forked the Python
+  worker): the executor is lost with the task's transaction open, and Spark runs the task again
+  on an executor the workers start anew.
 * stream: one query per argument, ``hmb`` -> upper(value) through a UDF -> ``hmb``, trigger
   availableNow, from the checkpoint. The UDF blocks on GATE_VALUE while GATE_MARKER exists
   (after creating REACHED), so the test can kill this process with the batch in flight.
@@ -27,12 +32,17 @@ from typing import Any
 def _session(master: str) -> Any:
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     from pyspark.sql import SparkSession
 
     from spark_integration import register
 
+    builder = SparkSession.builder
+    if master.startswith("spark://"):  # the test's LocalSparkCluster: 2 workers of 1 core, 512 MiB
+        builder = (builder.config("spark.executor.memory", "512m").config("spark.executor.cores", "1")
+                   .config("spark.cores.max", "2").config("spark.task.maxFailures", "4"))
     session = (
-        SparkSession.builder.master(master)
+        builder.master(master)
         .appName("hmb-eos-driver")
         .config("spark.driver.host", "127.0.0.1")
         .config("spark.driver.bindAddress", "127.0.0.1")
@@ -69,10 +79,29 @@ def _sink_options(mode: str, bootstrap: str, topic: str) -> dict[str, str]:
     return opts
 
 
-def batch(bootstrap: str, specs: list[str]) -> None:
+def _kill_my_executor(record: str) -> None:
+    """SIGKILL the executor JVM this Python worker runs under (its nearest Java ancestor),
+    writing its pid to ``record`` first."""
+    import signal
+
+    pid = os.getppid()
+    while pid > 1:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            if b"CoarseGrainedExecutorBackend" in f.read():
+                with open(record, "w") as out:
+                    out.write(str(pid))
+                os.kill(pid, signal.SIGKILL)
+                time.sleep(60)  # dies with its executor
+                return
+        with open(f"/proc/{pid}/stat") as f:
+            pid = int(f.read().rsplit(")", 1)[1].split()[1])
+    raise RuntimeError("no executor JVM above this Python worker")
+
+
+def batch(bootstrap: str, specs: list[str], master: str = "local[2,3]") -> None:
     from pyspark.sql.functions import col, udf
 
-    spark = _session("local[2,3]")  # 3 attempts per task
+    spark = _session(master)  # local: 3 attempts per task
     for spec in specs:  # one write after the other, in this one driver
         mode, topic, fail_marker = spec.split("|")
 
@@ -83,6 +112,8 @@ def batch(bootstrap: str, specs: list[str]) -> None:
                 while not (seen := _in_topic(bootstrap, topic, b"r4000:")) and time.monotonic() < start + 60:
                     time.sleep(0.05)
                 waited = time.monotonic() - start
+                if master.startswith("spark://"):
+                    _kill_my_executor(fail_marker + ".killed")
                 raise RuntimeError(f"injected failure after sending (first attempt only; sent rows seen: {seen} after {waited:.1f} s)")
             return f"r{i}:" + "x" * 200
 
@@ -125,4 +156,7 @@ def stream(bootstrap: str, specs: list[str]) -> None:
 
 
 if __name__ == "__main__":
-    (batch if sys.argv[1] == "batch" else stream)(sys.argv[2], sys.argv[3:])
+    if sys.argv[1] == "batch-cluster":
+        batch(sys.argv[3], sys.argv[4:], master=sys.argv[2])
+    else:
+        (batch if sys.argv[1] == "batch" else stream)(sys.argv[2], sys.argv[3:])

@@ -170,6 +170,47 @@ def test_batch_write_with_a_retried_task(broker: Any, tmp_path: Path) -> None:
     assert got["alo"]["r4000"] >= 2 and dups >= 1, "at-least-once: the retried task's rows are there twice"
 
 
+def test_batch_write_on_the_standalone_cluster_with_an_executor_killed(broker: Any, spark_cluster: Any, tmp_path: Path) -> None:
+    """The batch scenario on a real standalone cluster, the failure being a kill -9 of the
+    executor running partition 2 after its first rows reached the broker (its transaction left
+    open): Spark runs the task again on a new executor, whose init_transactions fences the
+    lost attempt."""
+    want = {f"r{i}" for i in range(8000)}
+    specs = {}
+    for mode in ("eos", "alo"):
+        topic = _topic(f"eos-exec-{mode}")
+        create_topic(broker.bootstrap, topic)
+        marker = tmp_path / f"kill-{mode}"
+        marker.touch()
+        specs[mode] = (topic, marker)
+    before = _executor_pids()
+    proc = _driver("batch-cluster", spark_cluster.master_url, broker.bootstrap,
+                   *("|".join((m, t, str(f))) for m, (t, f) in specs.items()))
+    _finish(proc, timeout=280)
+    got = {}
+    for mode, (topic, marker) in specs.items():
+        killed = int((tmp_path / f"kill-{mode}.killed").read_text())  # the executor the task killed
+        assert not marker.exists() and not _alive(killed), "the executor was killed"
+        got[mode] = _values(broker, topic)
+        assert set(got[mode]) == want, "every row arrived"
+    wait_until(lambda: not _executor_pids() - before, 60, "the application's executors gone with its driver")
+    assert all(n == 1 for n in got["eos"].values()), "exactly once: no duplicate visible to read_committed"
+    assert got["alo"]["r4000"] >= 2, "at-least-once: the lost executor's rows are there twice"
+
+
+def _executor_pids() -> set[int]:
+    out = set()
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/cmdline", "rb") as f:
+                    if b"CoarseGrainedExecutorBackend" in f.read():
+                        out.add(int(entry))
+            except OSError:
+                pass
+    return out
+
+
 def test_streaming_killed_twice_and_restarted(broker: Any, tmp_path: Path) -> None:
     modes = ("eos", "alo")
     topics = {m: (_topic(f"eos-in-{m}"), _topic(f"eos-out-{m}")) for m in modes}
