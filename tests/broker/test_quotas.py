@@ -1,0 +1,81 @@
+"""The pure quota module: KIP-55 precedence, the sampled windows, Kafka's throttle formula."""
+
+from __future__ import annotations
+
+import pytest
+
+from hmbclient.broker.quotas import (
+    CONSUMER,
+    DEFAULT,
+    PRODUCER,
+    QuotaConfigs,
+    QuotaManager,
+    parse_quota_config,
+    resolve,
+    throttle_time_ms,
+    user_of,
+)
+
+
+def test_precedence_most_specific_first() -> None:
+    levels = [
+        ((None, DEFAULT), 8.0),
+        ((None, "c"), 7.0),
+        ((DEFAULT, None), 6.0),
+        ((DEFAULT, DEFAULT), 5.0),
+        ((DEFAULT, "c"), 4.0),
+        (("u", None), 3.0),
+        (("u", DEFAULT), 2.0),
+        (("u", "c"), 1.0),
+    ]
+    cfg = QuotaConfigs(producer_default=9.0)
+    assert resolve(cfg, PRODUCER, "u", "c") == (9.0, ("", "c"))
+    # adding each more specific level makes it win
+    for entity, bound in levels:
+        cfg.entities[entity] = {PRODUCER: bound}
+        got = resolve(cfg, PRODUCER, "u", "c")
+        assert got is not None and got[0] == bound
+    # the other kind is unlimited throughout
+    assert resolve(cfg, CONSUMER, "u", "c") is None
+
+
+def test_sensor_keys_share_or_split() -> None:
+    cfg = QuotaConfigs({("u", None): {PRODUCER: 10.0}, (None, DEFAULT): {PRODUCER: 5.0}})
+    # a user quota: one window for all its client ids
+    assert resolve(cfg, PRODUCER, "u", "a") == (10.0, ("u", ""))
+    assert resolve(cfg, PRODUCER, "u", "b") == (10.0, ("u", ""))
+    # the client-id default: one window per client id
+    assert resolve(cfg, PRODUCER, "v", "a") == (5.0, ("", "a"))
+    assert resolve(cfg, PRODUCER, "v", "b") == (5.0, ("", "b"))
+
+
+def test_throttle_formula_and_cap() -> None:
+    assert throttle_time_ms(100, 100, 10_000, 11_000) == 0
+    assert throttle_time_ms(150, 100, 10_000, 11_000) == 5_000
+    assert throttle_time_ms(1_000, 100, 10_000, 11_000) == 11_000
+    assert throttle_time_ms(1, 0, 10_000, 11_000) == 11_000
+
+
+def test_manager_throttles_over_the_quota_only() -> None:
+    m = QuotaManager(QuotaConfigs({(None, "slow"): {PRODUCER: 1000.0}}), num_samples=2, window_ms=1000)
+    # 1 s window minimum: 1000 bytes at t=0 is exactly the quota
+    assert m.record(PRODUCER, "u", "slow", 1000, 0) == 0
+    # 500 more: 1500 B/s observed over 1000 ms -> (1500 - 1000) / 1000 * 1000 = 500 ms
+    assert m.record(PRODUCER, "u", "slow", 500, 10) == 500
+    assert m.rate(PRODUCER, "u", "slow", 10) == pytest.approx(1500.0)
+    # an unquota'd client id is never throttled, whatever it sends
+    assert m.record(PRODUCER, "u", "fast", 10**9, 10) == 0
+    # the samples age out: two windows later the client is back within its quota
+    assert m.record(PRODUCER, "u", "slow", 100, 3000) == 0
+    # a quota change applies to the next request, keeping the window
+    m.update(QuotaConfigs({(None, "slow"): {PRODUCER: 50.0}}))
+    assert m.record(PRODUCER, "u", "slow", 100, 3010) > 0
+
+
+def test_parse_quota_config_and_users() -> None:
+    assert parse_quota_config({"producer_byte_rate": "1024", "consumer_byte_rate": "2048"}) == {PRODUCER: 1024.0, CONSUMER: 2048.0}
+    for bad in ({"request_percentage": "5"}, {"producer_byte_rate": "x"}, {"producer_byte_rate": "-1"}):
+        with pytest.raises(ValueError):
+            parse_quota_config(bad)
+    assert user_of("User:alice") == "alice"
+    assert user_of(None) == "ANONYMOUS"
