@@ -53,6 +53,7 @@ from hmbclient.broker.producer_ids import (
     ProducerIdManager,
     ZkBlockSource,
 )
+from hmbclient.broker.quotas import QuotaConfigs, QuotaManager
 from hmbclient.broker.replica_fetcher import ReplicaFetcherManager
 from hmbclient.broker.replica_manager import ReplicaManager
 from hmbclient.broker.security.setup import authorizer_from, inter_broker_security, listeners_from
@@ -359,6 +360,10 @@ class Broker:
                 transactions=txns,
             )
             self.apis.authorizer = authorizer_from(cfg, store)
+            self.apis.quotas = QuotaManager(
+                QuotaConfigs(producer_default=cfg.quota_producer_default, consumer_default=cfg.quota_consumer_default),
+                cfg.quota_window_num, cfg.quota_window_size_seconds * 1000,
+            )
             self.apis.inter_broker_listener = cfg.inter_broker_protocol
             self.server = SocketServer(
                 self.apis,
@@ -416,6 +421,8 @@ class Broker:
         rm.metrics = sensors
         assert self.server is not None
         self.server.metrics = sensors
+        if self.apis is not None:
+            self.apis.metrics = sensors
         sensors.watch_replicas(rm.under_replicated, lambda: len(rm.partitions()), lambda: len(rm.leader_partitions()))
         sensors.watch_purgatories(rm.produce_purgatory.delayed, rm.fetch_purgatory.delayed)
         sensors.watch_controller(lambda: controller.active)
