@@ -1,6 +1,6 @@
 """Cluster administration used by the ``hmb`` command and by tools: topics (list, create,
-describe partition leaders and replicas), and ZooKeeper consumer groups (members, owners,
-committed offsets, lag).
+delete, add partitions, describe partition leaders and replicas), preferred leader election,
+and ZooKeeper consumer groups (members, owners, committed offsets, lag).
 
 Everything here goes through the public client pieces (``NetClient`` + ``Metadata``,
 ``SimpleConsumer``) and kazoo with the Kafka 0.8 znode layout from :mod:`hmbclient.zkpaths`,
@@ -17,7 +17,7 @@ error_message as its message.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any, NamedTuple
 
 from kazoo.client import KazooClient
@@ -27,6 +27,7 @@ from kazoo.handlers.threading import KazooTimeoutError
 from hmbclient import zkpaths as paths
 from hmbclient.errors import (
     CoordinationError,
+    ErrorCode,
     KafkaConnectionError,
     RemoteProtocolError,
     UnknownTopicOrPartitionError,
@@ -39,6 +40,18 @@ __all__ = [
     "topic_partitions",
     "list_topics",
     "create_topic",
+    "delete_topics",
+    "create_partitions",
+    "elect_preferred_leaders",
+    "ConfigEntry",
+    "describe_cluster",
+    "plan_offset_reset",
+    "delete_group_offsets",
+    "reset_group_offsets",
+    "describe_log_dirs",
+    "describe_configs",
+    "alter_configs",
+    "incremental_alter_configs",
     "describe_topics",
     "list_groups",
     "describe_group",
@@ -181,6 +194,311 @@ def create_topic(brokers: str, name: str, num_partitions: int, replication_facto
             raise for_code(t.error_code)(message)
         return
     raise RemoteProtocolError(f"the CreateTopics answer does not mention topic {name!r}")
+
+
+def _any_broker(brokers: str, api_version: str, wait_ms: float, security: Any, api_key: int,
+                build: Callable[[Any], Any], *, controller: bool = False) -> Any:
+    """Send one request to the first bootstrap broker that answers (or to the controller that
+    Metadata names, for ``controller``) and return its answer."""
+    with _client(brokers, api_version, wait_ms, security) as client:
+        if controller:
+            from hmbclient.net.metadata import Metadata
+
+            view = Metadata(client, allow_auto_topic_creation=False).refresh([], timeout_ms=wait_ms)
+            if view.controller_id >= 0:
+                return client.call(view.controller_id, build, timeout_ms=wait_ms, api_key=api_key)
+        last: KafkaConnectionError | None = None
+        for node in client.bootstrap_ids:
+            try:
+                return client.call(node, build, timeout_ms=wait_ms, api_key=api_key)
+            except KafkaConnectionError as e:
+                last = e
+        assert last is not None
+        raise last
+
+
+def _raise_first(errors: dict[str, tuple[int, str | None]], what: str) -> None:
+    for name, (code, message) in errors.items():
+        if code:
+            raise for_code(code)(message or f"{what} {name!r} failed")
+
+
+def delete_topics(brokers: str, topics: Iterable[str], *, timeout_ms: float = 30_000, api_version: str = "auto",
+                  security: Any = None, raise_errors: bool = True) -> dict[str, int]:
+    """Delete topics with DeleteTopics; returns topic -> error code (0: deleted).
+
+    The broker marks each topic for deletion and answers once its metadata no longer has it
+    (a topic with a replica on a dead broker waits for that broker: REQUEST_TIMED_OUT, the
+    deletion goes on).
+
+    Args:
+        brokers: bootstrap "host:port[,host:port]".
+        topics: the topics to delete.
+        timeout_ms: how long the broker may wait for the deletions.
+        api_version: the version dialect (``auto`` probes).
+        security: TLS / SASL (a ``hmbclient.net.security.Security``), or None.
+        raise_errors: raise the first refusal instead of returning it.
+
+    Raises:
+        BrokerError: (``raise_errors``) the first refused topic's error, as the subclass of its
+            code: UnknownTopicOrPartitionError, TopicAuthorizationFailedError,
+            TopicDeletionDisabledError, RequestTimedOutError.
+        UnsupportedByBroker: the broker has no DeleteTopics; nothing was sent.
+        KafkaConnectionError: no broker answered.
+    """
+    names = list(topics)
+    wait_ms = timeout_ms + _ANSWER_MARGIN_MS
+    resp = _any_broker(brokers, api_version, wait_ms, security, ApiKey.DELETE_TOPICS,
+                       lambda v: v.build(ApiKey.DELETE_TOPICS, topic_names=names, timeout_ms=int(timeout_ms)))
+    out = {r.name: r.error_code for r in resp.responses}
+    if raise_errors:
+        _raise_first({n: (c, f"topic {n!r} was not deleted") for n, c in out.items()}, "deleting")
+    return out
+
+
+def create_partitions(brokers: str, counts: dict[str, int], *, assignments: dict[str, list[list[int]]] | None = None,
+                      timeout_ms: float = 30_000, validate_only: bool = False, api_version: str = "auto",
+                      security: Any = None, raise_errors: bool = True) -> dict[str, tuple[int, str | None]]:
+    """Grow topics to more partitions with CreatePartitions; topic -> (error code, message).
+
+    Args:
+        brokers: bootstrap "host:port[,host:port]".
+        counts: topic -> the total partition count wanted (above the current one).
+        assignments: topic -> the replicas of each NEW partition (default: the broker's choice).
+        timeout_ms: how long the broker may wait for the new partitions' leaders.
+        validate_only: only check the request.
+        api_version: the version dialect (``auto`` probes).
+        security: TLS / SASL, or None.
+        raise_errors: raise the first refusal instead of returning it.
+
+    Raises:
+        BrokerError: (``raise_errors``) InvalidPartitionsError, InvalidReplicaAssignmentError,
+            UnknownTopicOrPartitionError, TopicAuthorizationFailedError... with the broker's message.
+        UnsupportedByBroker: the broker has no CreatePartitions; nothing was sent.
+        KafkaConnectionError: no broker answered.
+    """
+    topics = [(t, n, (assignments or {}).get(t)) for t, n in counts.items()]
+    wait_ms = timeout_ms + _ANSWER_MARGIN_MS
+    resp = _any_broker(brokers, api_version, wait_ms, security, ApiKey.CREATE_PARTITIONS,
+                       lambda v: v.build(ApiKey.CREATE_PARTITIONS, topics=[(t, n, None if a is None else [(r,) for r in a]) for t, n, a in topics],
+                                         timeout_ms=int(timeout_ms), validate_only=validate_only))
+    out = {r.name: (r.error_code, r.error_message) for r in resp.results}
+    if raise_errors:
+        _raise_first(out, "adding partitions to")
+    return out
+
+
+def elect_preferred_leaders(brokers: str, partitions: Iterable[tuple[str, int]] | None = None, *, timeout_ms: float = 30_000,
+                            api_version: str = "auto", security: Any = None) -> dict[tuple[str, int], int]:
+    """Move leaderships back to the preferred replicas (ElectLeaders, preferred), sent to the
+    controller; returns (topic, partition) -> error code (0 elected, ELECTION_NOT_NEEDED: it
+    already leads, PREFERRED_LEADER_NOT_AVAILABLE: not live or not in sync).
+
+    Args:
+        brokers: bootstrap "host:port[,host:port]".
+        partitions: the partitions (None: every partition).
+        timeout_ms: how long the controller may take.
+        api_version: the version dialect (``auto`` probes).
+        security: TLS / SASL, or None.
+
+    Raises:
+        BrokerError: a request-level error (ClusterAuthorizationFailedError, NotControllerError).
+        UnsupportedByBroker: the broker has no ElectLeaders; nothing was sent.
+    """
+    by_topic: dict[str, list[int]] = {}
+    for t, p in partitions or ():
+        by_topic.setdefault(t, []).append(p)
+    asked = None if partitions is None else sorted(by_topic.items())
+    wait_ms = timeout_ms + _ANSWER_MARGIN_MS
+    resp = _any_broker(brokers, api_version, wait_ms, security, ApiKey.ELECT_LEADERS,
+                       lambda v: v.build(ApiKey.ELECT_LEADERS, election_type=0, topic_partitions=asked, timeout_ms=int(timeout_ms)),
+                       controller=True)
+    if getattr(resp, "error_code", 0):
+        raise for_code(resp.error_code)("leader election refused")
+    return {(r.topic, p.partition_id): p.error_code for r in resp.replica_election_results for p in r.partition_result}
+
+
+def describe_cluster(brokers: str, *, api_version: str = "auto", timeout_ms: float = _TIMEOUT_MS,
+                     security: Any = None) -> dict[str, Any]:
+    """The cluster id, controller and brokers (DescribeCluster, a flexible-only API).
+
+    Args:
+        brokers: bootstrap "host:port[,host:port]".
+        api_version: the version dialect (``auto`` probes).
+        timeout_ms: how long to wait for the answer.
+        security: TLS / SASL, or None.
+
+    Returns:
+        ``{"cluster_id", "controller_id", "brokers": {id: (host, port)}}``.
+
+    Raises:
+        BrokerError: the answer's error (ClusterAuthorizationFailedError, ...).
+        UnsupportedByBroker: the broker has no DescribeCluster; nothing was sent.
+    """
+    resp = _any_broker(brokers, api_version, timeout_ms, security, ApiKey.DESCRIBE_CLUSTER,
+                       lambda v: v.build(ApiKey.DESCRIBE_CLUSTER, include_cluster_authorized_operations=False, endpoint_type=1))
+    if resp.error_code:
+        raise for_code(resp.error_code)(resp.error_message or "DescribeCluster refused")
+    return {"cluster_id": resp.cluster_id, "controller_id": resp.controller_id,
+            "brokers": {b.broker_id: (b.host, b.port) for b in resp.brokers}}
+
+
+def describe_log_dirs(brokers: str, broker_id: int, *, api_version: str = "auto", timeout_ms: float = _TIMEOUT_MS,
+                      security: Any = None) -> dict[str, dict[tuple[str, int], int]]:
+    """The log directories of one broker with the size in bytes of each partition's log
+    (DescribeLogDirs, asked of that broker).
+
+    Args:
+        brokers: bootstrap "host:port[,host:port]".
+        broker_id: the broker to ask.
+        api_version: the version dialect (``auto`` probes).
+        timeout_ms: how long to wait for the answer.
+        security: TLS / SASL, or None.
+
+    Returns:
+        log dir -> {(topic, partition): size}.
+
+    Raises:
+        BrokerError: a log directory's error.
+    """
+    resp = _to_resource(brokers, api_version, timeout_ms, security, ApiKey.DESCRIBE_LOG_DIRS, "broker", str(broker_id),
+                        lambda v: v.build(ApiKey.DESCRIBE_LOG_DIRS, topics=None))
+    out: dict[str, dict[tuple[str, int], int]] = {}
+    for r in resp.results:
+        if r.error_code:
+            raise for_code(r.error_code)(f"log dir {r.log_dir}")
+        out[r.log_dir] = {(t.name, p.partition_index): p.partition_size for t in r.topics for p in t.partitions}
+    return out
+
+
+class ConfigEntry(NamedTuple):
+    """One config of a topic or broker as DescribeConfigs reports it.
+
+    ``source`` is Kafka's: ``TOPIC_CONFIG``, ``DYNAMIC_BROKER_CONFIG``,
+    ``DYNAMIC_DEFAULT_BROKER_CONFIG``, ``STATIC_BROKER_CONFIG``, ``DEFAULT_CONFIG`` (or
+    ``UNKNOWN``); ``value`` is None for a sensitive config.
+    """
+
+    name: str
+    value: str | None
+    source: str
+    read_only: bool
+    sensitive: bool
+
+
+_SOURCES = {1: "TOPIC_CONFIG", 2: "DYNAMIC_BROKER_CONFIG", 3: "DYNAMIC_DEFAULT_BROKER_CONFIG", 4: "STATIC_BROKER_CONFIG",
+            5: "DEFAULT_CONFIG", 6: "DYNAMIC_BROKER_LOGGER_CONFIG"}
+_RESOURCE_TYPES = {"topic": 2, "broker": 4}
+
+
+def _resource(kind: str) -> int:
+    try:
+        return _RESOURCE_TYPES[kind]
+    except KeyError:
+        raise ValueError(f"resource kind must be 'topic' or 'broker', not {kind!r}") from None
+
+
+def describe_configs(brokers: str, kind: str, name: str, *, api_version: str = "auto", timeout_ms: float = _TIMEOUT_MS,
+                     security: Any = None) -> dict[str, ConfigEntry]:
+    """The configs of one topic or broker (DescribeConfigs), by name.
+
+    A broker resource is asked of that broker (its id as ``name``; "" for the default of every
+    broker, asked of any broker), as Kafka's AdminClient does.
+
+    Args:
+        brokers: bootstrap "host:port[,host:port]".
+        kind: ``topic`` or ``broker``.
+        name: the topic, or the broker id.
+        api_version: the version dialect (``auto`` probes).
+        timeout_ms: how long to wait for the answer.
+        security: TLS / SASL, or None.
+
+    Raises:
+        BrokerError: the answer's error (UnknownTopicOrPartitionError, InvalidRequestError, ...).
+        ValueError: ``kind`` is neither topic nor broker.
+    """
+    rtype = _resource(kind)
+    resp = _to_resource(brokers, api_version, timeout_ms, security, ApiKey.DESCRIBE_CONFIGS, kind, name,
+                        lambda v: v.build(ApiKey.DESCRIBE_CONFIGS, resources=[(rtype, name, None)], include_synonyms=False))
+    r = resp.results[0]
+    if r.error_code:
+        raise for_code(r.error_code)(r.error_message or f"describing {kind} {name!r} failed")
+    return {c.name: ConfigEntry(c.name, c.value, _SOURCES.get(c.config_source, "UNKNOWN"), bool(c.read_only), bool(c.is_sensitive))
+            for c in r.configs}
+
+
+def _to_resource(brokers: str, api_version: str, timeout_ms: float, security: Any, api_key: int, kind: str, name: str,
+                 build: Callable[[Any], Any]) -> Any:
+    """Send to the broker a broker resource names (its id), else to any broker."""
+    if kind == "broker" and name:
+        with _client(brokers, api_version, timeout_ms, security) as client:
+            from hmbclient.net.metadata import Metadata
+
+            view = Metadata(client, allow_auto_topic_creation=False).refresh([], timeout_ms=timeout_ms)
+            if not name.isdigit() or int(name) not in view.brokers:
+                raise for_code(ErrorCode.BROKER_NOT_AVAILABLE)(f"broker {name} is not in the cluster")
+            client.update_brokers(view.brokers)
+            return client.call(int(name), build, timeout_ms=timeout_ms, api_key=api_key)
+    return _any_broker(brokers, api_version, timeout_ms, security, api_key, build)
+
+
+def alter_configs(brokers: str, kind: str, name: str, configs: dict[str, str], *, incremental: bool = True,
+                  delete: Iterable[str] = (), validate_only: bool = False, api_version: str = "auto",
+                  timeout_ms: float = _TIMEOUT_MS, security: Any = None) -> None:
+    """Set dynamic configs of a topic or broker, applied without a restart.
+
+    With ``incremental`` (IncrementalAlterConfigs, the default) the named configs are set and
+    those in ``delete`` removed, the others kept; without, AlterConfigs replaces the whole set
+    of the resource's dynamic configs by ``configs``.
+
+    Args:
+        brokers: bootstrap "host:port[,host:port]".
+        kind: ``topic`` or ``broker``.
+        name: the topic, a broker id, or "" for the default of every broker.
+        configs: name -> value.
+        incremental: IncrementalAlterConfigs (True) or AlterConfigs.
+        delete: configs to remove (incremental only).
+        validate_only: only check.
+        api_version: the version dialect (``auto`` probes).
+        timeout_ms: how long to wait for the answer.
+        security: TLS / SASL, or None.
+
+    Raises:
+        BrokerError: refused, with the broker's message (InvalidConfigError, InvalidRequestError,
+            UnknownTopicOrPartitionError, TopicAuthorizationFailedError, ...).
+        ValueError: ``kind`` is neither topic nor broker, or ``delete`` without ``incremental``.
+    """
+    rtype = _resource(kind)
+    gone = list(delete)
+    if gone and not incremental:
+        raise ValueError("delete needs incremental=True (AlterConfigs replaces the whole set)")
+    entries: list[tuple[Any, ...]]
+    if incremental:
+        entries = [(k, 0, v) for k, v in configs.items()] + [(k, 1, None) for k in gone]
+        key = ApiKey.INCREMENTAL_ALTER_CONFIGS
+    else:
+        entries = list(configs.items())
+        key = ApiKey.ALTER_CONFIGS
+    resp = _to_resource(brokers, api_version, timeout_ms, security, key, kind, name,
+                        lambda v: v.build(key, resources=[(rtype, name, entries)], validate_only=validate_only))
+    r = resp.responses[0]
+    if r.error_code:
+        raise for_code(r.error_code)(r.error_message or f"altering {kind} {name!r} failed")
+
+
+def incremental_alter_configs(brokers: str, kind: str, name: str, set_configs: dict[str, str], delete: Iterable[str] = (),
+                              **kwargs: Any) -> None:
+    """``alter_configs(..., incremental=True)``: set ``set_configs``, remove ``delete``.
+
+    Args:
+        brokers: bootstrap "host:port[,host:port]".
+        kind: ``topic`` or ``broker``.
+        name: the topic, a broker id, or "".
+        set_configs: name -> value to set.
+        delete: names to remove.
+        **kwargs: as :func:`alter_configs`.
+    """
+    alter_configs(brokers, kind, name, set_configs, incremental=True, delete=delete, **kwargs)
 
 
 def describe_topics(brokers: str, topics: Iterable[str] | None = None, *, api_version: str = "auto",
@@ -340,6 +658,217 @@ def describe_group(zookeeper: str, group: str, *, brokers: str | None = None,
             "lag": None if end is None else end - (c or 0),
         })
     return {"members": members, "partitions": rows}
+
+
+def delete_group_offsets(brokers: str, group: str, partitions: Iterable[tuple[str, int]], *, api_version: str = "auto",
+                         timeout_ms: float = _TIMEOUT_MS, security: Any = None) -> dict[tuple[str, int], int]:
+    """Delete a broker-coordinated group's committed offsets of ``partitions`` (OffsetDelete, to
+    the group's coordinator); returns (topic, partition) -> error code (0 deleted,
+    GROUP_SUBSCRIBED_TO_TOPIC while a member consumes that topic).
+
+    Args:
+        brokers: bootstrap "host:port[,host:port]".
+        group: the group.
+        partitions: the partitions whose offsets go.
+        api_version: the version dialect (``auto`` probes).
+        timeout_ms: how long each request may take.
+        security: TLS / SASL, or None.
+
+    Raises:
+        BrokerError: the group-level error (GroupIdNotFoundError, GroupAuthorizationFailedError,
+            NonEmptyGroupError, NotCoordinatorError).
+        UnsupportedByBroker: the broker has no OffsetDelete; nothing was sent.
+    """
+    from hmbclient.consumer.group_admin import _find_coordinator
+
+    by_topic: dict[str, list[int]] = {}
+    for t, p in partitions:
+        by_topic.setdefault(t, []).append(p)
+    with _client(brokers, api_version, timeout_ms, security) as client:
+        coordinator = _find_coordinator(client, group, int(timeout_ms))
+        resp = client.call(coordinator, lambda v: v.build(ApiKey.OFFSET_DELETE, group_id=group, topics=[
+            {"name": t, "partitions": [{"partition_index": p} for p in ps]} for t, ps in sorted(by_topic.items())]),
+            timeout_ms=timeout_ms, api_key=ApiKey.OFFSET_DELETE)
+    if resp.error_code:
+        raise for_code(resp.error_code)(f"deleting offsets of group {group!r}")
+    return {(t.name, p.partition_index): p.error_code for t in resp.topics for p in t.partitions}
+
+
+# --------------------------------------------------------------------- resetting group offsets
+
+ResetSpec = tuple[str, int]
+"""How to reset: ("earliest", 0), ("latest", 0), ("datetime", epoch ms) or ("shift", n)."""
+
+
+def plan_offset_reset(spec: ResetSpec, current: dict[tuple[str, int], int | None], earliest: dict[tuple[str, int], int],
+                      latest: dict[tuple[str, int], int], at_time: dict[tuple[str, int], int] | None = None) -> dict[tuple[str, int], int]:
+    """The new committed offset of each partition (a pure function, as kafka-consumer-groups.sh
+    computes it).
+
+    Cases: ``earliest``/``latest``: the log start / the high watermark; ``datetime``: the first
+    offset whose timestamp is at or after the time (``at_time``; none: the high watermark);
+    ``shift``: the committed offset plus n (no committed offset: from the log start), kept
+    within [log start, high watermark].
+
+    Args:
+        spec: the reset, see :data:`ResetSpec`.
+        current: the committed offsets (None: nothing committed).
+        earliest: log start offsets.
+        latest: high watermarks.
+        at_time: offsets for the time of a ``datetime`` reset (-1 or absent: none).
+
+    Returns:
+        partition -> new offset, for every partition of ``earliest``.
+
+    Raises:
+        ValueError: an unknown reset kind.
+    """
+    kind, n = spec
+    out: dict[tuple[str, int], int] = {}
+    for tp in sorted(earliest):
+        lo, hi = earliest[tp], latest.get(tp, earliest[tp])
+        if kind == "earliest":
+            new = lo
+        elif kind == "latest":
+            new = hi
+        elif kind == "datetime":
+            found = (at_time or {}).get(tp, -1)
+            new = hi if found is None or found < 0 else found
+        elif kind == "shift":
+            c = current.get(tp)
+            new = (lo if c is None else c) + n
+        else:
+            raise ValueError(f"unknown reset {kind!r}: earliest, latest, datetime or shift")
+        out[tp] = min(max(new, lo), hi)
+    return out
+
+
+def _offsets_at(client: Any, metadata: Any, partitions: list[tuple[str, int]], timestamp: int, timeout_ms: float) -> dict[tuple[str, int], int]:
+    """ListOffsets of ``timestamp`` (-2 earliest, -1 latest, else a time) from each leader."""
+    by_leader: dict[int, list[tuple[str, int]]] = {}
+    for t, p in partitions:
+        leader = metadata.leader(t, p)
+        if leader is None or leader < 0:
+            raise for_code(ErrorCode.LEADER_NOT_AVAILABLE)(f"{t}-{p} has no leader")
+        by_leader.setdefault(leader, []).append((t, p))
+    out: dict[tuple[str, int], int] = {}
+    for leader, tps in by_leader.items():
+        by_topic: dict[str, list[int]] = {}
+        for t, p in tps:
+            by_topic.setdefault(t, []).append(p)
+
+        def build(versions: Any, by_topic: dict[str, list[int]] = by_topic) -> Any:
+            return versions.build(ApiKey.LIST_OFFSETS, replica_id=-1, isolation_level=0, topics=[
+                {"topic": t, "partitions": [{"partition": p, "timestamp": timestamp, "max_num_offsets": 1, "current_leader_epoch": -1}
+                                            for p in ps]} for t, ps in by_topic.items()])
+
+        resp = client.call(leader, build, timeout_ms=timeout_ms, api_key=ApiKey.LIST_OFFSETS)
+        for topic in resp.topics:
+            for a in topic.partitions:
+                if a.error_code:
+                    raise for_code(a.error_code)(f"ListOffsets {topic.topic}-{a.partition}")
+                if hasattr(a, "old_style_offsets"):
+                    offs = list(a.old_style_offsets)
+                    out[(topic.topic, a.partition)] = offs[0] if offs else -1
+                else:
+                    out[(topic.topic, a.partition)] = int(a.offset)
+    return out
+
+
+def reset_group_offsets(brokers: str, group: str, spec: ResetSpec, *, topics: Iterable[str] | None = None,
+                        zookeeper: str | None = None, execute: bool = False, api_version: str = "auto",
+                        timeout_ms: float = _TIMEOUT_MS, security: Any = None) -> list[dict[str, Any]]:
+    """Reset a consumer group's committed offsets (dry run unless ``execute``), for a ZooKeeper
+    group (``zookeeper``: ``/consumers/<group>/offsets``) or a group the brokers coordinate
+    (OffsetCommit to its coordinator). Like ``kafka-consumer-groups.sh --reset-offsets``, an
+    active group (members registered / in the group) is refused: its members would overwrite
+    the reset.
+
+    Args:
+        brokers: bootstrap "host:port[,host:port]" (offsets of the logs).
+        group: the group.
+        spec: ("earliest", 0), ("latest", 0), ("datetime", epoch ms) or ("shift", n).
+        topics: the topics (default: every topic the group has committed offsets for).
+        zookeeper: the ZooKeeper of a ZooKeeper group (None: a broker-coordinated group).
+        execute: commit the new offsets (False: only compute them).
+        api_version: the version dialect (``auto`` probes).
+        timeout_ms: how long each request may take.
+        security: TLS / SASL, or None.
+
+    Returns:
+        ``[{"topic", "partition", "current", "new"}]`` sorted by topic and partition.
+
+    Raises:
+        CoordinationError: the group is active, or it has no offsets and no topic was named.
+        BrokerError: a broker refused (UnknownTopicOrPartitionError, ...).
+    """
+    from hmbclient.consumer.group_admin import _committed, _find_coordinator
+    from hmbclient.net.metadata import Metadata
+
+    named = sorted(set(topics)) if topics else None
+    with _client(brokers, api_version, timeout_ms, security) as client:
+        metadata = Metadata(client, allow_auto_topic_creation=False)
+        coordinator = -1
+        if zookeeper is not None:
+            with _zk(zookeeper) as zk:
+                try:
+                    members = zk.get_children(paths.consumer_ids_path(group))
+                except NoNodeError:
+                    members = []
+                committed_zk = {k: paths.decode_offset(v) for k, v in _partition_nodes(zk, paths.consumer_offsets_path(group))}
+            if members:
+                raise CoordinationError(f"group {group!r} is active ({len(members)} member(s) registered): stop its consumers first")
+            wanted = named or sorted({t for t, _ in committed_zk})
+        else:
+            coordinator = _find_coordinator(client, group, int(timeout_ms))
+            described = client.call(coordinator, lambda v: v.build(ApiKey.DESCRIBE_GROUPS, groups=[group], include_authorized_operations=False),
+                                    timeout_ms=timeout_ms, api_key=ApiKey.DESCRIBE_GROUPS).groups[0]
+            if described.members:
+                raise CoordinationError(f"group {group!r} is active (state {described.group_state}, {len(described.members)} member(s)): "
+                                        "stop its consumers first")
+            wanted = named or []
+        if not wanted and zookeeper is not None:
+            raise CoordinationError(f"group {group!r} has no committed offsets: name the topics")
+        view = metadata.refresh(wanted or None, timeout_ms=timeout_ms)
+        if not wanted:  # a broker group without named topics: the topics it has offsets for
+            all_parts = [(t, p) for t, info in view.topics.items() if not t.startswith("__") for p in info.partition_ids]
+            fetched = _committed(client, coordinator, group, all_parts, int(timeout_ms))
+            wanted = sorted({t for (t, _p), o in fetched.items() if o is not None})
+            if not wanted:
+                raise CoordinationError(f"group {group!r} has no committed offsets: name the topics")
+        missing = [t for t in wanted if t not in view.topics or not view.topics[t].partition_ids]
+        if missing:
+            raise UnknownTopicOrPartitionError(f"topic(s) {', '.join(missing)} do not exist")
+        partitions = [(t, p) for t in wanted for p in view.topics[t].partition_ids]
+        if zookeeper is not None:
+            current: dict[tuple[str, int], int | None] = {tp: committed_zk.get(tp) for tp in partitions}
+        else:
+            current = dict(_committed(client, coordinator, group, partitions, int(timeout_ms)))
+        earliest = _offsets_at(client, metadata, partitions, -2, timeout_ms)
+        latest = _offsets_at(client, metadata, partitions, -1, timeout_ms)
+        at_time = _offsets_at(client, metadata, partitions, spec[1], timeout_ms) if spec[0] == "datetime" else None
+        plan = plan_offset_reset(spec, current, earliest, latest, at_time)
+        if execute and zookeeper is None:
+            by_topic: dict[str, list[tuple[int, int]]] = {}
+            for (t, p), off in plan.items():
+                by_topic.setdefault(t, []).append((p, off))
+            resp = client.call(coordinator, lambda v: v.build(
+                ApiKey.OFFSET_COMMIT, group_id=group, generation_id=-1, member_id="", retention_time_ms=-1,
+                topics=[{"topic": t, "partitions": [{"partition": p, "offset": o, "metadata": ""} for p, o in ps]} for t, ps in by_topic.items()]),
+                timeout_ms=timeout_ms, api_key=ApiKey.OFFSET_COMMIT)
+            for t in resp.topics:
+                for a in t.partitions:
+                    if a.error_code:
+                        raise for_code(a.error_code)(f"committing {t.topic}-{a.partition} for group {group!r}")
+    if execute and zookeeper is not None:
+        with _zk(zookeeper) as zk:
+            if zk.get_children(paths.consumer_ids_path(group)) if zk.exists(paths.consumer_ids_path(group)) else []:
+                raise CoordinationError(f"group {group!r} became active: nothing reset")
+            for (t, p), off in plan.items():
+                path = paths.offset_path(group, t, p)
+                zk.ensure_path(path)
+                zk.set(path, paths.encode_offset(off))
+    return [{"topic": t, "partition": p, "current": current.get((t, p)), "new": off} for (t, p), off in sorted(plan.items())]
 
 
 class TransactionInfo(NamedTuple):

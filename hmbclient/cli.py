@@ -482,10 +482,38 @@ def cmd_offsets(args: argparse.Namespace) -> int:
 
 
 def cmd_topics(args: argparse.Namespace) -> int:
-    from hmbclient.admin import create_topic, describe_topics, list_topics
+    from hmbclient.admin import (
+        create_partitions,
+        create_topic,
+        delete_topics,
+        describe_topics,
+        list_topics,
+    )
 
+    if args.delete is not None:
+        codes = delete_topics(args.brokers, args.delete, timeout_ms=args.timeout_ms, api_version=args.api_version,
+                              security=_security(args), raise_errors=False)
+        failed = 0
+        for name in args.delete:
+            code = codes.get(name, -1)
+            if code == 0:
+                print(f"deleted topic {name}")
+            else:
+                failed += 1
+                print(f"hmb topics: topic {name} not deleted: {_describe(_error_class(code)())}", file=sys.stderr)
+        return 1 if failed else 0
+    if args.alter is not None:
+        if args.partitions is None or args.replication_factor is not None:
+            raise CliError("--alter NAME needs --partitions N (the new total) and no --replication-factor")
+        try:
+            create_partitions(args.brokers, {args.alter: args.partitions}, timeout_ms=args.timeout_ms,
+                              api_version=args.api_version, security=_security(args))
+        except BrokerError as e:
+            raise CliError(f"topic {args.alter} not altered: {_describe(e)}") from e
+        print(f"topic {args.alter} now has {args.partitions} partitions")
+        return 0
     if args.create is None and (args.partitions is not None or args.replication_factor is not None or args.config):
-        raise CliError("--partitions, --replication-factor and --config go with --create NAME")
+        raise CliError("--partitions, --replication-factor and --config go with --create NAME (or --partitions with --alter NAME)")
     if args.create is not None:
         if args.partitions is None or args.replication_factor is None:
             raise CliError("--create NAME needs --partitions N and --replication-factor R")
@@ -522,14 +550,134 @@ def cmd_topics(args: argparse.Namespace) -> int:
     return 0
 
 
+def _error_class(code: int) -> type[BrokerError]:
+    from hmbclient.errors import for_code
+
+    return for_code(code)
+
+
+def cmd_configs(args: argparse.Namespace) -> int:
+    from hmbclient.admin import alter_configs, describe_configs
+
+    if (args.topic is None) + (args.broker is None) + (not args.broker_default) != 2:
+        raise CliError("name one resource: --topic NAME, --broker ID or --broker-default")
+    kind, name = ("topic", args.topic) if args.topic is not None else ("broker", "" if args.broker_default else str(args.broker))
+    what = f"{kind} {name}" if name else "the default of every broker"
+    if args.set or args.delete:
+        sets = {}
+        for item in args.set:
+            key, eq, value = item.partition("=")
+            if not eq or not key:
+                raise CliError(f"--set takes NAME=VALUE, not {item!r}")
+            sets[key] = value
+        try:
+            alter_configs(args.brokers, kind, name, sets, delete=args.delete, api_version=args.api_version, security=_security(args))
+        except BrokerError as e:
+            raise CliError(f"configs of {what} not altered: {_describe(e)}") from e
+        print(f"altered configs of {what}: " + ", ".join([f"{k}={v}" for k, v in sets.items()] + [f"-{k}" for k in args.delete]))
+        return 0
+    try:
+        entries = describe_configs(args.brokers, kind, name, api_version=args.api_version, security=_security(args))
+    except BrokerError as e:
+        raise CliError(f"configs of {what}: {_describe(e)}") from e
+    rows = [(e.name, "(sensitive)" if e.sensitive else _dash(e.value), e.source, "no" if e.read_only else "yes")
+            for e in sorted(entries.values())]
+    _table(("name", "value", "source", "dynamic"), rows, sys.stdout)
+    return 0
+
+
+def cmd_leader_election(args: argparse.Namespace) -> int:
+    from hmbclient.admin import elect_preferred_leaders
+    from hmbclient.errors import ErrorCode
+
+    parts = None
+    if args.partitions:
+        parts = []
+        for item in args.partitions:
+            topic, colon, p = item.rpartition(":")
+            if not colon or not topic or not p.isdigit():
+                raise CliError(f"partitions are TOPIC:PARTITION, not {item!r}")
+            parts.append((topic, int(p)))
+    try:
+        results = elect_preferred_leaders(args.brokers, parts, api_version=args.api_version, security=_security(args))
+    except BrokerError as e:
+        raise CliError(f"leader election refused: {_describe(e)}") from e
+    failed = 0
+    for (topic, p), code in sorted(results.items()):
+        if code == ErrorCode.NONE:
+            print(f"{topic}-{p}: preferred leader elected")
+        elif code == ErrorCode.ELECTION_NOT_NEEDED:
+            print(f"{topic}-{p}: preferred leader already leads")
+        else:
+            failed += 1
+            print(f"{topic}-{p}: {_error_class(code).message}")
+    return 1 if failed else 0
+
+
+def cmd_cluster(args: argparse.Namespace) -> int:
+    from hmbclient.admin import describe_cluster, describe_log_dirs
+
+    info = describe_cluster(args.brokers, api_version=args.api_version, security=_security(args))
+    print(f"cluster {info['cluster_id']}, controller {info['controller_id']}")
+    _table(("broker", "host", "port"), [(b, h, p) for b, (h, p) in sorted(info["brokers"].items())], sys.stdout)
+    if args.log_dirs:
+        rows = []
+        for b in sorted(info["brokers"]):
+            for d, parts in describe_log_dirs(args.brokers, b, api_version=args.api_version, security=_security(args)).items():
+                rows += [(b, d, f"{t}-{p}", size) for (t, p), size in sorted(parts.items())]
+        _table(("broker", "log_dir", "partition", "bytes"), rows, sys.stdout)
+    return 0
+
+
 def _ids(ids: Sequence[int]) -> str:
     """Broker ids as kafka-topics.sh prints them ("1,2,3"); "-" for none, so columns stay split."""
     return ",".join(str(i) for i in ids) or "-"
 
 
+def _reset_spec(args: argparse.Namespace) -> tuple[str, int]:
+    import datetime as dt
+
+    if args.to_earliest:
+        return ("earliest", 0)
+    if args.to_latest:
+        return ("latest", 0)
+    if args.shift_by is not None:
+        return ("shift", args.shift_by)
+    if args.to_datetime is not None:
+        try:
+            when = dt.datetime.fromisoformat(args.to_datetime)
+        except ValueError:
+            raise CliError(f"--to-datetime takes an ISO date-time (2026-11-26T06:00:00[+00:00]), not {args.to_datetime!r}") from None
+        if when.tzinfo is None:
+            when = when.astimezone()  # local time, as kafka-consumer-groups.sh reads it
+        return ("datetime", int(when.timestamp() * 1000))
+    raise CliError("--reset-offsets needs one of --to-earliest, --to-latest, --to-datetime, --shift-by")
+
+
+def _reset_offsets(args: argparse.Namespace) -> int:
+    from hmbclient.admin import reset_group_offsets
+
+    if args.group is None:
+        raise CliError("--reset-offsets needs the GROUP")
+    spec = _reset_spec(args)
+    try:
+        rows = reset_group_offsets(args.brokers, args.group, spec, topics=args.topic or None, zookeeper=args.zookeeper,
+                                   execute=args.execute, api_version=args.api_version,
+                                   security=None if args.zookeeper else _security(args))
+    except HmbError as e:
+        raise CliError(f"offsets of group {args.group} not reset: {_describe(e)}") from e
+    _table(("topic", "partition", "current", "new"), [(r["topic"], r["partition"], _dash(r["current"]), r["new"]) for r in rows], sys.stdout)
+    print(f"offsets of group {args.group} reset" if args.execute else "dry run: nothing changed (add --execute to commit these offsets)")
+    return 0
+
+
 def cmd_groups(args: argparse.Namespace) -> int:
     from hmbclient.admin import describe_group, list_groups
 
+    if args.reset_offsets:
+        return _reset_offsets(args)
+    if any((args.to_earliest, args.to_latest, args.to_datetime, args.shift_by is not None, args.execute, args.topic)):
+        raise CliError("--to-*, --shift-by, --topic and --execute go with --reset-offsets")
     if not args.zookeeper:
         return _broker_groups(args)
     if getattr(args, "client_settings", None):
@@ -715,12 +863,16 @@ def _add_inspect_commands(sub: Subparsers) -> None:
     _client_opts(p)
     p.set_defaults(func=cmd_offsets)
 
-    p = sub.add_parser("topics", help="list topics; --create one, or --describe partitions",
-                       description="Without --create or --describe: every topic and its partition count.")
+    p = sub.add_parser("topics", help="list topics; --create, --alter, --delete, or --describe partitions",
+                       description="Without --create, --alter, --delete or --describe: every topic and its partition count.")
     _client_opts(p)
     action = p.add_mutually_exclusive_group()
     action.add_argument("--create", default=None, metavar="NAME",
                         help="create topic NAME (CreateTopics; needs --partitions and --replication-factor)")
+    action.add_argument("--alter", default=None, metavar="NAME",
+                        help="grow topic NAME to --partitions N in all (CreatePartitions)")
+    action.add_argument("--delete", nargs="+", default=None, metavar="NAME",
+                        help="delete the named topics (DeleteTopics; the answer comes once they are gone)")
     action.add_argument("--describe", nargs="*", default=None, metavar="NAME",
                         help="leader, replicas, ISR (and offline replicas) per partition of the named "
                              "topics (default: every topic); leader 'none' = no leader now")
@@ -729,10 +881,31 @@ def _add_inspect_commands(sub: Subparsers) -> None:
     p.add_argument("--replication-factor", type=int, default=None, metavar="R",
                    help="replicas of each partition of the topic to --create (at most the number of brokers)")
     p.add_argument("--timeout-ms", type=int, default=30000,
-                   help="how long the broker may take to --create the topic (default 30000)")
+                   help="how long the broker may take to --create, --alter or --delete (default 30000)")
     p.add_argument("--config", action="append", default=[], metavar="NAME=VALUE",
                    help="a topic config of the topic to --create, e.g. cleanup.policy=compact (repeatable)")
     p.set_defaults(func=cmd_topics)
+
+    p = sub.add_parser("configs", help="describe or alter the dynamic configs of a topic or broker",
+                       description="Without --set/--delete: every config with its value, Kafka's source and "
+                       "whether it can be altered. With them: IncrementalAlterConfigs, applied without a restart.")
+    _client_opts(p)
+    p.add_argument("--topic", default=None, metavar="NAME", help="the topic")
+    p.add_argument("--broker", type=int, default=None, metavar="ID", help="the broker (asked of that broker)")
+    p.add_argument("--broker-default", action="store_true", help="the default of every broker")
+    p.add_argument("--set", action="append", default=[], metavar="NAME=VALUE", help="set a config (repeatable)")
+    p.add_argument("--delete", action="append", default=[], metavar="NAME", help="remove a dynamic config (repeatable)")
+    p.set_defaults(func=cmd_configs)
+
+    p = sub.add_parser("leader-election", help="move leaderships back to the preferred replicas (ElectLeaders)")
+    _client_opts(p)
+    p.add_argument("partitions", nargs="*", metavar="TOPIC:PARTITION", help="the partitions (default: every partition)")
+    p.set_defaults(func=cmd_leader_election)
+
+    p = sub.add_parser("cluster", help="cluster id, controller and brokers (DescribeCluster); --log-dirs")
+    _client_opts(p)
+    p.add_argument("--log-dirs", action="store_true", help="also each broker's log directory and partition sizes")
+    p.set_defaults(func=cmd_cluster)
 
     p = sub.add_parser("groups", help="consumer groups; with GROUP: members, owners, offsets, lag",
                        description="With --zookeeper: the ZooKeeper groups there (-b then only names the "
@@ -742,6 +915,16 @@ def _add_inspect_commands(sub: Subparsers) -> None:
     p.add_argument("group", nargs="?", help="describe this group (default: list every group)")
     _client_opts(p)
     _zookeeper_opt(p, "read ZooKeeper groups from here (default: the brokers' coordinated groups)")
+    p.add_argument("--reset-offsets", action="store_true",
+                   help="reset GROUP's committed offsets (dry run unless --execute; the group must have no active member)")
+    how = p.add_mutually_exclusive_group()
+    how.add_argument("--to-earliest", action="store_true", help="to the log start")
+    how.add_argument("--to-latest", action="store_true", help="to the high watermark")
+    how.add_argument("--to-datetime", default=None, metavar="ISO", help="to the first offset at or after this time")
+    how.add_argument("--shift-by", type=int, default=None, metavar="N", help="committed offset + N (negative: back)")
+    p.add_argument("--topic", action="append", default=[], metavar="NAME",
+                   help="reset this topic (repeatable; default: the topics the group has offsets for)")
+    p.add_argument("--execute", action="store_true", help="commit the new offsets (default: only show them)")
     p.set_defaults(func=cmd_groups)
 
     p = sub.add_parser("transactions", help="transactional ids the brokers coordinate: --list, --describe ID ...",

@@ -69,6 +69,15 @@ __all__ = [
     "offset_path",
     "broker_path",
     "topic_path",
+    "delete_topic_path",
+    "config_path",
+    "encode_config",
+    "decode_config",
+    "DELETE_TOPICS_PATH",
+    "CONFIG_PATH",
+    "CONFIG_CHANGES_PATH",
+    "CONFIG_CHANGE_PREFIX",
+    "DEFAULT_BROKER_ENTITY",
     "topic_partitions_path",
     "partition_state_path",
     "make_consumer_id",
@@ -103,6 +112,17 @@ BROKER_IDS_PATH = "/brokers/ids"
 BROKER_TOPICS_PATH = "/brokers/topics"
 CONTROLLER_PATH = "/controller"
 CONTROLLER_EPOCH_PATH = "/controller_epoch"
+#: ``/admin/delete_topics/<t>``: a topic marked for deletion (any broker writes it, the
+#: controller deletes the topic and then the marker), as Kafka's TopicCommand/AdminClient do.
+DELETE_TOPICS_PATH = "/admin/delete_topics"
+#: ``/config/topics/<t>``, ``/config/brokers/<id|<default>>``: dynamic configs,
+#: ``{"version":1,"config":{name: value}}``; each change is announced by a sequential
+#: ``/config/changes/config_change_<n>`` holding ``{"version":2,"entity_path":"topics/<t>"}``.
+CONFIG_PATH = "/config"
+CONFIG_CHANGES_PATH = "/config/changes"
+CONFIG_CHANGE_PREFIX = "/config/changes/config_change_"
+#: the entity name of the default broker config (``/config/brokers/<default>``)
+DEFAULT_BROKER_ENTITY = "<default>"
 
 #: How a consumer subscribed: static topic counts, or a white/black-list regex.
 Pattern = Literal["static", "white_list", "black_list"]
@@ -318,6 +338,75 @@ def topic_partitions_path(topic: str) -> str:
         ValueError: Bad topic name.
     """
     return f"{topic_path(topic)}/partitions"
+
+
+def delete_topic_path(topic: str) -> str:
+    """``/admin/delete_topics/<topic>`` (no data: the topic is marked for deletion).
+
+    Args:
+        topic: The topic.
+
+    Returns:
+        The path.
+
+    Raises:
+        ValueError: Bad topic name.
+    """
+    return f"{DELETE_TOPICS_PATH}/{_element('topic', topic)}"
+
+
+def config_path(entity_type: str, name: str) -> str:
+    """``/config/<entity_type>/<name>``: the dynamic configs of a topic or broker.
+
+    Args:
+        entity_type: ``topics`` or ``brokers``.
+        name: the topic, the broker id, or ``<default>``.
+
+    Returns:
+        The path.
+
+    Raises:
+        ValueError: An unknown entity type, or a name that is not a legal topic, broker id or
+            ``<default>``.
+    """
+    if entity_type == "topics":
+        return f"{CONFIG_PATH}/topics/{_element('topic', name)}"
+    if entity_type == "brokers":
+        if name != DEFAULT_BROKER_ENTITY and not (name.isdigit() and name.isascii()):
+            raise ValueError(f"bad broker config entity {name!r}: a broker id or {DEFAULT_BROKER_ENTITY}")
+        return f"{CONFIG_PATH}/brokers/{name}"
+    raise ValueError(f"unknown config entity type {entity_type!r}")
+
+
+def encode_config(config: Mapping[str, str]) -> bytes:
+    """Encode ``/config/<type>/<name>``: ``{"version":1,"config":{...}}``.
+
+    Args:
+        config: name -> value (strings, as Kafka stores them).
+
+    Returns:
+        utf-8 JSON bytes.
+    """
+    return _dumps({"version": 1, "config": {k: str(config[k]) for k in sorted(config)}})
+
+
+def decode_config(data: bytes | str | None) -> dict[str, str]:
+    """Parse ``/config/<type>/<name>``.
+
+    Args:
+        data: The znode data.
+
+    Returns:
+        name -> value.
+
+    Raises:
+        ZnodeDataError: Not JSON, or no ``config`` object of strings.
+    """
+    obj = _loads(data, "config")
+    cfg = obj.get("config", {})
+    if not isinstance(cfg, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in cfg.items()):
+        raise ZnodeDataError(f"config: bad 'config': {cfg!r}")
+    return dict(cfg)
 
 
 def partition_state_path(topic: str, partition: int) -> str:

@@ -113,6 +113,7 @@ class KafkaApis:
             AddOffsetsToTxn, EndTxn, WriteTxnMarkers, DescribeTransactions and
             ListTransactions; with ``offset_manager``,
             TxnOffsetCommit.
+        admin: serves the admin APIs (a ``broker.admin_apis.AdminApis``; None: not served).
     """
 
     def __init__(
@@ -128,6 +129,7 @@ class KafkaApis:
         group_coordinator: Any = None,
         configs: Any = None,
         transactions: Any = None,
+        admin: Any = None,
     ) -> None:
         self.authorizer: Any = None
         #: client quotas (set by the Broker; None: no quotas) and the sensors of throttling
@@ -181,6 +183,9 @@ class KafkaApis:
             self._handlers[ApiKey.DELETE_GROUPS] = group_coordinator.handle_delete_groups
         if configs is not None:
             self._handlers[ApiKey.DESCRIBE_CONFIGS] = lambda h, r, ch: configs.handle_describe_configs(h, r, ch, self._allowed)
+        if admin is not None:
+            for key, fn in admin.handlers().items():
+                self._handlers[key] = self._with_allowed(fn)
         if controller_guard is not None:
             self._handlers[ApiKey.LEADER_AND_ISR] = self.handle_leader_and_isr
             self._handlers[ApiKey.UPDATE_METADATA] = self.handle_update_metadata
@@ -226,6 +231,9 @@ class KafkaApis:
         if not box:
             raise RuntimeError(f"{type(request).__name__} was not answered at once")
         return box[0]
+
+    def _with_allowed(self, fn: Callable[..., None]) -> Callable[[RequestHeader, Any, RequestChannel], None]:
+        return lambda h, r, ch: fn(h, r, ch, self._allowed)
 
     def _allowed(self, channel: RequestChannel, operation: str, resource_type: str, name: str = "kafka-cluster") -> bool:
         return allowed(self.authorizer, channel, operation, resource_type, name)

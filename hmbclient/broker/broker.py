@@ -26,6 +26,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from hmbclient.broker.admin_apis import AdminApis
 from hmbclient.broker.apis import KafkaApis
 from hmbclient.broker.channel import BrokerChannel
 from hmbclient.broker.config import BrokerConfig
@@ -35,6 +36,7 @@ from hmbclient.broker.controller.decisions import LeaderIsr
 from hmbclient.broker.controller.store import CoordinationStore, MemoryStore, ZkStore
 from hmbclient.broker.coordinator.coordinator import GroupCoordinator
 from hmbclient.broker.coordinator.state import GroupConfig
+from hmbclient.broker.dynamic_config import DynamicConfigs
 from hmbclient.broker.log.cleaner import CleanerSettings, LogCleaner
 from hmbclient.broker.log.config import LogConfig
 from hmbclient.broker.log.manager import LogManager
@@ -345,7 +347,19 @@ class Broker:
                 unclean_leader_election=cfg.unclean_leader_election_enable,
                 request_timeout_s=cfg.controller_socket_timeout_ms / 1000.0,
                 security=self.inter_broker_security,
+                auto_rebalance=(float(cfg.leader_imbalance_check_interval_seconds), cfg.leader_imbalance_per_broker_percentage)
+                if cfg.auto_leader_rebalance_enable else None,
             )
+            # Dynamic configs (AlterConfigs): read from the store and applied before serving.
+            # Its topic layer adds to the stored CreateTopics configs (the same /config/topics/<t>
+            # in a cluster; topic-configs.json standalone).
+            self.dynamic_configs = dynamic = DynamicConfigs(cfg, store, logs, log_config_from, controller,
+                                                            stored_overrides=self._topic_overrides)
+            internal_log_config = log_config_from(cfg, compact=True)
+            logs.set_config_for(lambda topic: internal_log_config if topic in (OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC)
+                                else dynamic.log_config(topic))
+            rm.min_insync_for = dynamic.min_insync_replicas
+            dynamic.start()
             self.apis = KafkaApis(
                 cfg.broker_id,
                 metadata,
@@ -356,8 +370,9 @@ class Broker:
                 controller_guard=self._check_controller,
                 controlled_shutdown=self._serve_controlled_shutdown,
                 group_coordinator=groups,
-                configs=ConfigDescriber(cfg, metadata.has_topic),
+                configs=ConfigDescriber(cfg, metadata.has_topic, dynamic.layers),
                 transactions=txns,
+                admin=AdminApis(cfg, metadata, topics, controller, dynamic, logs, groups),
             )
             self.apis.authorizer = authorizer_from(cfg, store)
             self.apis.quotas = QuotaManager(

@@ -224,6 +224,9 @@ class BrokerConfig(ConfigBase):
     auto_create_topics_enable: bool = setting(
         True, doc="auto.create.topics.enable: create unknown topics on metadata/produce"
     )
+    delete_topic_enable: bool = setting(
+        True, doc="delete.topic.enable: serve DeleteTopics (false: TOPIC_DELETION_DISABLED)"
+    )
     connections_max_idle_ms: int = setting(
         600_000, min=-1, doc="connections.max.idle.ms: close idle connections (-1: never)"
     )
@@ -288,6 +291,15 @@ class BrokerConfig(ConfigBase):
     )
     unclean_leader_election_enable: bool = setting(
         False, doc="unclean.leader.election.enable: elect a replica outside the ISR (may lose data)"
+    )
+    auto_leader_rebalance_enable: bool = setting(
+        True, doc="auto.leader.rebalance.enable: the controller moves leaderships back to preferred replicas"
+    )
+    leader_imbalance_check_interval_seconds: int = setting(
+        300, min=1, doc="leader.imbalance.check.interval.seconds: how often the controller checks the balance"
+    )
+    leader_imbalance_per_broker_percentage: int = setting(
+        10, min=0, max=100, doc="leader.imbalance.per.broker.percentage: share of a broker's preferred partitions led elsewhere that triggers it"
     )
     controlled_shutdown_enable: bool = setting(
         True, doc="controlled.shutdown.enable: move leaderships away before stopping"

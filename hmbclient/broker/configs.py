@@ -1,12 +1,24 @@
 """DescribeConfigs (api key 32): what Kafka's AdminClient, ``kafka-topics --describe`` and
-``kafka-configs --describe`` ask before they print a topic or a broker.
+``kafka-configs --describe`` ask before they print a topic or a broker; and the pure rules of
+AlterConfigs / IncrementalAlterConfigs (:func:`check_alter`, :func:`apply_incremental`,
+:func:`effective_config`), whose I/O is ``broker.dynamic_config``.
 
 Contract:
 
-* Our brokers keep no per-topic overrides (CreateTopics' configs are not stored), so a topic's
-  configs are the broker-wide settings that apply to every topic, under their topic names
-  (``retention.ms`` <- ``log.retention.ms``, ...), each with source DEFAULT_CONFIG (5) when the
-  broker setting has its default value, else STATIC_BROKER_CONFIG (4); all read-only.
+* Dynamic configs are layered as Kafka's: a topic's override (``/config/topics/<t>``, source
+  TOPIC_CONFIG 1) over this broker's (``/config/brokers/<id>``, DYNAMIC_BROKER_CONFIG 2) over
+  every broker's default (``/config/brokers/<default>``, DYNAMIC_DEFAULT_BROKER_CONFIG 3) over
+  the static BrokerConfig (STATIC_BROKER_CONFIG 4, or DEFAULT_CONFIG 5 when it has its default
+  value). A topic config is the broker property it overrides under its topic name
+  (``retention.ms`` <- ``log.retention.ms``, ...).
+* Alterable topic configs: :data:`ALTERABLE_TOPIC_CONFIGS` (read_only false); dynamic broker
+  configs: :data:`DYNAMIC_BROKER_CONFIGS`. Refusals (labelled in :func:`check_alter`):
+  (g) a null value: INVALID_REQUEST; (h) an unknown topic config: INVALID_CONFIG "Unknown topic
+  config name"; (i) a broker property that is not dynamic: INVALID_REQUEST "Cannot update these
+  configs dynamically"; (j) a value BrokerConfig refuses (type, range, cross-field rules):
+  INVALID_CONFIG with its reason. Incremental operations (:func:`apply_incremental`): (k) a
+  name twice: INVALID_REQUEST; (l) APPEND/SUBTRACT on a non-list config: INVALID_CONFIG;
+  (m) an unknown operation: INVALID_REQUEST.
 * A broker's configs (resource name = this broker's id, or "" for the default) are every
   BrokerConfig setting by its Kafka property name, source as above; secrets are marked
   sensitive with a null value, never sent.
@@ -27,19 +39,39 @@ entry, the config and whether the topic exists):
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import dataclasses
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from hmbclient.broker.config import BrokerConfig
-from hmbclient.errors import ErrorCode
+from hmbclient.broker.log.overrides import TOPIC_CONFIGS, validate_topic_configs
+from hmbclient.errors import ConfigError, ErrorCode
 from hmbclient.protocol.api.configs import (
+    OP_APPEND,
+    OP_DELETE,
+    OP_SET,
+    OP_SUBTRACT,
     RESOURCE_BROKER,
     RESOURCE_TOPIC,
     SOURCE_DEFAULT,
+    SOURCE_DYNAMIC_BROKER,
+    SOURCE_DYNAMIC_DEFAULT_BROKER,
     SOURCE_STATIC_BROKER,
+    SOURCE_TOPIC,
 )
 
-__all__ = ["ConfigDescriber", "TOPIC_CONFIG_FROM_BROKER", "describe_resource"]
+__all__ = [
+    "ConfigDescriber",
+    "TOPIC_CONFIG_FROM_BROKER",
+    "TOPIC_TO_BROKER_PROP",
+    "ALTERABLE_TOPIC_CONFIGS",
+    "DYNAMIC_BROKER_CONFIGS",
+    "Layers",
+    "describe_resource",
+    "check_alter",
+    "apply_incremental",
+    "effective_config",
+]
 
 #: topic config name -> the BrokerConfig field whose value every topic has
 TOPIC_CONFIG_FROM_BROKER: dict[str, str] = {
@@ -55,7 +87,90 @@ TOPIC_CONFIG_FROM_BROKER: dict[str, str] = {
     "unclean.leader.election.enable": "unclean_leader_election_enable",
 }
 
-Entry = tuple[str, str | None, int, bool]  # name, value, source, sensitive
+_PROP = {i.name: i.prop for i in BrokerConfig.settings()}
+#: topic config name -> the broker property it overrides
+TOPIC_TO_BROKER_PROP: dict[str, str] = {n: _PROP[f] for n, f in TOPIC_CONFIG_FROM_BROKER.items() if f in _PROP}
+#: topic configs AlterConfigs may set: the broker-backed ones (not segment.index.bytes, unused
+#: by our indexes, nor unclean election, a controller-wide setting) and the log overrides of
+#: ``log.overrides`` (cleanup.policy, compaction settings)
+ALTERABLE_TOPIC_CONFIGS: frozenset[str] = (frozenset(TOPIC_TO_BROKER_PROP) - {"segment.index.bytes", "unclean.leader.election.enable"}) | frozenset(TOPIC_CONFIGS)
+#: broker properties AlterConfigs may set for a broker or for every broker, applied without a restart
+DYNAMIC_BROKER_CONFIGS: frozenset[str] = frozenset(
+    {TOPIC_TO_BROKER_PROP[n] for n in ALTERABLE_TOPIC_CONFIGS if n in TOPIC_TO_BROKER_PROP} | {"unclean.leader.election.enable"})
+
+Entry = tuple[str, str | None, int, bool, bool]  # name, value, source, sensitive, read_only
+
+
+@dataclasses.dataclass(frozen=True)
+class Layers:
+    """The dynamic configs that apply to one broker: every broker's default, this broker's
+    own, and per topic."""
+
+    default: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    broker: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    topics: Mapping[str, Mapping[str, str]] = dataclasses.field(default_factory=dict)
+
+
+def effective_config(static: BrokerConfig, layers: Layers, topic: str | None = None) -> BrokerConfig:
+    """The BrokerConfig with the dynamic layers applied (a topic's overrides as the broker
+    properties they stand for).
+
+    Raises:
+        ConfigError: a layer holds a value BrokerConfig refuses.
+    """
+    merged: dict[str, str] = {**layers.default, **layers.broker}
+    if topic is not None:
+        merged.update({TOPIC_TO_BROKER_PROP[k]: v for k, v in layers.topics.get(topic, {}).items() if k in TOPIC_TO_BROKER_PROP})
+    if not merged:
+        return static
+    base = {f.name: getattr(static, f.name) for f in dataclasses.fields(static)}
+    return BrokerConfig.from_properties(base, **merged)
+
+
+def check_alter(resource_type: int, props: Mapping[str, str | None], static: BrokerConfig) -> tuple[int, str | None]:
+    """(error, message) for setting ``props`` as the whole dynamic config of a resource (cases
+    (g)-(j) above); NONE when it may be stored."""
+    topic = resource_type == RESOURCE_TOPIC
+    for name, value in props.items():
+        if value is None:  # (g)
+            return ErrorCode.INVALID_REQUEST, f"Null value not supported for : {name}"
+        if topic and name not in ALTERABLE_TOPIC_CONFIGS:  # (h)
+            if name in TOPIC_TO_BROKER_PROP:
+                return ErrorCode.INVALID_CONFIG, f"Topic config {name} cannot be altered on this broker"
+            return ErrorCode.INVALID_CONFIG, f"Unknown topic config name: {name}"
+        if not topic and name not in DYNAMIC_BROKER_CONFIGS:  # (i)
+            if name in _PROP.values():
+                return ErrorCode.INVALID_REQUEST, f"Cannot update these configs dynamically: Set({name})"
+            return ErrorCode.INVALID_CONFIG, f"Unknown broker config name: {name}"
+    try:  # (j)
+        if topic:
+            validate_topic_configs({k: v for k, v in props.items() if k in TOPIC_CONFIGS})
+        layer = {k: str(v) for k, v in props.items()}
+        layers = Layers(topics={"t": layer}) if topic else Layers(broker=layer)
+        effective_config(static, layers, "t" if topic else None)
+    except (ConfigError, ValueError, TypeError) as e:
+        return ErrorCode.INVALID_CONFIG, f"Invalid value: {e}"
+    return ErrorCode.NONE, None
+
+
+def apply_incremental(current: Mapping[str, str], ops: Sequence[tuple[str, int, str | None]]) -> tuple[int, str | None, dict[str, str | None]]:
+    """(error, message, the new whole config) after IncrementalAlterConfigs' operations (cases
+    (k)-(m)); the result is then judged by :func:`check_alter`."""
+    names = [n for n, _, _ in ops]
+    if len(set(names)) != len(names):  # (k)
+        return ErrorCode.INVALID_REQUEST, "Error due to duplicate config keys", {}
+    new: dict[str, str | None] = dict(current)
+    for name, op, value in ops:
+        if op == OP_SET:
+            new[name] = value
+        elif op == OP_DELETE:
+            new.pop(name, None)
+        elif op in (OP_APPEND, OP_SUBTRACT):  # (l)
+            verb = "append" if op == OP_APPEND else "subtract"
+            return ErrorCode.INVALID_CONFIG, f"Config value {verb} is not allowed for config key: {name}", {}
+        else:  # (m)
+            return ErrorCode.INVALID_REQUEST, f"Unknown alter config operation {op}", {}
+    return ErrorCode.NONE, None, new
 
 
 def _render(value: Any) -> str:
@@ -66,37 +181,56 @@ def _render(value: Any) -> str:
     return str(value)
 
 
-def _entries(config: BrokerConfig, topic: bool) -> list[Entry]:
+def _entries(config: BrokerConfig, topic: str | None, layers: Layers) -> list[Entry]:
     infos = {i.name: i for i in BrokerConfig.settings()}
     out: list[Entry] = []
-    if topic:
+
+    def dynamic(prop: str) -> tuple[str, int] | None:
+        if prop in layers.broker:
+            return layers.broker[prop], SOURCE_DYNAMIC_BROKER
+        if prop in layers.default:
+            return layers.default[prop], SOURCE_DYNAMIC_DEFAULT_BROKER
+        return None
+
+    if topic is not None:
+        overrides = layers.topics.get(topic, {})
         for name, field in TOPIC_CONFIG_FROM_BROKER.items():
             info = infos.get(field)
             if info is None:
                 continue
+            read_only = name not in ALTERABLE_TOPIC_CONFIGS
+            found = (overrides[name], SOURCE_TOPIC) if name in overrides else dynamic(info.prop)
+            if found is not None:
+                out.append((name, found[0], found[1], False, read_only))
+                continue
             value = getattr(config, field)
-            out.append((name, _render(value), SOURCE_DEFAULT if value == info.default else SOURCE_STATIC_BROKER, False))
+            out.append((name, _render(value), SOURCE_DEFAULT if value == info.default else SOURCE_STATIC_BROKER, False, read_only))
         return out
     for info in infos.values():
         value = getattr(config, info.name)
+        read_only = info.prop not in DYNAMIC_BROKER_CONFIGS
+        found = dynamic(info.prop)
         if info.secret:
-            out.append((info.prop, None, SOURCE_STATIC_BROKER, True))
+            out.append((info.prop, None, SOURCE_STATIC_BROKER, True, True))
+        elif found is not None:
+            out.append((info.prop, found[0], found[1], False, read_only))
         elif value is not None and isinstance(value, (str, int, float, bool, tuple, list)):
-            out.append((info.prop, _render(value), SOURCE_DEFAULT if value == info.default else SOURCE_STATIC_BROKER, False))
+            out.append((info.prop, _render(value), SOURCE_DEFAULT if value == info.default else SOURCE_STATIC_BROKER, False, read_only))
     return out
 
 
 def describe_resource(resource_type: int, name: str, keys: list[str] | None, config: BrokerConfig,
-                      topic_exists: bool) -> tuple[int, str | None, list[Entry]]:
+                      topic_exists: bool, layers: Layers | None = None) -> tuple[int, str | None, list[Entry]]:
     """(error code, error message, entries) for one resource (cases (a)-(e) above)."""
+    layers = layers or Layers()
     if resource_type == RESOURCE_TOPIC:
         if not topic_exists:  # (b)
             return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic {name} does not exist", []
-        entries = _entries(config, topic=True)  # (a)
+        entries = _entries(config, name, layers)  # (a)
     elif resource_type == RESOURCE_BROKER:
         if name not in ("", str(config.broker_id)):  # (d)
             return ErrorCode.INVALID_REQUEST, f"unexpected broker id, expected {config.broker_id} or empty, got {name}", []
-        entries = _entries(config, topic=False)  # (c)
+        entries = _entries(config, None, layers)  # (c)
     else:  # (e)
         return ErrorCode.INVALID_REQUEST, f"resource type {resource_type} is not supported", []
     if keys is not None:
@@ -108,9 +242,10 @@ def describe_resource(resource_type: int, name: str, keys: list[str] | None, con
 class ConfigDescriber:
     """Serves DescribeConfigs for one broker."""
 
-    def __init__(self, config: BrokerConfig, topic_exists: Callable[[str], bool]) -> None:
+    def __init__(self, config: BrokerConfig, topic_exists: Callable[[str], bool], layers: Callable[[], Layers] | None = None) -> None:
         self.config = config
         self.topic_exists = topic_exists
+        self.layers = layers or Layers
 
     def handle_describe_configs(self, header: Any, req: Any, channel: Any,
                                 allowed: Callable[[Any, str, str, str], bool]) -> None:
@@ -129,7 +264,7 @@ class ConfigDescriber:
             else:
                 code, msg, entries = describe_resource(
                     r.resource_type, r.resource_name, r.configuration_keys, self.config,
-                    r.resource_type == RESOURCE_TOPIC and self.topic_exists(r.resource_name))
+                    r.resource_type == RESOURCE_TOPIC and self.topic_exists(r.resource_name), self.layers())
             results.append(result_shape(code, msg, r.resource_type, r.resource_name,
-                                        [config_shape(n, v, True, src, sens, []) for n, v, src, sens in entries]))
+                                        [config_shape(n, v, ro, src, sens, []) for n, v, src, sens, ro in entries]))
         channel.send(resp_cls.build(throttle_time_ms=0, results=results))

@@ -9,6 +9,8 @@ from here only, so every broker of a cluster answers alike, consistent with ZooK
 Invariants: a partition is known once the controller has decided its first state; its
 ``leader`` is a broker id or ``NO_LEADER`` (-1: offline); ``controller_epoch`` only grows (an
 update from an older controller epoch is refused by the request handler before it gets here).
+A partition state whose leader is ``LEADER_DURING_DELETE`` (-2, Kafka's LeaderDuringDelete)
+removes the partition (its topic is being deleted); a topic left without partitions is gone.
 Listeners hear ``("topic", name)`` for every topic an update touched (waits for a topic to be
 ready complete on that) and ``("brokers", None)`` when the live set changed.
 """
@@ -19,9 +21,10 @@ import threading
 from collections.abc import Callable, Iterable
 from typing import Any, NamedTuple
 
-__all__ = ["BrokerEndpoint", "PartitionMeta", "MetadataCache", "NO_LEADER", "OFFSETS_TOPIC", "TRANSACTION_STATE_TOPIC", "is_internal_topic"]
+__all__ = ["BrokerEndpoint", "PartitionMeta", "MetadataCache", "NO_LEADER", "LEADER_DURING_DELETE", "OFFSETS_TOPIC", "TRANSACTION_STATE_TOPIC", "is_internal_topic"]
 
 NO_LEADER = -1
+LEADER_DURING_DELETE = -2
 OFFSETS_TOPIC = "__consumer_offsets"
 TRANSACTION_STATE_TOPIC = "__transaction_state"
 
@@ -122,8 +125,15 @@ class MetadataCache:
             self._controller_id = controller_id
             self.controller_epoch = max(self.controller_epoch, controller_epoch)
             for topic, partition, meta in states:
-                self._topics.setdefault(topic, {})[partition] = meta
                 touched.add(topic)
+                if meta.leader == LEADER_DURING_DELETE:
+                    parts = self._topics.get(topic)
+                    if parts is not None:
+                        parts.pop(partition, None)
+                        if not parts:
+                            del self._topics[topic]
+                    continue
+                self._topics.setdefault(topic, {})[partition] = meta
             self._ready = {}
         if brokers_changed:
             self._emit("brokers", None)

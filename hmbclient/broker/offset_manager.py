@@ -802,6 +802,28 @@ class OffsetManager:
 
         self._append_for_group(group, buf, done)
 
+    def delete_offsets(self, group: str, partitions: list[tuple[str, int]], callback: Callable[[int], None]) -> None:
+        """Write tombstones for the group's offsets of ``partitions`` (OffsetDelete), then forget
+        them; ``callback`` gets NONE or the error."""
+        now = wall_ms()
+        items: list[tuple[bytes, bytes | None, int]] = [(encode_key(group, topic, part), None, now) for topic, part in partitions]
+        if not items:
+            callback(ErrorCode.NONE)
+            return
+        buf = records.encode_records(2, records.NONE, items, timestamp_ms=now)
+
+        def done(code: int) -> None:
+            if code == ErrorCode.NONE:
+                with self._lock:
+                    cached = self._cache.get(group, {})
+                    for tp in partitions:
+                        cached.pop(tp, None)
+                    if not cached:
+                        self._cache.pop(group, None)
+            callback(_commit_error(code))
+
+        self._append_for_group(group, buf, done)
+
     def _append_for_group(self, group: str, buf: bytes, callback: Callable[[int], None]) -> None:
         tp = (OFFSETS_TOPIC, self.partition_for(group))
 

@@ -105,6 +105,8 @@ class ReplicaManager:
         self.metadata = metadata
         self.logs = logs
         self.min_insync_replicas = min_insync_replicas
+        #: ``topic -> min.insync.replicas`` (dynamic topic configs); None: the broker's setting
+        self.min_insync_for: Callable[[str], int] | None = None
         self.replica_lag_time_max_ms = replica_lag_time_max_ms
         self.hw_checkpoint_interval_ms = hw_checkpoint_interval_ms
         self.isr_writer = isr_writer if isr_writer is None else self._metered(isr_writer)
@@ -382,7 +384,7 @@ class ReplicaManager:
                 results[tp] = AppendResult(ErrorCode.INVALID_TOPIC_EXCEPTION, -1, -1)
                 continue
             try:
-                code, info = p.append_as_leader(buf if buf is not None else _EMPTY, acks, self.min_insync_replicas, origin)
+                code, info = p.append_as_leader(buf if buf is not None else _EMPTY, acks, self.min_isr(topic), origin)
             except BrokerError as e:
                 log.info("append to %s-%d refused: %s", topic, partition, e)
                 results[tp] = AppendResult(e.errno, -1, -1)
@@ -423,12 +425,16 @@ class ReplicaManager:
         else:
             respond(results)
 
+    def min_isr(self, topic: str) -> int:
+        """``min.insync.replicas`` of ``topic`` (its dynamic override, else the broker's)."""
+        return self.min_insync_replicas if self.min_insync_for is None else self.min_insync_for(topic)
+
     def acks_status(self, topic: str, partition: int, required_offset: int) -> int | None:
         """For DelayedProduce: None while waiting, else the partition's final error code."""
         p = self._partitions.get((topic, partition))
         if p is None:
             return self._not_here(topic, partition)
-        return p.acks_status(required_offset, self.min_insync_replicas)
+        return p.acks_status(required_offset, self.min_isr(topic))
 
     # -- fetches -----------------------------------------------------------------------------------
     def read(

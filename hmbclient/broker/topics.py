@@ -1,4 +1,5 @@
-"""Topic names and topic creation (auto-create on first use, CreateTopics).
+"""Topic names, topic creation (auto-create on first use, CreateTopics), deletion
+(DeleteTopics) and partition additions (CreatePartitions).
 
 A legal topic name is 1-249 characters of ``[a-zA-Z0-9._-]`` and is not ``.`` or ``..`` (Kafka's
 rule). It is checked before anything else touches it, so an illegal name (``../x``, ``a/b``, an
@@ -10,6 +11,24 @@ controller notices, elects the first leaders, sends LeaderAndIsr to the replicas
 their logs) and UpdateMetadata to every broker. A request that created a topic, or that names
 one this broker's metadata does not show with leaders yet, waits for it in the purgatory
 (:meth:`TopicManager.when_ready`) instead of blocking a network thread.
+
+Deleting a topic, as in Kafka's ZooKeeper mode, only marks it (``/admin/delete_topics/<t>``);
+the controller deletes it once its replicas are live. Adding partitions rewrites the
+assignment with the new partitions appended (conditional on the partition count read, so
+two concurrent additions cannot both win); the controller starts them. Requests wait in the
+same purgatory for the metadata to show the outcome (:meth:`TopicManager.when`).
+
+Labelled cases of :meth:`TopicManager.add_partitions` (the validation itself is the pure
+``decisions.grown_assignment``):
+
+* (a) unknown topic, or an illegal name: UNKNOWN_TOPIC_OR_PARTITION;
+* (b) topic marked for deletion: INVALID_TOPIC_EXCEPTION ("queued for deletion", as Kafka);
+  an internal topic (``__consumer_offsets``, ``__transaction_state``): INVALID_REQUEST, since
+  its partition count decides which partition holds each group / transactional id;
+* (c) count not above the current count, bad assignment: INVALID_PARTITIONS /
+  INVALID_REPLICA_ASSIGNMENT / INVALID_REPLICATION_FACTOR with Kafka's message;
+* (d) validate_only: NONE, nothing written;
+* (e) the count changed meanwhile (another addition won): INVALID_PARTITIONS, try again.
 """
 
 from __future__ import annotations
@@ -21,7 +40,7 @@ from collections.abc import Callable, Iterable
 
 from hmbclient.broker.controller import decisions
 from hmbclient.broker.controller.store import CoordinationStore
-from hmbclient.broker.metadata import MetadataCache
+from hmbclient.broker.metadata import MetadataCache, is_internal_topic
 from hmbclient.broker.purgatory import DelayedOperation, Purgatory
 from hmbclient.broker.topic_configs import TopicConfigStore
 from hmbclient.errors import BrokerError, ErrorCode, InvalidTopicError
@@ -70,6 +89,24 @@ class DelayedTopics(DelayedOperation):
         self.then()
 
 
+class DelayedCondition(DelayedOperation):
+    """Waits until ``condition()`` holds (checked when one of its topics changes), or the
+    timeout, then calls ``then`` once."""
+
+    def __init__(self, timeout_ms: int, condition: Callable[[], bool], then: Callable[[], None]) -> None:
+        super().__init__(timeout_ms)
+        self.condition = condition
+        self.then = then
+
+    def try_complete(self) -> bool:
+        if self.condition():
+            return self.force_complete()
+        return False
+
+    def on_complete(self) -> None:
+        self.then()
+
+
 class TopicManager:
     """Creates topics (through the coordination store) and waits for them to be served.
 
@@ -89,14 +126,14 @@ class TopicManager:
         num_partitions: int,
         replication_factor: int,
         auto_create: bool,
-        purgatory: Purgatory[DelayedTopics] | None = None,
+        purgatory: Purgatory[DelayedOperation] | None = None,
     ) -> None:
         self.metadata = metadata
         self.store = store
         self.num_partitions = num_partitions
         self.replication_factor = replication_factor
         self.auto_create = auto_create
-        self.purgatory: Purgatory[DelayedTopics] = purgatory or Purgatory("topics")
+        self.purgatory: Purgatory[DelayedOperation] = purgatory or Purgatory("topics")
         self._lock = threading.Lock()
         #: where CreateTopics configs are stored (``broker.topic_configs``); None: not stored
         self.config_store: TopicConfigStore | None = None
@@ -168,6 +205,52 @@ class TopicManager:
         names = sorted(set(topics))
         op = DelayedTopics(timeout_ms, names, self.metadata, then)
         self.purgatory.try_complete_else_watch(op, [("topic", t) for t in names])
+
+
+    def when(self, topics: Iterable[str], condition: Callable[[], bool], timeout_ms: int, then: Callable[[], None]) -> None:
+        """Call ``then`` once ``condition()`` holds (checked whenever the metadata of one of
+        ``topics`` changes), or after ``timeout_ms``; at once if it already holds."""
+        op = DelayedCondition(timeout_ms, condition, then)
+        self.purgatory.try_complete_else_watch(op, [("topic", t) for t in sorted(set(topics))])
+
+    def marked_for_deletion(self, topic: str) -> bool:
+        """The topic is marked for deletion and not deleted yet."""
+        return topic in self.store.topics_to_delete()
+
+    def delete(self, topic: str) -> tuple[int, str | None]:
+        """Mark a topic for deletion: NONE, or UNKNOWN_TOPIC_OR_PARTITION (unknown, or an
+        illegal name, which never reaches the store)."""
+        if not is_valid_topic_name(topic) or self.store.assignment(topic) is None:
+            return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "This server does not host this topic-partition."
+        self.store.mark_topic_for_deletion(topic)
+        log.info("topic %s marked for deletion", topic)
+        return ErrorCode.NONE, None
+
+    def add_partitions(self, topic: str, count: int, assignment: list[list[int]] | None, *, validate_only: bool = False) -> tuple[int, str | None]:
+        """Grow a topic to ``count`` partitions (cases (a)-(e) above)."""
+        if is_internal_topic(topic):  # (b)
+            return ErrorCode.INVALID_REQUEST, f"The partitions of internal topic '{topic}' cannot be changed."
+        current = self.store.assignment(topic) if is_valid_topic_name(topic) else None
+        if current is None:  # (a)
+            return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"The topic '{topic}' does not exist."
+        if self.marked_for_deletion(topic):  # (b)
+            return ErrorCode.INVALID_TOPIC_EXCEPTION, f"The topic '{topic}' is queued for deletion."
+
+        if count > MAX_PARTITIONS_PER_TOPIC:
+            return ErrorCode.INVALID_PARTITIONS, f"number of partitions must be at most {MAX_PARTITIONS_PER_TOPIC}"
+        live = sorted(self.store.live_brokers())
+        first = current[0][0] if current and current[0] else 0
+        start = live.index(first) if first in live else 0
+        try:
+            grown = decisions.grown_assignment(current, count, live, assignment, start_index=start)
+        except BrokerError as e:  # (c)
+            return e.errno, Exception.__str__(e)
+        if validate_only:  # (d)
+            return ErrorCode.NONE, None
+        if not self.store.add_partitions(topic, grown, len(current)):  # (e)
+            return ErrorCode.INVALID_PARTITIONS, f"The partitions of topic '{topic}' changed meanwhile; try again."
+        log.info("topic %s grows from %d to %d partitions: %s", topic, len(current), count, grown[len(current):])
+        return ErrorCode.NONE, None
 
 
 def _start(topic: str, n: int) -> int:

@@ -144,6 +144,7 @@ def snapshot(ctx: Ctx) -> Any:
         br.metadata.has_topic(ctx.topic), br.metadata.has_topic(ctx.new_topic), tuple(ends),
         tuple(sorted(br.offset_manager.committed(ctx.group).items())), members, ctx.group in br.group_coordinator.group_ids(),
         None if txn is None else (txn.producer_id, txn.producer_epoch),
+        _topic_configs(ctx),
     )
 
 
@@ -329,6 +330,59 @@ def describe_configs_broker(ctx: Ctx, c: RawClient) -> Any:
     return r.error_code, bool(r.configs)
 
 
+def delete_topics(ctx: Ctx, c: RawClient) -> Any:
+    return c.request(_req(ApiKey.DELETE_TOPICS, 3, topic_names=[ctx.topic], timeout_ms=10_000)).responses[0].error_code
+
+
+def create_partitions(ctx: Ctx, c: RawClient) -> Any:
+    r = c.request(_req(ApiKey.CREATE_PARTITIONS, 1, topics=[(ctx.topic, 2, None)], timeout_ms=10_000, validate_only=False)).results[0]
+    return r.error_code
+
+
+def elect_leaders(ctx: Ctx, c: RawClient) -> Any:
+    r = c.request(_req(ApiKey.ELECT_LEADERS, 1, election_type=0, topic_partitions=[(ctx.topic, [0])], timeout_ms=10_000))
+    return r.error_code, r.replica_election_results[0].partition_result[0].error_code
+
+
+def alter_configs_topic(ctx: Ctx, c: RawClient) -> Any:
+    return c.request(_req(ApiKey.ALTER_CONFIGS, 1, resources=[(2, ctx.topic, [("retention.ms", "3600000")])], validate_only=False)).responses[0].error_code
+
+
+def alter_configs_broker(ctx: Ctx, c: RawClient) -> Any:
+    # validate_only: a dynamic broker config set here would change every later case's broker
+    return c.request(_req(ApiKey.ALTER_CONFIGS, 1, resources=[(4, str(ctx.b.broker_id), [("log.retention.ms", "3600000")])],
+                          validate_only=True)).responses[0].error_code
+
+
+def incremental_alter_configs_topic(ctx: Ctx, c: RawClient) -> Any:
+    return c.request(_req(ApiKey.INCREMENTAL_ALTER_CONFIGS, 0, resources=[(2, ctx.topic, [("retention.ms", 0, "3600000")])],
+                          validate_only=False)).responses[0].error_code
+
+
+def incremental_alter_configs_broker(ctx: Ctx, c: RawClient) -> Any:
+    return c.request(_req(ApiKey.INCREMENTAL_ALTER_CONFIGS, 0, resources=[(4, "", [("log.retention.ms", 0, "3600000")])],
+                          validate_only=True)).responses[0].error_code
+
+
+def describe_log_dirs(ctx: Ctx, c: RawClient) -> Any:
+    r = c.request(_req(ApiKey.DESCRIBE_LOG_DIRS, 1, topics=[(ctx.topic, [0])]))
+    return [(t.name, [p.partition_index for p in t.partitions]) for d in r.results for t in d.topics] == [(ctx.topic, [0])]
+
+
+def describe_cluster(ctx: Ctx, c: RawClient) -> Any:
+    r = c.request(_req(ApiKey.DESCRIBE_CLUSTER, 1, include_cluster_authorized_operations=False, endpoint_type=1))
+    return r.error_code, [b.broker_id for b in r.brokers]
+
+
+def offset_delete(ctx: Ctx, c: RawClient) -> Any:
+    r = c.request(_req(ApiKey.OFFSET_DELETE, 0, group_id=ctx.group, topics=[(ctx.topic, [(0,)])]))
+    return r.error_code, [p.error_code for t in r.topics for p in t.partitions]
+
+
+def _topic_configs(ctx: Ctx) -> Any:
+    return sorted(ctx.b.broker.store.entity_config("topics", ctx.topic).items())
+
+
 # Inter-broker requests carry controller epoch 1000 (no controller has it): past authorization
 # they are answered STALE_CONTROLLER_EPOCH and change nothing.
 def leader_and_isr(ctx: Ctx, c: RawClient) -> Any:
@@ -496,6 +550,27 @@ CASES = [
          (E.TOPIC_AUTHORIZATION_FAILED, False), (E.NONE, True)),
     Case("describe-configs-broker", ApiKey.DESCRIBE_CONFIGS, describe_configs_broker, (("cluster", "DescribeConfigs"),), ("cluster", "DescribeConfigs"),
          (E.CLUSTER_AUTHORIZATION_FAILED, False), (E.NONE, True)),
+    Case("delete-topics", ApiKey.DELETE_TOPICS, delete_topics, (("topic", "Delete"),), ("topic", "Delete"), E.TOPIC_AUTHORIZATION_FAILED, E.NONE,
+         _with_data, changes=True),
+    Case("create-partitions", ApiKey.CREATE_PARTITIONS, create_partitions, (("topic", "Alter"),), ("topic", "Alter"), E.TOPIC_AUTHORIZATION_FAILED, E.NONE,
+         changes=True),
+    Case("elect-leaders", ApiKey.ELECT_LEADERS, elect_leaders, (("cluster", "Alter"),), ("cluster", "Alter"),
+         (E.CLUSTER_AUTHORIZATION_FAILED, E.CLUSTER_AUTHORIZATION_FAILED), (E.NONE, E.ELECTION_NOT_NEEDED)),
+    Case("alter-configs-topic", ApiKey.ALTER_CONFIGS, alter_configs_topic, (("topic", "AlterConfigs"),), ("topic", "AlterConfigs"),
+         E.TOPIC_AUTHORIZATION_FAILED, E.NONE, changes=True),
+    Case("alter-configs-broker", ApiKey.ALTER_CONFIGS, alter_configs_broker, (("cluster", "AlterConfigs"),), ("cluster", "AlterConfigs"),
+         E.CLUSTER_AUTHORIZATION_FAILED, E.NONE),
+    Case("incremental-alter-configs-topic", ApiKey.INCREMENTAL_ALTER_CONFIGS, incremental_alter_configs_topic, (("topic", "AlterConfigs"),),
+         ("topic", "AlterConfigs"), E.TOPIC_AUTHORIZATION_FAILED, E.NONE, changes=True),
+    Case("incremental-alter-configs-broker", ApiKey.INCREMENTAL_ALTER_CONFIGS, incremental_alter_configs_broker, (("cluster", "AlterConfigs"),),
+         ("cluster", "AlterConfigs"), E.CLUSTER_AUTHORIZATION_FAILED, E.NONE),
+    Case("describe-log-dirs", ApiKey.DESCRIBE_LOG_DIRS, describe_log_dirs, (("cluster", "Describe"),), ("cluster", "Describe"), False, True),
+    Case("describe-cluster", ApiKey.DESCRIBE_CLUSTER, describe_cluster, (("cluster", "Describe"),), ("cluster", "Describe"),
+         (E.CLUSTER_AUTHORIZATION_FAILED, []), (E.NONE, [0])),
+    Case("offset-delete-group", ApiKey.OFFSET_DELETE, offset_delete, (("group", "Delete"), ("topic", "Read")), ("group", "Delete"),
+         (E.GROUP_AUTHORIZATION_FAILED, [E.GROUP_AUTHORIZATION_FAILED]), (E.NONE, [E.NONE]), _empty_group_with_offsets, changes=True),
+    Case("offset-delete-topic", ApiKey.OFFSET_DELETE, offset_delete, (("group", "Delete"), ("topic", "Read")), ("topic", "Read"),
+         (E.NONE, [E.TOPIC_AUTHORIZATION_FAILED]), (E.NONE, [E.NONE]), _empty_group_with_offsets, changes=True),
     Case("leader-and-isr", ApiKey.LEADER_AND_ISR, leader_and_isr, (("cluster", "ClusterAction"),), ("cluster", "ClusterAction"),
          E.CLUSTER_AUTHORIZATION_FAILED, E.STALE_CONTROLLER_EPOCH, _with_data),
     Case("update-metadata", ApiKey.UPDATE_METADATA, update_metadata, (("cluster", "ClusterAction"),), ("cluster", "ClusterAction"),

@@ -19,7 +19,7 @@ CFG = BrokerConfig(broker_id=3, log_retention_ms=60_000, sasl_inter_broker_usern
 
 def test_a_topic_that_exists_has_the_broker_wide_values_under_topic_names():
     code, _, entries = describe_resource(RESOURCE_TOPIC, "t", None, CFG, topic_exists=True)
-    by_name = {n: (v, src) for n, v, src, _ in entries}
+    by_name = {n: (v, src) for n, v, src, _, _ in entries}
     assert code == ErrorCode.NONE
     assert by_name["retention.ms"] == ("60000", SOURCE_STATIC_BROKER)  # set: not the default
     assert by_name["segment.bytes"] == (str(CFG.log_segment_bytes), SOURCE_DEFAULT)
@@ -31,7 +31,7 @@ def test_b_unknown_topic():
 
 def test_c_this_broker_with_secrets_hidden_and_keys_filtered():
     code, _, entries = describe_resource(RESOURCE_BROKER, "3", None, CFG, topic_exists=False)
-    by_name = {n: (v, sens) for n, v, _, sens in entries}
+    by_name = {n: (v, sens) for n, v, _, sens, _ in entries}
     assert code == ErrorCode.NONE and by_name["broker.id"] == ("3", False)
     assert by_name["sasl.inter.broker.password"] == (None, True)
     assert "s3cret" not in repr(entries)

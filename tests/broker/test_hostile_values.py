@@ -113,6 +113,37 @@ heartbeat_reqs = st.builds(lambda gen, member: _req(ApiKey.HEARTBEAT, 2, group_i
                            I32, st.sampled_from(["", "nobody", "x" * 1000]))
 epoch_reqs = st.builds(lambda topic, part, cur, epoch: _req(ApiKey.OFFSET_FOR_LEADER_EPOCH, 2, topics=[(topic, [(part, cur, epoch)])]),
                        TOPIC, I32, I32, I32)
+delete_topics_reqs = st.builds(lambda names, timeout: _req(ApiKey.DELETE_TOPICS, 3, topic_names=names, timeout_ms=timeout),
+                               st.lists(TOPIC.filter(lambda t: t != SEEDED), max_size=3), SMALL_WAIT)
+create_partitions_reqs = st.builds(
+    # validate_only on the seeded topic (a valid count must not add partitions it then holds)
+    lambda topic, n, assignment, timeout: _req(ApiKey.CREATE_PARTITIONS, 1, topics=[(topic, n, assignment)], timeout_ms=timeout,
+                                               validate_only=topic == SEEDED),
+    TOPIC, I32, st.one_of(st.none(), st.lists(st.lists(I32, max_size=3).map(lambda ids: (ids,)), max_size=3)), SMALL_WAIT,
+)
+elect_reqs = st.builds(lambda kind, parts, timeout: _req(ApiKey.ELECT_LEADERS, 1, election_type=kind, topic_partitions=parts, timeout_ms=timeout),
+                       st.sampled_from([-128, -1, 0, 1, 2, 127]), st.one_of(st.none(), st.lists(st.tuples(TOPIC, st.lists(I32, max_size=3)), max_size=3)),
+                       SMALL_WAIT)
+CONFIG_NAME = st.one_of(st.sampled_from(["retention.ms", "max.message.bytes", "min.insync.replicas", "segment.bytes", "log.retention.ms",
+                                          "num.partitions", "", "x" * 300]), st.text(max_size=20))
+CONFIG_VALUE = st.one_of(st.none(), st.sampled_from(["", "-1", "0", "1", "2147483648", "9" * 30, "true", "1e9"]), st.text(max_size=20))
+alter_configs_reqs = st.builds(
+    # validate_only: a valid value would otherwise change the broker the next examples run on
+    lambda kind, name, cfgs: _req(ApiKey.ALTER_CONFIGS, 1, resources=[(kind, name, cfgs)], validate_only=True),
+    st.sampled_from([-1, 0, 2, 4, 8, 127]), st.one_of(TOPIC, st.sampled_from(["0", "1", "-1", ""])),
+    st.lists(st.tuples(CONFIG_NAME, CONFIG_VALUE), max_size=3),
+)
+incremental_reqs = st.builds(
+    lambda kind, name, cfgs: _req(ApiKey.INCREMENTAL_ALTER_CONFIGS, 0, resources=[(kind, name, cfgs)], validate_only=True),
+    st.sampled_from([-1, 2, 4]), st.one_of(TOPIC, st.sampled_from(["0", ""])),
+    st.lists(st.tuples(CONFIG_NAME, st.sampled_from([-128, -1, 0, 1, 2, 3, 4, 127]), CONFIG_VALUE), max_size=3),
+)
+log_dirs_reqs = st.builds(lambda parts: _req(ApiKey.DESCRIBE_LOG_DIRS, 1, topics=parts),
+                          st.one_of(st.none(), st.lists(st.tuples(TOPIC, st.lists(I32, max_size=3)), max_size=3)))
+cluster_reqs = st.builds(lambda ops, kind: _req(ApiKey.DESCRIBE_CLUSTER, 1, include_cluster_authorized_operations=ops, endpoint_type=kind),
+                         st.booleans(), st.sampled_from([-128, -1, 0, 1, 2, 127]))
+offset_delete_reqs = st.builds(lambda group, topic, parts: _req(ApiKey.OFFSET_DELETE, 0, group_id=group, topics=[(topic, [(p,) for p in parts])]),
+                               st.sampled_from(["g-hostile", "", "g" * 300]), TOPIC, st.lists(I32, max_size=3))
 init_pid_reqs = st.builds(lambda timeout: _req(22, 1, transactional_id=None, transaction_timeout_ms=timeout), I32)
 # transactions (KIP-98): hostile ids, producer ids, epochs, timeouts and isolation levels
 I16 = st.sampled_from([-32768, -1, 0, 1, 32767])
@@ -153,7 +184,9 @@ list_txn_reqs = st.builds(
 HOSTILE = st.one_of(produce_reqs, fetch_reqs, list_offsets_reqs, metadata_reqs, commit_reqs, offset_fetch_reqs,
                     create_reqs, join_reqs, heartbeat_reqs, epoch_reqs, init_pid_reqs, txn_init_reqs, add_partitions_reqs,
                     add_offsets_reqs, end_txn_reqs, txn_commit_reqs, markers_reqs, committed_fetch_reqs,
-                    describe_txn_reqs, list_txn_reqs)
+                    describe_txn_reqs, list_txn_reqs, delete_topics_reqs, create_partitions_reqs,
+                    elect_reqs, alter_configs_reqs, incremental_reqs, log_dirs_reqs, cluster_reqs,
+                    offset_delete_reqs)
 
 
 class _Errors(logging.Handler):

@@ -80,6 +80,14 @@ KP: dict[int, tuple[Any, Any]] = {
     ApiKey.END_TXN: (kp_producer.EndTxnRequest, kp_producer.EndTxnResponse),
     ApiKey.WRITE_TXN_MARKERS: (kp_producer.WriteTxnMarkersRequest, kp_producer.WriteTxnMarkersResponse),
     ApiKey.TXN_OFFSET_COMMIT: (kp_producer.TxnOffsetCommitRequest, kp_producer.TxnOffsetCommitResponse),
+    ApiKey.DELETE_TOPICS: (kp_admin.DeleteTopicsRequest, kp_admin.DeleteTopicsResponse),
+    ApiKey.DELETE_RECORDS: (kp_admin.DeleteRecordsRequest, kp_admin.DeleteRecordsResponse),
+    ApiKey.DESCRIBE_LOG_DIRS: (kp_admin.DescribeLogDirsRequest, kp_admin.DescribeLogDirsResponse),
+    ApiKey.CREATE_PARTITIONS: (kp_admin.CreatePartitionsRequest, kp_admin.CreatePartitionsResponse),
+    ApiKey.ELECT_LEADERS: (kp_admin.ElectLeadersRequest, kp_admin.ElectLeadersResponse),
+    ApiKey.OFFSET_DELETE: (kp_consumer.OffsetDeleteRequest, kp_consumer.OffsetDeleteResponse),
+    ApiKey.ALTER_CONFIGS: (kp_admin.AlterConfigsRequest, kp_admin.AlterConfigsResponse),
+    ApiKey.INCREMENTAL_ALTER_CONFIGS: (kp_admin.IncrementalAlterConfigsRequest, kp_admin.IncrementalAlterConfigsResponse),
 }
 
 # No peer in kafka-python (it has no inter-broker APIs); checked by hand-made vectors in
@@ -192,6 +200,22 @@ NAMES: dict[tuple[int, str], dict[str, str]] = {
         "topics.partitions.metadata": "committed_metadata",
     },
     (ApiKey.TXN_OFFSET_COMMIT, "response"): _TOPIC_PART,
+    (ApiKey.DELETE_TOPICS, "request"): {},
+    (ApiKey.DELETE_TOPICS, "response"): {},
+    (ApiKey.DELETE_RECORDS, "request"): {},
+    (ApiKey.DELETE_RECORDS, "response"): {},
+    (ApiKey.DESCRIBE_LOG_DIRS, "request"): {},
+    (ApiKey.DESCRIBE_LOG_DIRS, "response"): {},
+    (ApiKey.CREATE_PARTITIONS, "request"): {},
+    (ApiKey.CREATE_PARTITIONS, "response"): {},
+    (ApiKey.ELECT_LEADERS, "request"): {},
+    (ApiKey.ELECT_LEADERS, "response"): {},
+    (ApiKey.OFFSET_DELETE, "request"): {},
+    (ApiKey.OFFSET_DELETE, "response"): {},
+    (ApiKey.ALTER_CONFIGS, "request"): {},
+    (ApiKey.ALTER_CONFIGS, "response"): {},
+    (ApiKey.INCREMENTAL_ALTER_CONFIGS, "request"): {},
+    (ApiKey.INCREMENTAL_ALTER_CONFIGS, "response"): {},
 }
 
 # our primitive type -> kafka-python type_str
@@ -440,13 +464,23 @@ def test_every_pair_has_a_peer_version() -> None:
         ApiKey.TXN_OFFSET_COMMIT: range(0, 3),
         ApiKey.DESCRIBE_TRANSACTIONS: range(0, 1),
         ApiKey.LIST_TRANSACTIONS: range(0, 2),
+        ApiKey.DELETE_TOPICS: range(0, 4),
+        ApiKey.DELETE_RECORDS: range(0, 2),
+        ApiKey.DESCRIBE_LOG_DIRS: range(1, 2),  # v0 is gone from Kafka 4 clients (KIP-896)
+        ApiKey.CREATE_PARTITIONS: range(0, 2),
+        ApiKey.ELECT_LEADERS: range(0, 2),
+        ApiKey.OFFSET_DELETE: range(0, 1),
+        ApiKey.ALTER_CONFIGS: range(0, 2),
+        ApiKey.INCREMENTAL_ALTER_CONFIGS: range(0, 1),
+        ApiKey.DESCRIBE_CLUSTER: range(0, 2),
     }
     expected = {(int(k), v) for k, vs in want.items() for v in vs}
     assert set(REQUESTS) == expected
     assert set(RESPONSES) == expected
     assert NO_PEER <= expected
     assert {k for k, _v in NO_PEER}.isdisjoint(KP)
-    assert FLEXIBLE == {(ApiKey.DESCRIBE_TRANSACTIONS, 0), (ApiKey.LIST_TRANSACTIONS, 0), (ApiKey.LIST_TRANSACTIONS, 1)}
+    assert FLEXIBLE == {(ApiKey.DESCRIBE_TRANSACTIONS, 0), (ApiKey.LIST_TRANSACTIONS, 0), (ApiKey.LIST_TRANSACTIONS, 1),
+                        (ApiKey.DESCRIBE_CLUSTER, 0), (ApiKey.DESCRIBE_CLUSTER, 1)}  # DescribeCluster: tests/broker/test_admin_topics.py
     for k, v in expected - NO_PEER - FLEXIBLE:
         for kind in ("request", "response"):
             assert not _kp(k, v, kind).flexible_version_q(v), "only the flexible-only APIs are flexible"

@@ -16,6 +16,17 @@ everything (LeaderAndIsr to the replicas, UpdateMetadata to all). From then on i
   and it leaves the ISRs; the answer lists what it still leads.
 * Case E — ``/controller`` changes: a deposed controller (its session expired, or another
   broker bumped the epoch) goes inactive; when nobody holds it, everyone competes again.
+* Case F — topics are marked for deletion (``/admin/delete_topics``): once every replica of
+  such a topic is live (decisions Case L), each replica gets StopReplica(delete) and every
+  live broker an UpdateMetadata with leader -2 (Kafka's LeaderDuringDelete: "forget this
+  partition"); then its znodes and the marker go. A topic with a dead replica stays marked
+  and is tried again when brokers join.
+* Case G — a topic's assignment grows (``/brokers/topics/<t>`` rewritten by CreatePartitions):
+  the new partitions get their first leader and ISR, as a new topic's do.
+* Case H — ElectLeaders (preferred): the named partitions (all when None) whose preferred
+  replica is live and in sync move their leadership to it (decisions Case K); with
+  ``auto_rebalance`` the active controller does the same every ``rebalance_interval_s`` for
+  the partitions of brokers over the imbalance percentage (decisions Case N).
 
 Every state write is conditional on the version this controller read and fenced by the
 controller epoch (see the store); on a version conflict (a leader changed the ISR meanwhile)
@@ -39,7 +50,7 @@ from hmbclient.broker.channel import BrokerChannel, ChannelSecurity
 from hmbclient.broker.controller import decisions
 from hmbclient.broker.controller.decisions import Change, ClusterState, LeaderIsr
 from hmbclient.broker.controller.store import CoordinationStore
-from hmbclient.broker.metadata import NO_LEADER, BrokerEndpoint
+from hmbclient.broker.metadata import LEADER_DURING_DELETE, NO_LEADER, BrokerEndpoint
 from hmbclient.errors import ErrorCode, HmbError
 from hmbclient.protocol.api.base import Request
 from hmbclient.protocol.api.cluster import (
@@ -105,6 +116,9 @@ class Controller:
         local: serves this broker's own LeaderAndIsr / UpdateMetadata / StopReplica.
         unclean_leader_election: elect outside the ISR when no ISR member is alive.
         request_timeout_s: the wait for a broker's answer.
+        security: TLS/SASL of the channels to the other brokers.
+        auto_rebalance: ``(interval_s, imbalance percentage)`` of the automatic preferred
+            leader election (``auto.leader.rebalance.enable``), or None.
     """
 
     def __init__(
@@ -116,8 +130,11 @@ class Controller:
         unclean_leader_election: bool = False,
         request_timeout_s: float = 30.0,
         security: ChannelSecurity | None = None,
+        auto_rebalance: tuple[float, int] | None = None,
     ) -> None:
         self.broker_id = broker_id
+        self.auto_rebalance = auto_rebalance
+        self._rebalance_timer: threading.Timer | None = None
         #: TLS/SASL of the channels to the other brokers (their inter-broker listener)
         self.security = security
         self.store = store
@@ -134,6 +151,7 @@ class Controller:
         self.versions: dict[TP, int] = {}
         self.endpoints: dict[int, BrokerEndpoint] = {}
         self._broker_epochs: dict[int, int] = {}
+        self._pending_deletion: set[str] = set()
         self._senders: dict[int, _Sender] = {}
         # What this broker knows of the current controller (any broker): (id, epoch).
         self.known_controller: tuple[int, int] = (-1, 0)
@@ -143,6 +161,7 @@ class Controller:
         self.store.add_session_listener(self._on_session)
         self._thread.start()
         self._put(self._elect)
+        self._schedule_rebalance()
 
     def shutdown(self) -> None:
         """Stop acting (resign if active) and stop the thread."""
@@ -151,6 +170,8 @@ class Controller:
         if not self._thread.is_alive():
             self._stopped = True
             return
+        if self._rebalance_timer is not None:
+            self._rebalance_timer.cancel()
         done: Future[None] = Future()
         self._put(self._resign_and_stop, done)
         try:
@@ -160,6 +181,24 @@ class Controller:
         self._stopped = True
         self._events.put(None)
         self._thread.join(timeout=10)
+
+    def _schedule_rebalance(self) -> None:
+        if self.auto_rebalance is None or self._stopped:
+            return
+        timer = threading.Timer(self.auto_rebalance[0], self._put, args=(self._check_imbalance,))
+        timer.daemon = True
+        self._rebalance_timer = timer
+        timer.start()
+
+    def _check_imbalance(self) -> None:
+        try:
+            if self.active and self.auto_rebalance is not None:
+                tps = decisions.imbalanced_partitions(self._state(), self.auto_rebalance[1])
+                if tps:
+                    log.info("controller %d: leader imbalance, preferred election of %s", self.broker_id, tps)
+                    self._elect_preferred(tps, Future())
+        finally:
+            self._schedule_rebalance()
 
     def _put(self, fn: Callable[..., None], *args: Any) -> None:
         if not self._stopped:
@@ -266,6 +305,7 @@ class Controller:
             self._load_topic(topic)
         for b in live.values():
             self._ensure_sender(b)
+        self._pending_deletion = set(self.store.topics_to_delete(watch=self._watch_deletions))
         # Partitions whose leader or ISR members are gone, and ones never given a leader.
         dead = {r for reps in state.assignments.values() for rs in reps for r in rs} - state.live_brokers
         changes = decisions.on_broker_failure(state, dead, unclean=self.unclean) if dead else []
@@ -280,6 +320,7 @@ class Controller:
         self._send_leader_and_isr(all_tps, set(live))
         self._send_update_metadata(all_tps, set(live))
         self.store.isr_changes(watch=self._watch_isr)
+        self._delete_ready_topics()
 
     def _state(self) -> ClusterState:
         assert self.state is not None
@@ -287,7 +328,7 @@ class Controller:
 
     def _load_topic(self, topic: str) -> None:
         state = self._state()
-        assignment = self.store.assignment(topic)
+        assignment = self.store.assignment(topic, watch=lambda: self._put(self._assignment_changed, topic))
         if assignment is None:
             return
         state.assignments[topic] = assignment
@@ -383,11 +424,7 @@ class Controller:
             controller_id=self.broker_id,
             controller_epoch=self.epoch,
             ungrouped_partition_states=[self._partition_state_tuple(tp) for tp in tps if tp in state.states],
-            live_brokers=[
-                (b.node_id, [(port, host, name, SECURITY_PROTOCOL_IDS[name]) for name, host, port in b.listeners or (("PLAINTEXT", b.host, b.port),)], None)
-                for b in sorted(self.endpoints.values())
-                if b.node_id in state.live_brokers
-            ],
+            live_brokers=self._live_broker_entries(),
         )
         for broker in sorted(to & state.live_brokers):
             self._queue(broker, req)
@@ -455,6 +492,7 @@ class Controller:
             )
             self._announce(changes)
             self._send_update_metadata(everything, set(state.live_brokers) - (new | moved))
+            self._delete_ready_topics()
 
     # -- Case B: topics appear ------------------------------------------------------------------------
     def _watch_topics(self) -> None:
@@ -475,6 +513,106 @@ class Controller:
             written = self._write(fresh, None, create=True)
             log.info("controller %d: new topic %s with %d partitions", self.broker_id, topic, len(assignment))
             self._announce(written)
+
+    # -- Case F: topics marked for deletion ---------------------------------------------------------
+    def _watch_deletions(self) -> None:
+        self._put(self._deletions_changed)
+
+    def _deletions_changed(self) -> None:
+        if not self.active:
+            return
+        self._pending_deletion = set(self.store.topics_to_delete(watch=self._watch_deletions))
+        self._delete_ready_topics()
+
+    def _delete_ready_topics(self) -> None:
+        state = self._state()
+        for topic in sorted(self._pending_deletion):
+            if not decisions.deletable(state, topic):
+                log.info("controller %d: topic %s waits for its replicas to be live before deletion", self.broker_id, topic)
+                continue
+            assignment = state.assignments.pop(topic, [])
+            tps = [(topic, p) for p in range(len(assignment))]
+            for p, replicas in enumerate(assignment):
+                for r in replicas:
+                    self._send_stop_replica(r, [(topic, p)], delete=True)
+            gone: list[tuple[Any, ...]] = [(topic, p, self.epoch, LEADER_DURING_DELETE, 0, [], 0, list(assignment[p])) for p in range(len(assignment))]
+            for tp in tps:
+                state.states.pop(tp, None)
+                self.versions.pop(tp, None)
+            if gone:
+                req = UpdateMetadataRequest[3](controller_id=self.broker_id, controller_epoch=self.epoch, ungrouped_partition_states=gone,
+                                               live_brokers=self._live_broker_entries())
+                for broker in sorted(state.live_brokers):
+                    self._queue(broker, req)
+            self.store.finish_topic_deletion(topic)
+            self._pending_deletion.discard(topic)
+            log.info("controller %d: deleted topic %s (%d partitions)", self.broker_id, topic, len(assignment))
+
+    # -- Case G: a topic's assignment grew ------------------------------------------------------------
+    def _assignment_changed(self, topic: str) -> None:
+        if not self.active:
+            return
+        state = self._state()
+        if topic not in state.assignments or topic in self._pending_deletion:
+            return
+        assignment = self.store.assignment(topic, watch=lambda: self._put(self._assignment_changed, topic))
+        if assignment is None:
+            return
+        old = state.assignments[topic]
+        if len(assignment) <= len(old) or assignment[: len(old)] != old:
+            # Only growth is served here (reassignment of existing partitions is not).
+            return
+        state.assignments[topic] = assignment
+        fresh = decisions.initial_states(state, topic, assignment)
+        written = self._write(fresh, None, create=True)
+        log.info("controller %d: topic %s grew from %d to %d partitions", self.broker_id, topic, len(old), len(assignment))
+        self._announce(written)
+
+    # -- Case H: preferred leader election ------------------------------------------------------------
+    def elect_preferred(self, partitions: list[TP] | None) -> Future[dict[TP, int]]:
+        """Move each partition's leadership to its preferred replica (all partitions when
+        None); resolves to partition -> error (NONE, ELECTION_NOT_NEEDED,
+        PREFERRED_LEADER_NOT_AVAILABLE, UNKNOWN_TOPIC_OR_PARTITION, NOT_CONTROLLER)."""
+        fut: Future[dict[TP, int]] = Future()
+        self._put(self._elect_preferred, partitions, fut)
+        return fut
+
+    def _elect_preferred(self, partitions: list[TP] | None, fut: Future[dict[TP, int]]) -> None:
+        try:
+            if not self.active:
+                fut.set_result({tp: ErrorCode.NOT_CONTROLLER for tp in partitions or ()})
+                return
+            state = self._state()
+            wanted = set(partitions) if partitions is not None else set(state.states)
+
+            def decide() -> list[Change]:
+                return [c for c in decisions.preferred_leader_changes(self._state()) if (c.topic, c.partition) in wanted]
+
+            changes = self._write(decide(), decide)
+            self._announce(changes)
+            written = {(c.topic, c.partition) for c in changes}
+            out: dict[TP, int] = {}
+            for tp in sorted(wanted):
+                cur = state.states.get(tp)
+                if cur is None or tp[0] not in state.assignments:
+                    out[tp] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                elif tp in written:
+                    out[tp] = ErrorCode.NONE
+                elif cur.leader == state.assignments[tp[0]][tp[1]][0]:
+                    out[tp] = ErrorCode.ELECTION_NOT_NEEDED
+                else:
+                    out[tp] = ErrorCode.PREFERRED_LEADER_NOT_AVAILABLE
+            fut.set_result(out)
+        except Exception as e:
+            fut.set_exception(e)
+
+    def _live_broker_entries(self) -> list[Any]:
+        state = self._state()
+        return [
+            (b.node_id, [(port, host, name, SECURITY_PROTOCOL_IDS[name]) for name, host, port in b.listeners or (("PLAINTEXT", b.host, b.port),)], None)
+            for b in sorted(self.endpoints.values())
+            if b.node_id in state.live_brokers
+        ]
 
     # -- Case C: a leader changed an ISR ----------------------------------------------------------------
     def _watch_isr(self) -> None:

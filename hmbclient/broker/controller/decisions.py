@@ -50,6 +50,16 @@ The cases, labelled in the code:
   partition (reported back, the broker may retry or shut down anyway).
 * Case J (controlled shutdown): the shutting-down broker is a follower in the ISR: drop it.
 * Case K (preferred replica election): the live, in-sync preferred replica takes over.
+* Case L (topic deletion): a topic marked for deletion is deleted once every one of its
+  replicas is live (each must delete its log); until then it stays marked (Kafka's
+  "ineligible for deletion") and is tried again when brokers join.
+* Case N (auto leader rebalance): for each live broker, the partitions whose preferred replica
+  it is but that another broker leads; when they are more than ``percentage`` % of its
+  preferred partitions, those partitions go through Case K (Kafka's
+  ``checkAndTriggerAutoLeaderRebalance``).
+* Case M (partition addition): CreatePartitions grows an assignment; the existing partitions
+  keep theirs, the new ones are Kafka's assignment continued from the existing partition
+  count (or the caller's, validated), and :func:`initial_states` starts only the new ones.
 
 A shell fail-over recipe: rebuild a ClusterState from ZooKeeper, then apply
 ``on_broker_failure(state, ())`` (leaders that vanished while no controller watched) and then
@@ -76,6 +86,9 @@ __all__ = [
     "on_broker_startup",
     "on_controlled_shutdown",
     "preferred_leader_changes",
+    "deletable",
+    "grown_assignment",
+    "imbalanced_partitions",
     "validate_assignment",
 ]
 
@@ -406,3 +419,73 @@ def preferred_leader_changes(state: ClusterState) -> list[Change]:
         ):
             changes.append(_change(tp, replicas, preferred, current.leader_epoch + 1, current.isr, state))
     return changes
+
+
+def deletable(state: ClusterState, topic: str) -> bool:
+    """Case L: every replica of every partition of ``topic`` is a live broker (an unknown
+    topic is deletable at once: there is nothing to stop)."""
+    return all(r in state.live_brokers for rs in state.assignments.get(topic, ()) for r in rs)
+
+
+def grown_assignment(current: Sequence[tuple[int, ...]], count: int, brokers: Collection[int],
+                     requested: Sequence[Sequence[int]] | None, *, start_index: int = 0) -> list[tuple[int, ...]]:
+    """Case M: the assignment of a topic grown to ``count`` partitions (CreatePartitions).
+
+    Args:
+        current: the topic's assignment now (its replica count is the replication factor).
+        count: the partition count asked for.
+        brokers: the registered brokers.
+        requested: the replicas of the NEW partitions only (None: Kafka's assignment, the
+            first replica continuing round-robin after the existing partitions).
+        start_index: where Kafka's round-robin starts (the index of partition 0's first
+            replica among the sorted brokers keeps the layout continuous).
+
+    Returns:
+        The whole new assignment (``current`` followed by the new partitions).
+
+    Raises:
+        InvalidPartitionsError: ``count`` is not above the current count.
+        InvalidReplicaAssignmentError: ``requested`` has the wrong number of partitions, a
+            replica count other than the topic's, a broker twice or an unknown broker.
+        InvalidReplicationFactorError: fewer brokers than the topic's replication factor.
+    """
+    n = len(current)
+    if count < n:
+        raise for_code(ErrorCode.INVALID_PARTITIONS)(f"Topic currently has {n} partitions, which is higher than the requested {count}.")
+    if count == n:
+        raise for_code(ErrorCode.INVALID_PARTITIONS)(f"Topic already has {n} partitions.")
+    rf = len(current[0]) if current else 1
+    if requested is None:
+        return [*current, *assign_replicas(sorted(brokers), count, rf, start_index=start_index, next_replica_shift=0)[n:]]
+    invalid = for_code(ErrorCode.INVALID_REPLICA_ASSIGNMENT)
+    if len(requested) != count - n:
+        raise invalid(f"Increasing the number of partitions by {count - n} but {len(requested)} assignments provided.")
+    known = set(brokers)
+    added = []
+    for i, replicas in enumerate(requested):
+        reps = tuple(replicas)
+        if len(reps) != rf:
+            raise invalid(f"Inconsistent replication factor between partitions, partition 0 has {rf} while partition {n + i} has replication factor {len(reps)}.")
+        if len(set(reps)) != len(reps):
+            raise invalid(f"Duplicate brokers not allowed in replica assignment: {', '.join(map(str, reps))} for partition id {n + i}.")
+        unknown = sorted(set(reps) - known)
+        if unknown:
+            raise invalid(f"Unknown broker(s) in replica assignment: {', '.join(map(str, unknown))}.")
+        added.append(reps)
+    return [*current, *added]
+
+
+def imbalanced_partitions(state: ClusterState, percentage: int) -> list[TopicPartition]:
+    """Case N: the partitions to hand back to their preferred replica, sorted."""
+    preferred: dict[int, list[TopicPartition]] = {}
+    for tp, replicas in _partitions(state):
+        if replicas and tp in state.states:
+            preferred.setdefault(replicas[0], []).append(tp)
+    out: list[TopicPartition] = []
+    for broker, tps in sorted(preferred.items()):
+        if broker not in state.live_brokers or broker in state.shutting_down:
+            continue
+        elsewhere = [tp for tp in tps if state.states[tp].leader != broker]
+        if elsewhere and len(elsewhere) * 100 > percentage * len(tps):
+            out += elsewhere
+    return sorted(out)

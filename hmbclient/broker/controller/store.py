@@ -17,6 +17,16 @@ Two implementations of one contract:
     the writer read.
   - ``/isr_change_notification/isr_change_<seq>`` — a leader that changed an ISR tells the
     controller, which re-reads those states and sends UpdateMetadata.
+  - ``/admin/delete_topics/<t>`` — a topic marked for deletion by DeleteTopics (any broker);
+    the controller deletes the topic's znodes and then the marker (``finish_topic_deletion``).
+  - ``/brokers/topics/<t>`` rewritten with more partitions by CreatePartitions
+    (``add_partitions``, conditional on the version read); the controller watches each topic's
+    assignment (``assignment(topic, watch)``) and starts the new partitions.
+  - ``/config/topics/<t>``, ``/config/brokers/<id>|<default>`` — dynamic configs (AlterConfigs),
+    each write announced by ``/config/changes/config_change_<seq>`` naming the entity
+    (``{"version":2,"entity_path":"topics/<t>"}``); every broker watches the changes
+    (``config_changes``) and re-reads the entities named after the last sequence it saw. The
+    writer removes notifications beyond the newest :data:`KEEP_CONFIG_CHANGES`.
   - ``/consumers/<group>/offsets/<topic>/<partition>`` — a ZooKeeper group's committed offset
     (the decimal next offset to consume), read and written for OffsetCommit/OffsetFetch v0 as
     Kafka 0.8.2's brokers do (``read_offset``/``write_offset``). These calls never wait longer
@@ -68,6 +78,8 @@ TP = tuple[str, int]
 #: The longest a group-offset read or write waits for ZooKeeper (it is a request's answer that
 #: waits, so this stays well under a client's request timeout).
 OFFSET_IO_TIMEOUT_S = 3.0
+#: config change notifications kept in ZooKeeper (older ones are removed by the writer)
+KEEP_CONFIG_CHANGES = 100
 
 
 class NoZooKeeperError(CoordinationError):
@@ -86,8 +98,16 @@ class CoordinationStore(Protocol):
     def controller(self, watch: Watch | None = None) -> tuple[int, int]: ...
     def resign(self, broker_id: int) -> None: ...
     def topics(self, watch: Watch | None = None) -> list[str]: ...
-    def assignment(self, topic: str) -> list[tuple[int, ...]] | None: ...
+    def assignment(self, topic: str, watch: Watch | None = None) -> list[tuple[int, ...]] | None: ...
     def create_topic(self, topic: str, assignment: list[tuple[int, ...]]) -> bool: ...
+    def add_partitions(self, topic: str, assignment: list[tuple[int, ...]], current: int) -> bool: ...
+    def mark_topic_for_deletion(self, topic: str) -> None: ...
+    def topics_to_delete(self, watch: Watch | None = None) -> list[str]: ...
+    def finish_topic_deletion(self, topic: str) -> None: ...
+    def entity_config(self, entity_type: str, name: str) -> dict[str, str]: ...
+    def entity_names(self, entity_type: str) -> list[str]: ...
+    def set_entity_config(self, entity_type: str, name: str, config: dict[str, str]) -> None: ...
+    def config_changes(self, after: int, watch: Watch | None = None) -> tuple[int, list[str]]: ...
     def partition_state(self, topic: str, partition: int) -> tuple[LeaderIsr, int] | None: ...
     def write_state(self, topic: str, partition: int, state: LeaderIsr, expected_version: int) -> int | None: ...
     def write_isr(self, topic: str, partition: int, state: LeaderIsr, expected_version: int) -> int | None: ...
@@ -157,7 +177,7 @@ class ZkStore:
             self.zk.close()
             raise CoordinationError(f"cannot reach ZooKeeper at {connect}: {e}") from e
         self.zk.add_listener(self._on_state)
-        for p in (paths.BROKER_IDS_PATH, paths.BROKER_TOPICS_PATH, ISR_CHANGE_PATH):
+        for p in (paths.BROKER_IDS_PATH, paths.BROKER_TOPICS_PATH, ISR_CHANGE_PATH, paths.DELETE_TOPICS_PATH):
             self.zk.ensure_path(p)
 
     def _ensure_chroot(self) -> None:
@@ -320,13 +340,47 @@ class ZkStore:
     def topics(self, watch: Watch | None = None) -> list[str]:
         return sorted(self.zk.get_children(paths.BROKER_TOPICS_PATH, watch=(lambda _e: watch()) if watch else None))
 
-    def assignment(self, topic: str) -> list[tuple[int, ...]] | None:
+    def assignment(self, topic: str, watch: Watch | None = None) -> list[tuple[int, ...]] | None:
+        w = (lambda _e: watch()) if watch else None
         try:
-            data, _ = self.zk.get(paths.topic_path(topic))
+            data, _ = self.zk.get(paths.topic_path(topic), watch=w)
         except NoNodeError:
             return None
         parts = paths.decode_topic_assignment(data)
         return [tuple(parts[p]) for p in sorted(parts)]
+
+    def add_partitions(self, topic: str, assignment: list[tuple[int, ...]], current: int) -> bool:
+        """Rewrite the assignment with more partitions, if it still has ``current`` of them
+        (conditional on the version read: two concurrent additions cannot both win)."""
+        try:
+            data, stat = self.zk.get(paths.topic_path(topic))
+        except NoNodeError:
+            return False
+        if len(paths.decode_topic_assignment(data)) != current:
+            return False
+        body = paths.encode_topic_assignment({p: list(r) for p, r in enumerate(assignment)})
+        try:
+            self.zk.set(paths.topic_path(topic), body, version=stat.version)
+        except (BadVersionError, NoNodeError):
+            return False
+        return True
+
+    def mark_topic_for_deletion(self, topic: str) -> None:
+        try:
+            self.zk.create(paths.delete_topic_path(topic), b"", makepath=True)
+        except NodeExistsError:
+            pass  # already marked: Kafka swallows this too and waits for the deletion
+
+    def topics_to_delete(self, watch: Watch | None = None) -> list[str]:
+        return sorted(self.zk.get_children(paths.DELETE_TOPICS_PATH, watch=(lambda _e: watch()) if watch else None))
+
+    def finish_topic_deletion(self, topic: str) -> None:
+        """Remove the topic's znodes (assignment, partition states, configs), then its marker."""
+        for path in (paths.topic_path(topic), paths.config_path("topics", topic), paths.delete_topic_path(topic)):
+            try:
+                self.zk.delete(path, recursive=True)
+            except NoNodeError:
+                pass
 
     def create_topic(self, topic: str, assignment: list[tuple[int, ...]]) -> bool:
         data = paths.encode_topic_assignment({p: list(r) for p, r in enumerate(assignment)})
@@ -395,6 +449,59 @@ class ZkStore:
                 self.zk.delete(path)
         return out
 
+    # -- dynamic configs -------------------------------------------------------------------------------
+    def entity_config(self, entity_type: str, name: str) -> dict[str, str]:
+        try:
+            data, _ = self.zk.get(paths.config_path(entity_type, name))
+        except NoNodeError:
+            return {}
+        return paths.decode_config(data)
+
+    def entity_names(self, entity_type: str) -> list[str]:
+        try:
+            return sorted(self.zk.get_children(f"{paths.CONFIG_PATH}/{entity_type}"))
+        except NoNodeError:
+            return []
+
+    def set_entity_config(self, entity_type: str, name: str, config: dict[str, str]) -> None:
+        path = paths.config_path(entity_type, name)
+        body = paths.encode_config(config)
+        try:
+            self.zk.set(path, body)
+        except NoNodeError:
+            try:
+                self.zk.create(path, body, makepath=True)
+            except NodeExistsError:
+                self.zk.set(path, body)
+        note = json.dumps({"version": 2, "entity_path": f"{entity_type}/{name}"}, separators=(",", ":")).encode()
+        self.zk.create(paths.CONFIG_CHANGE_PREFIX, note, sequence=True, makepath=True)
+        try:
+            old = sorted(self.zk.get_children(paths.CONFIG_CHANGES_PATH))[:-KEEP_CONFIG_CHANGES]
+            for n in old:
+                self.zk.delete(f"{paths.CONFIG_CHANGES_PATH}/{n}")
+        except NoNodeError:
+            pass
+
+    def config_changes(self, after: int, watch: Watch | None = None) -> tuple[int, list[str]]:
+        """The entity paths of the notifications with a sequence above ``after`` (all of them for
+        -1), in order, and the last sequence seen."""
+        self.zk.ensure_path(paths.CONFIG_CHANGES_PATH)
+        names = self.zk.get_children(paths.CONFIG_CHANGES_PATH, watch=(lambda _e: watch()) if watch else None)
+        last, out = after, []
+        for n in sorted(names):
+            seq = int(n.rsplit("_", 1)[-1]) if n.rsplit("_", 1)[-1].isdigit() else -1
+            if seq <= after:
+                continue
+            last = max(last, seq)
+            try:
+                data, _ = self.zk.get(f"{paths.CONFIG_CHANGES_PATH}/{n}")
+                out.append(str(json.loads(data.decode())["entity_path"]))
+            except NoNodeError:
+                continue
+            except (ValueError, KeyError, TypeError) as e:
+                log.warning("ignoring malformed config change notification %s: %s", n, e)
+        return last, out
+
     # -- ZooKeeper group offsets ---------------------------------------------------------------------
     offsets_in_zookeeper = True
 
@@ -453,6 +560,9 @@ class MemoryStore:
         self._epoch = 0
         self._topics: dict[str, list[tuple[int, ...]]] = {}
         self._states: dict[TP, tuple[LeaderIsr, int]] = {}
+        self._deleting: set[str] = set()
+        self._configs: dict[tuple[str, str], dict[str, str]] = {}
+        self._changes: list[str] = []
         self._watches: dict[str, list[Watch]] = {}
         self.broker_epochs: dict[int, int] = {}
         self._registrations = 0
@@ -514,10 +624,61 @@ class MemoryStore:
             self._arm("topics", watch)
             return sorted(self._topics)
 
-    def assignment(self, topic: str) -> list[tuple[int, ...]] | None:
+    def assignment(self, topic: str, watch: Watch | None = None) -> list[tuple[int, ...]] | None:
         with self._lock:
             a = self._topics.get(topic)
+            if a is not None:
+                self._arm(f"assignment:{topic}", watch)
             return None if a is None else list(a)
+
+    def add_partitions(self, topic: str, assignment: list[tuple[int, ...]], current: int) -> bool:
+        with self._lock:
+            a = self._topics.get(topic)
+            if a is None or len(a) != current:
+                return False
+            self._topics[topic] = list(assignment)
+        self._fire(f"assignment:{topic}")
+        return True
+
+    def mark_topic_for_deletion(self, topic: str) -> None:
+        with self._lock:
+            self._deleting.add(topic)
+        self._fire("delete_topics")
+
+    def topics_to_delete(self, watch: Watch | None = None) -> list[str]:
+        with self._lock:
+            self._arm("delete_topics", watch)
+            return sorted(self._deleting)
+
+    def entity_config(self, entity_type: str, name: str) -> dict[str, str]:
+        with self._lock:
+            return dict(self._configs.get((entity_type, name), {}))
+
+    def entity_names(self, entity_type: str) -> list[str]:
+        with self._lock:
+            return sorted(n for t, n in self._configs if t == entity_type)
+
+    def set_entity_config(self, entity_type: str, name: str, config: dict[str, str]) -> None:
+        paths.config_path(entity_type, name)  # the same names as in ZooKeeper are legal
+        with self._lock:
+            self._configs[(entity_type, name)] = dict(config)
+            self._changes.append(f"{entity_type}/{name}")
+        self._fire("config_changes")
+
+    def config_changes(self, after: int, watch: Watch | None = None) -> tuple[int, list[str]]:
+        with self._lock:
+            self._arm("config_changes", watch)
+            return len(self._changes) - 1, self._changes[after + 1:]
+
+    def finish_topic_deletion(self, topic: str) -> None:
+        with self._lock:
+            self._configs.pop(("topics", topic), None)
+            self._topics.pop(topic, None)
+            for tp in [tp for tp in self._states if tp[0] == topic]:
+                del self._states[tp]
+            self._deleting.discard(topic)
+            self._watches.pop(f"assignment:{topic}", None)
+        self._fire("topics")
 
     def create_topic(self, topic: str, assignment: list[tuple[int, ...]]) -> bool:
         with self._lock:

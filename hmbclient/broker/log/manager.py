@@ -129,6 +129,11 @@ class LogManager:
         if self._logs:
             log.info("loaded %d partition logs from %s (%s shutdown)", len(self._logs), log_dir, "clean" if clean else "unclean")
 
+    def set_config_for(self, config_for: Callable[[str], LogConfig | None]) -> None:
+        """Replace the ``topic -> LogConfig`` override of logs created from now on (dynamic
+        topic configs; the caller reconfigures the open logs itself)."""
+        self._config_for = config_for
+
     def _config(self, topic: str) -> LogConfig:
         if self._config_for is not None:
             c = self._config_for(topic)

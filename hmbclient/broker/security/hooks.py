@@ -39,7 +39,7 @@ _CLUSTER_ACTION_APIS = {ApiKey.LEADER_AND_ISR, ApiKey.UPDATE_METADATA, ApiKey.ST
 # Write on the request's TransactionalId (Kafka); AddOffsetsToTxn and TxnOffsetCommit also
 # need Read on the group (and TxnOffsetCommit Read on each topic), checked after it.
 _TXN_ID_APIS = {ApiKey.ADD_PARTITIONS_TO_TXN, ApiKey.ADD_OFFSETS_TO_TXN, ApiKey.END_TXN, ApiKey.TXN_OFFSET_COMMIT}
-_GROUP_OPERATION = {ApiKey.FIND_COORDINATOR: "Describe", ApiKey.OFFSET_FETCH: "Describe"}
+_GROUP_OPERATION = {ApiKey.FIND_COORDINATOR: "Describe", ApiKey.OFFSET_FETCH: "Describe", ApiKey.OFFSET_DELETE: "Delete"}
 
 
 def allowed(authorizer: Authorizer | None, channel: Any, operation: str, resource_type: str, name: str = CLUSTER_NAME) -> bool:
