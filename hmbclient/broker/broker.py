@@ -55,6 +55,7 @@ from hmbclient.broker.producer_ids import (
     ProducerIdManager,
     ZkBlockSource,
 )
+from hmbclient.broker.quota_configs import QuotaConfigSource
 from hmbclient.broker.quotas import QuotaConfigs, QuotaManager
 from hmbclient.broker.replica_fetcher import ReplicaFetcherManager
 from hmbclient.broker.replica_manager import ReplicaManager
@@ -379,6 +380,9 @@ class Broker:
                 QuotaConfigs(producer_default=cfg.quota_producer_default, consumer_default=cfg.quota_consumer_default),
                 cfg.quota_window_num, cfg.quota_window_size_seconds * 1000,
             )
+            quota_source = QuotaConfigSource(store, self.apis.quotas)
+            dynamic.change_listeners.append(quota_source.on_changes)
+            quota_source.start()  # after subscribing: a change in between is read here
             self.apis.inter_broker_listener = cfg.inter_broker_protocol
             self.server = SocketServer(
                 self.apis,

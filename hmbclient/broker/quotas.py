@@ -54,6 +54,7 @@ __all__ = [
     "CONSUMER",
     "DEFAULT",
     "PRODUCER",
+    "QUOTA_KEYS",
     "QuotaConfigs",
     "QuotaManager",
     "resolve",

@@ -501,11 +501,18 @@ class _Processor(threading.Thread):
             self._close(conn, None)
             return
         conn.last_active = time.monotonic()
+        conn.proto.receive_data(data)
+        self._serve_buffered(conn)
+
+    def _serve_buffered(self, conn: _Connection) -> None:
+        """Hand the complete requests received on ``conn`` to the APIs, in order; stop at a
+        KIP-219 mute (the rest stays buffered until the throttle time is over)."""
         proto = conn.proto
         server = self.server
         try:
-            proto.receive_data(data)
             while True:
+                if conn.muted_until and conn.muted_until > time.monotonic():
+                    break  # muted by a quota: the requests already received wait too
                 if conn.sasl is not None and conn.sasl.raw:
                     if not self._raw_sasl_token(conn):
                         break
@@ -731,6 +738,8 @@ class _Processor(threading.Thread):
             self._at(conn.muted_until, conn)  # KIP-219: read again once the throttle is over
         elif conn.muted_until:
             conn.muted_until = 0.0
+            self._serve_buffered(conn)  # the requests received before the mute; recurses once
+            return
         paused = (
             conn.closing
             or muted

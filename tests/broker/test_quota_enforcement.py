@@ -1,0 +1,149 @@
+"""Client quotas enforced end to end (issue 27): quotas written to ZooKeeper by ``hmb quotas``
+(Kafka's /config/clients layout), read by a running broker without a restart, and clients held
+to them by throttle_time_ms and muting (KIP-219) -- kafka-python and hmbclient producers, a
+kafka-python consumer -- while an unquota'd client in the same run is not slowed.
+
+Rates are measured from acknowledged (or received) bytes after a 1 s warm-up (the quota
+window starts with a burst of up to one window of bytes, as Kafka's does).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections import deque
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from hmbclient import Producer
+from hmbclient.broker.embedded import EmbeddedBroker
+from hmbclient.broker.quotas import CONSUMER, PRODUCER, resolve
+from hmbclient.cli import main as hmb
+
+from .conftest import wait_until
+
+kafka = pytest.importorskip("kafka")
+
+QUOTA = 200_000
+VALUE = b"q" * 1000
+WARMUP_S = 1.0
+RUN_S = 3.5
+
+
+@pytest.fixture(scope="module")
+def chroot(zookeeper: Any) -> str:
+    return f"{zookeeper.connect}/quotas-{uuid.uuid4().hex[:8]}"
+
+
+@pytest.fixture(scope="module")
+def broker(chroot: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedBroker]:
+    # 2 samples of 1 s: a throttled client settles within the test's few seconds
+    with EmbeddedBroker(port=0, log_dir=str(tmp_path_factory.mktemp("quotas")), zookeeper_connect=chroot,
+                        num_partitions=1, quota_window_num=2) as b:
+        yield b
+
+
+def _set_quota(chroot: str, broker: EmbeddedBroker, client_id: str, key: str, rate: int) -> None:
+    assert hmb(["quotas", "--zookeeper", chroot, "--client-id", client_id, "--add", f"{key}={rate}"]) == 0
+    quotas = broker.broker.apis.quotas  # type: ignore[union-attr]
+    # applied from the /config/changes notification: no restart
+    wait_until(lambda: (resolve(quotas.configs, key, "ANONYMOUS", client_id) or (0,))[0] == rate, 10, f"quota {client_id} in force")
+
+
+def _steady_rate(stamps: list[tuple[float, int]], t0: float, end: float) -> float:
+    nbytes = sum(n for t, n in stamps if t - t0 >= WARMUP_S)
+    return nbytes / (end - t0 - WARMUP_S)
+
+
+def _kafka_python_producer(bootstrap: str, client_id: str, seconds: float, out: dict[str, Any]) -> None:
+    p = kafka.KafkaProducer(bootstrap_servers=bootstrap, client_id=client_id, linger_ms=5, acks=1)
+    stamps: list[tuple[float, int]] = []
+    futs: deque[Any] = deque()
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < seconds:
+        f = p.send("quota-topic", VALUE)
+        f.add_callback(lambda _md: stamps.append((time.monotonic(), len(VALUE))))
+        futs.append(f)
+        if len(futs) > 300:  # as fast as acknowledgements allow, not a growing backlog
+            futs.popleft().get(timeout=30)
+    end = time.monotonic()
+    out["rate"] = _steady_rate(stamps, t0, end)
+    out["throttle_max"] = p.metrics()["producer-metrics"]["throttle-time-max"]
+    p.close(timeout=30)
+
+
+def _hmb_producer(bootstrap: str, client_id: str, seconds: float, out: dict[str, Any]) -> None:
+    stamps: list[tuple[float, int]] = []
+    with Producer(metadata_broker_list=bootstrap, client_id=client_id, producer_type="async", request_required_acks=1,
+                  api_version="auto") as p:
+        futs: deque[Any] = deque()
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < seconds:
+            f = p.send_record("quota-topic", VALUE)
+            f.add_done_callback(lambda _f: stamps.append((time.monotonic(), len(VALUE))))
+            futs.append(f)
+            if len(futs) > 300:
+                futs.popleft().result(timeout=30)
+        end = time.monotonic()
+    out["rate"] = _steady_rate(stamps, t0, end)
+
+
+def test_produce_quota_throttles_only_the_quotad_clients(chroot: str, broker: EmbeddedBroker) -> None:
+    _set_quota(chroot, broker, "slow-kp", PRODUCER, QUOTA)
+    _set_quota(chroot, broker, "slow-hmb", PRODUCER, QUOTA)
+    results: dict[str, dict[str, Any]] = {"slow-kp": {}, "slow-hmb": {}, "fast": {}}
+    runs = [
+        threading.Thread(target=_kafka_python_producer, args=(broker.bootstrap, "slow-kp", RUN_S, results["slow-kp"])),
+        threading.Thread(target=_hmb_producer, args=(broker.bootstrap, "slow-hmb", RUN_S, results["slow-hmb"])),
+        threading.Thread(target=_hmb_producer, args=(broker.bootstrap, "fast", RUN_S, results["fast"])),
+    ]
+    for t in runs:
+        t.start()
+    for t in runs:
+        t.join(60)
+    print(results)
+    for cid in ("slow-kp", "slow-hmb"):
+        assert QUOTA * 0.7 <= results[cid]["rate"] <= QUOTA * 1.3, (cid, results)
+    assert results["slow-kp"]["throttle_max"] > 0, results  # kafka-python saw throttle_time_ms
+    assert results["fast"]["rate"] > QUOTA * 2, results  # the unquota'd client is not held back
+    metrics = broker.broker.metrics()["kafka.server.ClientQuotaManager"]
+    assert metrics["Produce-throttle-time-max"] > 0, metrics
+
+
+def test_quota_change_applies_without_restart(chroot: str, broker: EmbeddedBroker) -> None:
+    _set_quota(chroot, broker, "slow-kp", PRODUCER, QUOTA // 2)
+    out: dict[str, Any] = {}
+    _kafka_python_producer(broker.bootstrap, "slow-kp", 3.0, out)
+    assert QUOTA // 2 * 0.7 <= out["rate"] <= QUOTA // 2 * 1.3, out
+
+
+def test_fetch_quota(chroot: str, broker: EmbeddedBroker) -> None:
+    total = 1_500_000
+    # small batches (a fetch answers at least one whole batch, KIP-74): the answers stay small
+    p = kafka.KafkaProducer(bootstrap_servers=broker.bootstrap, client_id="filler", batch_size=16384, linger_ms=2)
+    for _ in range(total // len(VALUE)):
+        p.send("quota-fetch", VALUE)
+    p.flush(timeout=30)
+    p.close()
+    _set_quota(chroot, broker, "slow-fetch", CONSUMER, QUOTA)
+    c = kafka.KafkaConsumer("quota-fetch", bootstrap_servers=broker.bootstrap, client_id="slow-fetch",
+                            auto_offset_reset="earliest", enable_auto_commit=False, group_id=None, fetch_max_wait_ms=100,
+                            max_partition_fetch_bytes=32768)
+    try:
+        stamps: list[tuple[float, int]] = []
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < RUN_S:
+            for recs in c.poll(timeout_ms=200).values():
+                stamps.append((time.monotonic(), sum(len(r.value) for r in recs)))
+        end = time.monotonic()
+        rate = _steady_rate(stamps, t0, end)
+        got = sum(n for _, n in stamps)
+    finally:
+        c.close()
+    assert got < total, "the consumer read everything: the quota held nothing back"
+    assert QUOTA * 0.7 <= rate <= QUOTA * 1.3, rate
+    metrics = broker.broker.metrics()["kafka.server.ClientQuotaManager"]
+    assert metrics["Fetch-throttle-time-max"] > 0, metrics
