@@ -79,3 +79,35 @@ def test_parse_quota_config_and_users() -> None:
             parse_quota_config(bad)
     assert user_of("User:alice") == "alice"
     assert user_of(None) == "ANONYMOUS"
+
+
+def test_store_entities_read_and_written_as_kafka_lays_them_out() -> None:
+    from hmbclient.broker.controller.store import MemoryStore
+    from hmbclient.broker.quota_configs import QuotaConfigSource, read_quota_configs, write_quota
+
+    store = MemoryStore()
+    # a user's SCRAM credentials live in the same /config/users/<user> node: kept, not read
+    store.set_entity_config("users", "alice", {"SCRAM-SHA-256": "salt=..."})
+    write_quota(store, "alice", None, {PRODUCER: "1024"})
+    write_quota(store, "alice", DEFAULT, {CONSUMER: "2048"})
+    write_quota(store, None, "a/b*c", {PRODUCER: "10"})  # sanitized into one znode name
+    assert store.entity_config("users", "alice") == {"SCRAM-SHA-256": "salt=...", PRODUCER: "1024"}
+    assert store.entity_names("clients") == ["a%2Fb%2Ac"]
+    cfg = read_quota_configs(store)
+    assert cfg.entities == {("alice", None): {PRODUCER: 1024.0}, ("alice", DEFAULT): {CONSUMER: 2048.0}, (None, "a/b*c"): {PRODUCER: 10.0}}
+    with pytest.raises(ValueError):
+        write_quota(store, None, "x", {"producer_byte_rate": "lots"})
+    with pytest.raises(ValueError):
+        write_quota(store, None, None, {PRODUCER: "1"})
+    # another tool's bad value: that entity is left out, the rest applies
+    store.set_entity_config("clients", "bad", {PRODUCER: "-5"})
+    m = QuotaManager(QuotaConfigs(producer_default=7.0))
+    src = QuotaConfigSource(store, m)
+    src.start()
+    assert (None, "bad") not in m.configs.entities and (None, "a/b*c") in m.configs.entities
+    assert m.configs.producer_default == 7.0
+    write_quota(store, None, "late", {PRODUCER: "5"})
+    src.on_changes(["topics/t"])  # not a quota entity: nothing re-read
+    assert (None, "late") not in m.configs.entities
+    src.on_changes(["clients/late"])
+    assert m.configs.entities[(None, "late")] == {PRODUCER: 5.0}
