@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from hmbclient.broker.quotas import (
@@ -111,3 +113,38 @@ def test_store_entities_read_and_written_as_kafka_lays_them_out() -> None:
     assert (None, "late") not in m.configs.entities
     src.on_changes(["clients/late"])
     assert m.configs.entities[(None, "late")] == {PRODUCER: 5.0}
+
+
+def test_kip219_mutes_new_versions_and_holds_old_answers(tmp_path: Any) -> None:
+    """Standalone (no ZooKeeper): the static ``quota.producer.default``. 300 KB against
+    100 KB/s over a 1 s minimum window: throttle (300 - 100) / 100 x 1000 ms, capped at the
+    2 x 1 s window = 2000 ms. Produce v2 is answered 2 s late; v7 at once, and the next
+    request on that connection waits out the mute."""
+    import time
+
+    from hmbclient.broker import EmbeddedBroker
+    from hmbclient.protocol.api import MetadataRequest, ProduceRequest
+
+    from .conftest import RawClient, create_topic, encode
+
+    def produce(c: RawClient, buf: bytes, version: int) -> Any:
+        return c.request(ProduceRequest[version].build(transactional_id=None, acks=1, timeout_ms=5000, topics=[("t", [(0, buf)])]))
+
+    value = b"v" * 1000
+    with EmbeddedBroker(port=0, log_dir=str(tmp_path), num_partitions=1, quota_producer_default=100_000, quota_window_num=2) as b:
+        with RawClient(b.host, b.port, client_id="old") as old, RawClient(b.host, b.port, client_id="new") as new:
+            create_topic(old, "t")
+            big1, big2 = encode([(None, value)] * 300, magic=1), encode([(None, value)] * 300)
+            t0 = time.monotonic()
+            r = produce(old, big1, 2)
+            held = time.monotonic() - t0
+            assert r.throttle_time_ms == 2000 and held >= 1.8, (r.throttle_time_ms, held)
+            t0 = time.monotonic()
+            r = produce(new, big2, 7)
+            answered = time.monotonic() - t0
+            assert r.throttle_time_ms == 2000 and answered < 1.5, (r.throttle_time_ms, answered)
+            new.request(MetadataRequest[1](topics=["t"]))
+            muted = time.monotonic() - t0
+            assert muted >= 1.8, muted
+        m = b.broker.metrics()["kafka.server.ClientQuotaManager"]
+        assert m["Produce-throttle-time-max"] == 2000, m
