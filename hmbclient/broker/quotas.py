@@ -36,6 +36,9 @@ Contract
   is the span the rate was measured over, capped at ``num * size`` (case CAP).
 * Unlimited (no quota resolves) records nothing and answers 0 (case UNLIMITED): an
   unquota'd client pays one dict lookup.
+* Windows are not kept forever (case EXPIRE): when a new key would make more than a bound of
+  them (1024, then twice the live ones), the windows with no live sample are dropped -- a
+  client id seen once costs nothing after ``num * size`` (Kafka expires idle quota sensors).
 * Changing the configs (:meth:`QuotaManager.update`) applies to the next request; windows of
   keys whose quota changed keep their samples (Kafka keeps the sensor and changes its bound).
 
@@ -161,7 +164,14 @@ class QuotaManager:
         self.window_ms = window_ms
         self.max_throttle_ms = num_samples * window_ms
         self._rates: dict[tuple[str, str, str], Rate] = {}
+        self._purge_at = 1024
         self._lock = threading.Lock()
+
+    def _purge(self, now_ms: int) -> None:
+        """Forget the windows with no live sample (case EXPIRE; lock held)."""
+        horizon = now_ms - self.num_samples * self.window_ms
+        self._rates = {k: r for k, r in self._rates.items() if r.samples and r.samples[-1][0] > horizon}
+        self._purge_at = max(1024, 2 * len(self._rates))
 
     def update(self, configs: QuotaConfigs) -> None:
         """Put ``configs`` in force from the next request on."""
@@ -182,6 +192,8 @@ class QuotaManager:
             rkey = (kind, *key)
             rate = self._rates.get(rkey)
             if rate is None:
+                if len(self._rates) >= self._purge_at:
+                    self._purge(now_ms)
                 rate = self._rates[rkey] = Rate(self.num_samples, self.window_ms)
             rate.record(float(nbytes), now_ms)
             observed = rate.measure(now_ms)

@@ -147,3 +147,17 @@ def test_fetch_quota(chroot: str, broker: EmbeddedBroker) -> None:
     assert QUOTA * 0.7 <= rate <= QUOTA * 1.3, rate
     metrics = broker.broker.metrics()["kafka.server.ClientQuotaManager"]
     assert metrics["Fetch-throttle-time-max"] > 0, metrics
+
+
+def test_cli_lists_and_deletes(chroot: str, broker: EmbeddedBroker, capsys: pytest.CaptureFixture[str]) -> None:
+    assert hmb(["quotas", "--zookeeper", chroot, "--user", "alice", "--client-id", "<default>", "--add", "consumer_byte_rate=4096"]) == 0
+    capsys.readouterr()
+    assert hmb(["quotas", "--zookeeper", chroot]) == 0
+    listed = capsys.readouterr().out
+    assert "user=alice\tclient-id=<default>\tconsumer_byte_rate=4096" in listed, listed
+    quotas = broker.broker.apis.quotas  # type: ignore[union-attr]
+    wait_until(lambda: resolve(quotas.configs, CONSUMER, "alice", "any") == (4096.0, ("alice", "any")), 10, "alice's quota")
+    assert hmb(["quotas", "--zookeeper", chroot, "--user", "alice", "--client-id", "<default>", "--delete", "consumer_byte_rate"]) == 0
+    wait_until(lambda: resolve(quotas.configs, CONSUMER, "alice", "any") is None, 10, "alice's quota removed")
+    assert hmb(["quotas", "--zookeeper", chroot, "--client-id", "x", "--add", "producer_byte_rate=lots"]) == 1
+    assert "producer_byte_rate" in capsys.readouterr().err

@@ -148,3 +148,12 @@ def test_kip219_mutes_new_versions_and_holds_old_answers(tmp_path: Any) -> None:
             assert muted >= 1.8, muted
         m = b.broker.metrics()["kafka.server.ClientQuotaManager"]
         assert m["Produce-throttle-time-max"] == 2000, m
+
+
+def test_idle_windows_are_forgotten() -> None:
+    m = QuotaManager(QuotaConfigs(producer_default=1000.0), num_samples=2, window_ms=1000)
+    for i in range(1024):
+        m.record(PRODUCER, "u", f"c{i}", 10, 0)
+    assert len(m._rates) == 1024
+    m.record(PRODUCER, "u", "late", 10, 5000)  # the others have no live sample by now
+    assert set(m._rates) == {(PRODUCER, "", "late")}
