@@ -232,6 +232,13 @@ class KafkaApis:
             raise RuntimeError(f"{type(request).__name__} was not answered at once")
         return box[0]
 
+    def serve(self, handlers: dict[int, Callable[..., None]]) -> None:
+        """Serve more APIs: ``api key -> handler(header, request, channel, allowed)``
+        (the client quota APIs, set up after the quota manager)."""
+        for key, fn in handlers.items():
+            self._handlers[key] = self._with_allowed(fn)
+        self.versions = api_versions_table(set(self._handlers))
+
     def _with_allowed(self, fn: Callable[..., None]) -> Callable[[RequestHeader, Any, RequestChannel], None]:
         return lambda h, r, ch: fn(h, r, ch, self._allowed)
 

@@ -55,7 +55,7 @@ from hmbclient.broker.producer_ids import (
     ProducerIdManager,
     ZkBlockSource,
 )
-from hmbclient.broker.quota_configs import QuotaConfigSource
+from hmbclient.broker.quota_configs import ClientQuotaApis, QuotaConfigSource
 from hmbclient.broker.quotas import QuotaConfigs, QuotaManager
 from hmbclient.broker.replica_fetcher import ReplicaFetcherManager
 from hmbclient.broker.replica_manager import ReplicaManager
@@ -383,6 +383,7 @@ class Broker:
             quota_source = QuotaConfigSource(store, self.apis.quotas)
             dynamic.change_listeners.append(quota_source.on_changes)
             quota_source.start()  # after subscribing: a change in between is read here
+            self.apis.serve(ClientQuotaApis(store, quota_source).handlers())
             self.apis.inter_broker_listener = cfg.inter_broker_protocol
             self.server = SocketServer(
                 self.apis,

@@ -15,6 +15,12 @@ Contract:
   applies to the next request, without a restart.
 * Only the quota keys of an entity count: ``/config/users/<user>`` also holds the user's SCRAM
   credentials, which are neither read nor touched here.
+* :class:`ClientQuotaApis` serves DescribeClientQuotas (48) v0 (Cluster DescribeConfigs) and
+  AlterClientQuotas (49) v0 (Cluster AlterConfigs) over the same store, as Kafka's
+  ZooKeeper-mode brokers do (KIP-546): entity types ``user`` and ``client-id`` (a null name
+  is the default), anything else INVALID_REQUEST; an unknown quota key or a bad value
+  INVALID_REQUEST for that entry only; ``validate_only`` writes nothing; a write is applied
+  here at once and announced to the other brokers.
 * :func:`write_quota` stores one entity's quota (an empty config removes the rates) and
   announces it under ``/config/changes``, as Kafka's ``kafka-configs --entity-type clients``.
 """
@@ -24,10 +30,18 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from hmbclient.broker.quotas import QUOTA_KEYS, QuotaConfigs, QuotaManager, parse_quota_config
+from hmbclient.broker.quotas import (
+    DEFAULT,
+    QUOTA_KEYS,
+    QuotaConfigs,
+    QuotaManager,
+    parse_quota_config,
+)
+from hmbclient.errors import ErrorCode
+from hmbclient.protocol.api import ApiKey
 from hmbclient.zkpaths import desanitize_quota_name, quota_entity_name
 
-__all__ = ["QuotaConfigSource", "read_quota_configs", "write_quota"]
+__all__ = ["ClientQuotaApis", "QuotaConfigSource", "read_quota_configs", "write_quota"]
 
 log = logging.getLogger("hmbclient.broker.quota_configs")
 
@@ -114,3 +128,105 @@ class QuotaConfigSource:
                 self.reload()
             except Exception as e:  # ZooKeeper trouble: the next notification re-reads
                 log.warning("reading the client quotas failed: %r", e)
+
+
+_TYPES = ("user", "client-id")
+
+
+def _wire_entity(user: str | None, client: str | None) -> list[tuple[str, str | None]]:
+    out: list[tuple[str, str | None]] = []
+    if user is not None:
+        out.append(("user", None if user == DEFAULT else user))
+    if client is not None:
+        out.append(("client-id", None if client == DEFAULT else client))
+    return out
+
+
+def _matches(entity: list[tuple[str, str | None]], components: list[Any], strict: bool) -> bool:
+    named = dict(entity)
+    for c in components:
+        if c.entity_type not in named:
+            return False
+        name = named[c.entity_type]
+        if c.match_type == 0 and name != c.match:
+            return False
+        if c.match_type == 1 and name is not None:
+            return False
+    return not strict or set(named) <= {c.entity_type for c in components}
+
+
+class ClientQuotaApis:
+    """DescribeClientQuotas / AlterClientQuotas over the store (see the module doc).
+
+    Args:
+        store: the coordination store.
+        source: this broker's quota source (re-read after a write).
+    """
+
+    def __init__(self, store: Any, source: QuotaConfigSource) -> None:
+        self.store = store
+        self.source = source
+
+    def handlers(self) -> dict[int, Any]:
+        return {ApiKey.DESCRIBE_CLIENT_QUOTAS: self.handle_describe, ApiKey.ALTER_CLIENT_QUOTAS: self.handle_alter}
+
+    def handle_describe(self, header: Any, req: Any, channel: Any, allowed: Any) -> None:
+        resp = type(req).RESPONSE_TYPE
+        if not allowed(channel, "DescribeConfigs", "Cluster"):
+            channel.send(resp.build(throttle_time_ms=0, error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
+                                    error_message="Cluster DescribeConfigs is needed", entries=None))
+            return
+        comps = list(req.components)
+        bad = [c for c in comps if c.entity_type not in _TYPES or c.match_type not in (0, 1, 2)
+               or (c.match_type == 0) != (c.match is not None)]
+        if bad or len({c.entity_type for c in comps}) != len(comps):
+            channel.send(resp.build(throttle_time_ms=0, error_code=ErrorCode.INVALID_REQUEST,
+                                    error_message=f"bad or repeated components: entity types are {', '.join(_TYPES)}; "
+                                    "match_type 0 needs a match, 1 and 2 none", entries=None))
+            return
+        entries = []
+        for (user, client), quota in sorted(read_quota_configs(self.store).entities.items(), key=lambda kv: (kv[0][0] or "", kv[0][1] or "")):
+            entity = _wire_entity(user, client)
+            if _matches(entity, comps, req.strict):
+                entries.append((entity, sorted(quota.items())))
+        channel.send(resp.build(throttle_time_ms=0, error_code=ErrorCode.NONE, error_message=None, entries=entries))
+
+    def handle_alter(self, header: Any, req: Any, channel: Any, allowed: Any) -> None:
+        resp = type(req).RESPONSE_TYPE
+        ok = allowed(channel, "AlterConfigs", "Cluster")
+        out = []
+        wrote = False
+        for e in req.entries:
+            entity = [(x.entity_type, x.entity_name) for x in e.entity]
+            code, msg = self._alter_one(entity, e.ops, req.validate_only) if ok else (
+                ErrorCode.CLUSTER_AUTHORIZATION_FAILED, "Cluster AlterConfigs is needed")
+            wrote = wrote or (code == ErrorCode.NONE and not req.validate_only)
+            out.append((code, msg, entity))
+        if wrote:
+            self.source.reload()  # here at once; the other brokers on the notification
+        channel.send(resp.build(throttle_time_ms=0, entries=out))
+
+    def _alter_one(self, entity: list[tuple[str, str | None]], ops: Any, validate_only: bool) -> tuple[int, str | None]:
+        types = [t for t, _ in entity]
+        if not entity or len(set(types)) != len(types) or not set(types) <= set(_TYPES):
+            return ErrorCode.INVALID_REQUEST, f"an entity names user and/or client-id once each, not {types}"
+        named = {t: (DEFAULT if n is None else n) for t, n in entity}
+        user, client = named.get("user"), named.get("client-id")
+        if any(n == "" for n in named.values()):
+            return ErrorCode.INVALID_REQUEST, "an empty entity name"
+        try:
+            current = {k: v for k, v in (read_quota_configs(self.store).entities.get((user, client)) or {}).items()}
+            for op in ops:
+                if op.key not in QUOTA_KEYS:
+                    return ErrorCode.INVALID_REQUEST, f"unknown quota {op.key!r}: expected one of {', '.join(QUOTA_KEYS)}"
+                if op.remove:
+                    current.pop(op.key, None)
+                else:
+                    parse_quota_config({op.key: op.value})
+                    current[op.key] = op.value
+            config = {k: str(int(v)) if float(v).is_integer() else str(v) for k, v in current.items()}
+            if not validate_only:
+                write_quota(self.store, user, client, config)
+        except ValueError as e:
+            return ErrorCode.INVALID_REQUEST, str(e)
+        return ErrorCode.NONE, None

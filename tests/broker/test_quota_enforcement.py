@@ -161,3 +161,35 @@ def test_cli_lists_and_deletes(chroot: str, broker: EmbeddedBroker, capsys: pyte
     wait_until(lambda: resolve(quotas.configs, CONSUMER, "alice", "any") is None, 10, "alice's quota removed")
     assert hmb(["quotas", "--zookeeper", chroot, "--client-id", "x", "--add", "producer_byte_rate=lots"]) == 1
     assert "producer_byte_rate" in capsys.readouterr().err
+
+
+def test_alter_and_describe_client_quotas_apis(chroot: str, broker: EmbeddedBroker, capsys: pytest.CaptureFixture[str]) -> None:
+    from hmbclient.protocol.api.quotas import AlterClientQuotasRequest, DescribeClientQuotasRequest
+
+    from .conftest import RawClient
+
+    def alter(entity: list[tuple[str, str | None]], ops: list[tuple[str, float, bool]], validate_only: bool = False) -> Any:
+        return c.request(AlterClientQuotasRequest[0].build(entries=[(entity, ops)], validate_only=validate_only)).entries[0]
+
+    def describe(comps: list[tuple[str, int, str | None]], strict: bool = False) -> Any:
+        return c.request(DescribeClientQuotasRequest[0].build(components=comps, strict=strict))
+
+    with RawClient(broker.host, broker.port) as c:
+        assert alter([("user", "bob"), ("client-id", None)], [(PRODUCER, 5000.0, False)]).error_code == 0
+        assert alter([("client-id", "api-only")], [(CONSUMER, 7000.0, False)], validate_only=True).error_code == 0
+        assert alter([("client-id", "x")], [("request_percentage", 5.0, False)]).error_code == 42  # INVALID_REQUEST
+        assert alter([("ip", "1.2.3.4")], [(PRODUCER, 1.0, False)]).error_code == 42
+        # applied on this broker at once, and stored where hmb quotas (and Kafka's tools) read it
+        assert resolve(broker.broker.apis.quotas.configs, PRODUCER, "bob", "any") == (5000.0, ("bob", "any"))  # type: ignore[union-attr]
+        assert hmb(["quotas", "--zookeeper", chroot]) == 0
+        listed = capsys.readouterr().out
+        assert "user=bob\tclient-id=<default>\tproducer_byte_rate=5000" in listed and "api-only" not in listed, listed
+        r = describe([("user", 0, "bob")], strict=True)
+        assert r.error_code == 0 and r.entries == []  # strict: the entity also names a client id
+        r = describe([("user", 0, "bob"), ("client-id", 1, None)])
+        assert r.error_code == 0
+        assert [([(e.entity_type, e.entity_name) for e in x.entity], [(v.key, v.value) for v in x.values]) for x in r.entries] == [
+            ([("user", "bob"), ("client-id", None)], [(PRODUCER, 5000.0)])]
+        assert describe([("ip", 2, None)]).error_code == 42
+        assert alter([("user", "bob"), ("client-id", None)], [(PRODUCER, 0.0, True)]).error_code == 0
+        assert describe([("user", 0, "bob")]).entries == []
