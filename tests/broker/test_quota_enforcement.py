@@ -193,3 +193,17 @@ def test_alter_and_describe_client_quotas_apis(chroot: str, broker: EmbeddedBrok
         assert describe([("ip", 2, None)]).error_code == 42
         assert alter([("user", "bob"), ("client-id", None)], [(PRODUCER, 0.0, True)]).error_code == 0
         assert describe([("user", 0, "bob")]).entries == []
+
+
+def test_kafka_config_command_sets_and_describes_quotas(chroot: str, broker: EmbeddedBroker) -> None:
+    """Kafka 4.4's kafka-configs.sh (ConfigCommand through the AdminClient: AlterClientQuotas,
+    DescribeClientQuotas) against this broker; the quota lands in ZooKeeper and in force."""
+    from hmbclient.testing import kafka_java
+
+    kafka_java("org.apache.kafka.tools.ConfigCommand", "--bootstrap-server", broker.bootstrap, "--alter", "--entity-type", "clients",
+               "--entity-name", "java-set", "--add-config", "producer_byte_rate=3072,consumer_byte_rate=6144", timeout_s=120)
+    quotas = broker.broker.apis.quotas  # type: ignore[union-attr]
+    assert resolve(quotas.configs, CONSUMER, "ANONYMOUS", "java-set") == (6144.0, ("", "java-set"))
+    done = kafka_java("org.apache.kafka.tools.ConfigCommand", "--bootstrap-server", broker.bootstrap, "--describe", "--entity-type", "clients",
+                      "--entity-name", "java-set", timeout_s=120)
+    assert "producer_byte_rate=3072" in done.stdout and "consumer_byte_rate=6144" in done.stdout, done.stdout
