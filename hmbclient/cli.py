@@ -156,6 +156,42 @@ def cmd_users(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_quotas(args: argparse.Namespace) -> int:
+    """Client quotas in ZooKeeper (/config/clients, /config/users), as kafka-configs does."""
+    from hmbclient.broker.controller.store import ZkStore
+    from hmbclient.broker.quota_configs import read_quota_configs, write_quota
+
+    try:
+        store = ZkStore(args.zookeeper)
+    except Exception as e:
+        raise CliError(f"ZooKeeper {args.zookeeper}: {e}") from None
+    try:
+        if args.add is not None or args.delete:
+            if args.user is None and args.client_id is None:
+                raise CliError("name the entity: --user USER and/or --client-id ID (<default> for the default)")
+            sets: dict[str, str] = {}
+            for item in args.add or ():
+                k, eq, v = item.partition("=")
+                if not eq:
+                    raise CliError(f"--add takes KEY=BYTES_PER_SECOND, not {item!r}")
+                sets[k.strip()] = v.strip()
+            current = {k: v for k, v in read_quota_configs(store).entities.get((args.user, args.client_id), {}).items()}
+            config = {k: str(int(v)) for k, v in current.items() if k not in args.delete}
+            config.update(sets)
+            try:
+                write_quota(store, args.user, args.client_id, config)
+            except ValueError as e:
+                raise CliError(str(e)) from None
+            print(f"quota of user={args.user} client-id={args.client_id}: " + (", ".join(f"{k}={v}" for k, v in sorted(config.items())) or "none"))
+            return 0
+        for (user, client), quota in sorted(read_quota_configs(store).entities.items(), key=lambda kv: (kv[0][0] or "", kv[0][1] or "")):
+            rates = ", ".join(f"{k}={int(v)}" for k, v in sorted(quota.items()))
+            print(f"user={user or ''}\tclient-id={client or ''}\t{rates}")
+    finally:
+        store.close()
+    return 0
+
+
 def cmd_acls(args: argparse.Namespace) -> int:
     from hmbclient.broker.security.authorizer import Acl
 
@@ -951,6 +987,19 @@ def _add_security_commands(sub: Subparsers) -> None:
     p.add_argument("--credentials", default=None, metavar="FILE", help="the credentials file")
     _zookeeper_opt(p, "the ZooKeeper of the brokers")
     p.set_defaults(func=cmd_users)
+
+    p = sub.add_parser("quotas", help="client quotas (producer/consumer byte rates): list, --add, --delete",
+                       description="Kafka's client quotas in ZooKeeper: /config/users/<user>/clients/<client-id>,"
+                       " /config/users/<user>, /config/clients/<client-id> (<default> for the defaults), applied by"
+                       " the brokers without a restart. Without --add/--delete: list them.")
+    p.add_argument("--user", default=None, help="the user the quota is about (<default>: every user without one)")
+    p.add_argument("--client-id", default=None, help="the client id the quota is about (<default>: every client id without one)")
+    p.add_argument("--add", action="append", default=None, metavar="KEY=BYTES",
+                   help="producer_byte_rate=N or consumer_byte_rate=N (repeatable)")
+    p.add_argument("--delete", action="append", default=[], choices=["producer_byte_rate", "consumer_byte_rate"],
+                   help="remove that rate from the entity (repeatable)")
+    p.add_argument("--zookeeper", required=True, metavar="HOST:PORT[/CHROOT]", help="the ZooKeeper of the brokers")
+    p.set_defaults(func=cmd_quotas)
 
     p = sub.add_parser("acls", help="Kafka ACLs: add, remove, list",
                        description="ACLs in a file (the broker's authorizer.acls.file) or in ZooKeeper's"

@@ -46,6 +46,7 @@ import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
+from urllib.parse import quote, unquote
 
 __all__ = [
     "CONSUMERS_PATH",
@@ -78,6 +79,9 @@ __all__ = [
     "CONFIG_CHANGES_PATH",
     "CONFIG_CHANGE_PREFIX",
     "DEFAULT_BROKER_ENTITY",
+    "quota_entity_name",
+    "sanitize_quota_name",
+    "desanitize_quota_name",
     "topic_partitions_path",
     "partition_state_path",
     "make_consumer_id",
@@ -359,8 +363,9 @@ def config_path(entity_type: str, name: str) -> str:
     """``/config/<entity_type>/<name>``: the dynamic configs of a topic or broker.
 
     Args:
-        entity_type: ``topics`` or ``brokers``.
-        name: the topic, the broker id, or ``<default>``.
+        entity_type: ``topics``, ``brokers``, ``clients`` or ``users`` (quotas).
+        name: the topic, the broker id, or ``<default>``; a client id; a user, or
+            ``<user>/clients/<client-id>`` (quota names sanitized, see :func:`quota_entity_name`).
 
     Returns:
         The path.
@@ -375,7 +380,60 @@ def config_path(entity_type: str, name: str) -> str:
         if name != DEFAULT_BROKER_ENTITY and not (name.isdigit() and name.isascii()):
             raise ValueError(f"bad broker config entity {name!r}: a broker id or {DEFAULT_BROKER_ENTITY}")
         return f"{CONFIG_PATH}/brokers/{name}"
+    if entity_type == "clients":
+        return f"{CONFIG_PATH}/clients/{_element('client id', name)}"
+    if entity_type == "users":
+        user, sep, client = name.partition("/clients/")
+        return f"{CONFIG_PATH}/users/{_element('user', user)}" + (f"/clients/{_element('client id', client)}" if sep else "")
     raise ValueError(f"unknown config entity type {entity_type!r}")
+
+
+def sanitize_quota_name(name: str) -> str:
+    """A user or client id as a znode name (Kafka's ``Sanitizer``: URL-encoded, so ``/`` and
+    ``*`` cannot leak into the path; ``<default>`` is kept as it is).
+
+    Args:
+        name: The user principal name, client id, or ``<default>``.
+
+    Returns:
+        The znode name.
+    """
+    return name if name == DEFAULT_BROKER_ENTITY else quote(name, safe="")
+
+
+def desanitize_quota_name(name: str) -> str:
+    """The inverse of :func:`sanitize_quota_name`.
+
+    Args:
+        name: The znode name.
+
+    Returns:
+        The user or client id.
+    """
+    return unquote(name)
+
+
+def quota_entity_name(user: str | None, client_id: str | None) -> tuple[str, str]:
+    """The ``(entity_type, name)`` of a quota entity for :func:`config_path`:
+    ``/config/users/<user>/clients/<client-id>``, ``/config/users/<user>``,
+    ``/config/clients/<client-id>`` (names sanitized; ``<default>`` for the defaults).
+
+    Args:
+        user: The user (None: the entity names no user).
+        client_id: The client id (None: the entity names no client id).
+
+    Returns:
+        ``("users", "<u>[/clients/<c>]")`` or ``("clients", "<c>")``.
+
+    Raises:
+        ValueError: Neither part given.
+    """
+    if user is not None:
+        name = sanitize_quota_name(user)
+        return "users", name if client_id is None else f"{name}/clients/{sanitize_quota_name(client_id)}"
+    if client_id is None:
+        raise ValueError("a quota entity names a user, a client id or both")
+    return "clients", sanitize_quota_name(client_id)
 
 
 def encode_config(config: Mapping[str, str]) -> bytes:

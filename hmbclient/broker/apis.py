@@ -16,6 +16,11 @@ older controller, or from anything else, is answered STALE_CONTROLLER_EPOCH and 
 nothing. ControlledShutdown is served by the active controller only (NOT_CONTROLLER elsewhere).
 A follower's Fetch (``replica_id`` >= 0) must name a live broker.
 
+Client quotas (``quotas.py``): with a ``quotas`` manager set, a client's Produce (record bytes
+of the request) and Fetch (record bytes of the answer; followers are not quota'd) go through
+``_throttle``: the answer carries ``throttle_time_ms`` and the channel's ``throttle`` mutes the
+connection (Produce v6+/Fetch v8+, KIP-219) or holds the answer (older versions).
+
 Requests that name a topic this broker does not serve yet (just auto-created, or created by
 CreateTopics) wait for it in the topic purgatory, not on a network thread.
 """
@@ -29,11 +34,12 @@ from typing import Any, Protocol
 from hmbclient.broker.log.overrides import validate_topic_configs
 from hmbclient.broker.metadata import NO_LEADER, BrokerEndpoint, MetadataCache, PartitionMeta
 from hmbclient.broker.producer_ids import INIT_PRODUCER_ID, ProducerIdManager
+from hmbclient.broker.quotas import CONSUMER, PRODUCER, QuotaManager, user_of
 from hmbclient.broker.replica_manager import PartitionState, ReplicaManager
 from hmbclient.broker.results import AppendResult, FetchInfo, FetchResult
 from hmbclient.broker.security.hooks import allowed, refuse_request
 from hmbclient.broker.topics import TopicManager, is_valid_topic_name
-from hmbclient.clock import wall_ms
+from hmbclient.clock import monotonic_ms, wall_ms
 from hmbclient.errors import ConfigError, ErrorCode
 from hmbclient.protocol.api import ApiKey, ApiVersionsResponse
 from hmbclient.protocol.api.base import REQUESTS, Request, Response
@@ -126,6 +132,9 @@ class KafkaApis:
         admin: Any = None,
     ) -> None:
         self.authorizer: Any = None
+        #: client quotas (set by the Broker; None: no quotas) and the sensors of throttling
+        self.quotas: QuotaManager | None = None
+        self.metrics: Any = None
         #: the listener brokers reach each other on (set by the Broker): UpdateMetadata's
         #: address of that listener is where this broker fetches from and sends to.
         self.inter_broker_listener = "PLAINTEXT"
@@ -222,6 +231,13 @@ class KafkaApis:
         if not box:
             raise RuntimeError(f"{type(request).__name__} was not answered at once")
         return box[0]
+
+    def serve(self, handlers: dict[int, Callable[..., None]]) -> None:
+        """Serve more APIs: ``api key -> handler(header, request, channel, allowed)``
+        (the client quota APIs, set up after the quota manager)."""
+        for key, fn in handlers.items():
+            self._handlers[key] = self._with_allowed(fn)
+        self.versions = api_versions_table(set(self._handlers))
 
     def _with_allowed(self, fn: Callable[..., None]) -> Callable[[RequestHeader, Any, RequestChannel], None]:
         return lambda h, r, ch: fn(h, r, ch, self._allowed)
@@ -334,6 +350,21 @@ class KafkaApis:
             offline_replicas=meta.offline_replicas(live),
         )
 
+    def _throttle(self, header: RequestHeader, channel: RequestChannel, fetch: bool, nbytes: int) -> int:
+        """Record a client's bytes against its quota; throttle the channel; the throttle ms."""
+        quotas = self.quotas
+        if quotas is None or not quotas.enabled():
+            return 0
+        session = getattr(channel, "session", None)
+        user = user_of(session.principal if session is not None else None)
+        ms = quotas.record(CONSUMER if fetch else PRODUCER, user, header.client_id or "", nbytes, monotonic_ms())
+        if self.metrics is not None:
+            self.metrics.throttled(fetch, ms)
+        hold = getattr(channel, "throttle", None)
+        if ms and hold is not None:
+            hold(ms, header.api_version >= (8 if fetch else 6))
+        return ms
+
     # -- Produce -----------------------------------------------------------------------------------
     def handle_produce(self, header: RequestHeader, req: Any, channel: RequestChannel) -> None:
         v = header.api_version
@@ -378,6 +409,7 @@ class KafkaApis:
                 entries.append((topic, p.partition, recs))
 
         def respond(results: dict[tuple[str, int], AppendResult]) -> None:
+            throttle_ms = self._throttle(header, channel, False, sum(len(e[2]) for e in entries if e[2] is not None))
             if acks == 0:
                 failed = [tp for tp, r in results.items() if r.error_code] + list(early)
                 if failed:
@@ -402,7 +434,7 @@ class KafkaApis:
                     else:
                         plist.append(row(p, r.error_code, r.base_offset, -1, r.log_start_offset))
                 topics.append((topic, plist))
-            channel.send(resp_cls.build(topics=topics, throttle_time_ms=0))
+            channel.send(resp_cls.build(topics=topics, throttle_time_ms=throttle_ms))
 
         def append() -> None:
             if entries:
@@ -469,7 +501,8 @@ class KafkaApis:
                     lso = r.last_stable_offset if r.last_stable_offset >= 0 else r.high_watermark
                     parts.append(row(p, r.error_code, r.high_watermark, lso, r.log_start_offset, r.aborted, r.records))
                 topics.append((topic, parts))
-            channel.send(resp_cls.build(throttle_time_ms=0, error_code=ErrorCode.NONE, session_id=0, topics=topics))
+            throttle_ms = 0 if replica_id >= 0 else self._throttle(header, channel, True, sum(len(r.records) for r in results))
+            channel.send(resp_cls.build(throttle_time_ms=throttle_ms, error_code=ErrorCode.NONE, session_id=0, topics=topics))
 
         if not infos:
             respond([])

@@ -55,6 +55,8 @@ from hmbclient.broker.producer_ids import (
     ProducerIdManager,
     ZkBlockSource,
 )
+from hmbclient.broker.quota_configs import ClientQuotaApis, QuotaConfigSource
+from hmbclient.broker.quotas import QuotaConfigs, QuotaManager
 from hmbclient.broker.replica_fetcher import ReplicaFetcherManager
 from hmbclient.broker.replica_manager import ReplicaManager
 from hmbclient.broker.security.setup import authorizer_from, inter_broker_security, listeners_from
@@ -374,6 +376,14 @@ class Broker:
                 admin=AdminApis(cfg, metadata, topics, controller, dynamic, logs, groups),
             )
             self.apis.authorizer = authorizer_from(cfg, store)
+            self.apis.quotas = QuotaManager(
+                QuotaConfigs(producer_default=cfg.quota_producer_default, consumer_default=cfg.quota_consumer_default),
+                cfg.quota_window_num, cfg.quota_window_size_seconds * 1000,
+            )
+            quota_source = QuotaConfigSource(store, self.apis.quotas)
+            dynamic.change_listeners.append(quota_source.on_changes)
+            quota_source.start()  # after subscribing: a change in between is read here
+            self.apis.serve(ClientQuotaApis(store, quota_source).handlers())
             self.apis.inter_broker_listener = cfg.inter_broker_protocol
             self.server = SocketServer(
                 self.apis,
@@ -431,6 +441,8 @@ class Broker:
         rm.metrics = sensors
         assert self.server is not None
         self.server.metrics = sensors
+        if self.apis is not None:
+            self.apis.metrics = sensors
         sensors.watch_replicas(rm.under_replicated, lambda: len(rm.partitions()), lambda: len(rm.leader_partitions()))
         sensors.watch_purgatories(rm.produce_purgatory.delayed, rm.fetch_purgatory.delayed)
         sensors.watch_controller(lambda: controller.active)

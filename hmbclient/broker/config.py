@@ -120,6 +120,14 @@ class BrokerConfig(ConfigBase):
         doc="metrics.port: serve the broker's metrics for Prometheus at http://metrics.host:port/metrics (None: off; 0: any free port)",
     )
     metrics_host: str | None = setting(None, doc="metrics.host: address of the metrics endpoint (None: host.name)")
+    quota_producer_default: int | None = setting(
+        None, min=0, doc="quota.producer.default: producer bytes/s of a client id with no quota of its own (None: unlimited)"
+    )
+    quota_consumer_default: int | None = setting(
+        None, min=0, doc="quota.consumer.default: consumer bytes/s of a client id with no quota of its own (None: unlimited)"
+    )
+    quota_window_num: int = setting(11, min=1, doc="quota.window.num: samples a client quota's byte rate is measured over")
+    quota_window_size_seconds: int = setting(1, min=1, doc="quota.window.size.seconds: length of one client quota sample")
     metrics_num_samples: int = setting(2, min=1, doc="metrics.num.samples: samples a windowed metric keeps")
     metrics_sample_window_ms: int = setting(
         30_000, min=1, doc="metrics.sample.window.ms: length of one sample of a windowed metric"

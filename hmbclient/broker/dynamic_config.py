@@ -65,6 +65,9 @@ class DynamicConfigs:
         self._layers = Layers()
         self._last_change = -1
         self._cache: dict[str | None, BrokerConfig] = {}
+        #: told the entity paths of each batch of change notifications (the client quotas'
+        #: ``clients/...`` and ``users/...`` entities are read by ``quota_configs.py``)
+        self.change_listeners: list[Callable[[list[str]], None]] = []
 
     # -- reading ---------------------------------------------------------------------------------
     def layers(self) -> Layers:
@@ -121,6 +124,8 @@ class DynamicConfigs:
                 self._last_change = last
             if entities:
                 self._reload(entities)
+                for listener in self.change_listeners:
+                    listener(entities)
         except Exception as e:  # ZooKeeper trouble: the next notification or restart re-reads
             log.warning("reading config changes failed: %r", e)
 

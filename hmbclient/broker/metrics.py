@@ -19,7 +19,10 @@ Recorded (one call per request or per partition append, never per record):
   thread; 0 when the network thread served it at once) and ``TotalTimeMs`` (decoded to answered),
   ``RequestsPerSec``;
 * ``kafka.server.DelayedOperationPurgatory``: ``PurgatorySize.Produce`` / ``.Fetch`` gauges;
-* ``kafka.controller.KafkaController``: ``ActiveControllerCount`` gauge.
+* ``kafka.controller.KafkaController``: ``ActiveControllerCount`` gauge;
+* ``kafka.server.ClientQuotaManager``: ``Produce-throttle-time-avg``/``-max`` and
+  ``Fetch-throttle-time-avg``/``-max`` (ms, over the answers to clients with a quota, 0 included; Kafka's
+  ``kafka.server:type=Produce|Fetch`` ``throttle-time``, here summed over users and client ids).
 
 :class:`MetricsEndpoint` serves ``GET /metrics`` (Prometheus text format 0.0.4) on its own
 thread (``metrics.port``; 0 picks a free port); any other path answers 404.
@@ -44,6 +47,7 @@ REPLICAS = "kafka.server.ReplicaManager"
 REQUESTS = "kafka.network.RequestChannel"
 PURGATORY = "kafka.server.DelayedOperationPurgatory"
 CONTROLLER = "kafka.controller.KafkaController"
+QUOTAS = "kafka.server.ClientQuotaManager"
 
 _PRODUCE, _FETCH = 0, 1
 
@@ -57,6 +61,8 @@ class BrokerMetrics:
         self._messages_in = r.rate("messages-in", TOPICS, "MessagesInPerSec", "records appended by clients to leaders")
         self._bytes_in = r.rate("bytes-in", TOPICS, "BytesInPerSec", "record bytes appended by clients to leaders")
         self._bytes_out = r.rate("bytes-out", TOPICS, "BytesOutPerSec", "record bytes answered to consumers")
+        self._produce_throttle = r.avg_max("produce-throttle", QUOTAS, "Produce-throttle-time", "ms a Produce answer was throttled by a client quota")
+        self._fetch_throttle = r.avg_max("fetch-throttle", QUOTAS, "Fetch-throttle-time", "ms a Fetch answer was throttled by a client quota")
         self._repl_out = r.rate("replication-bytes-out", TOPICS, "ReplicationBytesOutPerSec", "record bytes answered to followers")
         self._produce_reqs = r.rate("produce-requests", TOPICS, "TotalProduceRequestsPerSec", "Produce requests")
         self._fetch_reqs = r.rate("fetch-requests", TOPICS, "TotalFetchRequestsPerSec", "Fetch requests (consumers and followers)")
@@ -104,6 +110,10 @@ class BrokerMetrics:
         messages, bytes_in, _ = self._topic(topic)
         messages.record(records)
         bytes_in.record(nbytes)
+
+    def throttled(self, fetch: bool, ms: int) -> None:
+        """A Produce (or Fetch) answer throttled ``ms`` by a client quota."""
+        (self._fetch_throttle if fetch else self._produce_throttle).record(ms)
 
     def append_failed(self) -> None:
         self._failed_produce.record(1)

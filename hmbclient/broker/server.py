@@ -15,6 +15,12 @@ the slot and pokes the owning processor; the processor writes the filled slots f
 and stops at the first empty one. Kafka clients match responses by order, so this is the
 per-connection guarantee they need.
 
+Quota throttling (KIP-219; decisions in ``quotas.py``): a handler calls the channel's
+``throttle(ms, mute)`` before its ``send``. ``mute`` (Produce v6+/Fetch v8+): the answer goes at
+once and the connection reads no further request for ``ms`` (its fd leaves the selector; a
+processor timer brings it back). Otherwise (older versions) the answer itself is held ``ms``
+(the slot counts as not done until then, so later answers wait behind it: order is kept).
+
 Zero copy: a Fetch response is encoded into parts; a ``FileSlice`` part (bytes of a segment
 file) is written with ``os.sendfile``, the rest with ``sendmsg``.
 
@@ -41,6 +47,7 @@ reading file slices with ``pread``.
 
 from __future__ import annotations
 
+import heapq
 import logging
 import os
 import queue
@@ -99,7 +106,7 @@ def _cert_principal(cert: dict[str, Any] | None) -> str:
 class _Slot:
     """One request's place in its connection's response order (a RequestChannel)."""
 
-    __slots__ = ("conn", "cid", "parts", "done", "close_reason", "metrics", "t0")
+    __slots__ = ("conn", "cid", "parts", "done", "close_reason", "metrics", "t0", "hold_until")
 
     @property
     def session(self) -> Session | None:
@@ -115,6 +122,18 @@ class _Slot:
         #: the broker's sensors when it keeps metrics, and when the request was decoded
         self.metrics: BrokerMetrics | None = None
         self.t0 = 0
+        #: a throttled answer of an old version is held until then (time.monotonic())
+        self.hold_until = 0.0
+
+    def throttle(self, ms: int, mute: bool) -> None:
+        """A client quota throttles this request ``ms``: mute the connection (KIP-219) or hold
+        this answer (older versions). Called before ``send``."""
+        until = time.monotonic() + ms / 1000.0
+        if mute:
+            conn = self.conn
+            conn.muted_until = max(conn.muted_until, until)
+        else:
+            self.hold_until = until
 
     def send(self, response: Response | None) -> None:
         if self.metrics is not None:
@@ -151,7 +170,7 @@ class _Connection:
     __slots__ = (
         "sock", "fd", "peer", "processor", "proto", "slots", "out", "out_off", "requests", "busy",
         "lock", "closed", "last_active", "events", "closing", "listener", "handshaking", "want_write",
-        "sasl", "session", "tls",
+        "sasl", "session", "tls", "muted_until",
     )
 
     def __init__(self, sock: socket.socket, processor: _Processor, max_frame_bytes: int, listener: Listener | None = None) -> None:
@@ -178,6 +197,8 @@ class _Connection:
         self.tls = isinstance(sock, ssl.SSLSocket)
         self.handshaking = self.tls
         self.want_write = False
+        #: KIP-219: no request is read before this (time.monotonic())
+        self.muted_until = 0.0
         self.sasl: SaslServerExchange | None = None
         self.session: Session | None = self.make_session(ANONYMOUS)
         if listener.sasl:
@@ -270,6 +291,18 @@ class _Processor(threading.Thread):
         self._wake_lock = threading.Lock()
         self.conns: set[_Connection] = set()
         self.running = True
+        #: (when, seq, conn): a muted connection to read again, a held answer to send
+        self._timers: list[tuple[float, int, _Connection]] = []
+        self._timer_seq = 0
+        self._timer_at: dict[_Connection, float] = {}
+
+    def _at(self, when: float, conn: _Connection) -> None:
+        """Flush ``conn`` again at ``when`` (processor thread only)."""
+        if self._timer_at.get(conn) == when:
+            return
+        self._timer_at[conn] = when
+        self._timer_seq += 1
+        heapq.heappush(self._timers, (when, self._timer_seq, conn))
 
     # -- called from other threads ------------------------------------------------------------
     def wake(self) -> None:
@@ -299,7 +332,10 @@ class _Processor(threading.Thread):
         last_reap = time.monotonic()
         try:
             while self.running:
-                for key, mask in self.sel.select(timeout=_REAP_EVERY_S):
+                timeout = _REAP_EVERY_S
+                if self._timers:
+                    timeout = min(timeout, max(self._timers[0][0] - time.monotonic(), 0.0))
+                for key, mask in self.sel.select(timeout=timeout):
                     conn = key.data
                     if conn is None:
                         self._drain_wake()
@@ -320,6 +356,13 @@ class _Processor(threading.Thread):
                         self._close(conn, None)
                 while self._new:
                     self._register(*self._new.popleft())
+                if self._timers:
+                    due = time.monotonic()
+                    while self._timers and self._timers[0][0] <= due:
+                        when, _, tconn = heapq.heappop(self._timers)
+                        if self._timer_at.get(tconn) == when:
+                            del self._timer_at[tconn]
+                        self._ready.append(tconn)
                 while self._ready:
                     conn = self._ready.popleft()
                     if not conn.closed:
@@ -458,11 +501,18 @@ class _Processor(threading.Thread):
             self._close(conn, None)
             return
         conn.last_active = time.monotonic()
+        conn.proto.receive_data(data)
+        self._serve_buffered(conn)
+
+    def _serve_buffered(self, conn: _Connection) -> None:
+        """Hand the complete requests received on ``conn`` to the APIs, in order; stop at a
+        KIP-219 mute (the rest stays buffered until the throttle time is over)."""
         proto = conn.proto
         server = self.server
         try:
-            proto.receive_data(data)
             while True:
+                if conn.muted_until and conn.muted_until > time.monotonic():
+                    break  # muted by a quota: the requests already received wait too
                 if conn.sasl is not None and conn.sasl.raw:
                     if not self._raw_sasl_token(conn):
                         break
@@ -577,6 +627,9 @@ class _Processor(threading.Thread):
     def _flush_slots(self, conn: _Connection) -> None:
         slots = conn.slots
         while slots and slots[0].done:
+            if slots[0].hold_until and slots[0].hold_until > time.monotonic():
+                self._at(slots[0].hold_until, conn)  # a throttled answer (old version): later
+                break
             slot = slots.popleft()
             if slot.close_reason is not None:
                 conn.closing = True
@@ -680,8 +733,16 @@ class _Processor(threading.Thread):
     def _update_interest(self, conn: _Connection) -> None:
         if conn.closed:
             return
+        muted = conn.muted_until and conn.muted_until > time.monotonic()
+        if muted:
+            self._at(conn.muted_until, conn)  # KIP-219: read again once the throttle is over
+        elif conn.muted_until:
+            conn.muted_until = 0.0
+            self._serve_buffered(conn)  # the requests received before the mute; recurses once
+            return
         paused = (
             conn.closing
+            or muted
             or len(conn.requests) >= _MAX_QUEUED_REQUESTS
             or len(conn.slots) >= _MAX_UNSENT_SLOTS
         )

@@ -27,6 +27,10 @@ Contract (the I/O thread is the only caller; nothing here is thread-safe by desi
   queued across a reconnect; a failed connect attempt fails them (broker_unavailable) and
   starts an exponential backoff, capped at ``reconnect_backoff_max_ms``.
 * Requests with ``expect_response=False`` (Produce acks=0) complete as soon as they are framed.
+* Quota throttling (KIP-219): a Produce (v6+) or Fetch (v8+) answer with ``throttle_time_ms``
+  > 0 means the broker muted this connection that long; nothing more is written to it until
+  then (``_throttled_until``; the requests stay queued, their deadlines keep running) -- Kafka's
+  clients do the same. Older versions' answers were already held by the broker: nothing to do.
 
 Security (settings: :class:`hmbclient.net.security.Security`):
 
@@ -107,6 +111,11 @@ RequestBuilder = Callable[[BrokerVersions], Request]
 
 _RECV_BYTES = 256 * 1024  # one recv; larger frames are received into their own buffer
 _i32 = struct.Struct(">i")
+
+
+#: the first version of Produce (0) and Fetch (1) whose throttled answers mean a muted
+#: connection (KIP-219); the client then sends nothing more for the throttle time
+_KIP219_FROM = {0: 6, 1: 8}
 
 
 class ConnState(Enum):
@@ -264,6 +273,7 @@ class BrokerConnection:
         self._reauth_at: float | None = None  # KIP-368: re-authenticate from then on
         self._reauthenticating = False
         self._heard = False  # any byte received on this socket (see _silence_hint)
+        self._throttled_until = 0.0  # KIP-219: the broker muted this connection until then
 
     # -- public (I/O thread) ---------------------------------------------------------------
 
@@ -314,6 +324,8 @@ class BrokerConnection:
             d = self._reauth_at
         elif self.state is ConnState.DISCONNECTED and (self._pending or self._version_waiters):
             d = self._backoff_until
+        if self._pending and self._throttled_until and self.state is ConnState.READY:
+            d = self._throttled_until if d is None else min(d, self._throttled_until)
         for r in self._in_flight:
             if d is None or r.deadline_ms < d:
                 d = r.deadline_ms
@@ -362,6 +374,10 @@ class BrokerConnection:
             return
         if state is ConnState.DISCONNECTED and now_ms >= self._backoff_until and (self._pending or self._version_waiters):
             self._start_connect(now_ms)
+        if self._throttled_until and now_ms >= self._throttled_until:
+            self._throttled_until = 0.0
+            if state is ConnState.READY and self._pending:
+                self._pump(now_ms)
         for r in self._in_flight:
             if now_ms >= r.deadline_ms:
                 _fail(
@@ -727,6 +743,8 @@ class BrokerConnection:
         versions = self.versions
         if proto is None or versions is None or self.state is not ConnState.READY or self._reauthenticating:
             return
+        if self._throttled_until and now_ms < self._throttled_until:
+            return  # KIP-219: muted by the broker's quota; check_timeouts pumps again
         pending = self._pending
         in_flight = self._in_flight
         wrote = False
@@ -938,7 +956,11 @@ class BrokerConnection:
                 recycle = True
             if self.latency_sensor is not None:
                 self.latency_sensor.record(now_ms - (req.deadline_ms - req.timeout_ms), int(now_ms))
-            _succeed(req.future, r[1])
+            resp = r[1]
+            throttle = getattr(resp, "throttle_time_ms", 0)
+            if throttle and throttle > 0 and resp.API_VERSION >= _KIP219_FROM.get(resp.API_KEY, 1 << 30):
+                self._throttled_until = max(self._throttled_until, now_ms + throttle)
+            _succeed(req.future, resp)
         if recycle and not in_flight:
             # HMB answers one Fetch per connection: start the next request on a fresh one.
             self._recycle(now_ms)

@@ -50,6 +50,7 @@ __all__ = [
     "Type",
     "Int8",
     "Int16",
+    "Float64",
     "Int32",
     "Int64",
     "UInt32",
@@ -136,6 +137,7 @@ Int16 = _Fixed("Int16", _i16)
 Int32 = _Fixed("Int32", _i32)
 Int64 = _Fixed("Int64", _i64)
 UInt32 = _Fixed("UInt32", _u32)
+Float64 = _Fixed("Float64", struct.Struct(">d"), 0.0)
 
 
 class _Boolean(Type):

@@ -374,6 +374,17 @@ def describe_cluster(ctx: Ctx, c: RawClient) -> Any:
     return r.error_code, [b.broker_id for b in r.brokers]
 
 
+def describe_client_quotas(ctx: Ctx, c: RawClient) -> Any:
+    r = c.request(_req(ApiKey.DESCRIBE_CLIENT_QUOTAS, 0, components=[], strict=False))
+    return r.error_code, r.entries is not None
+
+
+def alter_client_quotas(ctx: Ctx, c: RawClient) -> Any:
+    r = c.request(_req(ApiKey.ALTER_CLIENT_QUOTAS, 0, entries=[([("client-id", "acl-matrix")], [("producer_byte_rate", 1e9, False)])],
+                       validate_only=True))
+    return r.entries[0].error_code
+
+
 def offset_delete(ctx: Ctx, c: RawClient) -> Any:
     r = c.request(_req(ApiKey.OFFSET_DELETE, 0, group_id=ctx.group, topics=[(ctx.topic, [(0,)])]))
     return r.error_code, [p.error_code for t in r.topics for p in t.partitions]
@@ -567,6 +578,10 @@ CASES = [
     Case("describe-log-dirs", ApiKey.DESCRIBE_LOG_DIRS, describe_log_dirs, (("cluster", "Describe"),), ("cluster", "Describe"), False, True),
     Case("describe-cluster", ApiKey.DESCRIBE_CLUSTER, describe_cluster, (("cluster", "Describe"),), ("cluster", "Describe"),
          (E.CLUSTER_AUTHORIZATION_FAILED, []), (E.NONE, [0])),
+    Case("describe-client-quotas", ApiKey.DESCRIBE_CLIENT_QUOTAS, describe_client_quotas, (("cluster", "DescribeConfigs"),),
+         ("cluster", "DescribeConfigs"), (E.CLUSTER_AUTHORIZATION_FAILED, False), (E.NONE, True)),
+    Case("alter-client-quotas", ApiKey.ALTER_CLIENT_QUOTAS, alter_client_quotas, (("cluster", "AlterConfigs"),), ("cluster", "AlterConfigs"),
+         E.CLUSTER_AUTHORIZATION_FAILED, E.NONE),
     Case("offset-delete-group", ApiKey.OFFSET_DELETE, offset_delete, (("group", "Delete"), ("topic", "Read")), ("group", "Delete"),
          # Kafka answers a refused group with the top-level error and no topics
          (E.GROUP_AUTHORIZATION_FAILED, []), (E.NONE, [E.NONE]), _empty_group_with_offsets, changes=True),

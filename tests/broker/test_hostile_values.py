@@ -144,6 +144,20 @@ cluster_reqs = st.builds(lambda ops, kind: _req(ApiKey.DESCRIBE_CLUSTER, 1, incl
                          st.booleans(), st.sampled_from([-128, -1, 0, 1, 2, 127]))
 offset_delete_reqs = st.builds(lambda group, topic, parts: _req(ApiKey.OFFSET_DELETE, 0, group_id=group, topics=[(topic, [(p,) for p in parts])]),
                                st.sampled_from(["g-hostile", "", "g" * 300]), TOPIC, st.lists(I32, max_size=3))
+QUOTA_ENTITY = st.lists(st.tuples(st.sampled_from(["user", "client-id", "ip", "", "x" * 300]),
+                                   st.one_of(st.none(), st.sampled_from(["", "a/b", "*", "<default>"]), st.text(max_size=10))), max_size=3)
+describe_quotas_reqs = st.builds(
+    lambda comps, strict: _req(ApiKey.DESCRIBE_CLIENT_QUOTAS, 0, components=comps, strict=strict),
+    st.lists(st.tuples(st.sampled_from(["user", "client-id", "ip", ""]), st.sampled_from([-128, -1, 0, 1, 2, 3, 127]),
+                       st.one_of(st.none(), st.text(max_size=10))), max_size=3), st.booleans(),
+)
+alter_quotas_reqs = st.builds(
+    # validate_only: a quota stored here would throttle the next examples' client
+    lambda entity, ops: _req(ApiKey.ALTER_CLIENT_QUOTAS, 0, entries=[(entity, ops)], validate_only=True),
+    QUOTA_ENTITY,
+    st.lists(st.tuples(st.sampled_from(["producer_byte_rate", "consumer_byte_rate", "request_percentage", ""]),
+                       st.floats(), st.booleans()), max_size=3),
+)
 init_pid_reqs = st.builds(lambda timeout: _req(22, 1, transactional_id=None, transaction_timeout_ms=timeout), I32)
 # transactions (KIP-98): hostile ids, producer ids, epochs, timeouts and isolation levels
 I16 = st.sampled_from([-32768, -1, 0, 1, 32767])
@@ -186,7 +200,7 @@ HOSTILE = st.one_of(produce_reqs, fetch_reqs, list_offsets_reqs, metadata_reqs, 
                     add_offsets_reqs, end_txn_reqs, txn_commit_reqs, markers_reqs, committed_fetch_reqs,
                     describe_txn_reqs, list_txn_reqs, delete_topics_reqs, create_partitions_reqs,
                     elect_reqs, alter_configs_reqs, incremental_reqs, log_dirs_reqs, cluster_reqs,
-                    offset_delete_reqs)
+                    offset_delete_reqs, describe_quotas_reqs, alter_quotas_reqs)
 
 
 class _Errors(logging.Handler):

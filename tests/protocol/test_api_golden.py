@@ -39,6 +39,7 @@ from hmbclient.protocol.types import (
     Array,
     Boolean,
     Bytes,
+    Float64,
     Int8,
     Int16,
     Int32,
@@ -88,6 +89,8 @@ KP: dict[int, tuple[Any, Any]] = {
     ApiKey.OFFSET_DELETE: (kp_consumer.OffsetDeleteRequest, kp_consumer.OffsetDeleteResponse),
     ApiKey.ALTER_CONFIGS: (kp_admin.AlterConfigsRequest, kp_admin.AlterConfigsResponse),
     ApiKey.INCREMENTAL_ALTER_CONFIGS: (kp_admin.IncrementalAlterConfigsRequest, kp_admin.IncrementalAlterConfigsResponse),
+    ApiKey.DESCRIBE_CLIENT_QUOTAS: (kp_admin.DescribeClientQuotasRequest, kp_admin.DescribeClientQuotasResponse),
+    ApiKey.ALTER_CLIENT_QUOTAS: (kp_admin.AlterClientQuotasRequest, kp_admin.AlterClientQuotasResponse),
 }
 
 # No peer in kafka-python (it has no inter-broker APIs); checked by hand-made vectors in
@@ -212,6 +215,10 @@ NAMES: dict[tuple[int, str], dict[str, str]] = {
     (ApiKey.ELECT_LEADERS, "response"): {},
     (ApiKey.OFFSET_DELETE, "request"): {},
     (ApiKey.OFFSET_DELETE, "response"): {},
+    (ApiKey.DESCRIBE_CLIENT_QUOTAS, "request"): {},
+    (ApiKey.DESCRIBE_CLIENT_QUOTAS, "response"): {},
+    (ApiKey.ALTER_CLIENT_QUOTAS, "request"): {},
+    (ApiKey.ALTER_CLIENT_QUOTAS, "response"): {},
     (ApiKey.ALTER_CONFIGS, "request"): {},
     (ApiKey.ALTER_CONFIGS, "response"): {},
     (ApiKey.INCREMENTAL_ALTER_CONFIGS, "request"): {},
@@ -224,6 +231,7 @@ _KP_TYPE: dict[int, tuple[str, ...]] = {
     id(Int16): ("int16",),
     id(Int32): ("int32", "bitfield"),
     id(Int64): ("int64",),
+    id(Float64): ("float64",),
     id(Boolean): ("bool",),
     id(String): ("string",),
     id(NullableString): ("string",),
@@ -400,6 +408,8 @@ class Sample:
             return self._next(_INTS[id(t)])
         if t is Boolean:
             return self._next([True, False])
+        if t is Float64:
+            return self._next([0.0, 1048576.0, 2.5, -1.0])
         if t in (String, NullableString):
             if t is NullableString and self.variant != "rich":
                 return None
@@ -470,6 +480,8 @@ def test_every_pair_has_a_peer_version() -> None:
         ApiKey.CREATE_PARTITIONS: range(0, 2),
         ApiKey.ELECT_LEADERS: range(0, 2),
         ApiKey.OFFSET_DELETE: range(0, 1),
+        ApiKey.DESCRIBE_CLIENT_QUOTAS: range(0, 1),
+        ApiKey.ALTER_CLIENT_QUOTAS: range(0, 1),
         ApiKey.ALTER_CONFIGS: range(0, 2),
         ApiKey.INCREMENTAL_ALTER_CONFIGS: range(0, 1),
         ApiKey.DESCRIBE_CLUSTER: range(0, 2),
@@ -647,6 +659,8 @@ def _strategy(t: Type) -> st.SearchStrategy[Any]:
         return st.integers(-(2**b), 2**b - 1)
     if t is Boolean:
         return st.booleans()
+    if t is Float64:
+        return st.floats(allow_nan=False)
     if t in (String, NullableString):
         s = st.text(max_size=20)
         return st.one_of(st.none(), s) if t is NullableString else s

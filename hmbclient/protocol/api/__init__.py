@@ -20,6 +20,9 @@ WriteTxnMarkers v0, TxnOffsetCommit v0-2; DescribeTransactions v0 and ListTransa
 Each module maps version -> class, e.g. ``FetchRequest[4]``.
 """
 
+from hmbclient.protocol.api import (
+    quotas as quotas,  # registers DescribeClientQuotas / AlterClientQuotas
+)
 from hmbclient.protocol.api.admin import (
     ApiVersionsRequest,
     ApiVersionsResponse,
