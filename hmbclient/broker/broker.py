@@ -32,7 +32,12 @@ from hmbclient.broker.config import BrokerConfig
 from hmbclient.broker.configs import ConfigDescriber
 from hmbclient.broker.controller.controller import Controller
 from hmbclient.broker.controller.decisions import LeaderIsr
-from hmbclient.broker.controller.store import CoordinationStore, MemoryStore, ZkStore
+from hmbclient.broker.controller.store import (
+    TOPIC_IDS_FILE,
+    CoordinationStore,
+    MemoryStore,
+    ZkStore,
+)
 from hmbclient.broker.coordinator.coordinator import GroupCoordinator
 from hmbclient.broker.coordinator.state import GroupConfig
 from hmbclient.broker.log.cleaner import CleanerSettings, LogCleaner
@@ -447,7 +452,7 @@ class Broker:
                 inter_broker_listener=cfg.inter_broker_protocol,
             )
         else:
-            memory = MemoryStore()
+            memory = MemoryStore(os.path.join(logs.log_dir, TOPIC_IDS_FILE))
             _seed_memory_store(memory, logs, cfg.broker_id)
             store = memory
         self.store = store

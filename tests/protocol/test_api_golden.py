@@ -208,8 +208,9 @@ _KP_TYPE: dict[int, tuple[str, ...]] = {
     id(Records): ("records", "bytes"),
 }
 
-# Flexible pairs (DescribeTransactions, ListTransactions: they have no other form) are body
-# codecs only; tests/protocol/test_txn_protocol.py checks their bytes against kafka-python.
+# Flexible pairs are body codecs here; tests/protocol/test_txn_protocol.py (DescribeTransactions,
+# ListTransactions) and test_kip848_protocol.py (Metadata v9-12, ConsumerGroupHeartbeat) check
+# their bytes.
 FLEXIBLE: frozenset[tuple[int, int]] = frozenset(p for p, c in REQUESTS.items() if c.FLEXIBLE)
 PAIRS = sorted(p for p in REQUESTS if p not in NO_PEER and p not in FLEXIBLE)
 CASES = [(k, v, kind) for (k, v) in PAIRS for kind in ("request", "response")]
@@ -411,7 +412,7 @@ def test_every_pair_has_a_peer_version() -> None:
         ApiKey.PRODUCE: range(0, 8),
         ApiKey.FETCH: range(0, 11),
         ApiKey.LIST_OFFSETS: range(0, 6),
-        ApiKey.METADATA: range(0, 9),
+        ApiKey.METADATA: range(0, 13),
         ApiKey.OFFSET_COMMIT: range(0, 8),
         ApiKey.OFFSET_FETCH: range(0, 6),
         ApiKey.FIND_COORDINATOR: range(0, 3),
@@ -440,13 +441,16 @@ def test_every_pair_has_a_peer_version() -> None:
         ApiKey.TXN_OFFSET_COMMIT: range(0, 3),
         ApiKey.DESCRIBE_TRANSACTIONS: range(0, 1),
         ApiKey.LIST_TRANSACTIONS: range(0, 2),
+        ApiKey.CONSUMER_GROUP_HEARTBEAT: range(0, 1),
     }
     expected = {(int(k), v) for k, vs in want.items() for v in vs}
     assert set(REQUESTS) == expected
     assert set(RESPONSES) == expected
     assert NO_PEER <= expected
     assert {k for k, _v in NO_PEER}.isdisjoint(KP)
-    assert FLEXIBLE == {(ApiKey.DESCRIBE_TRANSACTIONS, 0), (ApiKey.LIST_TRANSACTIONS, 0), (ApiKey.LIST_TRANSACTIONS, 1)}
+    assert FLEXIBLE == {(ApiKey.DESCRIBE_TRANSACTIONS, 0), (ApiKey.LIST_TRANSACTIONS, 0), (ApiKey.LIST_TRANSACTIONS, 1), (ApiKey.CONSUMER_GROUP_HEARTBEAT, 0)} | {
+        (ApiKey.METADATA, v) for v in range(9, 13)
+    }
     for k, v in expected - NO_PEER - FLEXIBLE:
         for kind in ("request", "response"):
             assert not _kp(k, v, kind).flexible_version_q(v), "only the flexible-only APIs are flexible"

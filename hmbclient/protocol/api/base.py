@@ -83,6 +83,7 @@ class ApiKey(IntEnum):
     DELETE_GROUPS = 42
     DESCRIBE_TRANSACTIONS = 65
     LIST_TRANSACTIONS = 66
+    CONSUMER_GROUP_HEARTBEAT = 68
 
 
 class _Message:
