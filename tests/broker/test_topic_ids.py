@@ -1,8 +1,8 @@
 """Topic ids (KIP-516) in the broker: drawn with the topic, kept in the topic znode's
 ``"topic_id"`` (as Kafka 2.8+) or, standalone, in ``<log dir>/topic-ids.json``; a topic found
 without one gets one and it is written back; Metadata v10+ serves them, v12 answers a request
-by id. Checked through our codec and through librdkafka (confluent-kafka's admin
-``describe_topics`` asks with Metadata v12): the same id from every broker and after restarts.
+by id. Checked through our codec, librdkafka (confluent-kafka's admin ``describe_topics`` asks
+with Metadata v12) and kafka-python's admin: the same id from every broker and after restarts.
 """
 
 from __future__ import annotations
@@ -69,6 +69,18 @@ def _librdkafka_id(bootstrap: str, topic: str) -> uuid.UUID:
     return paths.parse_topic_id(str(desc.topic_id))  # librdkafka prints Kafka's string form
 
 
+def _kafka_python_id(bootstrap: str, topic: str) -> uuid.UUID:
+    from kafka.admin import KafkaAdminClient
+
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap, client_id="topic-ids", request_timeout_ms=15_000)
+    try:
+        (desc,) = admin.describe_topics([topic])
+    finally:
+        admin.close()
+    assert desc["error_code"] == 0
+    return uuid.UUID(str(desc["topic_id"]))
+
+
 def test_standalone_ids_survive_restarts_and_missing_ones_are_written_back(tmp_path: Any) -> None:
     log_dir = str(tmp_path / "data")
     with EmbeddedBroker(port=0, log_dir=log_dir, num_partitions=2) as b:
@@ -129,6 +141,7 @@ def test_every_broker_serves_the_znode_id_and_an_old_znode_gets_one(cluster: Emb
             assert _ready_id(boot, "ids-new") == written
             olds.add(_ready_id(boot, "ids-old"))
             assert _librdkafka_id(boot, "ids-new") == written
+            assert _kafka_python_id(boot, "ids-new") == written
         (old,) = olds
         assert paths.decode_topic_id(zk.get(paths.topic_path("ids-old"))[0]) == old
         assert paths.decode_topic_assignment(zk.get(paths.topic_path("ids-old"))[0]) == {0: [0, 1], 1: [1, 0]}
