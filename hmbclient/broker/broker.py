@@ -23,6 +23,7 @@ import socket
 import tempfile
 import threading
 import time
+import uuid
 from collections.abc import Callable
 from typing import Any
 
@@ -179,6 +180,20 @@ def _seed_memory_store(store: MemoryStore, logs: LogManager, broker_id: int) -> 
         store.create_topic(topic, [(broker_id,)] * n)
 
 
+def _served_topics(metadata: MetadataCache, topics: TopicManager) -> Callable[[], dict[str, tuple[uuid.UUID, int]]]:
+    """name -> (topic id, partition count) of the served topics, for consumer-protocol groups."""
+
+    def served() -> dict[str, tuple[uuid.UUID, int]]:
+        out = {}
+        for name, parts in metadata.topics().items():
+            tid = topics.topic_id(name)
+            if tid is not None and parts:
+                out[name] = (tid, len(parts))
+        return out
+
+    return served
+
+
 class Broker:
     """One broker.
 
@@ -324,8 +339,16 @@ class Broker:
             topics.config_store = self.topic_configs
             om = OffsetManager(cfg.broker_id, metadata, rm, topics, cfg, store)
             self.offset_manager = om
-            group_config = GroupConfig(cfg.group_min_session_timeout_ms, cfg.group_max_session_timeout_ms, cfg.group_initial_rebalance_delay_ms)
+            group_config = GroupConfig(
+                cfg.group_min_session_timeout_ms,
+                cfg.group_max_session_timeout_ms,
+                cfg.group_initial_rebalance_delay_ms,
+                cfg.group_consumer_session_timeout_ms,
+                cfg.group_consumer_heartbeat_interval_ms,
+                tuple(a.strip() for a in cfg.group_consumer_assignors.split(",") if a.strip()),
+            )
             self.group_coordinator = groups = GroupCoordinator(om, group_config, name=name)
+            groups.consumer_topics = _served_topics(metadata, topics)
             om.coordinator = groups
             self.transactions = txns = TransactionCoordinator(
                 cfg.broker_id,

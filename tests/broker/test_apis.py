@@ -32,7 +32,7 @@ from .conftest import RawClient, create_topic, encode, fetch, produce
 # advertised on every listener, as Kafka does (ILLEGAL_SASL_STATE where there is no SASL).
 # DescribeConfigs (32) for Kafka's admin tools. The transaction coordinator serves 22 and
 # 24-28 (WriteTxnMarkers, 27, between brokers), 65 and 66.
-HANDLED = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 22, 23, 24, 25, 26, 27, 28, 32, 36, 42, 65, 66}
+HANDLED = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 22, 23, 24, 25, 26, 27, 28, 32, 36, 42, 65, 66, 68}
 
 
 def _expected_versions() -> list[tuple[int, int, int]]:

@@ -441,14 +441,14 @@ def test_every_pair_has_a_peer_version() -> None:
         ApiKey.TXN_OFFSET_COMMIT: range(0, 3),
         ApiKey.DESCRIBE_TRANSACTIONS: range(0, 1),
         ApiKey.LIST_TRANSACTIONS: range(0, 2),
-        ApiKey.CONSUMER_GROUP_HEARTBEAT: range(0, 1),
+        ApiKey.CONSUMER_GROUP_HEARTBEAT: range(0, 2),
     }
     expected = {(int(k), v) for k, vs in want.items() for v in vs}
     assert set(REQUESTS) == expected
     assert set(RESPONSES) == expected
     assert NO_PEER <= expected
     assert {k for k, _v in NO_PEER}.isdisjoint(KP)
-    assert FLEXIBLE == {(ApiKey.DESCRIBE_TRANSACTIONS, 0), (ApiKey.LIST_TRANSACTIONS, 0), (ApiKey.LIST_TRANSACTIONS, 1), (ApiKey.CONSUMER_GROUP_HEARTBEAT, 0)} | {
+    assert FLEXIBLE == {(ApiKey.DESCRIBE_TRANSACTIONS, 0), (ApiKey.LIST_TRANSACTIONS, 0), (ApiKey.LIST_TRANSACTIONS, 1), (ApiKey.CONSUMER_GROUP_HEARTBEAT, 0), (ApiKey.CONSUMER_GROUP_HEARTBEAT, 1)} | {
         (ApiKey.METADATA, v) for v in range(9, 13)
     }
     for k, v in expected - NO_PEER - FLEXIBLE:

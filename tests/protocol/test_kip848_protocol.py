@@ -187,6 +187,17 @@ def test_consumer_group_heartbeat_bytes(cls: Any, fields: dict[str, Any], wire: 
     assert plain(cls.SCHEMA, cls.decode(wire)) == plain(cls.SCHEMA, value)
 
 
+def test_heartbeat_v1_adds_the_topic_regex() -> None:
+    """v1 (what librdkafka 2.16 sends): subscribed_topic_regex after the topic names."""
+    fields = {"group_id": "g1", "member_id": "", "member_epoch": 0, "rack_id": "rack-a", "rebalance_timeout_ms": 60000,
+              "subscribed_topic_names": ["a", "b"], "server_assignor": "uniform", "topic_partitions": []}
+    split = JOIN.index(_cs("uniform"))
+    assert ConsumerGroupHeartbeatRequest[1].build(**fields).encode() == JOIN[:split] + _cs(None) + JOIN[split:]
+    with_regex = ConsumerGroupHeartbeatRequest[1].build(**fields, subscribed_topic_regex="ev.*")
+    assert with_regex.encode() == JOIN[:split] + _cs("ev.*") + JOIN[split:]
+    assert ConsumerGroupHeartbeatRequest[1].decode(with_regex.encode()).subscribed_topic_regex == "ev.*"
+
+
 def test_heartbeat_defaults_are_kafkas() -> None:
     """Unchanged fields default to null / -1, so a steady heartbeat sends only what it must."""
     req = ConsumerGroupHeartbeatRequest[0].build(group_id="g", member_id="m", member_epoch=3)
@@ -211,5 +222,5 @@ def test_client_keeps_metadata_v8_until_it_needs_topic_ids() -> None:
     """The broker serves v12; our client picks v8 (CLIENT_MAX), other APIs their highest."""
     from hmbclient.net.versions import pick_versions
 
-    assert pick_versions([(ApiKey.METADATA, 0, 12), (ApiKey.CONSUMER_GROUP_HEARTBEAT, 0, 1)]) == {ApiKey.METADATA: 8, ApiKey.CONSUMER_GROUP_HEARTBEAT: 0}
+    assert pick_versions([(ApiKey.METADATA, 0, 12), (ApiKey.CONSUMER_GROUP_HEARTBEAT, 0, 1)]) == {ApiKey.METADATA: 8, ApiKey.CONSUMER_GROUP_HEARTBEAT: 1}
     assert pick_versions([(ApiKey.METADATA, 0, 5)]) == {ApiKey.METADATA: 5}

@@ -1,4 +1,4 @@
-"""Kafka 4's consumer group protocol (KIP-848): ConsumerGroupHeartbeat (api key 68) v0,
+"""Kafka 4's consumer group protocol (KIP-848): ConsumerGroupHeartbeat (api key 68) v0-1,
 flexible only (Kafka's ConsumerGroupHeartbeatRequest/Response JSON).
 
 One request does what JoinGroup, SyncGroup and Heartbeat did: a member joins with
@@ -15,7 +15,8 @@ KIP-516), never by name:
 ``assignment`` is a nullable struct (a value of :data:`ASSIGNMENT`, or a dict written as one):
 on the wire an int8 marker (-1 null, 1 present) before
 the struct (:class:`NullableStruct`); null means "unchanged since the last answer".
-v1 (the subscribed topic regex, KIP-848's later part) is not defined.
+v1 adds ``subscribed_topic_regex`` (nullable string) after ``subscribed_topic_names`` (the
+version librdkafka 2.16 and Kafka 4's Java consumer send); the response is unchanged.
 """
 
 from __future__ import annotations
@@ -103,4 +104,6 @@ _resp: list[FieldSpec] = [
 
 ConsumerGroupHeartbeatRequest = {}
 ConsumerGroupHeartbeatResponse = {}
+_req_v1: list[FieldSpec] = [*_req[:7], ("subscribed_topic_regex", NullableString), *_req[7:]]
 ConsumerGroupHeartbeatRequest[0], ConsumerGroupHeartbeatResponse[0] = define(ApiKey.CONSUMER_GROUP_HEARTBEAT, 0, _req, _resp, flexible=True)
+ConsumerGroupHeartbeatRequest[1], ConsumerGroupHeartbeatResponse[1] = define(ApiKey.CONSUMER_GROUP_HEARTBEAT, 1, _req_v1, _resp, flexible=True)
