@@ -11,7 +11,7 @@ Layout (as Kafka 0.8's ``ZkUtils`` and ``ZookeeperConsumerConnector`` write it):
     /consumers/<group>/owners/<topic>/<partition>   ephemeral  owning thread id (utf-8)
     /consumers/<group>/offsets/<topic>/<partition>  persistent next offset, decimal ascii
     /brokers/ids/<broker_id>                        ephemeral  BrokerRegistration JSON
-    /brokers/topics/<topic>                         persistent {"version":1,"partitions":{..}}
+    /brokers/topics/<topic>                         persistent {"version":1,"partitions":{..},"topic_id":".."}
     /brokers/topics/<topic>/partitions/<n>/state    persistent PartitionState JSON
     /controller                                     ephemeral  {"version":1,"brokerid":..}
     /controller_epoch                               persistent decimal ascii
@@ -26,6 +26,12 @@ state) come out in hash-trie order, which we reproduce. Timestamps are decimal s
 Java writes them. Decoding is tolerant: any field order, timestamps as strings or numbers,
 unknown fields ignored, and later broker registrations (version 2+, ``endpoints``) accepted.
 
+Topic ids (KIP-516): Kafka 2.8+ keeps a topic's id in its topic znode as ``"topic_id"``, the
+Uuid in Kafka's string form (URL-safe base64 of the 16 bytes, no padding, 22 characters). We
+write that field after ``partitions`` and keep ``"version":1`` (Kafka 0.8.2 readers ignore the
+extra field, Kafka 2.8+ readers take it whatever the version); :func:`new_topic_id` draws one
+as Kafka's ``Uuid.randomUuid`` does (never zero or one, never a string starting with ``-``).
+
 Topic names: :func:`is_valid_topic_name` is the project's one statement of Kafka's rule (1-249
 characters of ``[a-zA-Z0-9._-]``, not ``.`` or ``..``), used by the embedded broker, the
 group rebalancer and the Spark integration alike. It lives here because a topic name is a
@@ -38,6 +44,8 @@ Pure functions only; nothing here talks to ZooKeeper. Malformed znode data raise
 
 from __future__ import annotations
 
+import base64
+import binascii
 import json
 import platform
 import re
@@ -96,6 +104,11 @@ __all__ = [
     "decode_broker_registration",
     "encode_topic_assignment",
     "decode_topic_assignment",
+    "new_topic_id",
+    "topic_id_str",
+    "parse_topic_id",
+    "decode_topic_id",
+    "with_topic_id",
     "PartitionState",
     "encode_partition_state",
     "decode_partition_state",
@@ -819,11 +832,13 @@ def _from_endpoints(endpoints: Iterable[str], what: str) -> tuple[str, int]:
 # --------------------------------------------------------------------- topics, partitions
 
 
-def encode_topic_assignment(replicas: Mapping[int, Iterable[int]]) -> bytes:
-    """Encode ``/brokers/topics/<t>``: ``{"version":1,"partitions":{"0":[0,1],...}}``.
+def encode_topic_assignment(replicas: Mapping[int, Iterable[int]], topic_id: uuid.UUID | None = None) -> bytes:
+    """Encode ``/brokers/topics/<t>``: ``{"version":1,"partitions":{"0":[0,1],...}}``, then
+    ``"topic_id":"<id>"`` when given (as Kafka 2.8+ writes it).
 
     Args:
         replicas: partition -> replica broker ids (the first is the preferred leader).
+        topic_id: The topic's id (KIP-516), or None for Kafka 0.8's bytes.
 
     Returns:
         utf-8 JSON bytes, partitions in numeric order.
@@ -838,7 +853,93 @@ def encode_topic_assignment(replicas: Mapping[int, Iterable[int]]) -> bytes:
         if not brokers:
             raise ValueError(f"partition {p} has no replicas")
         partitions[str(p)] = brokers
-    return _dumps({"version": 1, "partitions": partitions})
+    obj: dict[str, Any] = {"version": 1, "partitions": partitions}
+    if topic_id is not None:
+        obj["topic_id"] = topic_id_str(topic_id)
+    return _dumps(obj)
+
+
+def new_topic_id() -> uuid.UUID:
+    """A random topic id as Kafka draws one (``Uuid.randomUuid``): not the zero id or the
+    metadata topic's id (1), and its string form never starts with ``-``.
+
+    Returns:
+        The id.
+    """
+    while True:
+        u = uuid.uuid4()
+        if u.int > 1 and not topic_id_str(u).startswith("-"):
+            return u
+
+
+def topic_id_str(topic_id: uuid.UUID) -> str:
+    """Kafka's string form of a Uuid: URL-safe base64 of its 16 bytes without padding.
+
+    Args:
+        topic_id: The id.
+
+    Returns:
+        22 characters.
+    """
+    return base64.urlsafe_b64encode(topic_id.bytes).decode("ascii").rstrip("=")
+
+
+def parse_topic_id(text: str) -> uuid.UUID:
+    """The inverse of :func:`topic_id_str`.
+
+    Args:
+        text: Kafka's string form of a Uuid.
+
+    Returns:
+        The id.
+
+    Raises:
+        ZnodeDataError: Not 22 characters of URL-safe base64 for 16 bytes.
+    """
+    if not isinstance(text, str) or len(text) != 22:
+        raise ZnodeDataError(f"topic id: expected 22 characters of base64, got {text!r}")
+    try:
+        raw = base64.b64decode(text + "==", altchars=b"-_", validate=True)
+    except (ValueError, binascii.Error):
+        raise ZnodeDataError(f"topic id: not base64: {text!r}") from None
+    if len(raw) != 16:
+        raise ZnodeDataError(f"topic id: not 16 bytes: {text!r}")
+    return uuid.UUID(bytes=raw)
+
+
+def decode_topic_id(data: bytes | str | None) -> uuid.UUID | None:
+    """The ``"topic_id"`` of a ``/brokers/topics/<t>`` znode.
+
+    Args:
+        data: The znode data.
+
+    Returns:
+        The id, or None when the znode has none (written by Kafka before 2.8, or by us before
+        topic ids).
+
+    Raises:
+        ZnodeDataError: Not JSON, or a malformed id.
+    """
+    tid = _loads(data, "topic assignment").get("topic_id")
+    return None if tid is None else parse_topic_id(tid)
+
+
+def with_topic_id(data: bytes | str | None, topic_id: uuid.UUID) -> bytes:
+    """A topic znode's data with ``"topic_id"`` set (other fields kept as they were).
+
+    Args:
+        data: The znode data.
+        topic_id: The id to record.
+
+    Returns:
+        utf-8 JSON bytes.
+
+    Raises:
+        ZnodeDataError: Not JSON.
+    """
+    obj = _loads(data, "topic assignment")
+    obj["topic_id"] = topic_id_str(topic_id)
+    return _dumps(obj)
 
 
 def decode_topic_assignment(data: bytes | str | None) -> dict[int, list[int]]:

@@ -45,6 +45,7 @@ from hmbclient.protocol.api import ApiKey, ApiVersionsResponse
 from hmbclient.protocol.api.base import REQUESTS, Request, Response
 from hmbclient.protocol.api.cluster import SECURITY_PROTOCOL_NAMES
 from hmbclient.protocol.frame import RequestHeader
+from hmbclient.protocol.types import ZERO_UUID
 
 #: ``(controller id, controller epoch)`` of a request -> NONE or STALE_CONTROLLER_EPOCH.
 ControllerGuard = Callable[[int, int], int]
@@ -181,6 +182,7 @@ class KafkaApis:
             self._handlers[ApiKey.LIST_GROUPS] = group_coordinator.handle_list_groups
             self._handlers[ApiKey.DESCRIBE_GROUPS] = group_coordinator.handle_describe_groups
             self._handlers[ApiKey.DELETE_GROUPS] = group_coordinator.handle_delete_groups
+            self._handlers[ApiKey.CONSUMER_GROUP_HEARTBEAT] = group_coordinator.handle_consumer_group_heartbeat
         if configs is not None:
             self._handlers[ApiKey.DESCRIBE_CONFIGS] = lambda h, r, ch: configs.handle_describe_configs(h, r, ch, self._allowed)
         if admin is not None:
@@ -263,23 +265,43 @@ class KafkaApis:
         v = header.api_version
         resp_cls = type(req).RESPONSE_TYPE
         allow_auto = v < 4 or bool(req.allow_auto_topic_creation)
+        by_id: list[tuple[int, str | None, Any]] = []  # entries asked by topic id we answer with an error
         if req.topics is None or (v == 0 and not req.topics):
             names = sorted(n for n in self.metadata.topics() if self._allowed(channel, "Describe", "Topic", n))
             codes: dict[str, int] = dict.fromkeys(names, ErrorCode.NONE)
         else:
-            names = list(dict.fromkeys(req.topics))
+            names = list(dict.fromkeys(req.topics if v < 9 else self._metadata_names(v, req.topics, channel, by_id)))
             codes = {n: self._metadata_topic_code(channel, n, allow_auto) for n in names}
         session = getattr(channel, "session", None)
         here, here_listener = getattr(session, "advertised", None), getattr(session, "listener", None)
 
         def answer() -> None:
-            channel.send(self._metadata_response(resp_cls, names, codes, here, here_listener))
+            channel.send(self._metadata_response(resp_cls, names, codes, here, here_listener, by_id))
 
         waiting = [n for n in names if codes[n] == ErrorCode.NONE and not self.metadata.is_ready(n)]
         if waiting:
             self.topics.when_ready(waiting, TOPIC_WAIT_MS, answer)
         else:
             answer()
+
+    def _metadata_names(self, v: int, entries: Any, channel: RequestChannel, by_id: list[tuple[int, str | None, Any]]) -> list[str]:
+        """The names a v9+ request asks for. Asking by topic id (KIP-516) is v12+ (v10-11:
+        INVALID_REQUEST, as Kafka); an id we do not know, or whose topic the session may not
+        Describe, is UNKNOWN_TOPIC_ID with a null name (nothing about the topic leaks)."""
+        names = []
+        for e in entries:
+            tid = getattr(e, "topic_id", ZERO_UUID)
+            if tid == ZERO_UUID and e.topic is not None:
+                names.append(e.topic)
+            elif v < 12:
+                by_id.append((ErrorCode.INVALID_REQUEST, e.topic or "", tid))
+            else:
+                name = self.topics.topic_name(tid)
+                if name is None or not self._allowed(channel, "Describe", "Topic", name):
+                    by_id.append((ErrorCode.UNKNOWN_TOPIC_ID, None, tid))
+                else:
+                    names.append(name)
+        return names
 
     def _metadata_topic_code(self, channel: RequestChannel, name: str, allow_auto: bool) -> int:
         """A named topic's code: Describe needed; a topic the request would auto-create but the
@@ -293,7 +315,13 @@ class KafkaApis:
         return code
 
     def _metadata_response(
-        self, resp_cls: Any, names: list[str], codes: dict[str, int], here: tuple[str, int] | None = None, here_listener: str | None = None
+        self,
+        resp_cls: Any,
+        names: list[str],
+        codes: dict[str, int],
+        here: tuple[str, int] | None = None,
+        here_listener: str | None = None,
+        by_id: list[tuple[int, str | None, Any]] | None = None,
     ) -> Response:
         broker_shape = resp_cls.nested("brokers")
         # A client on another listener than the registered one is told this broker's address
@@ -309,7 +337,8 @@ class KafkaApis:
         live = self.metadata.live_broker_ids()
         topic_shape = resp_cls.nested("topics")
         part_shape = resp_cls.nested("topics", "partitions")
-        topics = []
+        with_ids = "topic_id" in topic_shape.names  # v10+
+        topics = [topic_shape.build(error_code=c, topic=n, topic_id=t, partitions=[]) for c, n, t in by_id or ()]
         for name in names:
             code = codes[name]
             parts = []
@@ -323,6 +352,7 @@ class KafkaApis:
                 topic_shape.build(
                     error_code=code,
                     topic=name,
+                    topic_id=(self.topics.topic_id(name) or ZERO_UUID) if with_ids else ZERO_UUID,
                     is_internal=self.metadata.is_internal(name),
                     partitions=parts,
                     topic_authorized_operations=INT32_MIN,

@@ -23,6 +23,7 @@ import socket
 import tempfile
 import threading
 import time
+import uuid
 from collections.abc import Callable
 from typing import Any
 
@@ -33,7 +34,12 @@ from hmbclient.broker.config import BrokerConfig
 from hmbclient.broker.configs import ConfigDescriber
 from hmbclient.broker.controller.controller import Controller
 from hmbclient.broker.controller.decisions import LeaderIsr
-from hmbclient.broker.controller.store import CoordinationStore, MemoryStore, ZkStore
+from hmbclient.broker.controller.store import (
+    TOPIC_IDS_FILE,
+    CoordinationStore,
+    MemoryStore,
+    ZkStore,
+)
 from hmbclient.broker.coordinator.coordinator import GroupCoordinator
 from hmbclient.broker.coordinator.state import GroupConfig
 from hmbclient.broker.dynamic_config import DynamicConfigs
@@ -176,6 +182,20 @@ def _seed_memory_store(store: MemoryStore, logs: LogManager, broker_id: int) -> 
     """A standalone broker's topics are the ones in its log directory (all replicas here)."""
     for topic, n in sorted(logs.topics().items()):
         store.create_topic(topic, [(broker_id,)] * n)
+
+
+def _served_topics(metadata: MetadataCache, topics: TopicManager) -> Callable[[], dict[str, tuple[uuid.UUID, int]]]:
+    """name -> (topic id, partition count) of the served topics, for consumer-protocol groups."""
+
+    def served() -> dict[str, tuple[uuid.UUID, int]]:
+        out = {}
+        for name, parts in metadata.topics().items():
+            tid = topics.topic_id(name)
+            if tid is not None and parts:
+                out[name] = (tid, len(parts))
+        return out
+
+    return served
 
 
 class Broker:
@@ -323,8 +343,16 @@ class Broker:
             topics.config_store = self.topic_configs
             om = OffsetManager(cfg.broker_id, metadata, rm, topics, cfg, store)
             self.offset_manager = om
-            group_config = GroupConfig(cfg.group_min_session_timeout_ms, cfg.group_max_session_timeout_ms, cfg.group_initial_rebalance_delay_ms)
+            group_config = GroupConfig(
+                cfg.group_min_session_timeout_ms,
+                cfg.group_max_session_timeout_ms,
+                cfg.group_initial_rebalance_delay_ms,
+                cfg.group_consumer_session_timeout_ms,
+                cfg.group_consumer_heartbeat_interval_ms,
+                tuple(a.strip() for a in cfg.group_consumer_assignors.split(",") if a.strip()),
+            )
             self.group_coordinator = groups = GroupCoordinator(om, group_config, name=name)
+            groups.consumer_topics = _served_topics(metadata, topics)
             om.coordinator = groups
             self.transactions = txns = TransactionCoordinator(
                 cfg.broker_id,
@@ -474,7 +502,7 @@ class Broker:
                 inter_broker_listener=cfg.inter_broker_protocol,
             )
         else:
-            memory = MemoryStore()
+            memory = MemoryStore(os.path.join(logs.log_dir, TOPIC_IDS_FILE))
             _seed_memory_store(memory, logs, cfg.broker_id)
             store = memory
         self.store = store

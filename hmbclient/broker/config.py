@@ -265,6 +265,15 @@ class BrokerConfig(ConfigBase):
         min=0,
         doc="group.initial.rebalance.delay.ms: an empty group waits this long for more members before its first rebalance",
     )
+    group_consumer_session_timeout_ms: int = setting(
+        45_000, min=1, doc="group.consumer.session.timeout.ms: a consumer-protocol (KIP-848) member not heard from this long leaves its group"
+    )
+    group_consumer_heartbeat_interval_ms: int = setting(
+        5_000, min=1, doc="group.consumer.heartbeat.interval.ms: how often consumer-protocol (KIP-848) members are told to heartbeat"
+    )
+    group_consumer_assignors: str = setting(
+        "uniform,range", doc="group.consumer.assignors: server-side assignors (uniform, range), the first is the default"
+    )
     group_min_session_timeout_ms: int = setting(
         6_000, min=0, doc="group.min.session.timeout.ms: smallest session timeout a group member may ask for"
     )
@@ -372,6 +381,9 @@ class BrokerConfig(ConfigBase):
             self._fail("'host.name' (host) must not be empty")
         if self.log_index_interval_bytes > self.log_segment_bytes:
             self._fail("'log.index.interval.bytes' can't be larger than 'log.segment.bytes'")
+        assignors = [a.strip() for a in self.group_consumer_assignors.split(",") if a.strip()]
+        if not assignors or any(a not in ("uniform", "range") for a in assignors):
+            self._fail("'group.consumer.assignors' must name uniform and/or range")
         if self.group_min_session_timeout_ms > self.group_max_session_timeout_ms:
             self._fail("'group.min.session.timeout.ms' can't be larger than 'group.max.session.timeout.ms'")
         if any(parse_listener(x)[0] in ("SSL", "SASL_SSL") for x in self.listeners) and not self.ssl_certfile:

@@ -5,6 +5,10 @@ A legal topic name is 1-249 characters of ``[a-zA-Z0-9._-]`` and is not ``.`` or
 rule). It is checked before anything else touches it, so an illegal name (``../x``, ``a/b``, an
 empty or 250-character name) is an INVALID_TOPIC error and never reaches the filesystem.
 
+Topic ids (KIP-516): :meth:`TopicManager.topic_id` / :meth:`TopicManager.topic_name` answer
+from the coordination store (the id is written with the topic; see ``controller/store.py``),
+remembered once known: a name keeps its id while the topic exists.
+
 Creating a topic, as in Kafka 0.8.2, only writes its replica assignment to the coordination
 store (``/brokers/topics/<t>``, Kafka's round-robin-with-shift over the live brokers); the
 controller notices, elects the first leaders, sends LeaderAndIsr to the replicas (which create
@@ -35,6 +39,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import uuid
 import zlib
 from collections.abc import Callable, Iterable
 
@@ -43,7 +48,7 @@ from hmbclient.broker.controller.store import CoordinationStore
 from hmbclient.broker.metadata import MetadataCache, is_internal_topic
 from hmbclient.broker.purgatory import DelayedOperation, Purgatory
 from hmbclient.broker.topic_configs import TopicConfigStore
-from hmbclient.errors import BrokerError, ErrorCode, InvalidTopicError
+from hmbclient.errors import BrokerError, CoordinationError, ErrorCode, InvalidTopicError
 
 # The rule itself is shared with the client side (group subscriptions, Spark), which may not
 # import the broker: it lives with the other names of the Kafka layout.
@@ -138,6 +143,28 @@ class TopicManager:
         #: where CreateTopics configs are stored (``broker.topic_configs``); None: not stored
         self.config_store: TopicConfigStore | None = None
         metadata.add_listener(self._on_metadata)
+        self._ids: dict[str, uuid.UUID] = {}
+
+    def topic_id(self, topic: str) -> uuid.UUID | None:
+        """The topic's id (KIP-516); None when there is no such topic or the store cannot be
+        read now (asked again next time)."""
+        tid = self._ids.get(topic)
+        if tid is None:
+            try:
+                tid = self.store.topic_id(topic)
+            except CoordinationError as e:
+                log.warning("topic id of %s unknown for now: %s", topic, e)
+                return None
+            if tid is not None:
+                self._ids[topic] = tid
+        return tid
+
+    def topic_name(self, topic_id: uuid.UUID) -> str | None:
+        """The name of the served topic with this id (None: none)."""
+        for name in self.metadata.topics():
+            if self.topic_id(name) == topic_id:
+                return name
+        return None
 
     def _on_metadata(self, event: str, arg: object) -> None:
         if event == "topic":

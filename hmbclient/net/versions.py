@@ -183,8 +183,15 @@ def resolve_dialect(api_version: str | Dialect) -> Dialect:
     return d
 
 
+#: Versions the codec defines (and the broker serves) that the client does not send yet:
+#: Metadata v9+ (flexible, request topics as entries, topic ids) waits for the client's KIP-848
+#: consumer, the first caller that needs topic ids; until then the client asks with v8.
+CLIENT_MAX: Mapping[int, int] = _frozen({_MD: 8})
+
+
 def pick_versions(broker_ranges: Iterable[tuple[int, int, int]]) -> dict[int, int]:
-    """Per API, the highest version both the broker and hmbclient implement.
+    """Per API, the highest version both the broker and hmbclient implement (at most
+    :data:`CLIENT_MAX` where it names the API).
 
     Args:
         broker_ranges: (api_key, min_version, max_version) triples from ApiVersions.
@@ -197,6 +204,7 @@ def pick_versions(broker_ranges: Iterable[tuple[int, int, int]]) -> dict[int, in
         ours.setdefault(key, set()).add(v)
     out: dict[int, int] = {}
     for key, lo, hi in broker_ranges:
+        hi = min(hi, CLIENT_MAX.get(key, hi))
         common = [v for v in ours.get(key, ()) if lo <= v <= hi]
         if common:
             out[key] = max(common)

@@ -38,6 +38,7 @@ take their defaults), so one call site describes a message for every version;
 from __future__ import annotations
 
 import struct
+import uuid
 from collections import namedtuple
 from collections.abc import Callable, Sequence
 from functools import cache
@@ -63,6 +64,8 @@ __all__ = [
     "VarInt",
     "VarLong",
     "UnsignedVarInt",
+    "Uuid",
+    "ZERO_UUID",
     "CompactString",
     "CompactNullableString",
     "CompactBytes",
@@ -156,6 +159,36 @@ class _Boolean(Type):
 
 
 Boolean = _Boolean()
+
+
+class _Uuid(Type):
+    """Kafka's ``uuid`` (KIP-516 topic ids): 16 bytes, most significant first, as
+    :class:`uuid.UUID` values; the default is the all-zero id (Kafka's ``Uuid.ZERO_UUID``).
+    ``write`` also takes the 16 bytes themselves."""
+
+    min_size = 16
+    default = uuid.UUID(int=0)
+
+    def write(self, out: list[Any], value: Any) -> None:
+        if isinstance(value, uuid.UUID):
+            out.append(value.bytes)
+        elif isinstance(value, bytes | bytearray) and len(value) == 16:
+            out.append(bytes(value))
+        else:
+            raise ProtocolError(f"Uuid: cannot encode {value!r} (a uuid.UUID or 16 bytes)")
+
+    def read(self, buf: Any, pos: int) -> tuple[Any, int]:
+        end = pos + 16
+        if end > len(buf):
+            raise ProtocolError(f"Uuid: need 16 bytes at {pos}, have {len(buf) - pos}")
+        return uuid.UUID(bytes=bytes(buf[pos:end])), end
+
+    def __repr__(self) -> str:
+        return "Uuid"
+
+
+Uuid = _Uuid()
+ZERO_UUID: uuid.UUID = _Uuid.default
 
 
 class _String(Type):

@@ -49,7 +49,7 @@ from typing import NamedTuple
 
 from hmbclient.errors import ProtocolError
 from hmbclient.protocol.api.base import RESPONSES, ApiKey
-from hmbclient.protocol.frame import ServerConnection
+from hmbclient.protocol.frame import ServerConnection, _response_body
 
 __all__ = ["Answer", "DropRule", "FaultProxy", "drop_every", "drop_when", "proxy_cluster"]
 
@@ -411,7 +411,8 @@ class FaultProxy:
         if rtype is None:
             return frame
         try:
-            resp = rtype.decode(memoryview(frame)[8:])
+            # past size and correlation id, and a flexible (v1) header's tags: Metadata v9+
+            resp = rtype.decode(_response_body(rtype, frame[4:]))
         except ProtocolError:
             return frame
         if key == ApiKey.METADATA:

@@ -486,6 +486,12 @@ def list_transactions(ctx: Ctx, c: RawClient) -> Any:
     return r.error_code, ctx.txn in [t.transactional_id for t in r.transaction_states]
 
 
+def consumer_group_heartbeat(ctx: Ctx, c: RawClient) -> Any:
+    """A KIP-848 join: Group Read and Describe on the subscribed topic (as Kafka)."""
+    r = c.request(_req(ApiKey.CONSUMER_GROUP_HEARTBEAT, 1, group_id=ctx.group, member_id="", member_epoch=0, rebalance_timeout_ms=30_000, subscribed_topic_names=[ctx.topic], topic_partitions=[]))
+    return r.error_code
+
+
 INIT_PRODUCER_ID = 22
 
 
@@ -549,6 +555,10 @@ CASES = [
          E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, E.NONE),
     Case("join-group", ApiKey.JOIN_GROUP, join_group, (("group", "Read"),), ("group", "Read"), E.GROUP_AUTHORIZATION_FAILED, E.NONE, changes=True),
     Case("sync-group", ApiKey.SYNC_GROUP, sync_group, (("group", "Read"),), ("group", "Read"), E.GROUP_AUTHORIZATION_FAILED, E.NONE, _joined),
+    Case("consumer-group-heartbeat", ApiKey.CONSUMER_GROUP_HEARTBEAT, consumer_group_heartbeat, (("group", "Read"), ("topic", "Describe")), ("group", "Read"),
+         E.GROUP_AUTHORIZATION_FAILED, E.NONE),  # (consumer groups are in memory: no snapshot change)
+    Case("consumer-group-heartbeat-topic", ApiKey.CONSUMER_GROUP_HEARTBEAT, consumer_group_heartbeat, (("group", "Read"), ("topic", "Describe")), ("topic", "Describe"),
+         E.TOPIC_AUTHORIZATION_FAILED, E.NONE),
     Case("heartbeat", ApiKey.HEARTBEAT, heartbeat, (("group", "Read"),), ("group", "Read"), E.GROUP_AUTHORIZATION_FAILED, E.NONE, _joined),
     Case("leave-group", ApiKey.LEAVE_GROUP, leave_group, (("group", "Read"),), ("group", "Read"), E.GROUP_AUTHORIZATION_FAILED, E.NONE, _joined, changes=True),
     Case("list-groups", ApiKey.LIST_GROUPS, list_groups, (("group", "Describe"),), ("group", "Describe"), (E.NONE, False), (E.NONE, True), _joined),

@@ -69,7 +69,9 @@ def test_leaders_spread_and_metadata_agree_with_zookeeper(cluster: EmbeddedClust
     parts = {p.partition: p for p in md.topics[0].partitions}
     assert sorted({p.leader for p in parts.values()}) == [0, 1, 2]
     assignment = json.loads(zk.get(paths.topic_path("spread"))[0])
-    assert assignment == {"version": 1, "partitions": {str(p): list(parts[p].replicas) for p in range(6)}}
+    # Kafka 0.8's fields, then the topic id as Kafka 2.8+ writes it (tests/broker/test_topic_ids.py)
+    assert assignment == {"version": 1, "partitions": {str(p): list(parts[p].replicas) for p in range(6)}, "topic_id": assignment["topic_id"]}
+    assert list(assignment) == ["version", "partitions", "topic_id"] and paths.parse_topic_id(assignment["topic_id"])
     for p in range(6):
         state = json.loads(zk.get(paths.partition_state_path("spread", p))[0])
         assert list(state) == ["controller_epoch", "leader", "version", "leader_epoch", "isr"]

@@ -240,8 +240,9 @@ _KP_TYPE: dict[int, tuple[str, ...]] = {
     id(Records): ("records", "bytes"),
 }
 
-# Flexible pairs (DescribeTransactions, ListTransactions: they have no other form) are body
-# codecs only; tests/protocol/test_txn_protocol.py checks their bytes against kafka-python.
+# Flexible pairs are body codecs here; tests/protocol/test_txn_protocol.py (DescribeTransactions,
+# ListTransactions) and test_kip848_protocol.py (Metadata v9-12, ConsumerGroupHeartbeat) check
+# their bytes.
 FLEXIBLE: frozenset[tuple[int, int]] = frozenset(p for p, c in REQUESTS.items() if c.FLEXIBLE)
 PAIRS = sorted(p for p in REQUESTS if p not in NO_PEER and p not in FLEXIBLE)
 CASES = [(k, v, kind) for (k, v) in PAIRS for kind in ("request", "response")]
@@ -445,7 +446,7 @@ def test_every_pair_has_a_peer_version() -> None:
         ApiKey.PRODUCE: range(0, 8),
         ApiKey.FETCH: range(0, 11),
         ApiKey.LIST_OFFSETS: range(0, 6),
-        ApiKey.METADATA: range(0, 9),
+        ApiKey.METADATA: range(0, 13),
         ApiKey.OFFSET_COMMIT: range(0, 8),
         ApiKey.OFFSET_FETCH: range(0, 6),
         ApiKey.FIND_COORDINATOR: range(0, 3),
@@ -485,6 +486,7 @@ def test_every_pair_has_a_peer_version() -> None:
         ApiKey.ALTER_CONFIGS: range(0, 2),
         ApiKey.INCREMENTAL_ALTER_CONFIGS: range(0, 1),
         ApiKey.DESCRIBE_CLUSTER: range(0, 2),
+        ApiKey.CONSUMER_GROUP_HEARTBEAT: range(0, 2),
     }
     expected = {(int(k), v) for k, vs in want.items() for v in vs}
     assert set(REQUESTS) == expected
@@ -492,7 +494,10 @@ def test_every_pair_has_a_peer_version() -> None:
     assert NO_PEER <= expected
     assert {k for k, _v in NO_PEER}.isdisjoint(KP)
     assert FLEXIBLE == {(ApiKey.DESCRIBE_TRANSACTIONS, 0), (ApiKey.LIST_TRANSACTIONS, 0), (ApiKey.LIST_TRANSACTIONS, 1),
-                        (ApiKey.DESCRIBE_CLUSTER, 0), (ApiKey.DESCRIBE_CLUSTER, 1)}  # DescribeCluster: tests/broker/test_admin_topics.py
+                        (ApiKey.DESCRIBE_CLUSTER, 0), (ApiKey.DESCRIBE_CLUSTER, 1),  # DescribeCluster: tests/broker/test_admin_topics.py
+                        (ApiKey.CONSUMER_GROUP_HEARTBEAT, 0), (ApiKey.CONSUMER_GROUP_HEARTBEAT, 1)} | {
+        (ApiKey.METADATA, v) for v in range(9, 13)
+    }
     for k, v in expected - NO_PEER - FLEXIBLE:
         for kind in ("request", "response"):
             assert not _kp(k, v, kind).flexible_version_q(v), "only the flexible-only APIs are flexible"

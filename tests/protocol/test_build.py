@@ -3,11 +3,14 @@
 
 from __future__ import annotations
 
+import uuid
+
 import pytest
 
 from hmbclient.errors import ProtocolError
 from hmbclient.net.versions import DIALECTS
 from hmbclient.protocol.api.base import REQUESTS, RESPONSES, ApiKey, define
+from hmbclient.protocol.api.consumer_group import NullableStruct
 from hmbclient.protocol.types import (
     Array,
     CompactArray,
@@ -22,6 +25,7 @@ from hmbclient.protocol.types import (
     NullableString,
     String,
     Struct,
+    Uuid,
     flexible,
     flexible_struct,
 )
@@ -279,6 +283,10 @@ def test_build_fits_a_struct_field_given_as_a_dict() -> None:
 
 
 def _seed(t: object, n: int) -> object:
+    if isinstance(t, NullableStruct):
+        return _seed(t.inner, n)
+    if t is Uuid:
+        return uuid.UUID(int=n)
     if isinstance(t, Struct):
         return t.values(*[_seed(ft, n) for _name, ft in t.fields])
     if isinstance(t, CompactArray):

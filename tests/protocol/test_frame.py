@@ -253,7 +253,7 @@ def test_server_byte_by_byte_pipelined_requests() -> None:
 def test_unsupported_api_key_and_version_keep_the_header() -> None:
     server = ServerConnection()
     body = b"\x00\x01\x02"
-    for api_key, version in ((1000, 0), (1, 11), (3, 9), (0, 8), (18, 3), (7, 0), (-1, 0), (0, -1)):
+    for api_key, version in ((1000, 0), (1, 11), (3, 13), (0, 8), (18, 3), (7, 0), (-1, 0), (0, -1)):
         frame = struct.pack(">hhi", api_key, version, 99) + b"\x00\x02id" + body
         server.receive_data(struct.pack(">i", len(frame)) + frame)
         ev = server.next_request()

@@ -14,6 +14,7 @@ from __future__ import annotations
 import struct
 import time
 import tracemalloc
+import uuid
 from typing import Any
 
 import pytest
@@ -29,6 +30,7 @@ from hmbclient.protocol.api import (
     decode_member_assignment,
     decode_member_metadata,
 )
+from hmbclient.protocol.api.consumer_group import NullableStruct
 from hmbclient.protocol.frame import NEED_DATA, ClientConnection, ServerConnection, encode_request
 from hmbclient.protocol.types import (
     Array,
@@ -45,6 +47,7 @@ from hmbclient.protocol.types import (
     String,
     Struct,
     Type,
+    Uuid,
 )
 
 pytestmark = pytest.mark.timeout(120)
@@ -79,6 +82,10 @@ def seed_value(t: Type, n: int) -> Any:
         return t.values(*[seed_value(ft, n) for _n, ft in t.fields])
     if isinstance(t, Array):
         return [seed_value(t.item, n) for _ in range(n)]
+    if isinstance(t, NullableStruct):
+        return seed_value(t.inner, n)
+    if t is Uuid:
+        return uuid.UUID(int=0x0123456789ABCDEF + n)
     if t is Boolean:
         return True
     if t in (String, NullableString):

@@ -11,7 +11,11 @@ Two implementations of one contract:
   - ``/controller`` (ephemeral) — who the controller is; the first broker to create it wins.
   - ``/controller_epoch`` — bumped by every new controller; every state write by the controller
     is a transaction that checks this znode's version, so a deposed controller's writes fail.
-  - ``/brokers/topics/<t>`` — the replica assignment, written once by whoever creates the topic.
+  - ``/brokers/topics/<t>`` — the replica assignment, written once by whoever creates the topic,
+    with the topic's id (``"topic_id"``, KIP-516, as Kafka 2.8+). A topic znode without one
+    (written by Kafka 0.8 or by us before topic ids) gets one the first time a broker asks
+    (``topic_id``): drawn, written back conditional on the version read, and on a lost race
+    the winner's id is read, so every broker serves the same id.
   - ``/brokers/topics/<t>/partitions/<p>/state`` — leader, leader epoch, ISR, written by the
     controller (leader changes) or the leader (ISR changes), always conditional on the version
     the writer read.
@@ -34,6 +38,9 @@ Two implementations of one contract:
 
 * :class:`MemoryStore` — the same contract in memory for a standalone broker (no ZooKeeper):
   one broker, which is its own controller; topics found on disk at start-up are its topics.
+  Topic ids persist in ``<log dir>/topic-ids.json`` (``{"<topic>": "<id>"}``, Kafka's string
+  form; written to a temporary file, fsynced, renamed) when the store is given that path: a
+  topic keeps its id across restarts, one found without an id gets one and it is written.
   It has no ZooKeeper group offsets: ``offsets_in_zookeeper`` is False, ``read_offset`` answers
   None and ``write_offset`` raises :class:`NoZooKeeperError`, so a standalone broker serves
   OffsetCommit/OffsetFetch v0 from its own offsets topic like v1+.
@@ -47,7 +54,9 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import threading
+import uuid
 from collections.abc import Callable
 from typing import Any, Protocol
 
@@ -62,10 +71,14 @@ from kazoo.exceptions import (
 
 from hmbclient import zkpaths as paths
 from hmbclient.broker.controller.decisions import LeaderIsr
+from hmbclient.broker.log.checkpoint import fsync_dir
 from hmbclient.broker.metadata import BrokerEndpoint
-from hmbclient.errors import CoordinationError
+from hmbclient.errors import CoordinationError, StorageError
 
-__all__ = ["CoordinationStore", "ZkStore", "MemoryStore", "ISR_CHANGE_PATH", "NoZooKeeperError"]
+__all__ = ["CoordinationStore", "ZkStore", "MemoryStore", "ISR_CHANGE_PATH", "NoZooKeeperError", "TOPIC_IDS_FILE"]
+
+#: a standalone broker's topic ids, in its log directory
+TOPIC_IDS_FILE = "topic-ids.json"
 
 log = logging.getLogger("hmbclient.broker.store")
 
@@ -108,6 +121,7 @@ class CoordinationStore(Protocol):
     def entity_names(self, entity_type: str) -> list[str]: ...
     def set_entity_config(self, entity_type: str, name: str, config: dict[str, str]) -> None: ...
     def config_changes(self, after: int, watch: Watch | None = None) -> tuple[int, list[str]]: ...
+    def topic_id(self, topic: str) -> uuid.UUID | None: ...
     def partition_state(self, topic: str, partition: int) -> tuple[LeaderIsr, int] | None: ...
     def write_state(self, topic: str, partition: int, state: LeaderIsr, expected_version: int) -> int | None: ...
     def write_isr(self, topic: str, partition: int, state: LeaderIsr, expected_version: int) -> int | None: ...
@@ -383,12 +397,40 @@ class ZkStore:
                 pass
 
     def create_topic(self, topic: str, assignment: list[tuple[int, ...]]) -> bool:
-        data = paths.encode_topic_assignment({p: list(r) for p, r in enumerate(assignment)})
+        data = paths.encode_topic_assignment({p: list(r) for p, r in enumerate(assignment)}, paths.new_topic_id())
         try:
             self.zk.create(paths.topic_path(topic), data, makepath=True)
         except NodeExistsError:
             return False
         return True
+
+    def topic_id(self, topic: str) -> uuid.UUID | None:
+        """The topic's id from its znode (None: no such topic); one without an id gets one,
+        written back conditional on the version read (a lost race reads the winner's)."""
+        try:
+            return self._topic_id(topic)
+        except KazooException as e:
+            raise CoordinationError(f"topic id of {topic}: {e!r}") from e
+
+    def _topic_id(self, topic: str) -> uuid.UUID | None:
+        path = paths.topic_path(topic)
+        while True:
+            try:
+                data, stat = self.zk.get(path)
+            except NoNodeError:
+                return None
+            tid = paths.decode_topic_id(data)
+            if tid is not None:
+                return tid
+            tid = paths.new_topic_id()
+            try:
+                self.zk.set(path, paths.with_topic_id(data, tid), version=stat.version)
+            except BadVersionError:
+                continue  # another broker wrote one first: read it
+            except NoNodeError:
+                return None
+            log.info("topic %s had no id: gave it %s", topic, paths.topic_id_str(tid))
+            return tid
 
     # -- partition state -------------------------------------------------------------------------
     def partition_state(self, topic: str, partition: int) -> tuple[LeaderIsr, int] | None:
@@ -553,8 +595,10 @@ class MemoryStore:
     """The store of a standalone broker: one broker, its own controller, nothing persisted
     (topics are rebuilt from the log directory at start-up by the caller)."""
 
-    def __init__(self) -> None:
+    def __init__(self, topic_ids_path: str | None = None) -> None:
         self._lock = threading.RLock()
+        self._ids_path = topic_ids_path
+        self._ids: dict[str, uuid.UUID] = _load_topic_ids(topic_ids_path) if topic_ids_path else {}
         self._brokers: dict[int, BrokerEndpoint] = {}
         self._controller = -1
         self._epoch = 0
@@ -685,8 +729,30 @@ class MemoryStore:
             if topic in self._topics:
                 return False
             self._topics[topic] = list(assignment)
+            if topic not in self._ids:
+                self._ids[topic] = paths.new_topic_id()
+                self._save_ids()
         self._fire("topics")
         return True
+
+    def topic_id(self, topic: str) -> uuid.UUID | None:
+        with self._lock:
+            return self._ids.get(topic) if topic in self._topics else None
+
+    def _save_ids(self) -> None:
+        if self._ids_path is None:
+            return
+        body = {t: paths.topic_id_str(u) for t, u in sorted(self._ids.items())}
+        tmp = self._ids_path + ".tmp"
+        try:
+            with open(tmp, "w", encoding="utf-8") as f:
+                json.dump(body, f, sort_keys=True)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, self._ids_path)
+            fsync_dir(os.path.dirname(self._ids_path) or ".")
+        except OSError as e:
+            raise StorageError(f"cannot write {self._ids_path}: {e}") from e
 
     def partition_state(self, topic: str, partition: int) -> tuple[LeaderIsr, int] | None:
         with self._lock:
@@ -721,3 +787,20 @@ class MemoryStore:
     def close(self) -> None:
         pass
 
+
+
+def _load_topic_ids(path: str) -> dict[str, uuid.UUID]:
+    """``topic-ids.json`` of a standalone broker ({} when there is none yet)."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+    except FileNotFoundError:
+        return {}
+    except (OSError, ValueError) as e:
+        raise StorageError(f"cannot read {path}: {e}") from e
+    if not isinstance(data, dict):
+        raise StorageError(f"{path}: expected {{topic: id}}")
+    try:
+        return {str(t): paths.parse_topic_id(v) for t, v in data.items()}
+    except paths.ZnodeDataError as e:
+        raise StorageError(f"{path}: {e}") from e

@@ -1,6 +1,9 @@
 """GroupCoordinator: the I/O shell around the group state machine (JoinGroup, SyncGroup,
 Heartbeat, LeaveGroup, ListGroups, DescribeGroups, DeleteGroups, and the group side of
-OffsetCommit).
+OffsetCommit), and around Kafka 4's consumer groups (ConsumerGroupHeartbeat, KIP-848, decided by
+:mod:`.consumer_group`; a group id is either kind: JoinGroup for a consumer group and
+ConsumerGroupHeartbeat for a classic group with members answer INCONSISTENT_GROUP_PROTOCOL;
+OffsetCommit from a consumer group's member is checked against its member epoch).
 
 The coordinator of a group is the leader of the group's partition of ``__consumer_offsets``
 (``offset_manager.partition_for_group``). The offset manager tells this shell which partitions'
@@ -27,12 +30,14 @@ JoinGroup v0 rebalance timeout is the session timeout; member ids are ``client_i
 
 from __future__ import annotations
 
+import base64
 import logging
 import threading
 import uuid
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
+from hmbclient.broker.coordinator import consumer_group as cg
 from hmbclient.broker.coordinator import state
 from hmbclient.broker.coordinator.delayed import (
     DelayedHeartbeat,
@@ -105,6 +110,10 @@ class GroupCoordinator:
         self._now_ms = now_ms
         self._lock = threading.RLock()
         self._groups: dict[str, Group] = {}
+        #: consumer-protocol (KIP-848) groups, in memory only (see consumer_group.py)
+        self._consumer_groups: dict[str, cg.ConsumerGroup] = {}
+        #: name -> (topic id, partition count) of the served topics (set by the Broker)
+        self.consumer_topics: Callable[[], dict[str, tuple[uuid.UUID, int]]] = dict
         self._partitions: set[int] = set()
         self._active = False
         self.rebalance_purgatory: Purgatory[DelayedOperation] = Purgatory(f"{name}-rebalance", now_ms)
@@ -154,6 +163,8 @@ class GroupCoordinator:
             return
         self._partitions.discard(partition)
         now = self._now_ms()
+        for group_id in [g for g in self._consumer_groups if self.store.partition_for(g) == partition]:
+            del self._consumer_groups[group_id]
         for group_id in [g for g in self._groups if self.store.partition_for(g) == partition]:
             group = self._groups.pop(group_id)
             self._run(group_id, group, state.unload_group(group, ErrorCode.NOT_COORDINATOR, now))
@@ -163,6 +174,10 @@ class GroupCoordinator:
         with self._lock:
             if not self._owns(group_id):
                 return ErrorCode.NOT_COORDINATOR
+            cgroup = self._consumer_groups.get(group_id)
+            if cgroup is not None:
+                cg.expire(cgroup, self._now_ms())
+                return cg.validate_commit(cgroup, member_id, generation_id)
             group = self._groups.get(group_id)
             error, found, effects = state.validate_offset_commit(group, group_id, generation_id, member_id, self._now_ms(), group_instance_id)
             if group is None and found is not None:
@@ -296,6 +311,8 @@ class GroupCoordinator:
             )
 
         error = self._group_error(req.group_id)
+        if not error and req.group_id in self._consumer_groups:
+            error = ErrorCode.INCONSISTENT_GROUP_PROTOCOL  # a consumer-protocol group (KIP-848)
         if error:
             reply(JoinResult(error, req.member_id))
             return
@@ -364,6 +381,56 @@ class GroupCoordinator:
                     error, effects = state.heartbeat(group, req.member_id, req.generation_id, self._now_ms(), getattr(req, "group_instance_id", None))
                     self._run(req.group_id, group, effects)
         channel.send(resp_cls.build(throttle_time_ms=0, error_code=error))
+
+    # -- ConsumerGroupHeartbeat (KIP-848) ------------------------------------------------------------
+    def handle_consumer_group_heartbeat(self, header: Any, req: Any, channel: Any) -> None:
+        """One heartbeat of a consumer-protocol member, decided by :func:`.consumer_group.heartbeat`."""
+        resp_cls = type(req).RESPONSE_TYPE
+        error = self._group_error(req.group_id)
+        answer = None
+        if not error:
+            topics = self.consumer_topics()
+            with self._lock:
+                classic = self._groups.get(req.group_id)
+                if not self._owns(req.group_id):
+                    error = ErrorCode.NOT_COORDINATOR
+                elif classic is not None and classic.members:
+                    error = ErrorCode.INCONSISTENT_GROUP_PROTOCOL
+                else:
+                    group = self._consumer_groups.get(req.group_id)
+                    if group is None:
+                        group = self._consumer_groups[req.group_id] = cg.ConsumerGroup(req.group_id)
+                    answer = cg.heartbeat(
+                        group, req, topics, self._now_ms(), self.config.consumer_session_timeout_ms, self.config.consumer_assignors[0], _new_member_id()
+                    )
+                    if not group.members:
+                        del self._consumer_groups[req.group_id]
+        if answer is None:
+            channel.send(resp_cls.build(throttle_time_ms=0, error_code=error, member_epoch=-1))
+            return
+        assignment = None
+        if answer.assignment is not None:
+            assignment = {
+                "topic_partitions": [
+                    {"topic_id": topics[t][0], "partitions": sorted(ps)} for t, ps in sorted(answer.assignment.items()) if t in topics and ps
+                ]
+            }
+        channel.send(
+            resp_cls.build(
+                throttle_time_ms=0,
+                error_code=answer.error_code,
+                error_message=answer.error_message,
+                member_id=answer.member_id,
+                member_epoch=answer.member_epoch,
+                heartbeat_interval_ms=self.config.consumer_heartbeat_interval_ms if not answer.error_code else 0,
+                assignment=assignment,
+            )
+        )
+
+    def consumer_group(self, group_id: str) -> cg.ConsumerGroup | None:
+        """A consumer-protocol group (tests, tools)."""
+        with self._lock:
+            return self._consumer_groups.get(group_id)
 
     # -- LeaveGroup ------------------------------------------------------------------------------------
     def handle_leave_group(self, header: Any, req: Any, channel: Any) -> None:
@@ -481,3 +548,8 @@ class GroupCoordinator:
                     # created after.
                     self.store.delete_group(group_id, tombstoned(group_id))
         one_done()
+
+
+def _new_member_id() -> str:
+    """A member id as Kafka draws one (a random Uuid in its string form)."""
+    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode("ascii").rstrip("=")

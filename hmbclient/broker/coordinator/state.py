@@ -162,6 +162,10 @@ class GroupConfig:
     min_session_timeout_ms: int = 6_000
     max_session_timeout_ms: int = 300_000
     initial_rebalance_delay_ms: int = 3_000
+    #: consumer-protocol (KIP-848) groups, see :mod:`.consumer_group`
+    consumer_session_timeout_ms: int = 45_000
+    consumer_heartbeat_interval_ms: int = 5_000
+    consumer_assignors: tuple[str, ...] = ("uniform", "range")
 
 
 @dataclass(eq=False)

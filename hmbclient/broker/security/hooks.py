@@ -20,7 +20,8 @@ ControlledShutdown) need ClusterAction on the Cluster; InitProducerId needs Writ
 TransactionalId when it names one (TRANSACTIONAL_ID_AUTHORIZATION_FAILED), else
 IdempotentWrite on the Cluster or Write on some Topic; ListGroups shows
 only the groups the session may Describe, DescribeGroups/DeleteGroups need Describe/Delete on
-each Group.
+each Group; ConsumerGroupHeartbeat (KIP-848) needs Read on the Group and Describe on each
+subscribed Topic (TOPIC_AUTHORIZATION_FAILED).
 """
 
 from __future__ import annotations
@@ -221,6 +222,11 @@ def refuse_request(authorizer: Authorizer | None, header: Any, req: Any, channel
     if not allowed(authorizer, channel, _GROUP_OPERATION.get(key, "Read"), "Group", gid):
         channel.send(refusal(req, ErrorCode.GROUP_AUTHORIZATION_FAILED))
         return True
+    if key == ApiKey.CONSUMER_GROUP_HEARTBEAT and req.subscribed_topic_names:
+        # Kafka: Describe on every subscribed topic
+        if not all(allowed(authorizer, channel, "Describe", "Topic", t) for t in req.subscribed_topic_names):
+            channel.send(refusal(req, ErrorCode.TOPIC_AUTHORIZATION_FAILED))
+            return True
     if key == ApiKey.OFFSET_FETCH:
         return _split_offset_fetch(authorizer, header, req, channel, handler)
     if key in (ApiKey.OFFSET_COMMIT, ApiKey.TXN_OFFSET_COMMIT) and req.topics:

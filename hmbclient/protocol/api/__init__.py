@@ -54,6 +54,10 @@ from hmbclient.protocol.api.cluster import (
     UpdateMetadataResponse,
 )
 from hmbclient.protocol.api.configs import DescribeConfigsRequest, DescribeConfigsResponse
+from hmbclient.protocol.api.consumer_group import (
+    ConsumerGroupHeartbeatRequest,
+    ConsumerGroupHeartbeatResponse,
+)
 from hmbclient.protocol.api.consumer_protocol import (
     ConsumerProtocolMemberAssignment,
     ConsumerProtocolMemberMetadata,
@@ -119,6 +123,8 @@ from hmbclient.protocol.api.txn import (
 )
 
 __all__ = [
+    "ConsumerGroupHeartbeatRequest",
+    "ConsumerGroupHeartbeatResponse",
     "DescribeConfigsRequest",
     "DescribeConfigsResponse",
     "REQUESTS",

@@ -94,6 +94,7 @@ class ApiKey(IntEnum):
     DESCRIBE_CLUSTER = 60
     DESCRIBE_TRANSACTIONS = 65
     LIST_TRANSACTIONS = 66
+    CONSUMER_GROUP_HEARTBEAT = 68
 
 
 class _Message:

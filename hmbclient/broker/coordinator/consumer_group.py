@@ -1,0 +1,280 @@
+"""Kafka 4's consumer group protocol (KIP-848): the pure decisions of ConsumerGroupHeartbeat.
+
+A group of type "consumer" lives apart from the classic groups (:mod:`.state`): a classic
+group id answers a ConsumerGroupHeartbeat with INCONSISTENT_GROUP_PROTOCOL while it has
+members. Every decision is :func:`heartbeat` / :func:`expire`, a pure function of the group,
+the request, the served topics (name -> (topic id, partition count)) and the time; the shell
+(:mod:`.coordinator`) holds the lock and sends the answer.
+
+State: the *group epoch* (bumped when membership, a subscription, the assignor or a subscribed
+topic's partition count changes), the *target assignment* (computed by the server-side
+assignor for the group epoch; ``assignment_epoch``), and per member its *member epoch*, its
+*current assignment* (what it was last told it may own) and its session deadline.
+
+Cases of one heartbeat (labelled in the code):
+
+* H1 join: ``member_epoch`` 0 -> the member (its own id if it sent one, KIP-1082, else a new
+  one) with epoch 0 and nothing assigned; the group epoch is bumped.
+* H2 leave: -1 -> removed, group epoch bumped, answered with epoch -1. H2s static leave: -2
+  from a member with an instance id (leaving for a restart) -> kept with epoch -2 and its
+  assignment reserved (no group epoch bump) until its session runs out; a join (epoch 0) with
+  that instance id takes its place, assignment and epoch (no rebalance). A join with the
+  instance id of a member still active -> UNRELEASED_INSTANCE_ID, as Kafka.
+* H3 unknown member id with epoch != 0 -> UNKNOWN_MEMBER_ID.
+* H4 fenced: an epoch other than the member's (or its previous one when it reports owning
+  nothing more than its current assignment: a lost answer) -> FENCED_MEMBER_EPOCH; the client
+  drops its partitions and rejoins with epoch 0.
+* H5 reconcile: with ``topic_partitions`` reported, the member's current assignment shrinks to
+  what it still owns. Then: partitions of the current assignment no longer in its target must
+  be revoked first (the answer is current minus those, epoch unchanged; they stay in the
+  current assignment until a heartbeat no longer lists them); once none is left,
+  the member gets every target partition that no *other* member's current assignment holds
+  and its epoch becomes the assignment epoch. So a partition is handed to its new owner only
+  after its previous owner's heartbeat stopped listing it: never owned twice at a time.
+* Session: every heartbeat moves the deadline to now + session timeout; :func:`expire`
+  (run before each decision of the group) removes members past it (group epoch bumped).
+
+Assignors (``server_assignor``, default the first of ``group.consumer.assignors``):
+``uniform`` (every subscribed partition spread evenly, sticky: members keep what they had up
+to their share) and ``range`` (per topic, contiguous ranges over the members subscribed to it,
+in member id order).
+
+Not here: persistence of consumer groups in ``__consumer_offsets`` (a coordinator move loses
+the members, who get UNKNOWN_MEMBER_ID and rejoin), regex subscriptions, ConsumerGroupDescribe.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+from hmbclient.errors import ErrorCode
+
+__all__ = ["ASSIGNORS", "ConsumerGroup", "ConsumerMember", "HeartbeatAnswer", "assign", "expire", "heartbeat"]
+
+ASSIGNORS = ("uniform", "range")
+
+#: topic name -> (topic id, partition count), the topics the broker serves
+Topics = dict[str, tuple[uuid.UUID, int]]
+#: topic name -> partitions
+Assignment = dict[str, frozenset[int]]
+
+
+@dataclass(eq=False)
+class ConsumerMember:
+    member_id: str
+    member_epoch: int = 0
+    previous_epoch: int = -1
+    instance_id: str | None = None
+    subscribed: tuple[str, ...] = ()
+    server_assignor: str | None = None
+    rebalance_timeout_ms: int = 300_000
+    current: Assignment = field(default_factory=dict)
+    deadline_ms: int = 0
+
+
+@dataclass(eq=False)
+class ConsumerGroup:
+    group_id: str
+    group_epoch: int = 0
+    assignment_epoch: int = 0
+    members: dict[str, ConsumerMember] = field(default_factory=dict)
+    target: dict[str, Assignment] = field(default_factory=dict)
+    #: the partition counts of the subscribed topics the target was computed from
+    layout: tuple[tuple[str, int], ...] = ()
+
+
+@dataclass(frozen=True)
+class HeartbeatAnswer:
+    error_code: int
+    member_id: str | None = None
+    member_epoch: int = -1
+    #: topic name -> partitions (always sent: the whole assignment is idempotent); None on errors
+    assignment: Assignment | None = None
+    error_message: str | None = None
+
+
+def _owned(a: Assignment) -> set[tuple[str, int]]:
+    return {(t, p) for t, ps in a.items() for p in ps}
+
+
+def _as_assignment(pairs: set[tuple[str, int]]) -> Assignment:
+    out: dict[str, set[int]] = {}
+    for t, p in pairs:
+        out.setdefault(t, set()).add(p)
+    return {t: frozenset(ps) for t, ps in sorted(out.items())}
+
+
+def assign(assignor: str, members: dict[str, tuple[str, ...]], counts: dict[str, int], previous: dict[str, Assignment]) -> dict[str, Assignment]:
+    """The target assignment: member id -> partitions, from each member's subscription."""
+    ids = sorted(members)
+    if assignor == "range":
+        out: dict[str, set[tuple[str, int]]] = {m: set() for m in ids}
+        for topic in sorted(counts):
+            subs = [m for m in ids if topic in members[m]]
+            if not subs:
+                continue
+            n, k = counts[topic], len(subs)
+            start = 0
+            for i, m in enumerate(subs):
+                size = n // k + (1 if i < n % k else 0)
+                out[m].update((topic, p) for p in range(start, start + size))
+                start += size
+        return {m: _as_assignment(ps) for m, ps in out.items()}
+    # uniform: sticky shares over every partition a member subscribes to
+    parts = sorted((t, p) for t in counts for p in range(counts[t]) if any(t in members[m] for m in ids))
+    quota_base, extra = divmod(len(parts), len(ids)) if ids else (0, 0)
+    got: dict[str, set[tuple[str, int]]] = {m: set() for m in ids}
+    taken: set[tuple[str, int]] = set()
+    quota = {m: quota_base + (1 if i < extra else 0) for i, m in enumerate(ids)}
+    for m in ids:  # keep what one had, up to its share
+        for tp in sorted(_owned(previous.get(m, {}))):
+            if tp in taken or tp[0] not in members[m] or tp[0] not in counts or tp[1] >= counts[tp[0]] or len(got[m]) >= quota[m]:
+                continue
+            got[m].add(tp)
+            taken.add(tp)
+    for tp in parts:
+        if tp in taken:
+            continue
+        able = [m for m in ids if tp[0] in members[m]]
+        if not able:
+            continue
+        under = [m for m in able if len(got[m]) < quota[m]] or able
+        m = min(under, key=lambda x: (len(got[x]), x))
+        got[m].add(tp)
+        taken.add(tp)
+    return {m: _as_assignment(ps) for m, ps in got.items()}
+
+
+def expire(group: ConsumerGroup, now_ms: int) -> list[str]:
+    """Remove the members whose session ran out (the group epoch is bumped); their ids."""
+    gone = [m for m, mem in group.members.items() if mem.deadline_ms and mem.deadline_ms <= now_ms]
+    for m in gone:
+        del group.members[m]
+        group.target.pop(m, None)
+    if gone:
+        group.group_epoch += 1
+    return gone
+
+
+def _refresh_target(group: ConsumerGroup, topics: Topics, default_assignor: str) -> None:
+    subscribed = sorted({t for m in group.members.values() for t in m.subscribed if t in topics})
+    layout = tuple((t, topics[t][1]) for t in subscribed)
+    if layout != group.layout:
+        group.layout = layout
+        group.group_epoch += 1
+    if group.assignment_epoch == group.group_epoch:
+        return
+    assignor = next((m.server_assignor for m in group.members.values() if m.server_assignor), None) or default_assignor
+    counts = dict(layout)
+    group.target = assign(assignor, {m: mem.subscribed for m, mem in group.members.items()}, counts, group.target)
+    group.assignment_epoch = group.group_epoch
+
+
+def heartbeat(
+    group: ConsumerGroup, req: Any, topics: Topics, now_ms: int, session_timeout_ms: int, default_assignor: str = "uniform", new_member_id: str = ""
+) -> HeartbeatAnswer:
+    """Decide one ConsumerGroupHeartbeat (cases H1-H5 of the module docstring)."""
+    expire(group, now_ms)
+    names_by_id = {tid: name for name, (tid, _n) in topics.items()}
+    epoch = req.member_epoch
+    member = group.members.get(req.member_id) if req.member_id else None
+    if getattr(req, "subscribed_topic_regex", None):
+        return HeartbeatAnswer(ErrorCode.INVALID_REQUEST, error_message="regular expression subscriptions are not supported by this coordinator")
+    if req.server_assignor is not None and req.server_assignor not in ASSIGNORS:
+        return HeartbeatAnswer(ErrorCode.UNSUPPORTED_ASSIGNOR, error_message=f"unknown server assignor {req.server_assignor!r}")
+    # H2 leave
+    if epoch in (-1, -2):
+        if member is None:
+            return HeartbeatAnswer(ErrorCode.UNKNOWN_MEMBER_ID)
+        if epoch == -2 and member.instance_id is not None:
+            # H2s: reserved for the instance's restart (its epoch kept as the previous one)
+            member.previous_epoch, member.member_epoch = member.member_epoch, -2
+            member.deadline_ms = now_ms + session_timeout_ms
+            return HeartbeatAnswer(ErrorCode.NONE, member.member_id, epoch)
+        del group.members[member.member_id]
+        group.target.pop(member.member_id, None)
+        group.group_epoch += 1
+        _refresh_target(group, topics, default_assignor)
+        return HeartbeatAnswer(ErrorCode.NONE, member.member_id, epoch)
+    if epoch == 0:
+        # H1 join (again)
+        mid = req.member_id or new_member_id
+        same = next((m for m in group.members.values() if req.instance_id is not None and m.instance_id == req.instance_id and m.member_id != mid), None)
+        if same is not None:
+            if same.member_epoch != -2:
+                return HeartbeatAnswer(ErrorCode.UNRELEASED_INSTANCE_ID, error_message=f"instance id {req.instance_id!r} is still in use")
+            # H2s: the restarted instance takes its place, assignment and epoch
+            del group.members[same.member_id]
+            reserved = group.target.pop(same.member_id, None)
+            same.member_id, same.member_epoch, same.previous_epoch = mid, same.previous_epoch, -1
+            group.members[mid] = same
+            if reserved is not None:
+                group.target[mid] = reserved
+            same.deadline_ms = now_ms + session_timeout_ms
+            return HeartbeatAnswer(ErrorCode.NONE, mid, same.member_epoch, dict(same.current))
+        if member is None:
+            member = ConsumerMember(mid, instance_id=req.instance_id)
+            group.members[mid] = member
+        member.member_epoch, member.previous_epoch, member.current = 0, -1, {}
+        group.group_epoch += 1
+    elif member is None:
+        # H3
+        return HeartbeatAnswer(ErrorCode.UNKNOWN_MEMBER_ID, error_message="unknown member id")
+    elif epoch != member.member_epoch:
+        reported = _reported(req, names_by_id)
+        # H4 (a lost answer: the previous epoch, owning no more than it was told, is fine)
+        if not (epoch == member.previous_epoch and reported is not None and reported <= _owned(member.current)):
+            return HeartbeatAnswer(ErrorCode.FENCED_MEMBER_EPOCH, error_message=f"epoch {epoch} is not the member's {member.member_epoch}")
+    member.deadline_ms = now_ms + session_timeout_ms
+    if req.instance_id is not None:
+        member.instance_id = req.instance_id
+    if req.rebalance_timeout_ms >= 0:
+        member.rebalance_timeout_ms = req.rebalance_timeout_ms
+    if req.subscribed_topic_names is not None and tuple(sorted(set(req.subscribed_topic_names))) != member.subscribed:
+        member.subscribed = tuple(sorted(set(req.subscribed_topic_names)))
+        group.group_epoch += 1
+    if req.server_assignor is not None and req.server_assignor != member.server_assignor:
+        member.server_assignor = req.server_assignor
+        group.group_epoch += 1
+    _refresh_target(group, topics, default_assignor)
+    # H5 reconcile
+    reported = _reported(req, names_by_id)
+    if reported is not None:
+        member.current = _as_assignment(_owned(member.current) & reported)
+    target = _owned(group.target.get(member.member_id, {}))
+    current = _owned(member.current)
+    if current - target:
+        # it keeps current & target and revokes the rest; ``current`` still holds what it must
+        # revoke until a heartbeat no longer lists it, so nobody else gets those meanwhile
+        given = _as_assignment(current & target)
+    else:
+        held = set()
+        for m, other in group.members.items():
+            if m != member.member_id:
+                held |= _owned(other.current)
+        member.current = given = _as_assignment(current | (target - held))
+        if member.member_epoch != group.assignment_epoch:
+            member.previous_epoch, member.member_epoch = member.member_epoch, group.assignment_epoch
+    return HeartbeatAnswer(ErrorCode.NONE, member.member_id, member.member_epoch, given)
+
+
+def _reported(req: Any, names_by_id: dict[uuid.UUID, str]) -> set[tuple[str, int]] | None:
+    if req.topic_partitions is None:
+        return None
+    return {(names_by_id[tp.topic_id], p) for tp in req.topic_partitions if tp.topic_id in names_by_id for p in tp.partitions}
+
+
+def validate_commit(group: ConsumerGroup, member_id: str, epoch: int) -> int:
+    """OffsetCommit from a member of a consumer group (classic versions: generation = member
+    epoch): UNKNOWN_MEMBER_ID / ILLEGAL_GENERATION as Kafka; -1 with an empty member id is an
+    admin's commit (Kafka accepts those when no member is active; here: always)."""
+    if not member_id and epoch < 0:
+        return ErrorCode.NONE
+    member = group.members.get(member_id)
+    if member is None:
+        return ErrorCode.UNKNOWN_MEMBER_ID
+    if epoch not in (member.member_epoch, member.previous_epoch) or epoch > member.member_epoch:
+        return ErrorCode.ILLEGAL_GENERATION
+    return ErrorCode.NONE
