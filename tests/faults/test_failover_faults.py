@@ -8,7 +8,9 @@ acknowledged, the replicas' logs must be identical and every ISR whole again; th
 producers must have no duplicate and their values stored in send order.
 
 The bounded runs below cover every fault kind in under two minutes; the ``chaos`` runs (more
-seeds, eight faults each, about ten to fifteen minutes) run with ``make chaos`` only.
+seeds, eight faults each, about ten to fifteen minutes) run with ``make chaos`` only, with the
+transactional producers of transactions.py beside the others, a read_committed reader among
+the readers, and ``kill_txn_coordinator`` among the faults (``TxnFaultRun``).
 A failed run says which values were lost, whether any broker's log directory still holds them,
 and where the full report (events, client errors, broker output) was written.
 """

@@ -581,3 +581,25 @@ class TxnFaultRun(FaultRun):
         self._leaderships_moved(victim, moved)
         self._event(f"{TXN_TOPIC}-{tp} led by broker {leader()}; restarting broker {victim}")
         self.cluster.restart(victim, timeout_s=RECOVERY_TIMEOUT_S)
+
+    def _await_progress(self, when: str) -> None:
+        """As the harness's; when it times out, the events first get each transactional id as
+        its coordinator describes it (state, epoch, partitions): a transaction stuck in
+        Prepare* (markers not all written) shows there."""
+        try:
+            super()._await_progress(when)
+        except (TimeoutError, AssertionError):
+            self._describe_transactions()
+            raise
+
+    def _describe_transactions(self) -> None:
+        from hmbclient.admin import describe_transactions
+
+        for w in self.workers:
+            if not isinstance(w, TxnWorker):
+                continue
+            try:
+                (info,) = describe_transactions(self.cluster.bootstrap, [w.transactional_id], timeout_ms=5000)
+                self._event(f"{w.name}: {info}; {w.log.acked_since(0)} committed, {w.txn_log.counts()}")
+            except Exception as e:  # noqa: BLE001 - a diagnostic: never the reason a run fails
+                self._event(f"{w.name}: {w.transactional_id} could not be described: {e!r}")
