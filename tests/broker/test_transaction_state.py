@@ -28,6 +28,7 @@ from hmbclient.broker.transaction.state import (
     WriteTxnLog,
     abort_timed_out,
     add_partitions,
+    completion_failed,
     describe,
     end_txn,
     error_for_version,
@@ -39,6 +40,7 @@ from hmbclient.broker.transaction.state import (
     markers_written,
     needs_new_producer_id,
     on_load,
+    retry_completion,
     timed_out,
 )
 from hmbclient.errors import ErrorCode
@@ -294,6 +296,28 @@ def test_log_written_failure_drops_the_transition_and_answers_the_error() -> Non
         log_written(txn, NONE, T0, 4)
 
 
+def test_a_failed_completion_write_is_written_again_by_the_chore() -> None:
+    """Found by the transactional fault runs (tests/faults): a Complete* append that failed
+    (NOT_ENOUGH_REPLICAS while __transaction_state's ISR was short) left the id in
+    PrepareCommit with every marker written and nothing pending, answering
+    CONCURRENT_TRANSACTIONS to every InitProducerId for good (until the coordinator moved)."""
+    prepared = written(end_txn(ongoing({("a", 0)}), TID, 1000, 0, True, T0, waiter="end"), T0).txn
+    assert prepared is not None
+    last = markers_written(prepared, {("a", 0)}, T0 + 1)
+    assert kinds(last) == ["WriteTxnLog"] and last.txn is not None
+    failed = log_written(last.txn, ErrorCode.NOT_ENOUGH_REPLICAS, T0 + 1, 4)  # type: ignore[arg-type]
+    stuck = failed.txn
+    assert stuck is not None and stuck.state is S.PREPARE_COMMIT and not stuck.partitions and stuck.pending is None
+    assert init(stuck, T0 + 2).replies == [Reply("init", ErrorCode.CONCURRENT_TRANSACTIONS)]
+    assert completion_failed(stuck) and not completion_failed(prepared) and not completion_failed(last.txn)
+    again = retry_completion(stuck, T0 + 3)
+    assert kinds(again) == ["WriteTxnLog"]
+    done = written(again, T0 + 3).txn
+    assert done is not None and done.state is S.COMPLETE_COMMIT
+    assert retry_completion(done, T0 + 4) == Decision(done)
+    assert kinds(init(done, T0 + 5)) == ["WriteTxnLog"]  # idle again: the epoch bump is written
+
+
 def test_a_failed_fence_keeps_the_bumped_epoch_and_does_not_bump_twice() -> None:
     txn = ongoing()
     d = init(txn, waiter="new")
@@ -431,6 +455,12 @@ class CoordinatorMachine(RuleBasedStateMachine):
         assert self.txn is not None
         some = data.draw(st.sets(st.sampled_from(sorted(self.txn.partitions))) if self.txn.partitions else st.just(set()))
         self._apply(markers_written(self.txn, some, self.now))
+
+    @precondition(lambda self: self.txn is not None)
+    @rule()
+    def retry_failed_completion(self) -> None:
+        assert self.txn is not None
+        self._apply(retry_completion(self.txn, self.now))
 
     @precondition(lambda self: self.txn is not None)
     @rule()

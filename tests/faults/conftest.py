@@ -43,7 +43,7 @@ def table(rows: list[tuple[str, str, int, int, int, int, float]]) -> list[str]:
         m[2] += dups
         m[3] += dirty
         m[4] = max(m[4], recover)
-    head = ("fault kind", "producer/consumer", "acked/read", "lost", "duplicates", "dirty reads", "recover s")
+    head = ("fault kind", "producer/consumer", "acked/read", "lost", "duplicates", "dirty/aborted read", "recover s")
     body = [(k, c, str(a), str(lo), str(d), str(dr), f"{r:.1f}") for (k, c), (a, lo, d, dr, r) in sorted(merged.items())]
     widths = [max(len(x[i]) for x in [head, *body]) for i in range(len(head))]
     fmt = "  ".join(f"{{:{'<' if i < 2 else '>'}{w}}}" for i, w in enumerate(widths))

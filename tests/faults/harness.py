@@ -790,12 +790,11 @@ class FaultRun:
         try:
             offset = 0
             while True:
-                got = list(consumer.fetch(FetchRequest(TOPIC, partition, offset, 1 << 20)))
-                if not got:
+                ms = consumer.fetch(FetchRequest(TOPIC, partition, offset, 1 << 20))
+                out.extend((mo.offset, mo.message.value) for mo in ms)
+                if ms.next_offset <= offset:  # nothing more (a set of markers only still moves on)
                     return out
-                for mo in got:
-                    out.append((mo.offset, mo.message.value))
-                offset = got[-1].next_offset
+                offset = ms.next_offset
         finally:
             consumer.close()
 
@@ -827,11 +826,12 @@ class FaultRun:
         """One row per fault and client: its values (reads) since the fault began, up to the
         next fault (see ``RunResult.rows``)."""
         faults = self.result.faults
+        readers = {reader.name for reader in self.readers}
         for name, m in marks.items():
-            reader = "dirty" in m
+            reader = name in readers
             starts = [(f.read_before if reader else f.sent_before).get(name, 0) for f in faults]
             windows = [("before faults", 0, starts[0] if starts else 1 << 62, 0.0)]
-            windows += [(f.kind, a, b, f.recovery_s) for f, a, b in zip(faults, starts, [*starts[1:], 1 << 62], strict=True)]
+            windows += [(f.kind, a, b, f.recovery_s) for f, a, b in zip(faults, starts, [*starts[1:], 1 << 62][:len(starts)], strict=True)]
             for kind, low, high, recover in windows:
                 def count(xs: list[int], lo: int = low, hi: int = high) -> int:
                     return sum(1 for x in xs if lo <= x < hi)
@@ -970,6 +970,14 @@ class FaultRun:
             marks[reader.name] = {"ok": list(order.values()), "lost": [], "dup": [],
                                   "dirty": [order[k] for k, v in reader.seen.items() if at.get(k, b"<absent>") != v]}
         self._judge_readers(at)
+        from .transactions import judge_transactions
+
+        txn_marks, rc_bad = judge_transactions(self)
+        marks.update(txn_marks)  # the transactional producers' rows: as read_committed reads them
+        for reader in self.readers:
+            if rc_bad.get(reader.name):
+                order = {key: i for i, key in enumerate(reader.seen)}
+                marks[reader.name]["dirty"] += [order[k] for k in rc_bad[reader.name]]
         self._fill_table(marks)
         self._replicas_agree()
         for p in range(PARTITIONS):
@@ -1022,8 +1030,12 @@ class FaultRun:
 
     def _run_producers_and_faults(self) -> None:
         from .readers import make_reader
+        from .transactions import TXN_WORKERS
 
-        self.workers = [_WORKERS[k](i, self.cluster.bootstrap, TOPIC, rate=self.rate) for i, k in enumerate(self.producer_kinds)]
+        kinds: dict[str, type[ProducerWorker]] = {**_WORKERS, **TXN_WORKERS}
+        self.workers = [kinds[k](i, self.cluster.bootstrap, TOPIC, rate=self.rate) for i, k in enumerate(self.producer_kinds)]
+        for w in self.workers:
+            getattr(w, "seed", lambda _: None)(self.seed)
         for w in self.workers:
             w.start()
         self.readers = [make_reader(k, i, self.cluster, TOPIC, PARTITIONS) for i, k in enumerate(self.reader_kinds)]

@@ -8,6 +8,9 @@ Kinds (:data:`READER_KINDS`):
 * ``hmb-reader``: hmbclient's :class:`SimpleConsumer` on each partition's leader, as the
   metadata of whichever broker answers names it (so a stale, isolated leader is read too, as a
   client with old metadata would). It follows no group.
+* ``hmb-reader-rc``: the same with ``isolation.level=read_committed``: besides the dirty-read
+  check, the run's transaction judge (transactions.py, J5) fails it for any value of an aborted
+  transaction it was served.
 * ``hmb-group``: hmbclient's high-level consumer (``Consumer.create``, the group balanced by
   the brokers' coordinator), auto commit off; after every batch (or a quiet
   ``consumer.timeout.ms``) it commits (``commit_offsets``) and reads the group's committed
@@ -37,11 +40,13 @@ __all__ = ["READER_KINDS", "make_reader"]
 
 log = logging.getLogger("tests.faults")
 
-READER_KINDS = ("hmb-reader", "hmb-group", "librdkafka-group")
+READER_KINDS = ("hmb-reader", "hmb-reader-rc", "hmb-group", "librdkafka-group")
 
 
 class Reader:
     kind = ""
+    #: reads with isolation.level=read_committed (judged by transactions.py too)
+    read_committed = False
 
     def __init__(self, index: int, cluster: Any, topic: str, partitions: int) -> None:
         self.name = f"{self.kind}#{index}"
@@ -98,8 +103,12 @@ class HmbReader(Reader):
                         b = leaders[p]
                         if b not in consumers:
                             broker = self.cluster.broker(b)
-                            consumers[b] = SimpleConsumer(broker.host, broker.port, client_id=f"faults-{self.name}", socket_timeout_ms=5000)
-                        got = list(consumers[b].fetch(FetchRequest(self.topic, p, positions[p], 1 << 18)))
+                            consumers[b] = SimpleConsumer(
+                                broker.host, broker.port, client_id=f"faults-{self.name}", socket_timeout_ms=5000,
+                                isolation_level="read_committed" if self.read_committed else "read_uncommitted",
+                            )
+                        ms = consumers[b].fetch(FetchRequest(self.topic, p, positions[p], 1 << 18))
+                        got = list(ms)
                     except (HmbError, OSError, KeyError):
                         b = leaders.pop(p, -1)
                         c = consumers.pop(b, None)
@@ -109,8 +118,8 @@ class HmbReader(Reader):
                         continue
                     for mo in got:
                         self._record(p, mo.offset, mo.message.value)
-                    if got:
-                        positions[p] = got[-1].next_offset
+                    # past markers and aborted records too (a set of only those yields nothing)
+                    positions[p] = max(positions[p], ms.next_offset)
                 self._stop.wait(0.05)
         finally:
             for c in consumers.values():
@@ -228,7 +237,12 @@ def _check_committed(reader: Reader, consumer: Any, committed: dict[int, int], *
             (reader.problems if final else reader.stale_commit_reads).append(text)
 
 
-_READERS: dict[str, type[Reader]] = {r.kind: r for r in (HmbReader, HmbGroupReader, LibrdkafkaGroupReader)}
+class HmbCommittedReader(HmbReader):
+    kind = "hmb-reader-rc"
+    read_committed = True
+
+
+_READERS: dict[str, type[Reader]] = {r.kind: r for r in (HmbReader, HmbCommittedReader, HmbGroupReader, LibrdkafkaGroupReader)}
 
 
 def make_reader(kind: str, index: int, cluster: Any, topic: str, partitions: int) -> Reader:

@@ -8,7 +8,9 @@ acknowledged, the replicas' logs must be identical and every ISR whole again; th
 producers must have no duplicate and their values stored in send order.
 
 The bounded runs below cover every fault kind in under two minutes; the ``chaos`` runs (more
-seeds, eight faults each, about ten to fifteen minutes) run with ``make chaos`` only.
+seeds, eight faults each, about ten to fifteen minutes) run with ``make chaos`` only, with the
+transactional producers of transactions.py beside the others, a read_committed reader among
+the readers, and ``kill_txn_coordinator`` among the faults (``TxnFaultRun``).
 A failed run says which values were lost, whether any broker's log directory still holds them,
 and where the full report (events, client errors, broker output) was written.
 """
@@ -20,8 +22,9 @@ from typing import Any
 
 import pytest
 
-from .harness import FAULT_KINDS, TOPIC, FaultRun, encode_value, fault_sequence
+from .harness import FAULT_KINDS, PRODUCER_KINDS, TOPIC, FaultRun, encode_value, fault_sequence
 from .readers import READER_KINDS
+from .transactions import TXN_KINDS, TxnFaultRun
 
 #: (seed, faults): together every kind, each run short.
 BOUNDED: list[tuple[int, Sequence[str]]] = [
@@ -52,7 +55,8 @@ def test_no_acknowledged_loss_under_faults(zookeeper: Any, tmp_path: Any, seed: 
 @pytest.mark.timeout(600)
 @pytest.mark.parametrize("seed", CHAOS_SEEDS)
 def test_chaos_no_acknowledged_loss(zookeeper: Any, tmp_path: Any, seed: int, fault_summary: Callable[..., None]) -> None:
-    result = FaultRun(zookeeper.connect, tmp_path, seed, CHAOS_FAULTS, readers=READER_KINDS).run()
+    result = TxnFaultRun(zookeeper.connect, tmp_path, seed, CHAOS_FAULTS, producers=PRODUCER_KINDS + TXN_KINDS,
+                         readers=READER_KINDS).run()
     fault_summary(result.summary(), result)
     result.check()
 

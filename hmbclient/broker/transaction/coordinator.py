@@ -17,8 +17,10 @@ path, :class:`~hmbclient.broker.producer_ids.ProducerIdManager`), AddPartitionsT
 AddOffsetsToTxn (the group's ``__consumer_offsets`` partition joins the transaction), EndTxn,
 and WriteTxnMarkers (through its :class:`~.markers.MarkerWriter`). A chore thread runs every
 ``transaction.abort.timed.out.transaction.cleanup.interval.ms``: it aborts transactions older
-than their timeout (the producer's epoch is bumped, so it is fenced) and writes the tombstone
-of ids idle for ``transactional.id.expiration.ms``.
+than their timeout (the producer's epoch is bumped, so it is fenced), writes again the
+Complete* record of a decided transaction whose completion write failed
+(:func:`~.state.completion_failed`), and writes the tombstone of ids idle for
+``transactional.id.expiration.ms``.
 
 Request checks before the decisions (Kafka's order): the coordinator status (NOT_COORDINATOR,
 COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE); AddPartitionsToTxn answers
@@ -69,6 +71,7 @@ from .state import (
     WriteTxnLog,
     abort_timed_out,
     add_partitions,
+    completion_failed,
     describe,
     end_txn,
     error_for_version,
@@ -80,6 +83,7 @@ from .state import (
     markers_written,
     needs_new_producer_id,
     on_load,
+    retry_completion,
     timed_out,
 )
 
@@ -192,6 +196,9 @@ class TransactionCoordinator:
                 if timed_out(txn, now):
                     log.info("aborting transaction of %s: open for %d ms (timeout %d ms)", tid, now - txn.start_ms, txn.timeout_ms)
                     d = abort_timed_out(txn, now)
+                elif completion_failed(txn):
+                    log.info("writing the completion of %s's transaction again (the last write failed)", tid)
+                    d = retry_completion(txn, now)
                 elif expired(txn, now, self.config):
                     d = expire(txn, now, self.config)
                 else:

@@ -54,6 +54,8 @@ from typing import Any, NamedTuple
 from hmbclient.errors import ErrorCode
 
 __all__ = [
+    "completion_failed",
+    "retry_completion",
     "TxnState",
     "TRANSITIONS",
     "IllegalStateTransition",
@@ -572,6 +574,22 @@ def abort_timed_out(txn: TxnMetadata, now_ms: int) -> Decision:
     if not timed_out(txn, now_ms):
         return Decision(txn)
     return _fence(txn, now_ms, None, None)
+
+
+def completion_failed(txn: TxnMetadata) -> bool:
+    """Prepare* with every marker written and nothing pending: its Complete* write failed
+    (:func:`log_written` Case F, e.g. NOT_ENOUGH_REPLICAS while ``__transaction_state``'s ISR
+    was short). Nothing else would write it again before a coordinator change, and until it
+    is written the id answers CONCURRENT_TRANSACTIONS to every InitProducerId and EndTxn."""
+    return txn.state in (_PC, _PA) and not txn.partitions and not txn.has_pending
+
+
+def retry_completion(txn: TxnMetadata, now_ms: int) -> Decision:
+    """The chore's retry of a failed Complete* write (Kafka retries that append too); not
+    :func:`completion_failed`: nothing."""
+    if not completion_failed(txn):
+        return Decision(txn)
+    return _complete(txn, now_ms)
 
 
 def expired(txn: TxnMetadata, now_ms: int, config: TxnConfig) -> bool:
