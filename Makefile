@@ -1,6 +1,6 @@
 # Two commands on a fresh machine: `make demo` (the main job) and `make test` (lint: ruff and
 # mypy, then the suite without the long fault runs). `make chaos` runs those fault runs
-# (tests/faults, marked chaos: about twenty minutes; one table of fault kind x client at the end).
+# (tests/faults and the long Spark kills, marked chaos: about twenty-five minutes; one table of fault kind x client at the end).
 # Both install what they need first; every step is idempotent.
 SHELL := /bin/bash
 .SECONDEXPANSION:
@@ -44,7 +44,7 @@ test: setup lint
 	PYSPARK_PYTHON=$(abspath $(PY)) $(PY) -m pytest -q -m "not chaos" $(PYTEST_ARGS)
 
 chaos: setup
-	$(PY) -m pytest -q -p no:cacheprovider -m chaos tests/faults $(PYTEST_ARGS)
+	PYSPARK_PYTHON=$(abspath $(PY)) $(PY) -m pytest -q -p no:cacheprovider -m chaos tests/faults tests/spark $(PYTEST_ARGS)
 
 demo: setup
 	PYSPARK_PYTHON=$(abspath $(PY)) $(VENV)/bin/hmb demo $(DEMO_ARGS)

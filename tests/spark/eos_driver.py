@@ -4,6 +4,7 @@ can give it a master of its own (``local[N,F]``: real task retries) and kill it 
     python eos_driver.py batch  BOOTSTRAP MODE|TOPIC|FAIL_MARKER [...]
     python eos_driver.py batch-cluster MASTER BOOTSTRAP MODE|TOPIC|FAIL_MARKER [...]
     python eos_driver.py stream BOOTSTRAP MODE|SRC|DST|CKPT|GATE_VALUE|GATE_MARKER|REACHED [...]
+    python eos_driver.py stream-cluster MASTER BOOTSTRAP MODE|SRC|DST|CKPT|GATE_VALUE|GATE_MARKER|REACHED [...]
 
 MODE is ``eos`` (exactlyOnce=true) or ``alo`` (the default sink).
 
@@ -18,7 +19,8 @@ MODE is ``eos`` (exactlyOnce=true) or ``alo`` (the default sink).
   on an executor the workers start anew.
 * stream: one query per argument, ``hmb`` -> upper(value) through a UDF -> ``hmb``, trigger
   availableNow, from the checkpoint. The UDF blocks on GATE_VALUE while GATE_MARKER exists
-  (after creating REACHED), so the test can kill this process with the batch in flight.
+  (after creating REACHED, which names the executor JVM running the task on a cluster), so the
+  test can kill this process -- or that executor -- with the batch in flight.
 """
 
 from __future__ import annotations
@@ -38,9 +40,10 @@ def _session(master: str) -> Any:
     from spark_integration import register
 
     builder = SparkSession.builder
-    if master.startswith("spark://"):  # the test's LocalSparkCluster: 2 workers of 1 core, 512 MiB
-        builder = (builder.config("spark.executor.memory", "512m").config("spark.executor.cores", "1")
-                   .config("spark.cores.max", "2").config("spark.task.maxFailures", "4"))
+    if master.startswith("spark://"):  # the test's LocalSparkCluster: 2 workers of EOS_WORKER_CORES, 512 MiB
+        cores = int(os.environ.get("EOS_WORKER_CORES", "1"))
+        builder = (builder.config("spark.executor.memory", "512m").config("spark.executor.cores", str(cores))
+                   .config("spark.cores.max", str(2 * cores)).config("spark.task.maxFailures", "4"))
     session = (
         builder.master(master)
         .appName("hmb-eos-driver")
@@ -77,6 +80,18 @@ def _sink_options(mode: str, bootstrap: str, topic: str) -> dict[str, str]:
     if mode == "eos":
         opts["exactlyOnce"] = "true"
     return opts
+
+
+def _my_executor() -> int | None:
+    """The pid of the executor JVM this Python worker runs under (None in local mode)."""
+    pid = os.getppid()
+    while pid > 1:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            if b"CoarseGrainedExecutorBackend" in f.read():
+                return pid
+        with open(f"/proc/{pid}/stat") as f:
+            pid = int(f.read().rsplit(")", 1)[1].split()[1])
+    return None
 
 
 def _kill_my_executor(record: str) -> None:
@@ -122,10 +137,10 @@ def batch(bootstrap: str, specs: list[str], master: str = "local[2,3]") -> None:
     spark.stop()
 
 
-def stream(bootstrap: str, specs: list[str]) -> None:
+def stream(bootstrap: str, specs: list[str], master: str = "local[8]") -> None:
     from pyspark.sql.functions import col, udf
 
-    spark = _session("local[8]")  # a blocked task per query must not starve the others
+    spark = _session(master)  # a blocked task per query must not starve the others
     queries = []
     for spec in specs:
         mode, src, dst, ckpt, gate_value, gate_marker, reached = spec.split("|")
@@ -133,7 +148,10 @@ def stream(bootstrap: str, specs: list[str]) -> None:
         def gate(value: bytes, gate_value: str = gate_value, gate_marker: str = gate_marker, reached: str = reached) -> str:
             text = value.decode()
             if text == gate_value and os.path.exists(gate_marker):
-                open(reached, "w").close()
+                executor = _my_executor()
+                with open(reached + ".tmp", "w") as out:
+                    out.write("" if executor is None else str(executor))
+                os.replace(reached + ".tmp", reached)
                 deadline = time.monotonic() + 60
                 while os.path.exists(gate_marker) and time.monotonic() < deadline:
                     time.sleep(0.05)  # the test kills the driver meanwhile
@@ -158,5 +176,7 @@ def stream(bootstrap: str, specs: list[str]) -> None:
 if __name__ == "__main__":
     if sys.argv[1] == "batch-cluster":
         batch(sys.argv[3], sys.argv[4:], master=sys.argv[2])
+    elif sys.argv[1] == "stream-cluster":
+        stream(sys.argv[3], sys.argv[4:], master=sys.argv[2])
     else:
         (batch if sys.argv[1] == "batch" else stream)(sys.argv[2], sys.argv[3:])

@@ -13,6 +13,10 @@ without it.
   other three tasks of the batch have written), and restarted from its checkpoint each time; the
   replayed batch's finished partitions write nothing (eos E2), the held one's open transaction is
   aborted by the next attempt's init_transactions (eos E1).
+* the same batch write on the standalone cluster, the failure a SIGKILL of the executor running
+  partition 2's task (its transaction open), and the streaming scenario on a standalone cluster
+  of its own with the held tasks' executors killed before the first driver kill (``chaos``
+  marker: ``make chaos``, about three minutes).
 """
 
 from __future__ import annotations
@@ -212,6 +216,41 @@ def _executor_pids() -> set[int]:
 
 
 def test_streaming_killed_twice_and_restarted(broker: Any, tmp_path: Path) -> None:
+    _streaming_scenario(broker, tmp_path, ("stream",), None)
+
+
+@pytest.mark.chaos
+def test_streaming_on_the_standalone_cluster_executor_and_driver_killed(broker: Any, tmp_path: Path) -> None:
+    """The streaming scenario on a standalone cluster of its own (2 workers of 4 cores, so the
+    two queries' held tasks do not starve the others): in the first micro-batch the executor
+    running each query's held task is killed with SIGKILL (Spark runs the task again on a new
+    executor, which holds it again), then the driver; in the second, the driver."""
+    from hmbclient.testing.spark import LocalSparkCluster
+
+    with LocalSparkCluster(workers=2, cores_per_worker=4, worker_memory="1g", executor_memory="512m") as cluster:
+        os.environ["EOS_WORKER_CORES"] = "4"
+        try:
+            _streaming_scenario(broker, tmp_path, ("stream-cluster", cluster.master_url), _kill_held_executors)
+        finally:
+            os.environ.pop("EOS_WORKER_CORES", None)
+
+
+def _kill_held_executors(reached: list[Path]) -> None:
+    """SIGKILL the executors named in the ``reached`` files (each a held task's executor), then
+    wait until each task runs again elsewhere and is held again (the file rewritten)."""
+    victims = {int(r.read_text()) for r in reached}
+    assert victims, "the held tasks name their executors"
+    for r in reached:
+        r.unlink()
+    for pid in victims:
+        os.kill(pid, signal.SIGKILL)
+    wait_until(lambda: not any(_alive(p) for p in victims), 30, "the executors are gone")
+    for r in reached:
+        wait_until(lambda r=r: r.exists() and r.read_text() and int(r.read_text()) not in victims, 180,
+                   f"{r.name}: the task held again on a new executor")
+
+
+def _streaming_scenario(broker: Any, tmp_path: Path, driver: tuple[str, ...], kill_executors: Any) -> None:
     modes = ("eos", "alo")
     topics = {m: (_topic(f"eos-in-{m}"), _topic(f"eos-out-{m}")) for m in modes}
     for src, dst in topics.values():
@@ -230,13 +269,13 @@ def test_streaming_killed_twice_and_restarted(broker: Any, tmp_path: Path) -> No
             if gate is not None:
                 marker.touch()
             specs.append("|".join((m, src, dst, str(tmp_path / f"ckpt-{m}"), gate or "-", str(marker), str(reached))))
-        started.append(_driver("stream", broker.bootstrap, *specs))
+        started.append(_driver(*driver, broker.bootstrap, *specs))
         return started[-1]
 
     def rows(phases: str, parts: range) -> set[str]:
         return {f"{ph}-{p}-{i}".upper() for ph in phases for p in parts for i in range(50)}
 
-    def kill_at(proc: subprocess.Popen[bytes], gate: str, written: set[str]) -> None:
+    def kill_at(proc: subprocess.Popen[bytes], gate: str, written: set[str], executors: bool = False) -> None:
         """Wait until both queries hold partition 0 at ``gate`` and ``written`` (the batch's
         other three partitions) is visible to read_committed, then kill -9 the driver."""
         for m in modes:
@@ -245,6 +284,8 @@ def test_streaming_killed_twice_and_restarted(broker: Any, tmp_path: Path) -> No
             assert proc.poll() is None, proc.communicate()[0].decode(errors="replace")[-3000:]
             wait_until(lambda m=m: written <= set(_values(broker, topics[m][1])), 60,
                        f"{m}: the batch's other partitions written before the kill")
+        if executors and kill_executors is not None:
+            kill_executors([tmp_path / f"reached-{m}-{gate}" for m in modes])
         _kill9(proc)
         for m in modes:
             (tmp_path / f"gate-{m}-{gate}").unlink()
@@ -252,7 +293,8 @@ def test_streaming_killed_twice_and_restarted(broker: Any, tmp_path: Path) -> No
     started: list[subprocess.Popen[bytes]] = []
     try:
         feed("a")
-        kill_at(run("a-0-25"), "a-0-25", rows("a", range(1, 4)))  # batch 0: partitions 1-3 written, 0 held
+        # batch 0: partitions 1-3 written, 0 held (its executor killed first, on a cluster)
+        kill_at(run("a-0-25"), "a-0-25", rows("a", range(1, 4)), executors=True)
         feed("b")
         # batch 0 replayed, batch 1: partitions 1-3 written, 0 held
         kill_at(run("b-0-25"), "b-0-25", rows("a", range(4)) | rows("b", range(1, 4)))
