@@ -251,7 +251,9 @@ class ConfigBase:
 
     Subclasses get: keyword construction with any spelling of a key, ``from_properties``,
     ``replace``, ``to_properties``, ``settings``, and validation on construction. Override
-    ``_validate`` for cross-field rules (call ``super()._validate()``).
+    ``_validate`` for cross-field rules (call ``super()._validate()``), and ``_implied`` for
+    defaults that follow from other keys the caller gave (Kafka's "acks defaults to all when
+    idempotence is on").
     """
 
     # Set by dataclass() on each decorated class; declared here so type checkers treat
@@ -314,6 +316,12 @@ class ConfigBase:
             ConfigError: an unknown or repeated key.
         """
         return cls._resolve(props)
+
+    @classmethod
+    def _implied(cls, given: dict[str, Any]) -> dict[str, Any]:
+        """The resolved keys (field names) with defaults implied by the others added; the
+        keys the caller gave are never changed."""
+        return given
 
     @classmethod
     def _resolve(cls, given: Mapping[str, Any]) -> dict[str, Any]:
@@ -476,7 +484,7 @@ def config_class(cls: type[_C]) -> type[_C]:
     generated_init = dc.__init__
 
     def __init__(self: Any, **kwargs: Any) -> None:
-        generated_init(self, **dc._resolve(kwargs))
+        generated_init(self, **dc._implied(dc._resolve(kwargs)))
 
     __init__.__signature__ = inspect.signature(generated_init)  # type: ignore[attr-defined]
     __init__.__doc__ = (

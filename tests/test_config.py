@@ -397,3 +397,21 @@ def test_parse_helpers(tmp_path: Path) -> None:
     assert ConsumerConfig.from_properties(load_properties(f)).group_id == "billing"
     with pytest.raises(ConfigError, match="cannot read"):
         load_properties(tmp_path / "missing.properties")
+
+
+def test_acks_default_to_all_when_idempotence_or_a_transactional_id_is_asked_for() -> None:
+    """Kafka's ProducerConfig: acks not given + idempotence asked for -> acks=all; acks given
+    and not all -> refused (the implied default never overrides what the caller set)."""
+    from hmbclient.config import ProducerConfig
+    from hmbclient.errors import ConfigError
+
+    broker = {"metadata.broker.list": "h:9092"}
+    assert ProducerConfig(**broker, **{"transactional.id": "orders-1"}).request_required_acks == -1
+    assert ProducerConfig(**broker, **{"enable.idempotence": "true"}).request_required_acks == -1
+    assert ProducerConfig(**broker, **{"enable.idempotence": True}).request_required_acks == -1
+    assert ProducerConfig(**broker).request_required_acks == 1  # the 0.8 default stays
+    assert ProducerConfig(**broker, **{"enable.idempotence": False}).request_required_acks == 1
+    with pytest.raises(ConfigError, match="needs 'request.required.acks'=-1"):
+        ProducerConfig(**broker, **{"transactional.id": "orders-1", "acks": 1})
+    cfg = ProducerConfig.from_properties({**broker, "transactional.id": "t"})
+    assert cfg.request_required_acks == -1 and cfg.replace(client_id="x").request_required_acks == -1

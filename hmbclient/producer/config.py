@@ -214,6 +214,17 @@ class ProducerConfig(SecurityConfig):
             if self.api_version in ("hmb", "0.8", "0.10"):
                 self._fail(f"{what} needs Kafka 0.11+ (RecordBatch v2); api.version is {self.api_version!r}")
 
+    @classmethod
+    def _implied(cls, given: dict[str, Any]) -> dict[str, Any]:
+        # Kafka's ProducerConfig: with idempotence asked for (enable.idempotence=true or a
+        # transactional.id) and acks not given, acks is "all"; given, it must be all.
+        idem = given.get("enable_idempotence")
+        asked = given.get("transactional_id") is not None or idem is True or (
+            isinstance(idem, str) and idem.strip().lower() in ("true", "yes", "on", "1"))
+        if asked and "request_required_acks" not in given:
+            return {**given, "request_required_acks": -1}
+        return given
+
     def _validate_transactional(self) -> None:
         """A transactional producer is an idempotent one (Kafka's ProducerConfig rules)."""
         tid = self.transactional_id
