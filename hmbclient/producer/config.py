@@ -67,7 +67,7 @@ class ProducerConfig(SecurityConfig):
         1,
         aliases=("acks",),
         convert=_acks,
-        doc="request.required.acks: 0 none, 1 leader, -1/all ISR",
+        doc="request.required.acks: 0 none, 1 leader, -1/all ISR (not given: -1 when enable.idempotence=true or transactional.id is set)",
     )
     request_timeout_ms: int = setting(
         10_000,
