@@ -10,6 +10,7 @@ field-by-field reference on the same values.
 
 from __future__ import annotations
 
+import uuid
 from typing import Any
 
 import pytest
@@ -24,6 +25,7 @@ from hmbclient.protocol.api import (
     ConsumerProtocolMemberAssignment,
     ConsumerProtocolMemberMetadata,
 )
+from hmbclient.protocol.api.consumer_group import NullableStruct
 from hmbclient.protocol.types import (
     Array,
     Boolean,
@@ -33,6 +35,7 @@ from hmbclient.protocol.types import (
     CompactNullableString,
     CompactRecords,
     CompactString,
+    Float64,
     Int8,
     Int16,
     Int32,
@@ -44,6 +47,7 @@ from hmbclient.protocol.types import (
     Struct,
     Type,
     UInt32,
+    Uuid,
 )
 
 _BITS = {id(Int8): (8, True), id(Int16): (16, True), id(Int32): (32, True), id(Int64): (64, True), id(UInt32): (32, False)}
@@ -86,6 +90,12 @@ def strategy(t: Type) -> st.SearchStrategy[Any]:
         return st.binary(max_size=64)
     if t in (NullableBytes, Records):
         return st.one_of(st.none(), st.binary(max_size=64))
+    if t is Uuid:
+        return st.uuids(version=None) | st.just(uuid.UUID(int=0))
+    if t is Float64:
+        return st.floats(allow_nan=False)  # NaN != NaN: a round trip could not be compared
+    if isinstance(t, NullableStruct):
+        return st.one_of(st.none(), strategy(t.inner))
     raise AssertionError(f"no strategy for {t!r}")
 
 
@@ -114,10 +124,18 @@ def edge(t: Type, mode: str, depth: int = 0) -> Any:
         if mode == "null":
             return None if t is not Bytes else b""
         return b"" if mode == "min" else bytes(range(256)) * (64 if depth < 2 else 1)
+    if t is Uuid:
+        return uuid.UUID(int={"null": 0, "min": 1, "max": 2**128 - 1}[mode])
+    if t is Float64:
+        return {"null": 0.0, "min": -1.7976931348623157e308, "max": 1.7976931348623157e308}[mode]
+    if isinstance(t, NullableStruct):
+        return None if mode == "null" else edge(t.inner, mode, depth)
     raise AssertionError(f"no edge value for {t!r}")
 
 
 def plain(t: Type, x: Any) -> Any:
+    if isinstance(t, NullableStruct):
+        return None if x is None else plain(t.inner, x)
     if isinstance(t, Struct):
         return tuple(plain(ft, fx) for (_n, ft), fx in zip(t.fields, x, strict=True))
     if isinstance(t, Array):

@@ -19,7 +19,14 @@ import pytest
 
 from hmbclient import errors
 from hmbclient.protocol.api import REQUESTS, RESPONSES, ApiKey, Response
+from hmbclient.protocol.api.consumer_group import (
+    ASSIGNMENT,
+    ConsumerGroupHeartbeatRequest,
+    ConsumerGroupHeartbeatResponse,
+    NullableStruct,
+)
 from hmbclient.protocol.types import Array, Struct, Type
+from tests.protocol import test_kip848_protocol as kip848
 
 # --- the layout, by hand --------------------------------------------------------------------
 
@@ -175,8 +182,26 @@ VECTORS: list[tuple[Any, tuple[Any, ...], bytes]] = [
 ]
 
 
+# ConsumerGroupHeartbeat (68, KIP-848; kafka-python has no class for it): the hand-written
+# bytes of tests/protocol/test_kip848_protocol.py, v0 and v1 (v1 adds the topic regex, null here).
+_JOIN_FIELDS = {"group_id": "g1", "member_id": "", "member_epoch": 0, "rack_id": "rack-a", "rebalance_timeout_ms": 60000,
+                "subscribed_topic_names": ["a", "b"], "server_assignor": "uniform", "topic_partitions": []}
+_SPLIT = kip848.JOIN.index(kip848._cs("uniform"))
+_ANSWER_FIELDS = {"member_id": "m-1", "member_epoch": 5, "heartbeat_interval_ms": 5000,
+                  "assignment": ASSIGNMENT.build(topic_partitions=[{"topic_id": kip848.TID, "partitions": [1]}])}
+VECTORS += [
+    (ConsumerGroupHeartbeatRequest[0], tuple(ConsumerGroupHeartbeatRequest[0].build(**_JOIN_FIELDS)), kip848.JOIN),
+    (ConsumerGroupHeartbeatRequest[1], tuple(ConsumerGroupHeartbeatRequest[1].build(**_JOIN_FIELDS)),
+     kip848.JOIN[:_SPLIT] + kip848._cs(None) + kip848.JOIN[_SPLIT:]),
+    *[(ConsumerGroupHeartbeatResponse[v], tuple(ConsumerGroupHeartbeatResponse[v].build(**_ANSWER_FIELDS)), kip848.ANSWER)
+      for v in (0, 1)],
+]
+
+
 def plain(t: Type, x: Any) -> Any:
     """Namedtuples and tuples -> tuples, arrays -> lists, so decoded and written values compare."""
+    if isinstance(t, NullableStruct):
+        return None if x is None else plain(t.inner, x)
     if isinstance(t, Struct):
         return tuple(plain(ft, fx) for (_n, ft), fx in zip(t.fields, x, strict=True))
     if isinstance(t, Array):
