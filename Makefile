@@ -40,8 +40,17 @@ $(STAMP): pyproject.toml | $(PY)
 
 venv: $(STAMP)
 
+# The suite runs as two pytest processes at once: the JVM half (Spark and Apache Kafka:
+# JVM_TESTS) and the rest. Most tests wait on brokers, session timeouts and JVM start-ups rather
+# than compute (the load stays near 1 on 2 cores when one process runs the whole suite, which then
+# takes about 40 minutes), so the halves overlap well. The JVM half's output follows the rest's.
+JVM_TESTS := tests/spark tests/reference
 test: setup lint
-	PYSPARK_PYTHON=$(abspath $(PY)) $(PY) -m pytest -q -m "not chaos" $(PYTEST_ARGS)
+	@rc=0; export PYSPARK_PYTHON=$(abspath $(PY)); \
+	$(PY) -m pytest -q -m "not chaos" -p no:cacheprovider $(JVM_TESTS) $(PYTEST_ARGS) > .test-jvm.log 2>&1 & jvm=$$!; \
+	trap 'kill $$jvm 2>/dev/null' INT TERM; \
+	$(PY) -m pytest -q -m "not chaos" $(addprefix --ignore=,$(JVM_TESTS)) $(PYTEST_ARGS) || rc=1; \
+	wait $$jvm || rc=1; echo "--- $(JVM_TESTS):"; cat .test-jvm.log; exit $$rc
 
 chaos: setup
 	PYSPARK_PYTHON=$(abspath $(PY)) $(PY) -m pytest -q -p no:cacheprovider -m chaos tests/faults tests/spark $(PYTEST_ARGS)
