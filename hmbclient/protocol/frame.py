@@ -15,7 +15,9 @@ each header (request header v2, response header v1):
 with one exception, as Kafka: ApiVersions responses always use response header v0 (a client
 must read the answer even when the broker did not understand the version it asked for). We
 write empty header tag sections and skip unknown header tags when reading (no header tag is
-defined that we act on); a malformed section is a ProtocolError like any other bad header.
+defined that we act on); a malformed section is a ProtocolError like any other bad header. The
+server reads a flexible request's fields and ignores bytes after them, as Kafka's generated
+parsers do (librdkafka 2.16 sends some); a non-flexible request must end where its fields end.
 
 ``ClientConnection`` (client side, h11 style): ``send_request(req) -> (correlation_id, bytes)``
 records what response type to expect; ``receive_data(bytes)`` buffers; ``next_response()``
@@ -505,7 +507,10 @@ class ServerConnection:
         try:
             if rtype.FLEXIBLE:
                 _, pos = _HEADER_TAGS.read(frame, pos)
-            req = rtype.decode(memoryview(frame)[pos:])
+            # A flexible body may be followed by bytes its version does not define: Kafka's
+            # generated parsers read the fields and drop the rest, and librdkafka 2.16's
+            # all-topics Metadata v12 carries 3 such bytes. Non-flexible bodies stay exact.
+            req = rtype.decode(memoryview(frame)[pos:], exact=not rtype.FLEXIBLE)
         except ProtocolError as e:
             raise self._frames.fail(ProtocolError(f"{rtype.__name__} (correlation id {cid}): {e}")) from None
         return RequestEvent(header, req)

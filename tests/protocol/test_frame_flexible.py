@@ -148,3 +148,25 @@ def test_api_versions_responses_keep_header_v0() -> None:
     cid, _ = client.send_request(ApiVersionsRequest[0]())
     client.receive_data(_frame(ServerConnection.encode_response(cid, resp)))
     assert client.next_response() == (cid, resp)
+
+
+def test_librdkafkas_all_topics_metadata_v12_with_trailing_bytes_is_read() -> None:
+    """The frame librdkafka 2.16's ``list_topics()`` sends (captured): Metadata v12 asking for
+    every topic, whose body ends with 3 bytes v12 does not define. Kafka's parser reads the
+    fields and ignores the rest; so do we (the connection used to be closed, and the client
+    failed with "Broker transport failure")."""
+    frame = bytes.fromhex("000000190003000c00000004000772646b61666b610000000000000000")
+    server = ServerConnection()
+    server.receive_data(frame)
+    ev = server.next_request()
+    assert isinstance(ev, RequestEvent) and ev.request.topics is None and ev.header.client_id == "rdkafka"
+    assert server.next_request() is NEED_DATA
+
+
+def test_a_non_flexible_request_must_still_end_where_its_fields_end() -> None:
+    body = MetadataRequest[1](topics=None).encode() + b"x"
+    head = struct.pack(">hhi", 3, 1, 1) + struct.pack(">h", -1)
+    server = ServerConnection()
+    server.receive_data(struct.pack(">i", len(head) + len(body)) + head + body)
+    with pytest.raises(ProtocolError, match="trailing"):
+        server.next_request()
