@@ -16,6 +16,7 @@ from collections import deque
 from collections.abc import Iterator
 from typing import Any
 
+import kafka  # kafka-python is a test dependency: a missing one fails, never skips
 import pytest
 
 from hmbclient import Producer
@@ -24,8 +25,6 @@ from hmbclient.broker.quotas import CONSUMER, PRODUCER, resolve
 from hmbclient.cli import main as hmb
 
 from .conftest import wait_until
-
-kafka = pytest.importorskip("kafka")
 
 QUOTA = 200_000
 VALUE = b"q" * 1000
