@@ -354,6 +354,7 @@ def measure(title: str, workloads: dict[str, Callable[[], int]], expect: dict[st
     # apart, and the ratio reported is the median of the per-round ratios.
     times: dict[str, list[float]] = {name: [] for name in workloads}
     cpus: dict[str, list[float]] = {name: [] for name in workloads}
+    broker_cpus: dict[str, list[float]] = {name: [] for name in workloads}
     extra: dict[str, int] = dict.fromkeys(workloads, 0)
     me = os.getpid()
     # Untimed rounds first: JIT-compile the JVM's paths and warm both sides' caches (standard
@@ -367,8 +368,11 @@ def measure(title: str, workloads: dict[str, Callable[[], int]], expect: dict[st
         for name, fn in workloads.items():
             _prepare(fn)  # the readiness rule: baselines connected before the clock
             cpu0 = tree_cpu(me, broker_pid)
+            broker0 = tree_cpu(broker_pid, None) if broker_pid is not None else 0.0
             secs, got = timed(fn, 1)
             cpus[name].append(tree_cpu(me, broker_pid) - cpu0)
+            if broker_pid is not None:
+                broker_cpus[name].append(tree_cpu(broker_pid, None) - broker0)
             if got < expect[name] or (got != expect[name] and not name.endswith(("write", "pipeline"))):
                 raise SystemExit(f"{title} {name}: got {got}, expected {expect[name]}")
             extra[name] += got - expect[name]
@@ -378,14 +382,16 @@ def measure(title: str, workloads: dict[str, Callable[[], int]], expect: dict[st
     # CPU-s: this process and its children (Spark's JVM and Python workers), broker
     # excluded; unlike wall time it barely depends on what else the machine runs. (On the
     # standalone cluster the daemons are our children and the executors theirs: counted.)
+    # broker CPU-s: the broker's process tree alone (Tansu's is not ours to see: blank).
     print(f"-- {title}")
-    print(f"{'workload':<16}{'median s':>9}{'rows/s':>14}{'CPU-s':>8}   runs (s)")
+    print(f"{'workload':<16}{'median s':>9}{'rows/s':>14}{'CPU-s':>8}{'broker CPU-s':>14}   runs (s)")
     for name, ts in times.items():
         med = statistics.median(ts)
         runs = " ".join(f"{t:.2f}" for t in ts)
         cpu = statistics.median(cpus[name])
+        bcpu = f"{statistics.median(broker_cpus[name]):>14.2f}" if broker_cpus[name] else " " * 14
         dup = f"   ({extra[name]} duplicate rows)" if extra[name] else ""
-        print(f"{name:<16}{med:>9.2f}{rows / med:>14,.0f}{cpu:>8.2f}   {runs}{dup}")
+        print(f"{name:<16}{med:>9.2f}{rows / med:>14,.0f}{cpu:>8.2f}{bcpu}   {runs}{dup}")
     for label, num, den in ratios:
         if num in times and den in times:
             summary = ratio_summary([1 / t for t in times[num]], [1 / t for t in times[den]])
