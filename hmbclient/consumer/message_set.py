@@ -179,7 +179,8 @@ class ByteBufferMessageSet:
         gives records only.
 
         Raises:
-            the partition's BrokerError, as iterating does; CorruptRecordError.
+            BrokerError: The partition's error (e.g. OffsetOutOfRangeError), as iterating does.
+            CorruptRecordError: A CRC mismatch or malformed records.
         """
         segs = self._segments
         if segs is None:
