@@ -478,6 +478,12 @@ class Broker:
             self.metrics_endpoint = MetricsEndpoint(lambda: [registry], cfg.metrics_host or cfg.host, cfg.metrics_port)
             log.info("broker %d: metrics at http://%s:%d/metrics", cfg.broker_id, self.metrics_endpoint.host, self.metrics_endpoint.port)
 
+    @property
+    def metrics_registry(self) -> Metrics | None:
+        """The registry behind :meth:`metrics` (tag ``broker``), None before the broker first
+        started: what the exporters of :mod:`hmbclient.metrics_exporters` read."""
+        return self._metrics
+
     def metrics(self) -> dict[str, dict[str, float]]:
         """The broker's metrics under Kafka's MBean names (see :mod:`hmbclient.broker.metrics`):
         ``{group: {name: value}}``, e.g. ``["kafka.server.ReplicaManager"]["UnderReplicatedPartitions"]``.
