@@ -1,0 +1,77 @@
+"""Exporters of hmbclient's metrics to monitoring libraries, installed as extras.
+
+* :mod:`hmbclient.metrics_exporters.prometheus` (``pip install 'hmbclient[prometheus]'``): a
+  ``prometheus_client`` collector; register it into a ``CollectorRegistry`` and
+  ``prometheus_client.start_http_server`` (or any of its exposition helpers) serves our metrics.
+* :mod:`hmbclient.metrics_exporters.otel` (``pip install 'hmbclient[otel]'``): OpenTelemetry
+  observable instruments read by whatever ``MetricReader`` the application's ``MeterProvider``
+  has (periodic OTLP export, Prometheus, in-memory).
+
+Contract
+--------
+* A *source* is a :class:`hmbclient.metrics.Metrics` registry or anything with a
+  ``metrics_registry`` attribute: ``Producer``, ``Consumer``, ``ConsumerConnector``,
+  ``AIOConsumer`` (``AIOProducer.producer`` for the asyncio producer), ``Broker`` and
+  ``EmbeddedBroker``. The registry is looked up at each collection, so a broker not started yet
+  (``None``) exports nothing and a restarted ``EmbeddedBroker`` exports its new registry.
+* Names keep Kafka's: metric group and name (``producer-metrics`` / ``record-send-rate``), tags
+  as labels or attributes (``client-id``, ``topic``, ``broker``). Prometheus gets the names of
+  the broker's own endpoint (:func:`hmbclient.metrics.prometheus_name`); OpenTelemetry gets
+  ``<prefix>.<group>.<name>`` with Kafka's spelling lowered (OTel names allow ``-`` and ``.``
+  and are case-insensitive).
+* Cumulative metrics (the ``-total`` ones: ``Total``/``Count`` stats) are counters, the rest
+  gauges (:attr:`hmbclient.metrics.MetricSample.kind`).
+* The optional libraries are imported only by these two modules (tests/test_architecture.py
+  checks it); importing one without its library raises ImportError naming the extra. Nothing
+  else of hmbclient imports them, so a client that does not export pays nothing: values are
+  computed only when a scrape or a reader asks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from hmbclient.metrics import Metrics
+
+__all__ = ["missing_extra", "registries_of"]
+
+
+def registries_of(sources: Iterable[Any]) -> list[Metrics]:
+    """The registries of ``sources`` now (see the module doc); sources without one yet skipped.
+
+    Args:
+        sources: registries, or objects with a ``metrics_registry`` attribute.
+
+    Returns:
+        The registries, in the order of ``sources``.
+
+    Raises:
+        TypeError: a source is neither a registry nor has ``metrics_registry``.
+    """
+    out: list[Metrics] = []
+    for source in sources:
+        reg = source if isinstance(source, Metrics) else getattr(source, "metrics_registry", _NONE)
+        if reg is _NONE or (reg is not None and not isinstance(reg, Metrics)):
+            raise TypeError(f"{type(source).__name__} is not a metrics source: pass a Producer, a consumer, "
+                            "a Broker/EmbeddedBroker or an hmbclient.metrics.Metrics registry")
+        if reg is not None:
+            out.append(reg)
+    return out
+
+
+def missing_extra(module: str, library: str, extra: str) -> ImportError:
+    """The ImportError an exporter raises when its library is not installed.
+
+    Args:
+        module: the exporter module.
+        library: the distribution it needs.
+        extra: hmbclient's extra that installs it.
+
+    Returns:
+        An ImportError whose message says what to install.
+    """
+    return ImportError(f"{module} needs {library}, which is not installed: pip install 'hmbclient[{extra}]'")
+
+
+_NONE: Any = object()
