@@ -35,6 +35,7 @@ from hmbclient.broker.configs import ConfigDescriber
 from hmbclient.broker.controller.controller import Controller
 from hmbclient.broker.controller.decisions import LeaderIsr
 from hmbclient.broker.controller.store import (
+    DYNAMIC_CONFIGS_FILE,
     TOPIC_IDS_FILE,
     CoordinationStore,
     MemoryStore,
@@ -508,7 +509,7 @@ class Broker:
                 inter_broker_listener=cfg.inter_broker_protocol,
             )
         else:
-            memory = MemoryStore(os.path.join(logs.log_dir, TOPIC_IDS_FILE))
+            memory = MemoryStore(os.path.join(logs.log_dir, TOPIC_IDS_FILE), os.path.join(logs.log_dir, DYNAMIC_CONFIGS_FILE))
             _seed_memory_store(memory, logs, cfg.broker_id)
             store = memory
         self.store = store
