@@ -29,12 +29,13 @@ Contract
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterable
 from typing import Any
 
 from hmbclient.metrics import Metrics
 
-__all__ = ["missing_extra", "registries_of"]
+__all__ = ["MetricsSources", "missing_extra", "registries_of"]
 
 
 def registries_of(sources: Iterable[Any]) -> list[Metrics]:
@@ -58,6 +59,55 @@ def registries_of(sources: Iterable[Any]) -> list[Metrics]:
         if reg is not None:
             out.append(reg)
     return out
+
+
+class MetricsSources:
+    """The sources an exporter reads, changed while collections run (each change swaps in a
+    new tuple under a lock, so a collection reads one whole list and no change is lost).
+
+    Args:
+        sources: registries or clients/brokers (anything with ``metrics_registry``).
+
+    Raises:
+        TypeError: a source is not a metrics source (checked now, not at the first collection).
+    """
+
+    def __init__(self, sources: Iterable[Any]) -> None:
+        sources = tuple(sources)
+        registries_of(sources)
+        self._sources = sources
+        self._sources_lock = threading.Lock()
+
+    def add(self, source: Any) -> None:
+        """Export one more source from the next collection on.
+
+        Args:
+            source: a registry or a client/broker.
+
+        Raises:
+            TypeError: ``source`` is not a metrics source.
+        """
+        registries_of([source])
+        with self._sources_lock:
+            self._sources = (*self._sources, source)
+
+    def remove(self, source: Any) -> None:
+        """Stop exporting ``source`` (a closed client, say).
+
+        Args:
+            source: a source given before.
+
+        Raises:
+            ValueError: ``source`` was not exported.
+        """
+        with self._sources_lock:
+            sources = list(self._sources)
+            sources.remove(source)
+            self._sources = tuple(sources)
+
+    def registries(self) -> list[Metrics]:
+        """The sources' registries now (see :func:`registries_of`)."""
+        return registries_of(self._sources)
 
 
 def missing_extra(module: str, library: str, extra: str) -> ImportError:

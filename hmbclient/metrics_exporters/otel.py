@@ -37,7 +37,7 @@ import threading
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from hmbclient.metrics_exporters import missing_extra, registries_of
+from hmbclient.metrics_exporters import MetricsSources, missing_extra
 
 try:
     from opentelemetry import metrics as otel_metrics
@@ -66,7 +66,7 @@ def instrument_name(group: str, name: str, prefix: str = "hmb") -> str:
     return "".join(c if c.isascii() and (c.isalnum() or c in "_.-/") else "_" for c in raw).lower()
 
 
-class MetricsBridge:
+class MetricsBridge(MetricsSources):
     """Observable instruments that read hmbclient metrics when an OpenTelemetry reader collects.
 
     Args:
@@ -81,11 +81,10 @@ class MetricsBridge:
 
     def __init__(self, *sources: Any, meter_provider: MeterProvider | None = None, prefix: str = "hmb",
                  meter_name: str = "hmbclient") -> None:
-        registries_of(sources)
+        super().__init__(sources)
         provider = meter_provider if meter_provider is not None else otel_metrics.get_meter_provider()
         self.meter: Meter = provider.get_meter(meter_name)
         self.prefix = prefix
-        self._sources = list(sources)
         self._lock = threading.Lock()
         self._declared: dict[str, Any] = {}
         self._closed = False
@@ -98,7 +97,7 @@ class MetricsBridge:
             return sorted(self._declared)
 
     def add(self, source: Any) -> None:
-        """Export one more source (and declare its names).
+        """Export one more source and declare its metric names (:meth:`refresh`).
 
         Args:
             source: a registry or a client/broker.
@@ -106,9 +105,7 @@ class MetricsBridge:
         Raises:
             TypeError: ``source`` is not a metrics source.
         """
-        registries_of([source])
-        with self._lock:
-            self._sources = [*self._sources, source]
+        super().add(source)
         self.refresh()
 
     def refresh(self) -> list[str]:
@@ -119,7 +116,7 @@ class MetricsBridge:
         """
         new: list[str] = []
         with self._lock:
-            for registry in registries_of(self._sources):
+            for registry in self.registries():
                 for group, name, description, kind in registry.names():
                     iname = instrument_name(group, name, self.prefix)
                     if iname in self._declared:
@@ -143,7 +140,7 @@ class MetricsBridge:
             if self._closed:
                 return []
             return [Observation(s.value, dict(s.tags))
-                    for registry in registries_of(self._sources)
+                    for registry in self.registries()
                     for s in registry.samples(group, name)
                     if not math.isnan(s.value)]
 

@@ -31,7 +31,7 @@ from collections.abc import Iterable, Iterator
 from typing import Any
 
 from hmbclient.metrics import prometheus_label, prometheus_name
-from hmbclient.metrics_exporters import missing_extra, registries_of
+from hmbclient.metrics_exporters import MetricsSources, missing_extra
 
 try:
     from prometheus_client.metrics_core import Metric
@@ -42,43 +42,21 @@ except ImportError as exc:  # pragma: no cover - the extra's own message
 __all__ = ["MetricsCollector", "register"]
 
 
-class MetricsCollector(Collector):
-    """A ``prometheus_client`` collector of hmbclient metrics.
+class MetricsCollector(MetricsSources, Collector):
+    """A ``prometheus_client`` collector of hmbclient metrics; ``add`` / ``remove`` change its
+    sources from the next scrape on.
 
     Args:
         *sources: registries or clients/brokers (anything with ``metrics_registry``).
         prefix: the namespace of every name (``hmb``; empty: none).
+
+    Raises:
+        TypeError: a source is not a metrics source.
     """
 
     def __init__(self, *sources: Any, prefix: str = "hmb") -> None:
-        registries_of(sources)  # a wrong source fails here, not at the first scrape
-        self._sources = list(sources)
+        MetricsSources.__init__(self, sources)
         self.prefix = prefix
-
-    def add(self, source: Any) -> None:
-        """Export one more source from the next scrape on.
-
-        Args:
-            source: a registry or a client/broker.
-
-        Raises:
-            TypeError: ``source`` is not a metrics source.
-        """
-        registries_of([source])
-        self._sources = [*self._sources, source]
-
-    def remove(self, source: Any) -> None:
-        """Stop exporting ``source`` (a closed client, say).
-
-        Args:
-            source: a source given before.
-
-        Raises:
-            ValueError: ``source`` was not exported.
-        """
-        sources = list(self._sources)
-        sources.remove(source)
-        self._sources = sources
 
     def describe(self) -> Iterable[Metric]:
         """Nothing: the names are known only when collected (see the module doc)."""
@@ -87,7 +65,7 @@ class MetricsCollector(Collector):
     def collect(self) -> Iterator[Metric]:
         """One family per metric name of the sources' registries, read now."""
         families: dict[str, Metric] = {}
-        for registry in registries_of(self._sources):
+        for registry in self.registries():
             for s in registry.samples():
                 name = prometheus_name(s.group, s.name, self.prefix)
                 family = families.get(name)
