@@ -110,18 +110,21 @@ class MetricsSources:
         return registries_of(self._sources)
 
 
-def missing_extra(module: str, library: str, extra: str) -> ImportError:
-    """The ImportError an exporter raises when its library is not installed.
+def missing_extra(module: str, library: str, extra: str, missing: str | None) -> ModuleNotFoundError:
+    """The error an exporter raises when its library is not installed.
 
     Args:
         module: the exporter module.
         library: the distribution it needs.
         extra: hmbclient's extra that installs it.
+        missing: the module Python did not find (the original error's ``name``).
 
     Returns:
-        An ImportError whose message says what to install.
+        A ModuleNotFoundError (an ImportError) naming ``missing`` as its ``name`` and saying
+        what to install.
     """
-    return ImportError(f"{module} needs {library}, which is not installed: pip install 'hmbclient[{extra}]'")
+    return ModuleNotFoundError(f"{module} needs {library}, which is not installed: pip install 'hmbclient[{extra}]'",
+                               name=missing)
 
 
 _NONE: Any = object()

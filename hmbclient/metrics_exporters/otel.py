@@ -43,7 +43,7 @@ try:
     from opentelemetry import metrics as otel_metrics
     from opentelemetry.metrics import CallbackOptions, Meter, MeterProvider, Observation
 except ImportError as exc:  # pragma: no cover - the extra's own message
-    raise missing_extra(__name__, "opentelemetry-api", "otel") from exc
+    raise missing_extra(__name__, "opentelemetry-api", "otel", exc.name) from exc
 
 __all__ = ["MetricsBridge", "instrument_name"]
 

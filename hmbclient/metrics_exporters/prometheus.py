@@ -37,7 +37,7 @@ try:
     from prometheus_client.metrics_core import Metric
     from prometheus_client.registry import REGISTRY, Collector, CollectorRegistry
 except ImportError as exc:  # pragma: no cover - the extra's own message
-    raise missing_extra(__name__, "prometheus_client", "prometheus") from exc
+    raise missing_extra(__name__, "prometheus_client", "prometheus", exc.name) from exc
 
 __all__ = ["MetricsCollector", "register"]
 

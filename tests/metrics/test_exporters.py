@@ -184,8 +184,9 @@ sys.modules['opentelemetry'] = None
 for mod, extra in (('prometheus', 'prometheus'), ('otel', 'otel')):
     try:
         __import__('hmbclient.metrics_exporters.' + mod)
-    except ImportError as e:
+    except ModuleNotFoundError as e:  # an ImportError naming the missing module, as Python's
         assert f"pip install 'hmbclient[{extra}]'" in str(e), str(e)
+        assert e.name.split('.')[0] in ('prometheus_client', 'opentelemetry'), e.name
     else:
         raise AssertionError(mod + ' imported without its library')
 print('ok')
