@@ -24,6 +24,7 @@ from waiting import wait_until
 from hmbclient import admin
 from hmbclient.broker import BrokerProcess
 from hmbclient.broker.controller.store import DYNAMIC_CONFIGS_FILE, MemoryStore
+from hmbclient.children import preexec_for_current_thread
 from hmbclient.errors import ErrorCode, StorageError
 from hmbclient.protocol.api import ApiKey
 from hmbclient.protocol.api.base import REQUESTS
@@ -113,7 +114,8 @@ def test_a_kill_9_during_writes_never_leaves_half_a_file(tmp_path: Path) -> None
     path = tmp_path / DYNAMIC_CONFIGS_FILE
     for _ in range(3):
         proc = subprocess.Popen([sys.executable, "-c", _WRITER, str(path)], stdout=subprocess.PIPE, text=True,
-                                env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
+                                env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"},
+                                preexec_fn=preexec_for_current_thread())  # dies with this process
         try:
             assert proc.stdout is not None and proc.stdout.readline().strip() == "writing"
             n = int(MemoryStore(configs_path=str(path)).entity_config("topics", "t")["n"])
