@@ -1209,10 +1209,18 @@ class Log:
             h = seg.find_timestamp(timestamp)
             if h is None:
                 continue
-            data = seg.store.read(h.position, h.size)
-            for rec in records.decode_records(data):
-                if rec.timestamp >= timestamp and rec.offset >= start:
-                    return rec.offset, rec.timestamp
+            pos, size = h.position, seg.size
+            if seg.base_offset < start:
+                # The segment the log start is in: begin no earlier than the entry holding it.
+                at = seg.locate(start, size)
+                if at is not None and at.position > pos:
+                    pos = at.position
+            while pos + 12 <= size:  # usually one entry: the first whose max timestamp is late enough
+                n = 12 + int.from_bytes(seg.store.read(pos + 8, 4), "big")
+                for rec in records.decode_records(seg.store.read(pos, n)):
+                    if rec.timestamp >= timestamp and rec.offset >= start:
+                        return rec.offset, rec.timestamp
+                pos += n
         return None
 
     # -- lifecycle -------------------------------------------------------------------------
