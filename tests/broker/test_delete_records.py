@@ -172,3 +172,13 @@ def test_v2_bytes_are_kafka_pythons() -> None:
     got = REQUESTS[(ApiKey.DELETE_RECORDS, 2)].RESPONSE_TYPE.decode(memoryview(theirs))
     assert [(t.name, [(p.partition_index, p.low_watermark, p.error_code) for p in t.partitions]) for t in got.topics] == [
         ("t", [(0, 5, 0), (1, -1, 1)])]
+
+
+def test_low_watermark_counts_the_followers_on_live_brokers() -> None:
+    from hmbclient.broker.partition import FollowerProgress, low_watermark
+
+    followers = {1: FollowerProgress(log_start=40), 2: FollowerProgress(log_start=25), 3: FollowerProgress()}
+    assert low_watermark(50, followers, alive={0, 1}) == 40
+    assert low_watermark(50, followers, alive={0, 1, 2}) == 25
+    assert low_watermark(50, followers, alive={0, 1, 2, 3}) == -1  # not heard from yet: the answer waits
+    assert low_watermark(50, {}, alive={0}) == 50
