@@ -18,6 +18,13 @@ Contract:
   The one exception keeps callers that predate replication working: ``append`` without a
   ``leader_epoch`` treats the log as its own only replica and moves it to the log end. Retention
   and compaction never touch offsets at or past it.
+* Log start offset: the first segment's base, or past it inside that segment after DeleteRecords
+  (``increment_log_start_offset``: never past the high watermark; whole segments below it are
+  deleted with retention's rule; a follower takes its leader's). Reads below it are
+  OffsetOutOfRangeError, ``offsets_before``/``offset_for_timestamp`` answer nothing below it,
+  and the last stable offset never is below it. It lives in memory; the LogManager checkpoints
+  it (``log-start-offset-checkpoint``) and gives it back at start-up
+  (``restore_log_start_offset``). A truncation below it moves it back to the new end.
 * ``truncate_to(offset)`` drops every entry holding an offset >= ``offset`` (a follower whose
   tail the leader does not have); ``truncate_fully_and_start_at(offset)`` empties the log.
 * ``leader_epochs`` (``LeaderEpochCache``, ``leader-epoch-checkpoint`` in the folder) learns from
