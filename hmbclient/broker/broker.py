@@ -112,6 +112,7 @@ def log_config_from(config: BrokerConfig, *, compact: bool | None = None) -> Log
         retention_bytes=None if compact else _opt(config.log_retention_bytes),
         max_message_bytes=max(config.message_max_bytes, 1),
         compact=compact,
+        delete=not compact,
         min_cleanable_dirty_ratio=config.log_cleaner_min_cleanable_ratio,
         min_compaction_lag_ms=config.log_cleaner_min_compaction_lag_ms,
         delete_retention_ms=config.log_cleaner_delete_retention_ms,
@@ -402,7 +403,7 @@ class Broker:
                 group_coordinator=groups,
                 configs=ConfigDescriber(cfg, metadata.has_topic, dynamic.layers),
                 transactions=txns,
-                admin=AdminApis(cfg, metadata, topics, controller, dynamic, logs, groups),
+                admin=AdminApis(cfg, metadata, topics, controller, dynamic, logs, groups, rm),
             )
             self.apis.authorizer = authorizer_from(cfg, store)
             self.apis.quotas = QuotaManager(
