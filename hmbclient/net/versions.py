@@ -187,7 +187,8 @@ def resolve_dialect(api_version: str | Dialect) -> Dialect:
 #: Metadata v9+ (flexible, request topics as entries, topic ids): the client asks with v8; the
 #: KIP-848 member (consumer/group_consumer.py), which needs topic ids, asks for v10-12 by class
 #: (allowed by ``BrokerVersions.supports`` when the broker's probed range covers it).
-CLIENT_MAX: Mapping[int, int] = _frozen({_MD: 8})
+#: OffsetFetch v8+ asks by groups (another shape): the client's offset storage sends up to v5.
+CLIENT_MAX: Mapping[int, int] = _frozen({_MD: 8, ApiKey.OFFSET_FETCH: 5})
 
 
 def pick_versions(broker_ranges: Iterable[tuple[int, int, int]]) -> dict[int, int]:

@@ -447,8 +447,8 @@ def test_every_pair_has_a_peer_version() -> None:
         ApiKey.FETCH: range(0, 11),
         ApiKey.LIST_OFFSETS: range(0, 6),
         ApiKey.METADATA: range(0, 13),
-        ApiKey.OFFSET_COMMIT: range(0, 8),
-        ApiKey.OFFSET_FETCH: range(0, 6),
+        ApiKey.OFFSET_COMMIT: range(0, 10),
+        ApiKey.OFFSET_FETCH: range(0, 10),
         ApiKey.FIND_COORDINATOR: range(0, 3),
         ApiKey.API_VERSIONS: range(0, 3),
         ApiKey.CREATE_TOPICS: range(0, 5),
@@ -497,7 +497,7 @@ def test_every_pair_has_a_peer_version() -> None:
                         (ApiKey.DESCRIBE_CLUSTER, 0), (ApiKey.DESCRIBE_CLUSTER, 1),  # DescribeCluster: tests/broker/test_admin_topics.py
                         (ApiKey.CONSUMER_GROUP_HEARTBEAT, 0), (ApiKey.CONSUMER_GROUP_HEARTBEAT, 1)} | {
         (ApiKey.METADATA, v) for v in range(9, 13)
-    }
+    } | {(ApiKey.OFFSET_COMMIT, 8), (ApiKey.OFFSET_COMMIT, 9)} | {(ApiKey.OFFSET_FETCH, v) for v in range(6, 10)}
     for k, v in expected - NO_PEER - FLEXIBLE:
         for kind in ("request", "response"):
             assert not _kp(k, v, kind).flexible_version_q(v), "only the flexible-only APIs are flexible"

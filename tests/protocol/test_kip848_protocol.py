@@ -13,6 +13,7 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
+import kafka.protocol.consumer as kp_consumer
 import kafka.protocol.metadata as kp_metadata
 import pytest
 
@@ -23,6 +24,10 @@ from hmbclient.protocol.api import (
     ConsumerGroupHeartbeatResponse,
     MetadataRequest,
     MetadataResponse,
+    OffsetCommitRequest,
+    OffsetCommitResponse,
+    OffsetFetchRequest,
+    OffsetFetchResponse,
 )
 from hmbclient.protocol.api.consumer_group import ASSIGNMENT
 from hmbclient.protocol.types import ZERO_UUID, Uuid
@@ -224,3 +229,42 @@ def test_client_keeps_metadata_v8_until_it_needs_topic_ids() -> None:
 
     assert pick_versions([(ApiKey.METADATA, 0, 12), (ApiKey.CONSUMER_GROUP_HEARTBEAT, 0, 1)]) == {ApiKey.METADATA: 8, ApiKey.CONSUMER_GROUP_HEARTBEAT: 1}
     assert pick_versions([(ApiKey.METADATA, 0, 5)]) == {ApiKey.METADATA: 5}
+
+
+# -- OffsetCommit v8-9, OffsetFetch v6-9 (flexible; v9s carry member epochs) ------------------------
+
+_OC = {"group_id": "g", "generation_id": 7, "member_id": "m-✓", "group_instance_id": None,
+       "topics": [{"topic": "events", "partitions": [{"partition": 2, "offset": 99, "committed_leader_epoch": -1, "metadata": ""}]}]}
+_OF_PART = {"partition": 2, "offset": 99, "committed_leader_epoch": -1, "metadata": "", "error_code": 0}
+_OFFSET_CASES = [
+    (OffsetCommitRequest, kp_consumer.OffsetCommitRequest, v, _OC, NAMES[(ApiKey.OFFSET_COMMIT, "request")]) for v in (8, 9)
+] + [
+    (OffsetCommitResponse, kp_consumer.OffsetCommitResponse, v, {"throttle_time_ms": 1, "topics": [{"topic": "events", "partitions": [{"partition": 2, "error_code": 113}]}]},
+     NAMES[(ApiKey.OFFSET_COMMIT, "response")]) for v in (8, 9)
+] + [
+    (OffsetFetchRequest, kp_consumer.OffsetFetchRequest, 6, {"group_id": "g", "topics": None}, NAMES[(ApiKey.OFFSET_FETCH, "request")]),
+    (OffsetFetchRequest, kp_consumer.OffsetFetchRequest, 7, {"group_id": "g", "topics": [{"topic": "events", "partitions": [0, 1]}], "require_stable": True},
+     NAMES[(ApiKey.OFFSET_FETCH, "request")]),
+    (OffsetFetchResponse, kp_consumer.OffsetFetchResponse, 7, {"throttle_time_ms": 0, "topics": [{"topic": "events", "partitions": [_OF_PART]}], "error_code": 0},
+     NAMES[(ApiKey.OFFSET_FETCH, "response")]),
+    (OffsetFetchRequest, kp_consumer.OffsetFetchRequest, 8, {"groups": [{"group_id": "g", "topics": None}, {"group_id": "h", "topics": [{"topic": "events", "partitions": [3]}]}],
+                                                            "require_stable": False},
+     {"groups.topics.topic": "name", "groups.topics.partitions": "partition_indexes"}),
+    (OffsetFetchRequest, kp_consumer.OffsetFetchRequest, 9, {"groups": [{"group_id": "g", "member_id": "m", "member_epoch": 4, "topics": None}], "require_stable": True},
+     {"groups.topics.topic": "name", "groups.topics.partitions": "partition_indexes"}),
+    (OffsetFetchResponse, kp_consumer.OffsetFetchResponse, 9, {"throttle_time_ms": 0, "groups": [{"group_id": "g", "topics": [{"topic": "events", "partitions": [_OF_PART]}], "error_code": 113}]},
+     {"groups.topics.topic": "name", "groups.topics.partitions": "partitions", "groups.topics.partitions.partition": "partition_index",
+      "groups.topics.partitions.offset": "committed_offset"}),
+]
+
+
+@pytest.mark.parametrize("case", _OFFSET_CASES, ids=lambda c: f"{c[0][c[2]].__name__}")
+def test_flexible_offset_versions_match_kafka_python(case: tuple[Any, Any, int, dict[str, Any], dict[str, str]]) -> None:
+    ours_by_v, kp_by_v, v, fields, names = case
+    ours, kp = ours_by_v[v], kp_by_v[v]
+    assert ours.FLEXIBLE and kp.flexible_version_q(v)
+    value = ours.build(**fields)
+    kp_fields = kp._struct.untagged_fields(v)
+    data = ours(*value).encode()
+    assert data == bytes(kp(**to_kp(ours.SCHEMA, kp_fields, value, v, names)).encode())
+    assert plain(ours.SCHEMA, ours.decode(data)) == plain(ours.SCHEMA, value)

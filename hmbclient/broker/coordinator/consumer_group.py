@@ -39,6 +39,16 @@ Assignors (``server_assignor``, default the first of ``group.consumer.assignors`
 to their share) and ``range`` (per topic, contiguous ranges over the members subscribed to it,
 in member id order).
 
+Offsets of a consumer group's members (:func:`validate_commit`, :func:`validate_fetch`):
+
+* C1 an empty member id with a negative epoch (an admin's commit): accepted.
+* C2 an unknown member id: UNKNOWN_MEMBER_ID.
+* C3 OffsetCommit below v9 from a member: UNSUPPORTED_VERSION (as Kafka: v9+ carries epochs).
+* C4 an epoch other than the member's (or its previous one, committed while the answer that
+  bumped it was on its way): STALE_MEMBER_EPOCH.
+* C5 OffsetFetch v9 naming a member: unknown -> UNKNOWN_MEMBER_ID; an epoch other than the
+  member's -> STALE_MEMBER_EPOCH.
+
 Not here: persistence of consumer groups in ``__consumer_offsets`` (a coordinator move loses
 the members, who get UNKNOWN_MEMBER_ID and rejoin), regex subscriptions, ConsumerGroupDescribe.
 """
@@ -266,15 +276,25 @@ def _reported(req: Any, names_by_id: dict[uuid.UUID, str]) -> set[tuple[str, int
     return {(names_by_id[tp.topic_id], p) for tp in req.topic_partitions if tp.topic_id in names_by_id for p in tp.partitions}
 
 
-def validate_commit(group: ConsumerGroup, member_id: str, epoch: int) -> int:
-    """OffsetCommit from a member of a consumer group (classic versions: generation = member
-    epoch): UNKNOWN_MEMBER_ID / ILLEGAL_GENERATION as Kafka; -1 with an empty member id is an
-    admin's commit (Kafka accepts those when no member is active; here: always)."""
+def validate_commit(group: ConsumerGroup, member_id: str, epoch: int, api_version: int = 9) -> int:
+    """OffsetCommit from a member of a consumer group (cases C1-C4 of the module docstring)."""
     if not member_id and epoch < 0:
-        return ErrorCode.NONE
+        return ErrorCode.NONE  # C1 an admin's (or a group-less consumer's) commit
+    member = group.members.get(member_id)
+    if member is None:
+        return ErrorCode.UNKNOWN_MEMBER_ID  # C2
+    if api_version < 9:
+        return ErrorCode.UNSUPPORTED_VERSION  # C3 consumer-protocol members commit with v9+
+    if epoch not in (member.member_epoch, member.previous_epoch) or epoch > member.member_epoch:
+        return ErrorCode.STALE_MEMBER_EPOCH  # C4
+    return ErrorCode.NONE
+
+
+def validate_fetch(group: ConsumerGroup, member_id: str, epoch: int) -> int:
+    """OffsetFetch v9+ naming its member (C5): UNKNOWN_MEMBER_ID / STALE_MEMBER_EPOCH."""
     member = group.members.get(member_id)
     if member is None:
         return ErrorCode.UNKNOWN_MEMBER_ID
-    if epoch not in (member.member_epoch, member.previous_epoch) or epoch > member.member_epoch:
-        return ErrorCode.ILLEGAL_GENERATION
+    if epoch != member.member_epoch:
+        return ErrorCode.STALE_MEMBER_EPOCH
     return ErrorCode.NONE

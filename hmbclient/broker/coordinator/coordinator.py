@@ -170,14 +170,14 @@ class GroupCoordinator:
             self._run(group_id, group, state.unload_group(group, ErrorCode.NOT_COORDINATOR, now))
         log.info("unloaded the groups of offsets partition %d", partition)
 
-    def validate_offset_commit(self, group_id: str, generation_id: int, member_id: str, group_instance_id: str | None = None) -> int:
+    def validate_offset_commit(self, group_id: str, generation_id: int, member_id: str, group_instance_id: str | None = None, *, api_version: int = 9) -> int:
         with self._lock:
             if not self._owns(group_id):
                 return ErrorCode.NOT_COORDINATOR
             cgroup = self._consumer_groups.get(group_id)
             if cgroup is not None:
                 cg.expire(cgroup, self._now_ms())
-                return cg.validate_commit(cgroup, member_id, generation_id)
+                return cg.validate_commit(cgroup, member_id, generation_id, api_version)
             group = self._groups.get(group_id)
             error, found, effects = state.validate_offset_commit(group, group_id, generation_id, member_id, self._now_ms(), group_instance_id)
             if group is None and found is not None:
@@ -185,6 +185,17 @@ class GroupCoordinator:
             if found is not None:
                 self._run(group_id, found, effects)
             return error
+
+    def validate_offset_fetch(self, group_id: str, member_id: str, member_epoch: int) -> int:
+        """OffsetFetch v9+ naming its member: checked for consumer-protocol groups only."""
+        with self._lock:
+            if not self._owns(group_id):
+                return ErrorCode.NOT_COORDINATOR
+            cgroup = self._consumer_groups.get(group_id)
+            if cgroup is None:
+                return ErrorCode.NONE
+            cg.expire(cgroup, self._now_ms())
+            return cg.validate_fetch(cgroup, member_id, member_epoch)
 
     # -- inspection (tests, tools) ---------------------------------------------------------------------
     def group(self, group_id: str) -> Group | None:
