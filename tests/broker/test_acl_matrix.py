@@ -200,6 +200,15 @@ def _joined(ctx: Ctx) -> None:
     assert sync.error_code == E.NONE, sync
 
 
+def _consumer_member(ctx: Ctx) -> None:
+    """A consumer-protocol group (KIP-848) with one member (admin's)."""
+    _create(ctx)
+    join = _req(ApiKey.CONSUMER_GROUP_HEARTBEAT, 1, group_id=ctx.group, member_id="m-admin", member_epoch=0, rebalance_timeout_ms=30_000,
+                subscribed_topic_names=[ctx.topic], topic_partitions=[])
+    resp = _retry_coordinator(lambda: ctx.admin.request(join), lambda r: r.error_code)
+    assert resp.error_code == E.NONE, resp
+
+
 def _empty_group_with_offsets(ctx: Ctx) -> None:
     _committed(ctx)
     assert ctx.group in ctx.b.broker.group_coordinator.group_ids()
@@ -280,6 +289,14 @@ def offset_fetch(ctx: Ctx, c: RawClient) -> Any:
 def offset_fetch_all(ctx: Ctx, c: RawClient) -> Any:
     r = c.request(_req(ApiKey.OFFSET_FETCH, 3, group_id=ctx.group, topics=None))
     return r.error_code, sorted((t.topic, p.offset) for t in r.topics for p in t.partitions)
+
+
+def offset_fetch_v9(ctx: Ctx, c: RawClient) -> Any:
+    """OffsetFetch v9 (several groups per request): the group's error, or the partition's."""
+    r = c.request(_req(ApiKey.OFFSET_FETCH, 9, groups=[{"group_id": ctx.group, "member_id": None, "topics": [(ctx.topic, [0])]}]))
+    g = r.groups[0]
+    p = g.topics[0].partitions[0] if g.topics else None
+    return (g.error_code or (p.error_code if p else -1)), (p.offset if p else None)
 
 
 def find_coordinator(ctx: Ctx, c: RawClient) -> Any:
@@ -486,6 +503,12 @@ def list_transactions(ctx: Ctx, c: RawClient) -> Any:
     return r.error_code, ctx.txn in [t.transactional_id for t in r.transaction_states]
 
 
+def consumer_group_describe(ctx: Ctx, c: RawClient) -> Any:
+    """Describe on the group: its members."""
+    g = c.request(_req(ApiKey.CONSUMER_GROUP_DESCRIBE, 1, group_ids=[ctx.group])).groups[0]
+    return g.error_code, [m.member_id for m in g.members]
+
+
 def consumer_group_heartbeat(ctx: Ctx, c: RawClient) -> Any:
     """A KIP-848 join: Group Read and Describe on the subscribed topic (as Kafka)."""
     r = c.request(_req(ApiKey.CONSUMER_GROUP_HEARTBEAT, 1, group_id=ctx.group, member_id="", member_epoch=0, rebalance_timeout_ms=30_000, subscribed_topic_names=[ctx.topic], topic_partitions=[]))
@@ -550,6 +573,12 @@ CASES = [
          (E.TOPIC_AUTHORIZATION_FAILED, -1), (E.NONE, 1), _committed),
     Case("offset-fetch-all-topic", ApiKey.OFFSET_FETCH, offset_fetch_all, (("group", "Describe"), ("topic", "Describe")), ("topic", "Describe"),
          (E.NONE, []), (E.NONE, "committed"), _committed),
+    Case("offset-fetch-v9-group", ApiKey.OFFSET_FETCH, offset_fetch_v9, (("group", "Describe"), ("topic", "Describe")), ("group", "Describe"),
+         (E.GROUP_AUTHORIZATION_FAILED, None), (E.NONE, 1), _committed),  # a refused group's answer has no topics, as Kafka
+    Case("offset-fetch-v9-topic", ApiKey.OFFSET_FETCH, offset_fetch_v9, (("group", "Describe"), ("topic", "Describe")), ("topic", "Describe"),
+         (E.TOPIC_AUTHORIZATION_FAILED, -1), (E.NONE, 1), _committed),
+    Case("consumer-group-describe", ApiKey.CONSUMER_GROUP_DESCRIBE, consumer_group_describe, (("group", "Describe"),), ("group", "Describe"),
+         (E.GROUP_AUTHORIZATION_FAILED, []), (E.NONE, ["m-admin"]), _consumer_member),
     Case("find-coordinator", ApiKey.FIND_COORDINATOR, find_coordinator, (("group", "Describe"),), ("group", "Describe"), E.GROUP_AUTHORIZATION_FAILED, E.NONE),
     Case("find-coordinator-transaction", ApiKey.FIND_COORDINATOR, find_coordinator_txn, (("txn", "Describe"),), ("txn", "Describe"),
          E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, E.NONE),

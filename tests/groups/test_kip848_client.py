@@ -12,6 +12,8 @@ case by case first.
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import threading
 from typing import Any
 
@@ -108,6 +110,12 @@ def _rd(broker: Any, owners: Owners, name: str, group: str) -> RdConsumer:
     return c
 
 
+def _hmb(*args: str) -> str:
+    done = subprocess.run([sys.executable, "-m", "hmbclient.cli", *args], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
 def _produce(broker: Any, start: int, n: int) -> None:
     p = RdProducer({"bootstrap.servers": broker.bootstrap})
     for i in range(start, start + n):
@@ -156,6 +164,12 @@ def test_mixed_group_of_ours_and_librdkafkas(broker: Any) -> None:
         wait_until(lambda: (poll_all(), {v for vs in seen.values() for v in vs} >= set(range(600)))[1], timeout_s=30,
                    what="every message delivered", diag=lambda: (owners.owned, {n: len(v) for n, v in seen.items()}))
         assert all(seen.get(n) for n in members), {n: len(seen.get(n, [])) for n in members}
+        # hmb groups lists the consumer-protocol group and describes it (ConsumerGroupDescribe)
+        assert "gmix" in _hmb("groups", "-b", broker.bootstrap).split()
+        described = _hmb("groups", "gmix", "-b", broker.bootstrap)
+        assert "protocol consumer/uniform" in described and "3 member(s)" in described, described
+        assert len([line for line in described.splitlines() if line.startswith("  member ") and " epoch " in line]) == 3, described
+        assert all(f"k848   {p} " in described for p in range(6)), described  # every partition with its owner and offsets
         # ours-a leaves; the other two take its partitions
         members.pop("ours-a").close()
         wait_until(balanced, timeout_s=30, what="two members after ours-a left")

@@ -16,6 +16,7 @@ from typing import Any
 from waiting import wait_until
 
 from hmbclient import Consumer, Producer, TopicPartition, admin
+from hmbclient.consumer.group_admin import describe_broker_group
 from hmbclient.testing import kafka_java_process
 
 from .helpers import unique
@@ -130,6 +131,13 @@ def test_our_consumer_protocol_members_on_kafka4(kafka4: Any, tmp_path: Any) -> 
         wait_until(lambda: all(o is not None and o > 0 for o in a.consumer.committed([(topic, p) for p in owned["a"]]).values()), 30,
                    "a's commits are stored by Kafka")
         assert ours.isdisjoint(java.assigned[-1]) and len(ours) + len(java.assigned[-1]) == 6
+        # Kafka's ConsumerGroupDescribe read by our codec (what hmb groups shows)
+        info = describe_broker_group(kafka4.bootstrap, group)
+        assert (info["protocol_type"], info["protocol"], len(info["members"])) == ("consumer", "uniform", 3), info
+        with lock:
+            by_owner = {frozenset(p for _t, p in m["partitions"]) for m in info["members"]}
+            assert frozenset(owned["a"]) in by_owner and frozenset(owned["b"]) in by_owner, (info, owned)
+        assert all(m["member_epoch"] > 0 for m in info["members"]) and info["state"] == "Stable", info
         a.stop()
         members.remove(a)
         wait_until(lambda: sizes(["b"]) == [3], 60, "b took a's partitions with the Java member", lambda: (owned, java.assigned))

@@ -50,7 +50,7 @@ Offsets of a consumer group's members (:func:`validate_commit`, :func:`validate_
   member's -> STALE_MEMBER_EPOCH.
 
 Not here: persistence of consumer groups in ``__consumer_offsets`` (a coordinator move loses
-the members, who get UNKNOWN_MEMBER_ID and rejoin), regex subscriptions, ConsumerGroupDescribe.
+the members, who get UNKNOWN_MEMBER_ID and rejoin), regex subscriptions.
 """
 
 from __future__ import annotations
@@ -61,7 +61,18 @@ from typing import Any
 
 from hmbclient.errors import ErrorCode
 
-__all__ = ["ASSIGNORS", "ConsumerGroup", "ConsumerMember", "HeartbeatAnswer", "assign", "expire", "heartbeat"]
+__all__ = [
+    "ASSIGNORS",
+    "ConsumerGroup",
+    "ConsumerMember",
+    "HeartbeatAnswer",
+    "assign",
+    "expire",
+    "heartbeat",
+    "state_of",
+    "validate_commit",
+    "validate_fetch",
+]
 
 ASSIGNORS = ("uniform", "range")
 
@@ -82,6 +93,9 @@ class ConsumerMember:
     rebalance_timeout_ms: int = 300_000
     current: Assignment = field(default_factory=dict)
     deadline_ms: int = 0
+    #: who the member is (ConsumerGroupDescribe); set by the shell from the request
+    client_id: str = ""
+    client_host: str = ""
 
 
 @dataclass(eq=False)
@@ -93,6 +107,8 @@ class ConsumerGroup:
     target: dict[str, Assignment] = field(default_factory=dict)
     #: the partition counts of the subscribed topics the target was computed from
     layout: tuple[tuple[str, int], ...] = ()
+    #: the assignor of the current target
+    assignor: str = ""
 
 
 @dataclass(frozen=True)
@@ -178,6 +194,7 @@ def _refresh_target(group: ConsumerGroup, topics: Topics, default_assignor: str)
         return
     assignor = next((m.server_assignor for m in group.members.values() if m.server_assignor), None) or default_assignor
     counts = dict(layout)
+    group.assignor = assignor
     group.target = assign(assignor, {m: mem.subscribed for m, mem in group.members.items()}, counts, group.target)
     group.assignment_epoch = group.group_epoch
 
@@ -274,6 +291,20 @@ def _reported(req: Any, names_by_id: dict[uuid.UUID, str]) -> set[tuple[str, int
     if req.topic_partitions is None:
         return None
     return {(names_by_id[tp.topic_id], p) for tp in req.topic_partitions if tp.topic_id in names_by_id for p in tp.partitions}
+
+
+def state_of(group: ConsumerGroup) -> str:
+    """Kafka's name of a consumer group's state (ConsumerGroupDescribe, ListGroups): Empty
+    without members, Assigning while the target lags the group epoch, Reconciling while a
+    member's epoch or assignment is not the target's, else Stable."""
+    if not group.members:
+        return "Empty"
+    if group.assignment_epoch != group.group_epoch:
+        return "Assigning"
+    for m, member in group.members.items():
+        if member.member_epoch != group.assignment_epoch or _owned(member.current) != _owned(group.target.get(m, {})):
+            return "Reconciling"
+    return "Stable"
 
 
 def validate_commit(group: ConsumerGroup, member_id: str, epoch: int, api_version: int = 9) -> int:
