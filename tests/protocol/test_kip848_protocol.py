@@ -20,6 +20,8 @@ import pytest
 from hmbclient.errors import ProtocolError
 from hmbclient.protocol.api import (
     ApiKey,
+    ConsumerGroupDescribeRequest,
+    ConsumerGroupDescribeResponse,
     ConsumerGroupHeartbeatRequest,
     ConsumerGroupHeartbeatResponse,
     MetadataRequest,
@@ -268,3 +270,46 @@ def test_flexible_offset_versions_match_kafka_python(case: tuple[Any, Any, int, 
     data = ours(*value).encode()
     assert data == bytes(kp(**to_kp(ours.SCHEMA, kp_fields, value, v, names)).encode())
     assert plain(ours.SCHEMA, ours.decode(data)) == plain(ours.SCHEMA, value)
+
+
+# -- ConsumerGroupDescribe (69) v0-1, bytes by hand from Kafka's JSON (flexible only) -----------------
+
+DESCRIBE = b"\x02" + _cs("g1") + b"\x01" + b"\x00"  # group_ids ["g1"], include_authorized_operations, tags
+
+
+def _described(v: int) -> bytes:
+    tps = b"\x02" + TID.bytes + _cs("t") + b"\x03" + b"\x00\x00\x00\x00" + b"\x00\x00\x00\x02" + b"\x00"  # [id name [0, 2]]
+    member = (
+        _cs("m-1") + _cs(None) + _cs("rack") + b"\x00\x00\x00\x07" + _cs("cid") + _cs("/h")
+        + b"\x02" + _cs("t")  # subscribed_topic_names
+        + _cs(None)  # subscribed_topic_regex
+        + tps + b"\x00"  # assignment and its tags
+        + b"\x01" + b"\x00"  # target_assignment: no topics, its tags
+        + (b"\x01" if v >= 1 else b"")  # member_type (v1+): consumer
+        + b"\x00"
+    )
+    return (
+        b"\x00\x00\x00\x00"  # throttle_time_ms
+        + b"\x02"  # one group
+        + b"\x00\x00" + _cs(None) + _cs("g1") + _cs("Stable") + b"\x00\x00\x00\x07" + b"\x00\x00\x00\x07" + _cs("uniform")
+        + b"\x02" + member
+        + b"\x80\x00\x00\x00"  # authorized_operations: none asked
+        + b"\x00"  # the group's tags
+        + b"\x00"
+    )
+
+
+@pytest.mark.parametrize("v", [0, 1])
+def test_consumer_group_describe_bytes(v: int) -> None:
+    req = ConsumerGroupDescribeRequest[v]
+    assert req.API_KEY == ApiKey.CONSUMER_GROUP_DESCRIBE == 69 and req.FLEXIBLE
+    assert req.build(group_ids=["g1"], include_authorized_operations=True).encode() == DESCRIBE
+    resp = ConsumerGroupDescribeResponse[v]
+    value = resp.build(throttle_time_ms=0, groups=[{
+        "error_code": 0, "group_id": "g1", "group_state": "Stable", "group_epoch": 7, "assignment_epoch": 7, "assignor_name": "uniform",
+        "members": [{"member_id": "m-1", "rack_id": "rack", "member_epoch": 7, "client_id": "cid", "client_host": "/h", "subscribed_topic_names": ["t"],
+                     "assignment": {"topic_partitions": [{"topic_id": TID, "topic_name": "t", "partitions": [0, 2]}]},
+                     "target_assignment": {"topic_partitions": []}, "member_type": 1}],
+    }])
+    assert value.encode() == _described(v)
+    assert plain(resp.SCHEMA, resp.decode(_described(v))) == plain(resp.SCHEMA, value)
