@@ -278,6 +278,11 @@ class ConsumerProtocolMember:
         return self._state
 
     @property
+    def stable(self) -> bool:
+        """Reconciled: owns what the coordinator last assigned."""
+        return self._state is MemberState.STABLE
+
+    @property
     def generation_id(self) -> int:
         """The member epoch (what the classic member calls its generation)."""
         return self.member_epoch

@@ -245,7 +245,6 @@ def heartbeat(
             member = ConsumerMember(mid, instance_id=req.instance_id)
             group.members[mid] = member
         member.member_epoch, member.previous_epoch, member.current = 0, -1, {}
-        group.group_epoch += 1
     elif member is None:
         # H3
         return HeartbeatAnswer(ErrorCode.UNKNOWN_MEMBER_ID, error_message="unknown member id")
@@ -259,11 +258,16 @@ def heartbeat(
         member.instance_id = req.instance_id
     if req.rebalance_timeout_ms >= 0:
         member.rebalance_timeout_ms = req.rebalance_timeout_ms
+    # one group epoch bump per heartbeat that changed the group (a join, a subscription, an
+    # assignor), as Kafka's: the join and the fields it carries are one change
+    changed = epoch == 0
     if req.subscribed_topic_names is not None and tuple(sorted(set(req.subscribed_topic_names))) != member.subscribed:
         member.subscribed = tuple(sorted(set(req.subscribed_topic_names)))
-        group.group_epoch += 1
+        changed = True
     if req.server_assignor is not None and req.server_assignor != member.server_assignor:
         member.server_assignor = req.server_assignor
+        changed = True
+    if changed:
         group.group_epoch += 1
     _refresh_target(group, topics, default_assignor)
     # H5 reconcile
