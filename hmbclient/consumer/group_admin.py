@@ -135,7 +135,8 @@ def _consumer_group_describe(
     client: NetClient, coordinator: int, group: str, timeout_ms: int
 ) -> tuple[dict[str, Any], list[dict[str, Any]], dict[TopicPartition, str], set[str]] | None:
     """A consumer-protocol group (KIP-848) through ConsumerGroupDescribe; None when the
-    coordinator does not serve it or the group is not one (GROUP_ID_NOT_FOUND)."""
+    coordinator does not serve it or the group is not one (GROUP_ID_NOT_FOUND, or no group
+    epoch)."""
     versions: BrokerVersions = client.versions(coordinator).result(timeout_ms / 1000)
     if not versions.has(ApiKey.CONSUMER_GROUP_DESCRIBE):
         return None
@@ -149,6 +150,8 @@ def _consumer_group_describe(
         if described.error_code == ErrorCode.GROUP_ID_NOT_FOUND:
             return None
         raise for_code(described.error_code)(f"ConsumerGroupDescribe {group!r}")
+    if described.group_epoch < 0:
+        return None  # no epoch: not a consumer group (Tansu answers a classic group so)
     members: list[dict[str, Any]] = []
     owners: dict[TopicPartition, str] = {}
     topics: set[str] = set()
