@@ -199,3 +199,51 @@ def test_stale_member_is_fenced_gets_on_lost_and_rejoins(broker: Any) -> None:
         wait_until(lambda: (c.poll(0.05), owners.sizes(["a"]) == [6])[1], timeout_s=20, what="a rejoined and owns all 6 again")
     finally:
         c.close()
+
+
+def test_static_member_leaves_with_minus_two_and_comes_back_to_its_partitions(broker: Any) -> None:
+    """A static member (group.instance.id) leaves with epoch -2: the coordinator keeps its
+    partitions for it (no group epoch bump, the other member gets none of them) and the same
+    instance, restarted, gets them back; the AIOConsumer speaks the same protocol."""
+    import asyncio
+
+    from hmbclient.aio import AIOConsumer
+
+    owners = Owners()
+    _produce(broker, 0, 60)
+    a = _ours(broker, owners, "a", "gstatic", **{"group.instance.id": "inst-a"})
+    b = _ours(broker, owners, "b", "gstatic")
+    coordinator = broker.broker.group_coordinator
+
+    def split() -> bool:
+        a.poll(0.02)
+        b.poll(0.02)
+        return owners.sizes(["a", "b"]) == [3, 3]
+
+    try:
+        wait_until(split, timeout_s=20, what="a and b own 3 partitions each")
+        mine = set(owners.owned["a"])
+        epoch = coordinator.consumer_group("gstatic").group_epoch
+        a.close()
+        group = coordinator.consumer_group("gstatic")
+        assert group.group_epoch == epoch and any(m.member_epoch == -2 and m.instance_id == "inst-a" for m in group.members.values())
+        for _ in range(5):
+            b.poll(0.1)
+        assert owners.sizes(["b"]) == [3]  # a's partitions are kept for it
+
+        async def restart() -> set[int]:
+            got: set[int] = set()
+            async with AIOConsumer({"bootstrap.servers": broker.bootstrap, "group.id": "gstatic", "group.protocol": "consumer",
+                                    "group.instance.id": "inst-a", "auto.offset.reset": "earliest"}) as again:
+                await again.subscribe(["k848"])
+                deadline = asyncio.get_running_loop().time() + 20
+                while len(got) < 3 and asyncio.get_running_loop().time() < deadline:
+                    b.poll(0.01)
+                    got |= {r.partition for r in await again.poll(0.1)}
+                    got |= {tp.partition for tp in again.assignment()}
+            return got
+
+        assert asyncio.run(restart()) == mine
+        assert coordinator.consumer_group("gstatic").group_epoch == epoch  # no rebalance through the restart
+    finally:
+        b.close()
