@@ -37,7 +37,9 @@ Decision cases of :func:`decide` (labelled in the code):
   partitions lost, the member stops for good (``fatal_error``).
 * D4 any other error: retried after a backoff; nothing changes.
 * D5 answered: the epoch and member id are the answer's; an assignment (null: unchanged)
-  becomes the target. Partitions owned but not in the target are *revoked first*
+  becomes the target. The shell keeps the target by topic id and hands it to every decision,
+  so what could not be taken at once (an id not in Metadata yet, an ``on_assign`` that
+  raised) is taken on a later heartbeat although the coordinator does not send it again. Partitions owned but not in the target are *revoked first*
   (``on_revoke(..., commit=True)``: hand-out stops, positions committed), then those in the
   target not owned are assigned (``on_assign``), then a heartbeat goes at once reporting what
   is owned (the acknowledgement the coordinator waits for before it hands the revoked
@@ -269,6 +271,8 @@ class ConsumerProtocolMember:
         self._last_error = ""
         self._ids: dict[uuid.UUID, str] = {}
         self._names: dict[str, uuid.UUID] = {}
+        #: the coordinator's last assignment by topic id (None: none yet since joining)
+        self._target_ids: dict[uuid.UUID, frozenset[int]] | None = None
 
     # ------------------------------------------------------------------ face shared with BrokerGroupMember
 
@@ -528,15 +532,19 @@ class ConsumerProtocolMember:
         except (KafkaConnectionError, RequestTimedOutError) as exc:
             self._lose_coordinator(f"ConsumerGroupHeartbeat: {exc}")
             return
+        if resp.assignment is not None and not resp.error_code:
+            # the target by topic id, kept: the coordinator sends it again only when it changes,
+            # so a partition not taken yet (an id not in Metadata yet, an on_assign that
+            # failed) is taken on a later heartbeat
+            self._target_ids = {e.topic_id: frozenset(int(p) for p in e.partitions) for e in resp.assignment.topic_partitions}
         assignment: frozenset[TopicPartition] | None = None
-        if resp.assignment is not None:
-            entries = list(resp.assignment.topic_partitions)
-            if any(e.topic_id not in self._ids for e in entries):
+        if self._target_ids is not None and not resp.error_code:
+            if any(tid not in self._ids for tid in self._target_ids):
                 self._refresh_ids(None)
-            unknown = [e.topic_id for e in entries if e.topic_id not in self._ids]
+            unknown = [tid for tid in self._target_ids if tid not in self._ids]
             if unknown:
                 log.info("%s: assigned topic ids not in Metadata yet: %s", self.consumer_id, unknown)
-            assignment = frozenset((self._ids[e.topic_id], int(p)) for e in entries if e.topic_id in self._ids for p in e.partitions)
+            assignment = frozenset((self._ids[tid], p) for tid, ps in self._target_ids.items() if tid in self._ids for p in ps)
         answer = Answer(resp.error_code, resp.member_id, resp.member_epoch, resp.heartbeat_interval_ms, assignment)
         decision = decide(self._state, self.member_id, epoch, frozenset(self.owned), answer)
         if not resp.error_code:
@@ -576,6 +584,7 @@ class ConsumerProtocolMember:
             if lost:
                 self._revoke(lost, commit=False, reason="fenced")
             self.member_epoch = 0
+            self._target_ids = None
             self._next_heartbeat = 0.0
             self._set(MemberState.JOINING)
             return
