@@ -248,6 +248,15 @@ def metadata(ctx: Ctx, c: RawClient) -> Any:
     return t.error_code, len(t.partitions)
 
 
+def metadata_by_id(ctx: Ctx, c: RawClient) -> Any:
+    """Metadata v12 asking by topic id (KIP-516): an id the session may not Describe is
+    UNKNOWN_TOPIC_ID with no name, as Kafka (it does not tell that the topic exists)."""
+    tid = ctx.b.broker.topics.topic_id(ctx.topic)
+    assert tid is not None
+    t = c.request(_req(ApiKey.METADATA, 12, topics=[{"topic_id": tid, "topic": None}], allow_auto_topic_creation=False)).topics[0]
+    return t.error_code, t.topic
+
+
 def metadata_all(ctx: Ctx, c: RawClient) -> Any:
     return ctx.topic in [t.topic for t in c.request(_req(ApiKey.METADATA, 1, topics=None)).topics]
 
@@ -551,6 +560,8 @@ CASES = [
          E.CLUSTER_AUTHORIZATION_FAILED, E.REPLICA_NOT_AVAILABLE, _with_data),
     Case("list-offsets", ApiKey.LIST_OFFSETS, list_offsets, (("topic", "Describe"),), ("topic", "Describe"), (E.TOPIC_AUTHORIZATION_FAILED, -1), (E.NONE, 1), _with_data),
     Case("metadata", ApiKey.METADATA, metadata, (("topic", "Describe"),), ("topic", "Describe"), (E.TOPIC_AUTHORIZATION_FAILED, 0), (E.NONE, 1)),
+    Case("metadata-by-id", ApiKey.METADATA, metadata_by_id, (("topic", "Describe"),), ("topic", "Describe"), (E.UNKNOWN_TOPIC_ID, None),
+         (E.NONE, "TOPIC")),
     Case("metadata-all", ApiKey.METADATA, metadata_all, (("topic", "Describe"),), ("topic", "Describe"), False, True),
     Case("metadata-auto-create", ApiKey.METADATA, metadata_auto_create, (("new_topic", "Describe"), ("new_topic", "Create")), ("new_topic", "Create"),
          E.TOPIC_AUTHORIZATION_FAILED, E.NONE, changes=True),
@@ -690,6 +701,8 @@ def _matches(outcome: Any, expected: Any, ctx: Ctx) -> bool:
         return outcome not in (E.CLUSTER_AUTHORIZATION_FAILED, E.TOPIC_AUTHORIZATION_FAILED, E.GROUP_AUTHORIZATION_FAILED)
     if expected == (E.NONE, "committed"):
         return bool(outcome == (E.NONE, [(ctx.topic, 1)]))
+    if expected == (E.NONE, "TOPIC"):
+        return bool(outcome == (E.NONE, ctx.topic))
     return bool(outcome == expected)
 
 
