@@ -479,7 +479,10 @@ class ConsumerProtocolMember:
         versions: BrokerVersions = self._wait(self.client.versions(self._coordinator), self.request_timeout_ms)
         hi = versions.ranges.get(ApiKey.METADATA, (0, -1))[1] if versions.ranges is not None else -1
         if hi < 10:
-            raise UnsupportedByBroker("group.protocol=consumer needs topic ids (Metadata v10+); this broker has none")
+            raise UnsupportedByBroker(
+                "group.protocol=consumer needs topic ids (Metadata v10+), which this connection does not offer "
+                "(a broker before Kafka 2.8, or api.version pinned below it); use group.protocol=classic"
+            )
         version = min(hi, 12)
 
         def build(_versions: BrokerVersions) -> Any:

@@ -65,6 +65,17 @@ def broker(tmp_path: Any) -> Any:
         yield b
 
 
+def test_a_connection_without_topic_ids_is_refused_at_subscribe(broker: Any) -> None:
+    from hmbclient.errors import UnsupportedByBroker
+
+    c = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "gold", "group.protocol": "consumer", "api.version": "2.1"})
+    try:
+        with pytest.raises(UnsupportedByBroker, match="group.protocol=classic"):
+            c.subscribe(["k848"])
+    finally:
+        c.close()
+
+
 class Owners:
     """Who owns what, from every member's callbacks; overlaps and revocations recorded."""
 
