@@ -822,11 +822,13 @@ def _broker_groups(args: argparse.Namespace) -> int:
         return 0
     info = describe_broker_group(args.brokers, args.group, api_version=args.api_version, security=security)
     protocol = f"{info['protocol_type'] or '-'}/{info['protocol'] or '-'}"
-    print(f"group {args.group}: state {info['state'] or '-'}, protocol {protocol}, "
+    epoch = f", group epoch {info['group_epoch']}" if "group_epoch" in info else ""  # a consumer-protocol group (KIP-848)
+    print(f"group {args.group}: state {info['state'] or '-'}, protocol {protocol}{epoch}, "
           f"{len(info['members'])} member(s)")
     for m in info["members"]:
         share = ",".join(f"{t}-{p}" for t, p in m["partitions"]) or "-"
-        print(f"  member {m['member_id']} client {m['client_id'] or '-'} host {m['client_host'] or '-'} "
+        member_epoch = f" epoch {m['member_epoch']}" if "member_epoch" in m else ""
+        print(f"  member {m['member_id']}{member_epoch} client {m['client_id'] or '-'} host {m['client_host'] or '-'} "
               f"partitions {share}")
     rows = [(r["topic"], r["partition"], r["owner"] or "-", _dash(r["committed"]), _dash(r["latest"]),
              _dash(r["lag"])) for r in info["partitions"]]

@@ -183,6 +183,7 @@ class KafkaApis:
             self._handlers[ApiKey.DESCRIBE_GROUPS] = group_coordinator.handle_describe_groups
             self._handlers[ApiKey.DELETE_GROUPS] = group_coordinator.handle_delete_groups
             self._handlers[ApiKey.CONSUMER_GROUP_HEARTBEAT] = group_coordinator.handle_consumer_group_heartbeat
+            self._handlers[ApiKey.CONSUMER_GROUP_DESCRIBE] = group_coordinator.handle_consumer_group_describe
         if configs is not None:
             self._handlers[ApiKey.DESCRIBE_CONFIGS] = lambda h, r, ch: configs.handle_describe_configs(h, r, ch, self._allowed)
         if admin is not None:

@@ -336,8 +336,11 @@ class GroupHooks(Protocol):
     def unload_partition(self, partition: int) -> None:
         """This broker no longer leads the offsets partition: forget its groups."""
 
-    def validate_offset_commit(self, group_id: str, generation_id: int, member_id: str, group_instance_id: str | None = None) -> int:
+    def validate_offset_commit(self, group_id: str, generation_id: int, member_id: str, group_instance_id: str | None = None, *, api_version: int = 9) -> int:
         """May the commit be stored? NONE or the error code for every partition."""
+
+    def validate_offset_fetch(self, group_id: str, member_id: str, member_epoch: int) -> int:
+        """OffsetFetch v9+ naming its member: NONE or the group's error code."""
 
 
 class OffsetManager:
@@ -753,7 +756,7 @@ class OffsetManager:
             # v0 names no generation: it commits as a consumer outside group management.
             generation = req.generation_id if v >= 1 else -1
             member = req.member_id if v >= 1 else ""
-            code = self.coordinator.validate_offset_commit(group, generation, member, getattr(req, "group_instance_id", None))
+            code = self.coordinator.validate_offset_commit(group, generation, member, getattr(req, "group_instance_id", None), api_version=v)
         retention_ms = self.retention_ms
         if 2 <= v <= 4 and req.retention_time_ms >= 0:
             retention_ms = req.retention_time_ms
@@ -845,22 +848,39 @@ class OffsetManager:
             self._zk_offset_fetch(req, channel)
             return
         resp_cls = type(req).RESPONSE_TYPE
+        if header.api_version >= 8:
+            # v8+: several groups in one request; v9: the asking member and its epoch
+            # (checked for consumer-protocol members: UNKNOWN_MEMBER_ID / STALE_MEMBER_EPOCH)
+            shape = resp_cls.nested("groups", "topics", "partitions")
+            groups = []
+            for g in req.groups:
+                code = ErrorCode.INVALID_GROUP_ID if g.group_id is None else self._group_state(g.group_id)
+                member_id = getattr(g, "member_id", None)
+                if not code and member_id is not None and self.coordinator is not None:
+                    code = self.coordinator.validate_offset_fetch(g.group_id, member_id, g.member_epoch)
+                topics = self._fetched(g.group_id, g.topics, code, shape)
+                groups.append({"group_id": g.group_id, "topics": topics, "error_code": code})
+            channel.send(resp_cls.build(throttle_time_ms=0, groups=groups))
+            return
         group = req.group_id
         code = ErrorCode.INVALID_GROUP_ID if group is None else self._group_state(group)
-        shape = resp_cls.nested("topics", "partitions")
+        topics = self._fetched(group, req.topics, code, resp_cls.nested("topics", "partitions"))
+        channel.send(resp_cls.build(throttle_time_ms=0, topics=topics, error_code=code))
+
+    def _fetched(self, group: str, asked: Any, code: int, shape: Any) -> list[tuple[str, list[Any]]]:
+        """One group's committed offsets for an OffsetFetch answer (``asked`` None: all)."""
         # Offsets not committed again within offsets.retention.minutes are forgotten, as Kafka
         # expires them (the log keeps them until compaction; the answer no longer does).
         oldest = wall_ms() - self.retention_ms
         with self._lock:
             cached = {tp: e for tp, e in self._cache.get(group, {}).items() if e[2] >= oldest} if not code else {}
-        if req.topics is None:
-            wanted: list[tuple[str, list[int]]] = []
+        if asked is None:
             by_topic: dict[str, list[int]] = {}
             for topic, part in sorted(cached):
                 by_topic.setdefault(topic, []).append(part)
             wanted = list(by_topic.items())
         else:
-            wanted = [(t.topic, list(t.partitions)) for t in req.topics]
+            wanted = [(t.topic, list(t.partitions)) for t in asked]
         topics = []
         for topic, parts in wanted:
             plist = []
@@ -868,7 +888,7 @@ class OffsetManager:
                 off, meta, _ = cached.get((topic, p), (-1, "", -1))
                 plist.append(shape.build(partition=p, offset=off, committed_leader_epoch=-1, metadata=meta, error_code=code))
             topics.append((topic, plist))
-        channel.send(resp_cls.build(throttle_time_ms=0, topics=topics, error_code=code))
+        return topics
 
     def committed(self, group: str) -> dict[tuple[str, int], int]:
         """The cached offsets of a group (tests, tools)."""

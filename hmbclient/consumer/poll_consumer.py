@@ -94,6 +94,7 @@ from rebalance.rebalancer import Subscription
 
 from .fetcher import FetcherManager
 from .group import BrokerGroupMember
+from .group_consumer import ConsumerProtocolMember
 from .metrics import ConsumerMetrics
 from .offsets import KafkaOffsetStorage
 from .stream import KafkaStream, PartitionTopicInfo
@@ -213,7 +214,7 @@ class Consumer:
             raise ConfigError(f"Consumer expects a PollConsumerConfig or a mapping, not {type(config).__name__}")
         from .assignors import GROUP_ASSIGNORS
 
-        if cfg.partition_assignment_strategy not in GROUP_ASSIGNORS:
+        if cfg.group_protocol == "classic" and cfg.partition_assignment_strategy not in GROUP_ASSIGNORS:
             raise ConfigError(
                 f"partition.assignment.strategy must be one of {sorted(GROUP_ASSIGNORS)}, "
                 f"got {cfg.partition_assignment_strategy!r}"
@@ -270,7 +271,7 @@ class Consumer:
                 self._group_client, cfg.group_id, backoff_ms=cfg.retry_backoff_ms, timeout_ms=cfg.request_timeout_ms
             )
         self.consumer_id = make_consumer_id(cfg.group_id or cfg.client_id)
-        self._member: BrokerGroupMember | None = None
+        self._member: BrokerGroupMember | ConsumerProtocolMember | None = None
         self._subscription: Subscription | None = None
         self._manual = False
         # tp -> its PartitionTopicInfo (copy-on-write under _lock); paused ones keep theirs
@@ -354,24 +355,46 @@ class Consumer:
         extra: dict[str, Any] = {}
         if cfg.group_instance_id is not None:
             extra["group_instance_id"] = cfg.group_instance_id
-        member = BrokerGroupMember(
-            client=self._group_client,
-            offsets=self._storage,
-            group=cfg.group_id,  # type: ignore[arg-type]
-            consumer_id=self.consumer_id,
-            subscription=self._subscription,
-            listener=self,
-            metadata_partitions=self._metadata_partitions,
-            assignor=cfg.partition_assignment_strategy,
-            session_timeout_ms=cfg.session_timeout_ms,
-            heartbeat_interval_ms=cfg.heartbeat_interval_ms,
-            rebalance_timeout_ms=cfg.max_poll_interval_ms,
-            request_timeout_ms=cfg.request_timeout_ms,
-            retry_backoff_ms=cfg.retry_backoff_ms,
-            exclude_internal_topics=cfg.exclude_internal_topics,
-            status=self._member_status,
-            **extra,
-        )
+        member: BrokerGroupMember | ConsumerProtocolMember
+        if cfg.group_protocol == "consumer":
+            # Kafka 4's protocol (KIP-848): the coordinator assigns; same listener, fetchers,
+            # stream and offset storage (one engine).
+            member = ConsumerProtocolMember(
+                client=self._group_client,
+                offsets=self._storage,
+                group=cfg.group_id,  # type: ignore[arg-type]
+                consumer_id=self.consumer_id,
+                subscription=self._subscription,
+                listener=self,
+                metadata_partitions=self._metadata_partitions,
+                remote_assignor=cfg.group_remote_assignor,
+                session_timeout_ms=cfg.session_timeout_ms,
+                rebalance_timeout_ms=cfg.max_poll_interval_ms,
+                request_timeout_ms=cfg.request_timeout_ms,
+                retry_backoff_ms=cfg.retry_backoff_ms,
+                exclude_internal_topics=cfg.exclude_internal_topics,
+                status=self._member_status,
+                **extra,
+            )
+        else:
+            member = BrokerGroupMember(
+                client=self._group_client,
+                offsets=self._storage,
+                group=cfg.group_id,  # type: ignore[arg-type]
+                consumer_id=self.consumer_id,
+                subscription=self._subscription,
+                listener=self,
+                metadata_partitions=self._metadata_partitions,
+                assignor=cfg.partition_assignment_strategy or "range",
+                session_timeout_ms=cfg.session_timeout_ms,
+                heartbeat_interval_ms=cfg.heartbeat_interval_ms,
+                rebalance_timeout_ms=cfg.max_poll_interval_ms,
+                request_timeout_ms=cfg.request_timeout_ms,
+                retry_backoff_ms=cfg.retry_backoff_ms,
+                exclude_internal_topics=cfg.exclude_internal_topics,
+                status=self._member_status,
+                **extra,
+            )
         self._storage.generation = member.commit_generation
         self._member = member
         self._last_poll = time.monotonic()

@@ -96,6 +96,27 @@ commit_reqs = st.builds(
 )
 offset_fetch_reqs = st.builds(lambda group, topic, part: _req(ApiKey.OFFSET_FETCH, 3, group_id=group, topics=[(topic, [part])]),
                               st.sampled_from(["g-hostile", ""]), TOPIC, I32)
+# KIP-848: OffsetCommit v9 / OffsetFetch v9 with absurd epochs and members, ConsumerGroupHeartbeat
+# with absurd epochs and timeouts, ConsumerGroupDescribe of odd group ids
+commit_v9_reqs = st.builds(
+    lambda group, epoch, member, topic, part, off: _req(ApiKey.OFFSET_COMMIT, 9, group_id=group, generation_id=epoch, member_id=member,
+                                                        topics=[(topic, [(part, off, -1, "")])]),
+    st.sampled_from(["g-hostile-848", ""]), I32, st.sampled_from(["", "nobody", "x" * 1000]), TOPIC, I32, I64,
+)
+offset_fetch_v9_reqs = st.builds(
+    lambda group, member, epoch, topic, part: _req(ApiKey.OFFSET_FETCH, 9, groups=[{"group_id": group, "member_id": member, "member_epoch": epoch,
+                                                                                    "topics": None if part is None else [(topic, [part])]}]),
+    st.sampled_from(["g-hostile-848", ""]), st.sampled_from([None, "", "nobody"]), I32, TOPIC, st.one_of(st.none(), I32),
+)
+cg_heartbeat_reqs = st.builds(
+    lambda member, epoch, timeout, topics, assignor: _req(ApiKey.CONSUMER_GROUP_HEARTBEAT, 1, group_id="g-hostile-848", member_id=member,
+                                                          member_epoch=epoch, rebalance_timeout_ms=timeout, subscribed_topic_names=topics,
+                                                          server_assignor=assignor, topic_partitions=[]),
+    st.sampled_from(["", "nobody", "x" * 1000]), I32, I32, st.one_of(st.none(), st.lists(TOPIC, max_size=3)),
+    st.sampled_from([None, "uniform", "range", "", "sticky"]),
+)
+cg_describe_reqs = st.builds(lambda ids: _req(ApiKey.CONSUMER_GROUP_DESCRIBE, 1, group_ids=ids, include_authorized_operations=True),
+                             st.lists(st.sampled_from(["g-hostile-848", "", "x" * 300]), max_size=3))
 create_reqs = st.builds(
     lambda n, rf, validate, timeout: _req(ApiKey.CREATE_TOPICS, 2, topics=[(f"hostile-{uuid.uuid4().hex[:8]}", n, rf, [], [])],
                                           timeout_ms=timeout, validate_only=validate),
@@ -206,7 +227,8 @@ HOSTILE = st.one_of(produce_reqs, fetch_reqs, list_offsets_reqs, metadata_reqs, 
                     add_offsets_reqs, end_txn_reqs, txn_commit_reqs, markers_reqs, committed_fetch_reqs,
                     describe_txn_reqs, list_txn_reqs, delete_topics_reqs, create_partitions_reqs,
                     elect_reqs, alter_configs_reqs, incremental_reqs, log_dirs_reqs, cluster_reqs,
-                    offset_delete_reqs, describe_quotas_reqs, alter_quotas_reqs, delete_records_reqs)
+                    offset_delete_reqs, describe_quotas_reqs, alter_quotas_reqs, delete_records_reqs,
+                    commit_v9_reqs, offset_fetch_v9_reqs, cg_heartbeat_reqs, cg_describe_reqs)
 
 
 class _Errors(logging.Handler):

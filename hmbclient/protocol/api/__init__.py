@@ -55,6 +55,8 @@ from hmbclient.protocol.api.cluster import (
 )
 from hmbclient.protocol.api.configs import DescribeConfigsRequest, DescribeConfigsResponse
 from hmbclient.protocol.api.consumer_group import (
+    ConsumerGroupDescribeRequest,
+    ConsumerGroupDescribeResponse,
     ConsumerGroupHeartbeatRequest,
     ConsumerGroupHeartbeatResponse,
 )
@@ -123,6 +125,8 @@ from hmbclient.protocol.api.txn import (
 )
 
 __all__ = [
+    "ConsumerGroupDescribeRequest",
+    "ConsumerGroupDescribeResponse",
     "ConsumerGroupHeartbeatRequest",
     "ConsumerGroupHeartbeatResponse",
     "DescribeConfigsRequest",
