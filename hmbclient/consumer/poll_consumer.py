@@ -88,6 +88,7 @@ from hmbclient.net.security import Security
 from hmbclient.net.versions import BrokerVersions
 from hmbclient.protocol.api.base import ApiKey
 from hmbclient.protocol.api.list_offsets import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
+from hmbclient.protocol.records.base import GcPaused
 from hmbclient.zkpaths import make_consumer_id
 from rebalance.filters import Whitelist
 from rebalance.rebalancer import Subscription
@@ -514,7 +515,9 @@ class Consumer:
             topic, partition = pti.topic, pti.partition
             if key_decode is None and value_decode is None:
                 # Record (offset, timestamp, key, value, headers) + (topic, partition), in C.
-                out.extend(map(new, repeat(cls), map(add, records, repeat((topic, partition)))))
+                # A batch of tracked tuples built in a row: the cyclic GC pauses (see GcPaused).
+                with GcPaused():
+                    out.extend(map(new, repeat(cls), map(add, records, repeat((topic, partition)))))
             else:
                 for r in records:
                     key = r[2] if key_decode is None else key_decode(r[2])

@@ -15,7 +15,6 @@ path, MessageSizeTooLargeError leave this module for malformed input; scanning s
 
 from __future__ import annotations
 
-import gc
 import struct
 from collections.abc import Iterable, Iterator
 from typing import Any
@@ -26,7 +25,7 @@ from hmbclient.clock import wall_ms
 from hmbclient.errors import CorruptRecordError, MessageSizeTooLargeError, ProtocolError
 
 from . import codecs, legacy, v2
-from .base import CODEC_MASK, I32, I64, NO_TIMESTAMP, Entry, Record
+from .base import CODEC_MASK, I32, I64, NO_TIMESTAMP, Entry, GcPaused, Record
 
 __all__ = [
     "encode_records",
@@ -98,20 +97,8 @@ def _decode_into(
     Returns where decoding stopped (``end`` or the start of a partial entry) and the error that
     stopped it, if any: the records of every entry before the bad one are in ``out``.
     """
-    # Records are tuple subclasses, which the cyclic GC tracks for life. Creating thousands of
-    # them in a row triggers collections that walk (and age) every record just made, ~25% of
-    # the decode time, and can never free anything: records hold only bytes, ints, None and
-    # tuples. So the collector pauses while one window decodes; consumers usually drop the
-    # records before the next collection, which then never sees them. Only the thread that
-    # paused it resumes it, so concurrent decoders leave it as they found it.
-    paused = gc.isenabled()
-    if paused:
-        gc.disable()
-    try:
+    with GcPaused():  # records are built in bulk (see GcPaused)
         return _decode_entries(data, pos, end, out)
-    finally:
-        if paused:
-            gc.enable()
 
 
 def _decode_entries(
