@@ -88,7 +88,6 @@ from hmbclient.net.security import Security
 from hmbclient.net.versions import BrokerVersions
 from hmbclient.protocol.api.base import ApiKey
 from hmbclient.protocol.api.list_offsets import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
-from hmbclient.protocol.records.base import GcPaused
 from hmbclient.zkpaths import make_consumer_id
 from rebalance.filters import Whitelist
 from rebalance.rebalancer import Subscription
@@ -124,8 +123,9 @@ class ConsumerRecord(NamedTuple):
     ``timestamp``, ``timestamp_type``, ``key``, ``value``, ``headers``, ``leader_epoch``.
 
     Read it by name. As a tuple it is the decoded record's fields followed by where it came
-    from (``offset, timestamp, key, value, headers, topic, partition``): ``poll`` builds each
-    one with a single C-level concatenation, several times faster than a field-by-field build.
+    from (``offset, timestamp, key, value, headers, topic, partition``): each one is built by a
+    single C-level concatenation (by the fetcher, when no deserializer is set), several times
+    faster than a field-by-field build.
     ``timestamp_type`` is 0 (CreateTime) when the record has a timestamp and -1 when it has
     none (magic 0); a LogAppendTime topic's records carry the broker's time under type 0 (the
     decoded batch does not keep the type). ``leader_epoch`` is None (the fetcher does not keep
@@ -149,6 +149,13 @@ class ConsumerRecord(NamedTuple):
     def leader_epoch(self) -> int | None:
         """The leader epoch of the batch: None (not kept by the fetcher)."""
         return None
+
+
+def _consumer_records(pti: PartitionTopicInfo, records: list[Any]) -> list[ConsumerRecord]:
+    """The poll stream's shape (:attr:`.stream.KafkaStream.shape`, run by a fetcher with the
+    cyclic GC paused): decoded records ``(offset, timestamp, key, value, headers)`` plus
+    ``(topic, partition)``, each ConsumerRecord built by one C-level concatenation."""
+    return list(map(_new_record, repeat(ConsumerRecord), map(add, records, repeat((pti.topic, pti.partition)))))
 
 
 class OffsetAndTimestamp(NamedTuple):
@@ -239,7 +246,12 @@ class Consumer:
             name=f"hmb-consumer-io-{cfg.client_id}",
         )
         self._metadata = Metadata(self._client, allow_auto_topic_creation=False)
-        self._stream = KafkaStream("poll", queued_max_chunks=cfg.queued_max_message_chunks)
+        # Without deserializers the fetchers build the ConsumerRecords (see _consumer_records).
+        self._stream = KafkaStream(
+            "poll",
+            queued_max_chunks=cfg.queued_max_message_chunks,
+            shape=_consumer_records if self._key_decode is None and self._value_decode is None else None,
+        )
         self._metrics = ConsumerMetrics(Metrics(tags={"client-id": cfg.client_id or ""}))
         # paused partitions keep their info (and lag) too
         self._metrics.watch_lag(lambda: [(pti.high_watermark, pti.consumed) for pti in self._ptis.values()])
@@ -511,18 +523,19 @@ class Consumer:
         out: list[ConsumerRecord] = []
         key_decode, value_decode = self._key_decode, self._value_decode
         new, cls = _new_record, ConsumerRecord
+        if key_decode is None and value_decode is None:
+            # ConsumerRecords already: the fetcher shaped them (_consumer_records)
+            if len(batches) == 1:
+                return batches[0][1]  # a list of its own (take copies out of the chunk)
+            for _, records in batches:
+                out.extend(records)
+            return out
         for pti, records in batches:
             topic, partition = pti.topic, pti.partition
-            if key_decode is None and value_decode is None:
-                # Record (offset, timestamp, key, value, headers) + (topic, partition), in C.
-                # A batch of tracked tuples built in a row: the cyclic GC pauses (see GcPaused).
-                with GcPaused():
-                    out.extend(map(new, repeat(cls), map(add, records, repeat((topic, partition)))))
-            else:
-                for r in records:
-                    key = r[2] if key_decode is None else key_decode(r[2])
-                    value = r[3] if value_decode is None else value_decode(r[3])
-                    out.append(new(cls, (r[0], r[1], key, value, r[4], topic, partition)))
+            for r in records:
+                key = r[2] if key_decode is None else key_decode(r[2])
+                value = r[3] if value_decode is None else value_decode(r[3])
+                out.append(new(cls, (r[0], r[1], key, value, r[4], topic, partition)))
         return out
 
     def __iter__(self) -> Iterator[ConsumerRecord]:
