@@ -6,9 +6,9 @@ Contract
   connector, finds each one's leader from Metadata and hands it to that broker's
   :class:`_BrokerFetcher`. A broker fetcher sends one Fetch for all its partitions
   (``fetch_min_bytes``, ``fetch_wait_max_ms``, ``fetch_message_max_bytes`` per partition),
-  decodes each partition's records once (CRC checked), reshapes them when the stream says so
-  (``KafkaStream.shape``, in the same pause of the cyclic GC) and pushes them as one chunk into
-  the partition's stream; a full stream queue blocks it (bounded memory).
+  decodes each partition's records once (CRC checked; as the stream's ``record_class`` when it
+  has one) and pushes them as one chunk into the partition's stream; a full stream queue
+  blocks it (bounded memory).
 * A partition whose position is unknown (nothing committed) or out of range is reset with
   ListOffsets to the earliest (``smallest``) or latest (``largest``) offset, as
   ``auto_offset_reset`` says; its consumed position moves with it.
@@ -75,7 +75,6 @@ from hmbclient.net.versions import BrokerVersions
 from hmbclient.protocol.api.base import ApiKey
 from hmbclient.protocol.api.list_offsets import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
 from hmbclient.protocol.records import decode_records
-from hmbclient.protocol.records.base import GcPaused
 from hmbclient.protocol.records.control import read_committed
 
 from .message_set import last_offset_of
@@ -394,20 +393,16 @@ class _BrokerFetcher:
         # already moved past them by _advance): decode (CRC checked; read_committed: without
         # the aborted transactions) and queue them as one chunk, or queue the error the
         # stream will raise. Returns how many records were queued.
-        shape = pti.stream.shape
+        cls = pti.stream.record_class
+        tail = None if cls is None else (cls, (pti.topic, pti.partition))
         try:
-            # One pause of the cyclic GC for the decode and the stream's shape (see GcPaused):
-            # shaped records replace the decoded ones, which die unwalked.
-            with GcPaused():
-                records = read_committed(raw, aborted) if aborted else decode_records(raw)
-                if records and records[0].offset < start:
-                    records = [r for r in records if r.offset >= start]
-                if records and shape is not None:
-                    records = shape(pti, records)
+            records = read_committed(raw, aborted, tail) if aborted else decode_records(raw, tail)
         except CorruptRecordError as exc:
             self._drop(pti)
             pti.stream.put_error(pti, exc, self._stop)
             return 0
+        if records and records[0].offset < start:
+            records = [r for r in records if r.offset >= start]
         if not records:
             if last_offset_of(raw) is not None:
                 return 0  # only markers, aborted records or records before ``start``: skipped

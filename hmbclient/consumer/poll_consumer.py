@@ -66,8 +66,6 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
-from itertools import repeat
-from operator import add
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from hmbclient.clock import monotonic_ms
@@ -123,9 +121,9 @@ class ConsumerRecord(NamedTuple):
     ``timestamp``, ``timestamp_type``, ``key``, ``value``, ``headers``, ``leader_epoch``.
 
     Read it by name. As a tuple it is the decoded record's fields followed by where it came
-    from (``offset, timestamp, key, value, headers, topic, partition``): each one is built by a
-    single C-level concatenation (by the fetcher, when no deserializer is set), several times
-    faster than a field-by-field build.
+    from (``offset, timestamp, key, value, headers, topic, partition``): without deserializers
+    the decoder builds them directly (``decode_records(..., tail=...)``), else ``poll`` does,
+    one by one.
     ``timestamp_type`` is 0 (CreateTime) when the record has a timestamp and -1 when it has
     none (magic 0); a LogAppendTime topic's records carry the broker's time under type 0 (the
     decoded batch does not keep the type). ``leader_epoch`` is None (the fetcher does not keep
@@ -149,13 +147,6 @@ class ConsumerRecord(NamedTuple):
     def leader_epoch(self) -> int | None:
         """The leader epoch of the batch: None (not kept by the fetcher)."""
         return None
-
-
-def _consumer_records(pti: PartitionTopicInfo, records: list[Any]) -> list[ConsumerRecord]:
-    """The poll stream's shape (:attr:`.stream.KafkaStream.shape`, run by a fetcher with the
-    cyclic GC paused): decoded records ``(offset, timestamp, key, value, headers)`` plus
-    ``(topic, partition)``, each ConsumerRecord built by one C-level concatenation."""
-    return list(map(_new_record, repeat(ConsumerRecord), map(add, records, repeat((pti.topic, pti.partition)))))
 
 
 class OffsetAndTimestamp(NamedTuple):
@@ -246,11 +237,11 @@ class Consumer:
             name=f"hmb-consumer-io-{cfg.client_id}",
         )
         self._metadata = Metadata(self._client, allow_auto_topic_creation=False)
-        # Without deserializers the fetchers build the ConsumerRecords (see _consumer_records).
+        # Without deserializers the fetchers decode straight into ConsumerRecords.
         self._stream = KafkaStream(
             "poll",
             queued_max_chunks=cfg.queued_max_message_chunks,
-            shape=_consumer_records if self._key_decode is None and self._value_decode is None else None,
+            record_class=ConsumerRecord if self._key_decode is None and self._value_decode is None else None,
         )
         self._metrics = ConsumerMetrics(Metrics(tags={"client-id": cfg.client_id or ""}))
         # paused partitions keep their info (and lag) too
@@ -524,7 +515,7 @@ class Consumer:
         key_decode, value_decode = self._key_decode, self._value_decode
         new, cls = _new_record, ConsumerRecord
         if key_decode is None and value_decode is None:
-            # ConsumerRecords already: the fetcher shaped them (_consumer_records)
+            # ConsumerRecords already: the fetcher decoded them so (KafkaStream.record_class)
             if len(batches) == 1:
                 return batches[0][1]  # a list of its own (take copies out of the chunk)
             for _, records in batches:

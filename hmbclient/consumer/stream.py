@@ -34,13 +34,13 @@ and :meth:`~KafkaStream.close` (shutdown). The subscribe/poll consumer takes bat
 :meth:`~KafkaStream.take`; its asyncio front registers a one-shot :meth:`~KafkaStream.add_waiter`
 that the next ``put`` (or ``close``) calls from the feeding thread.
 
-(shape) A stream may carry ``shape(pti, records) -> records``: the fetcher applies it to each
-chunk's decoded records once, within the decode's pause of the cyclic GC (see
-:class:`~hmbclient.protocol.records.base.GcPaused`), before queueing the chunk. The
-subscribe/poll consumer's stream gets its ConsumerRecords that way: the decoded records die
-while the collector is paused (never walked), and ``poll`` hands the chunk's records out as
-they are. A shaped record keeps the decoded record's ``offset`` (what ``next()``/``take()``
-read).
+(record class) A stream may carry ``record_class``: a NamedTuple whose fields are a decoded
+Record's (``offset, timestamp, key, value, headers``) followed by ``topic, partition``. The
+fetcher then has the decoder build each chunk's records as that class directly
+(``decode_records(..., tail=(record_class, (topic, partition)))``), with no Record made
+first. The subscribe/poll consumer's stream gets its ConsumerRecords that way, and ``poll``
+hands a chunk's records out as they are. Such a record keeps ``offset`` (what
+``next()``/``take()`` read).
 """
 
 from __future__ import annotations
@@ -143,11 +143,11 @@ class KafkaStream:
         consumer_timeout_ms: int = -1,
         key_decoder: Any = None,
         value_decoder: Any = None,
-        shape: Callable[[PartitionTopicInfo, list[Any]], list[Any]] | None = None,
+        record_class: type | None = None,
     ) -> None:
         self.name = name
-        #: (shape) applied by the fetcher to each chunk's decoded records; None: kept as decoded.
-        self.shape = shape
+        #: (record class) what the fetcher decodes this stream's records as; None: Records.
+        self.record_class = record_class
         self._cap = max(1, queued_max_chunks)
         self._timeout_s = None if consumer_timeout_ms < 0 else consumer_timeout_ms / 1000.0
         self._key_decode = key_decoder.from_message if key_decoder is not None else None

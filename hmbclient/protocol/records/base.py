@@ -9,11 +9,14 @@ from __future__ import annotations
 
 import gc
 import struct
-from typing import NamedTuple
+from collections.abc import Iterable, Iterator
+from itertools import repeat
+from operator import add
+from typing import Any, NamedTuple
 
 from hmbclient.errors import CorruptRecordError
 
-__all__ = ["Record", "Entry", "Headers", "NO_TIMESTAMP", "GcPaused"]
+__all__ = ["Record", "Entry", "Headers", "NO_TIMESTAMP", "GcPaused", "Tail", "with_tail"]
 
 Headers = tuple[tuple[str, bytes | None], ...]
 
@@ -35,6 +38,21 @@ CODEC_MASK = 0x07
 TIMESTAMP_TYPE_MASK = 0x08  # 1 = LogAppendTime
 TRANSACTIONAL_MASK = 0x10  # v2 only
 CONTROL_MASK = 0x20  # v2 only
+
+
+#: ``(cls, fields)``: decode each record as ``cls`` built from ``(offset, timestamp, key, value,
+#: headers) + fields`` -- a consumer's own record tuple (the poll consumer's ConsumerRecord:
+#: ``fields`` = ``(topic, partition)``) made by the decoder itself, with no Record in between.
+Tail = tuple[type, tuple[Any, ...]]
+
+_new_tuple = tuple.__new__
+
+
+def with_tail(records: Iterable[Record], tail: Tail) -> Iterator[Any]:
+    """Records rebuilt as ``tail`` says (the decoders' paths that build Records first), each by
+    one C-level concatenation."""
+    cls, fields = tail
+    return map(_new_tuple, repeat(cls), map(add, records, repeat(fields)))
 
 
 class GcPaused:
