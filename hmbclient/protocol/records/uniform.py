@@ -31,7 +31,7 @@ from itertools import repeat
 from operator import itemgetter
 from typing import Any
 
-from .base import ZIGZAG, Record
+from .base import ZIGZAG, Record, Tail
 
 __all__ = ["read_uniform", "MIN_RUN"]
 
@@ -171,7 +171,14 @@ def _layout(data: bytes | memoryview, pos: int, end: int, left: int) -> tuple[An
 
 
 def read_uniform(
-    data: bytes | memoryview, pos: int, end: int, left: int, base_offset: int, base_ts: int, out: list[Record]
+    data: bytes | memoryview,
+    pos: int,
+    end: int,
+    left: int,
+    base_offset: int,
+    base_ts: int,
+    out: list[Record],
+    tail: Tail | None = None,
 ) -> tuple[int, int]:
     """Decode the run of records at ``data[pos:end]`` that share the first one's layout.
 
@@ -179,7 +186,8 @@ def read_uniform(
     either as ``bytes``). ``left`` bounds how many records may be read (the rest of the
     batch's record count).
     Returns ``(records appended to out, position after them)``; ``(0, pos)`` when the record
-    at ``pos`` does not start a run this path takes. Never raises for malformed input: it
+    at ``pos`` does not start a run this path takes. ``tail`` (see ``base.Tail``): the records
+    are built as that class with those fields after the decoded ones. Never raises for malformed input: it
     only accepts what it has checked (see the module docstring).
     """
     try:
@@ -265,11 +273,16 @@ def read_uniform(
         keys = repeat(None, done)
         values = repeat(None, done)  # not the same iterator: zip takes one item from each
     first_offset = base_offset + first_delta
+    cls, extra = (Record, ()) if tail is None else tail
     out.extend(
         map(
             _new,
-            repeat(Record, done),
-            zip(range(first_offset, first_offset + done), timestamps, keys, values, repeat(_NO_HEADERS, done), strict=True),
+            repeat(cls, done),
+            zip(
+                range(first_offset, first_offset + done), timestamps, keys, values, repeat(_NO_HEADERS, done),
+                *[repeat(field, done) for field in extra],
+                strict=True,
+            ),
         )
     )
     return done, run_end

@@ -49,9 +49,11 @@ from .base import (
     ZIGZAG,
     Headers,
     Record,
+    Tail,
     encode_varint,
     read_uvarint,
     read_varint,
+    with_tail,
 )
 from .uniform import MIN_RUN, read_uniform
 
@@ -627,6 +629,7 @@ def read_runs(
     base_offset: int,
     base_ts: int,
     out: list[Record],
+    tail: Tail | None = None,
 ) -> int:
     """Decode ``count`` records at ``data[pos:end]`` into ``out``; returns the end position.
 
@@ -642,7 +645,7 @@ def read_runs(
     while done < count:
         left = count - done
         if left >= MIN_RUN:
-            n, new_pos = read_uniform(data, pos, end, left, base_offset, base_ts, out)
+            n, new_pos = read_uniform(data, pos, end, left, base_offset, base_ts, out, tail)
             if n:
                 done += n
                 pos = new_pos
@@ -654,7 +657,12 @@ def read_runs(
             shift += pos
             end -= pos
             pos = 0
-        pos = read_records(data, pos, n, base_offset, base_ts, out)
+        if tail is None:
+            pos = read_records(data, pos, n, base_offset, base_ts, out)
+        else:
+            decoded: list[Record] = []
+            pos = read_records(data, pos, n, base_offset, base_ts, decoded)
+            out.extend(with_tail(decoded, tail))
         done += n
         if general < _GENERAL_MAX:
             general *= 2
@@ -665,8 +673,9 @@ def read_runs(
 _IN_PLACE_MIN_RECORD = 2048
 
 
-def batch_records(data: Any, pos: int, bend: int, header: tuple[Any, ...]) -> list[Record]:
-    """The records of the (CRC-checked) batch at ``data[pos:bend]`` whose header is given.
+def batch_records(data: Any, pos: int, bend: int, header: tuple[Any, ...], tail: Tail | None = None) -> list[Record]:
+    """The records of the (CRC-checked) batch at ``data[pos:bend]`` whose header is given
+    (built as ``tail`` says, see ``base.Tail``).
 
     Control batches give ``[]``. Raises CorruptRecordError on any malformation.
     """
@@ -697,7 +706,7 @@ def batch_records(data: Any, pos: int, bend: int, header: tuple[Any, ...]) -> li
         raise CorruptRecordError(f"batch at offset {base}: record count {count}")
     out: list[Record] = []
     try:
-        rpos = read_runs(rdata, rpos, rend, count, base, base_ts, out)
+        rpos = read_runs(rdata, rpos, rend, count, base, base_ts, out, tail)
     except (IndexError, UnicodeDecodeError) as e:
         raise CorruptRecordError(f"batch at offset {base}: malformed record: {e}") from None
     if rpos != rend:
@@ -707,8 +716,9 @@ def batch_records(data: Any, pos: int, bend: int, header: tuple[Any, ...]) -> li
     return out
 
 
-def decode_run(data: bytes, pos: int, end: int, out: list[Record]) -> int:
-    """Decode consecutive complete v2 batches of ``data[pos:end]`` into ``out``.
+def decode_run(data: bytes, pos: int, end: int, out: list[Record], tail: Tail | None = None) -> int:
+    """Decode consecutive complete v2 batches of ``data[pos:end]`` into ``out`` (built as
+    ``tail`` says, see ``base.Tail``).
 
     Returns the position of the first batch not decoded: ``end``, a partial entry, or an entry
     of another magic (the caller dispatches on it).
@@ -735,7 +745,7 @@ def decode_run(data: bytes, pos: int, end: int, out: list[Record]) -> int:
             header = unpack(data, pos)
             if crc32c(mv[pos + ATTRIBUTES_OFFSET : bend]) != header[4]:
                 raise CorruptRecordError(f"record batch at offset {header[0]}: CRC mismatch")
-            extend(batch_records(data, pos, bend, header))
+            extend(batch_records(data, pos, bend, header, tail))
             pos = bend
     except struct.error as e:
         raise CorruptRecordError(f"malformed record batch at {pos}: {e}") from None
