@@ -59,6 +59,9 @@ __all__ = [
     "TransactionInfo",
     "list_transactions",
     "describe_transactions",
+    "Reassignment",
+    "alter_partition_reassignments",
+    "list_partition_reassignments",
 ]
 
 _TIMEOUT_MS = 10_000
@@ -946,3 +949,85 @@ def describe_transactions(brokers: str, transactional_ids: Iterable[str], *, api
             out.append(TransactionInfo(d.transactional_id, d.transaction_state, d.transaction_timeout_ms, d.transaction_start_time_ms,
                                        int(d.producer_id), int(d.producer_epoch), parts))
     return out
+
+
+# -- partition reassignment (KIP-455) -----------------------------------------------------------
+
+class Reassignment(NamedTuple):
+    """An ongoing partition reassignment (``list_partition_reassignments``): the full replica
+    set now (target, then the original replicas being removed), and the replicas being added
+    and removed."""
+
+    replicas: tuple[int, ...]
+    adding: tuple[int, ...]
+    removing: tuple[int, ...]
+
+
+def alter_partition_reassignments(brokers: str, reassignments: dict[tuple[str, int], list[int] | None], *,
+                                  timeout_ms: float = 30_000, api_version: str = "auto",
+                                  security: Any = None) -> dict[tuple[str, int], tuple[int, str | None]]:
+    """Start (a list of target replicas) or cancel (None) the reassignment of each partition
+    (AlterPartitionReassignments, sent to the controller). The answer comes once the moves are
+    started; :func:`list_partition_reassignments` shows the ones not finished.
+
+    Args:
+        brokers: bootstrap "host:port[,host:port]".
+        reassignments: (topic, partition) -> target replicas, or None to cancel.
+        timeout_ms: how long the controller may take.
+        api_version: the version dialect (``auto`` probes).
+        security: TLS / SASL, or None.
+
+    Returns:
+        (topic, partition) -> (error code, message): 0 started (or cancelled),
+        NO_REASSIGNMENT_IN_PROGRESS (nothing to cancel), INVALID_REPLICA_ASSIGNMENT (empty,
+        a broker twice, an unregistered broker), UNKNOWN_TOPIC_OR_PARTITION.
+
+    Raises:
+        BrokerError: a request-level error (ClusterAuthorizationFailedError, NotControllerError).
+        UnsupportedByBroker: the broker has no AlterPartitionReassignments; nothing was sent.
+    """
+    by_topic: dict[str, list[tuple[int, list[int] | None]]] = {}
+    for (t, p), replicas in sorted(reassignments.items()):
+        by_topic.setdefault(t, []).append((p, None if replicas is None else [int(r) for r in replicas]))
+    wait_ms = timeout_ms + _ANSWER_MARGIN_MS
+    resp = _any_broker(brokers, api_version, wait_ms, security, ApiKey.ALTER_PARTITION_REASSIGNMENTS,
+                       lambda v: v.build(ApiKey.ALTER_PARTITION_REASSIGNMENTS, timeout_ms=int(timeout_ms),
+                                         allow_replication_factor_change=True, topics=sorted(by_topic.items())),
+                       controller=True)
+    if resp.error_code:
+        raise for_code(resp.error_code)(resp.error_message or "AlterPartitionReassignments refused")
+    return {(t.name, p.partition_index): (p.error_code, p.error_message) for t in resp.responses for p in t.partitions}
+
+
+def list_partition_reassignments(brokers: str, partitions: Iterable[tuple[str, int]] | None = None, *,
+                                 timeout_ms: float = _TIMEOUT_MS, api_version: str = "auto",
+                                 security: Any = None) -> dict[tuple[str, int], Reassignment]:
+    """The ongoing partition reassignments (ListPartitionReassignments, sent to the controller).
+
+    Args:
+        brokers: bootstrap "host:port[,host:port]".
+        partitions: the partitions to look at (None: every ongoing reassignment).
+        timeout_ms: how long to wait for the answer.
+        api_version: the version dialect (``auto`` probes).
+        security: TLS / SASL, or None.
+
+    Returns:
+        (topic, partition) -> Reassignment, for partitions being reassigned only.
+
+    Raises:
+        BrokerError: a request-level error (ClusterAuthorizationFailedError, NotControllerError).
+        UnsupportedByBroker: the broker has no ListPartitionReassignments; nothing was sent.
+    """
+    asked = None
+    if partitions is not None:
+        by_topic: dict[str, list[int]] = {}
+        for t, p in partitions:
+            by_topic.setdefault(t, []).append(p)
+        asked = sorted(by_topic.items())
+    resp = _any_broker(brokers, api_version, timeout_ms, security, ApiKey.LIST_PARTITION_REASSIGNMENTS,
+                       lambda v: v.build(ApiKey.LIST_PARTITION_REASSIGNMENTS, timeout_ms=int(timeout_ms), topics=asked),
+                       controller=True)
+    if resp.error_code:
+        raise for_code(resp.error_code)(resp.error_message or "ListPartitionReassignments refused")
+    return {(t.name, p.partition_index): Reassignment(tuple(p.replicas), tuple(p.adding_replicas), tuple(p.removing_replicas))
+            for t in resp.topics for p in t.partitions}

@@ -487,6 +487,8 @@ def test_every_pair_has_a_peer_version() -> None:
         ApiKey.INCREMENTAL_ALTER_CONFIGS: range(0, 1),
         ApiKey.DESCRIBE_CLUSTER: range(0, 2),
         ApiKey.CONSUMER_GROUP_HEARTBEAT: range(0, 2),
+        ApiKey.ALTER_PARTITION_REASSIGNMENTS: range(0, 2),
+        ApiKey.LIST_PARTITION_REASSIGNMENTS: range(0, 1),
     }
     expected = {(int(k), v) for k, vs in want.items() for v in vs}
     assert set(REQUESTS) == expected
@@ -495,7 +497,10 @@ def test_every_pair_has_a_peer_version() -> None:
     assert {k for k, _v in NO_PEER}.isdisjoint(KP)
     assert FLEXIBLE == {(ApiKey.DESCRIBE_TRANSACTIONS, 0), (ApiKey.LIST_TRANSACTIONS, 0), (ApiKey.LIST_TRANSACTIONS, 1),
                         (ApiKey.DESCRIBE_CLUSTER, 0), (ApiKey.DESCRIBE_CLUSTER, 1),  # DescribeCluster: tests/broker/test_admin_topics.py
-                        (ApiKey.CONSUMER_GROUP_HEARTBEAT, 0), (ApiKey.CONSUMER_GROUP_HEARTBEAT, 1)} | {
+                        (ApiKey.CONSUMER_GROUP_HEARTBEAT, 0), (ApiKey.CONSUMER_GROUP_HEARTBEAT, 1),
+                        # reassignment: tests/protocol/test_frame_flexible.py against kafka-python
+                        (ApiKey.ALTER_PARTITION_REASSIGNMENTS, 0), (ApiKey.ALTER_PARTITION_REASSIGNMENTS, 1),
+                        (ApiKey.LIST_PARTITION_REASSIGNMENTS, 0)} | {
         (ApiKey.METADATA, v) for v in range(9, 13)
     }
     for k, v in expected - NO_PEER - FLEXIBLE:

