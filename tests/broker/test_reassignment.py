@@ -15,6 +15,7 @@
 from __future__ import annotations
 
 import threading
+import time
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -40,8 +41,9 @@ def chroot(zookeeper: Any) -> str:
 
 @pytest.fixture(scope="module")
 def cluster(chroot: str) -> Iterator[EmbeddedCluster]:
+    # Short replication quota windows: the throttle's rate settles within a second or two.
     with EmbeddedCluster(brokers=3, zookeeper_connect=chroot, num_partitions=1, replication_factor=2,
-                         offsets_topic_replication_factor=1) as c:
+                         offsets_topic_replication_factor=1, replication_quota_window_num=2) as c:
         yield c
 
 
@@ -156,3 +158,73 @@ def test_refusals(cluster: EmbeddedCluster, zk: KazooClient) -> None:
     answer = admin.alter_partition_reassignments(cluster.bootstrap, {(topic, 0): [1, 1]})
     assert answer[(topic, 0)][0] == E.INVALID_REPLICA_ASSIGNMENT
     assert admin.list_partition_reassignments(cluster.bootstrap, [(topic, 0)]) == {}
+
+
+RATE = 100_000  # bytes/s of the throttle test
+
+
+def _log_bytes(cluster: EmbeddedCluster, broker: int, topic: str) -> int:
+    part = cluster.broker(broker).replica_manager.partition(topic, 0)
+    return 0 if part is None else sum(seg.size for seg in part.log.segments)
+
+
+def _fill(cluster: EmbeddedCluster, topic: str, nbytes: int) -> None:
+    p = Producer(metadata_broker_list=cluster.bootstrap, request_required_acks=1)
+    try:
+        value = b"x" * 2000
+        futs = [f for _ in range(nbytes // len(value)) for f in p.send(ProducerData(topic, None, [value]))]
+        for f in futs:
+            f.result(timeout=60)
+    finally:
+        p.close()
+
+
+def _throttle(cluster: EmbeddedCluster, topic: str, rate: int | None) -> None:
+    """Kafka's throttle: both rates on every broker, every replica of the topic throttled."""
+    names = ("leader.replication.throttled.rate", "follower.replication.throttled.rate")
+    for b in range(3):
+        if rate is None:
+            admin.incremental_alter_configs(cluster.bootstrap, "broker", str(b), {}, delete=names)
+        else:
+            admin.incremental_alter_configs(cluster.bootstrap, "broker", str(b), {n: str(rate) for n in names})
+    replicas = ("leader.replication.throttled.replicas", "follower.replication.throttled.replicas")
+    if rate is None:
+        admin.incremental_alter_configs(cluster.bootstrap, "topic", topic, {}, delete=replicas)
+    else:
+        admin.incremental_alter_configs(cluster.bootstrap, "topic", topic, {n: "*" for n in replicas})
+
+
+def test_throttled_move_listed_measured_and_cancelled(cluster: EmbeddedCluster, zk: KazooClient) -> None:
+    topic = _topic("throttle")
+    admin.create_topic(cluster.bootstrap, topic, 1, 2)
+    cluster.await_isr(topic)
+    _fill(cluster, topic, 1_500_000)
+    (a, b), (_b, c) = _move_plan(zk, topic)
+    _throttle(cluster, topic, RATE)
+    try:
+        assert admin.alter_partition_reassignments(cluster.bootstrap, {(topic, 0): [b, c]}) == {(topic, 0): (E.NONE, None)}
+        listed = admin.list_partition_reassignments(cluster.bootstrap)
+        assert listed == {(topic, 0): admin.Reassignment((b, c, a), (c,), (a,))}
+        assert admin.list_partition_reassignments(cluster.bootstrap, [(topic, 0), (topic, 3), ("nope", 0)]) == listed
+        # The moving replica copies at about the throttle's rate (unthrottled, 1.5 MB takes well
+        # under a second here): measured over 4 s after the first second's burst.
+        wait_until(lambda: _log_bytes(cluster, c, topic) > 0, TIMEOUT_S, "the new replica fetching")
+        time.sleep(1.0)  # the window's start (the quota lets one second's worth through at once)
+        t0, n0 = time.monotonic(), _log_bytes(cluster, c, topic)
+        time.sleep(4.0)
+        t1, n1 = time.monotonic(), _log_bytes(cluster, c, topic)
+        measured = (n1 - n0) / (t1 - t0)
+        assert 0.5 * RATE <= measured <= 1.5 * RATE, f"moved {measured:.0f} bytes/s with a {RATE} bytes/s throttle"
+        assert _replicas(zk, topic) == (b, c, a)
+        # Cancel: back to the original replicas; the adding replica's log goes.
+        assert admin.alter_partition_reassignments(cluster.bootstrap, {(topic, 0): None}) == {(topic, 0): (E.NONE, None)}
+        # The original replicas in the full set's order (Kafka's revert: replicas minus adding).
+        assert _replicas(zk, topic) == (b, a)
+        assert admin.list_partition_reassignments(cluster.bootstrap) == {}
+        wait_until(lambda: _holders(cluster, topic) == {a, b}, TIMEOUT_S, "the cancelled replica's log deleted")
+        assert admin.alter_partition_reassignments(cluster.bootstrap, {(topic, 0): None})[(topic, 0)][0] == E.NO_REASSIGNMENT_IN_PROGRESS
+        assert zkpaths.decode_topic_reassignments(zk.get(zkpaths.topic_path(topic))[0]) == {}
+    finally:
+        _throttle(cluster, topic, None)
+    st = _state(zk, topic)
+    assert st.leader in (a, b) and set(st.isr) <= {a, b}
