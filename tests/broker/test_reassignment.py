@@ -228,3 +228,44 @@ def test_throttled_move_listed_measured_and_cancelled(cluster: EmbeddedCluster, 
         _throttle(cluster, topic, None)
     st = _state(zk, topic)
     assert st.leader in (a, b) and set(st.isr) <= {a, b}
+
+
+def test_controller_killed_mid_reassignment(chroot: str) -> None:
+    """kill -9 of the controller while a (throttled) reassignment is in progress: the new
+    controller reads it back from the topic znode and finishes it."""
+    import os
+
+    z = KazooClient(hosts=chroot + "-failover")
+    with EmbeddedCluster(brokers=3, zookeeper_connect=chroot + "-failover", processes=True, num_partitions=1, replication_factor=2,
+                         offsets_topic_replication_factor=1, replication_quota_window_num=2,
+                         zookeeper_session_timeout_ms=3000) as cluster:
+        z.start(timeout=10)
+        try:
+            topic = _topic("failover")
+            admin.create_topic(cluster.bootstrap, topic, 1, 2)
+            cluster.await_isr(topic)
+            _fill(cluster, topic, 2_000_000)
+            (a, b), (_b, c) = _move_plan(z, topic)
+            _throttle(cluster, topic, RATE)
+            assert admin.alter_partition_reassignments(cluster.bootstrap, {(topic, 0): [b, c]}) == {(topic, 0): (E.NONE, None)}
+            old = cluster.controller_id()
+            cluster.kill(old)  # SIGKILL: its ZooKeeper session lingers until it expires
+            live = [x for x in range(3) if x != old]
+            bootstrap = ",".join(f"127.0.0.1:{cluster.broker(x).port}" for x in live)
+            wait_until(lambda: admin.describe_cluster(bootstrap)["controller_id"] in live, TIMEOUT_S, "a new controller")
+            # The new controller knows the move from ZooKeeper (still throttled: 2 MB at 100 kB/s).
+            assert admin.list_partition_reassignments(bootstrap) == {(topic, 0): admin.Reassignment((b, c, a), (c,), (a,))}
+            cluster.restart(old)
+            _throttle(cluster, topic, None)
+            wait_until(lambda: _replicas(z, topic) == (b, c) and not admin.list_partition_reassignments(cluster.bootstrap),
+                       60.0, "the new controller finishing the reassignment")
+            assert cluster.controller_id() != old
+            st = _state(z, topic)
+            assert st.leader in (b, c) and set(st.isr) <= {b, c}
+            if a != old:  # a removed replica that was down when the move ended keeps its files (README)
+                gone = os.path.join(cluster.broker_log_dir(a), f"{topic}-0")
+                wait_until(lambda: not os.path.exists(gone), TIMEOUT_S, "the removed replica's log deleted")
+            cluster.await_isr(topic, size=2)
+        finally:
+            z.stop()
+            z.close()
