@@ -62,6 +62,8 @@ __all__ = [
     "Reassignment",
     "alter_partition_reassignments",
     "list_partition_reassignments",
+    "parse_reassignment_json",
+    "reassignment_throttles",
 ]
 
 _TIMEOUT_MS = 10_000
@@ -1031,3 +1033,68 @@ def list_partition_reassignments(brokers: str, partitions: Iterable[tuple[str, i
         raise for_code(resp.error_code)(resp.error_message or "ListPartitionReassignments refused")
     return {(t.name, p.partition_index): Reassignment(tuple(p.replicas), tuple(p.adding_replicas), tuple(p.removing_replicas))
             for t in resp.topics for p in t.partitions}
+
+
+def parse_reassignment_json(text: str) -> dict[tuple[str, int], list[int]]:
+    """The partitions of a kafka-reassign-partitions.sh JSON file:
+    ``{"version":1,"partitions":[{"topic":"t","partition":0,"replicas":[1,2],"log_dirs":[...]}]}``
+    (``log_dirs`` may only say ``any``: moves between log directories are not served).
+
+    Args:
+        text: the file's content.
+
+    Returns:
+        (topic, partition) -> target replicas.
+
+    Raises:
+        ValueError: not that format, a partition named twice, or a log dir other than "any".
+    """
+    import json
+
+    try:
+        obj = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ValueError(f"not JSON: {e}") from None
+    if not isinstance(obj, dict) or not isinstance(obj.get("partitions"), list):
+        raise ValueError('expected {"version":1,"partitions":[{"topic":...,"partition":...,"replicas":[...]}]}')
+    out: dict[tuple[str, int], list[int]] = {}
+    for entry in obj["partitions"]:
+        if not isinstance(entry, dict):
+            raise ValueError(f"a partition entry is not an object: {entry!r}")
+        topic, partition, replicas = entry.get("topic"), entry.get("partition"), entry.get("replicas")
+        if not isinstance(topic, str) or not isinstance(partition, int) or isinstance(partition, bool):
+            raise ValueError(f"an entry needs a string 'topic' and an integer 'partition': {entry!r}")
+        if not isinstance(replicas, list) or not all(isinstance(r, int) and not isinstance(r, bool) for r in replicas):
+            raise ValueError(f"{topic}-{partition}: 'replicas' must be a list of broker ids")
+        dirs = entry.get("log_dirs")
+        if dirs is not None and (not isinstance(dirs, list) or any(d != "any" for d in dirs)):
+            raise ValueError(f"{topic}-{partition}: log_dirs other than \"any\" (moves between log directories) are not served")
+        if (topic, partition) in out:
+            raise ValueError(f"{topic}-{partition} is named twice")
+        out[(topic, partition)] = list(replicas)
+    return out
+
+
+def reassignment_throttles(current: dict[tuple[str, int], tuple[int, ...]],
+                           proposed: dict[tuple[str, int], list[int]]) -> dict[str, tuple[str, str]]:
+    """Kafka's throttled replicas of a reassignment, per topic: the leader side throttles the
+    moving partitions' current replicas (which send), the follower side their new replicas
+    (which fetch); values are ``partition:broker`` lists.
+
+    Args:
+        current: the partitions' replicas now.
+        proposed: their targets.
+
+    Returns:
+        topic -> (leader.replication.throttled.replicas, follower.replication.throttled.replicas),
+        for topics with a partition whose replicas change.
+    """
+    leader: dict[str, list[str]] = {}
+    follower: dict[str, list[str]] = {}
+    for (topic, p), target in sorted(proposed.items()):
+        now = current.get((topic, p), ())
+        if list(now) == list(target):
+            continue
+        leader.setdefault(topic, []).extend(f"{p}:{b}" for b in now)
+        follower.setdefault(topic, []).extend(f"{p}:{b}" for b in target if b not in now)
+    return {t: (",".join(leader[t]), ",".join(follower.get(t, []))) for t in leader}

@@ -269,3 +269,102 @@ def test_controller_killed_mid_reassignment(chroot: str) -> None:
         finally:
             z.stop()
             z.close()
+
+
+def _json_file(tmp_path: Any, moves: dict[tuple[str, int], list[int]]) -> str:
+    import json
+
+    path = tmp_path / f"reassign-{uuid.uuid4().hex[:6]}.json"
+    path.write_text(json.dumps({"version": 1, "partitions": [{"topic": t, "partition": p, "replicas": r, "log_dirs": ["any"] * len(r)}
+                                                            for (t, p), r in moves.items()]}))
+    return str(path)
+
+
+def _broker_throttle(cluster: EmbeddedCluster, broker: int) -> str | None:
+    found = admin.describe_configs(cluster.bootstrap, "broker", str(broker)).get("leader.replication.throttled.rate")
+    return None if found is None else found.value
+
+
+def test_hmb_reassign_cli_execute_verify_cancel(cluster: EmbeddedCluster, zk: KazooClient, tmp_path: Any, capsys: Any) -> None:
+    from hmbclient.cli import main as hmb
+
+    topic = _topic("cli")
+    admin.create_topic(cluster.bootstrap, topic, 1, 2)
+    cluster.await_isr(topic)
+    _fill(cluster, topic, 1_000_000)
+    (a, b), (_b, c) = _move_plan(zk, topic)
+    moves = _json_file(tmp_path, {(topic, 0): [b, c]})
+    assert hmb(["reassign", "-b", cluster.bootstrap, "--execute", "--reassignment-json-file", moves, "--throttle", str(RATE)]) == 0
+    out = capsys.readouterr().out
+    assert f'"replicas":[{a},{b}]' in out and "Successfully started partition reassignment" in out
+    # Kafka's throttle layout: the current replicas send, the new one fetches.
+    described = admin.describe_configs(cluster.bootstrap, "broker", str(c))
+    assert described["follower.replication.throttled.rate"].value == str(RATE)
+    assert json_config(zk, topic) == {"leader.replication.throttled.replicas": f"0:{a},0:{b}",
+                                      "follower.replication.throttled.replicas": f"0:{c}"}
+    assert hmb(["reassign", "-b", cluster.bootstrap, "--verify", "--reassignment-json-file", moves]) == 1
+    assert "is still in progress" in capsys.readouterr().out
+    assert hmb(["reassign", "-b", cluster.bootstrap, "--cancel", "--reassignment-json-file", moves]) == 0
+    assert f"Successfully cancelled partition reassignment(s) for: {topic}-0" in capsys.readouterr().out
+    assert set(_replicas(zk, topic)) == {a, b} and json_config(zk, topic) == {}
+    assert all(_broker_throttle(cluster, x) in (None, "null") for x in range(3))
+    # Again, unthrottled, to completion; --verify then reports it done.
+    assert hmb(["reassign", "-b", cluster.bootstrap, "--execute", "--reassignment-json-file", moves]) == 0
+    wait_until(lambda: _replicas(zk, topic) == (b, c), TIMEOUT_S, "the move done")
+    capsys.readouterr()
+    assert hmb(["reassign", "-b", cluster.bootstrap, "--verify", "--reassignment-json-file", moves]) == 0
+    assert f"Reassignment of partition {topic}-0 is completed." in capsys.readouterr().out
+
+
+def json_config(zk: KazooClient, topic: str) -> dict[str, str]:
+    import json
+
+    try:
+        return dict(json.loads(zk.get(zkpaths.config_path("topics", topic))[0]).get("config", {}))
+    except Exception:
+        return {}
+
+
+def test_kafka_java_tool_and_kafka_python(cluster: EmbeddedCluster, zk: KazooClient, tmp_path: Any) -> None:
+    from kafka import TopicPartition
+    from kafka.admin import KafkaAdminClient
+    from kafka.errors import (
+        InvalidReplicationAssignmentError,
+        NoReassignmentInProgressError,
+        UnknownTopicOrPartitionError,
+    )
+
+    from hmbclient.testing import kafka_java
+
+    topic = _topic("tools")
+    admin.create_topic(cluster.bootstrap, topic, 2, 2)
+    cluster.await_isr(topic)
+    _fill(cluster, topic, 100_000)
+    (a, b), (_b, c) = _move_plan(zk, topic)
+    moves = _json_file(tmp_path, {(topic, 0): [b, c]})
+    tool = "org.apache.kafka.tools.reassign.ReassignPartitionsCommand"
+    done = kafka_java(tool, "--bootstrap-server", cluster.bootstrap, "--execute", "--reassignment-json-file", moves,
+                      "--throttle", "50000000", timeout_s=120)
+    assert "Successfully started partition reassignment" in done.stdout, done.stdout + done.stderr
+    wait_until(lambda: _replicas(zk, topic) == (b, c), TIMEOUT_S, "the Java tool's move done")
+    done = kafka_java(tool, "--bootstrap-server", cluster.bootstrap, "--verify", "--reassignment-json-file", moves, timeout_s=120)
+    assert f"Reassignment of partition {topic}-0 is completed" in done.stdout, done.stdout + done.stderr
+    assert "Clearing broker-level throttles" in done.stdout and json_config(zk, topic) == {}
+
+    client = KafkaAdminClient(bootstrap_servers=cluster.bootstrap, client_id="reassign-tests", request_timeout_ms=30_000)
+    try:
+        tp1 = TopicPartition(topic, 1)
+        replicas1 = tuple(zkpaths.decode_topic_assignment(zk.get(zkpaths.topic_path(topic))[0])[1])
+        other = ({0, 1, 2} - set(replicas1)).pop()
+        answer = client.alter_partition_reassignments({
+            tp1: [replicas1[1], other], TopicPartition(topic, 0): None, TopicPartition(topic, 9): [0, 1],
+            TopicPartition(topic + "-nope", 0): [0, 1],
+        })
+        assert answer == {tp1: None, TopicPartition(topic, 0): NoReassignmentInProgressError,
+                          TopicPartition(topic, 9): UnknownTopicOrPartitionError, TopicPartition(topic + "-nope", 0): UnknownTopicOrPartitionError}
+        wait_until(lambda: not client.list_partition_reassignments(), TIMEOUT_S, "kafka-python's move done")
+        answer = client.alter_partition_reassignments({tp1: [0, 42]})
+        assert answer == {tp1: InvalidReplicationAssignmentError}
+        assert client.list_partition_reassignments([tp1]) == {}
+    finally:
+        client.close()
