@@ -368,3 +368,23 @@ def test_kafka_java_tool_and_kafka_python(cluster: EmbeddedCluster, zk: KazooCli
         assert client.list_partition_reassignments([tp1]) == {}
     finally:
         client.close()
+
+
+def test_create_partitions_keeps_topic_id_and_ongoing_moves(cluster: EmbeddedCluster, zk: KazooClient) -> None:
+    """CreatePartitions rewrites the topic znode: the topic id and a move in progress stay."""
+    topic = _topic("grow")
+    admin.create_topic(cluster.bootstrap, topic, 1, 2)
+    cluster.await_isr(topic)
+    tid = zkpaths.decode_topic_id(zk.get(zkpaths.topic_path(topic))[0])
+    _fill(cluster, topic, 500_000)
+    (a, b), (_b, c) = _move_plan(zk, topic)
+    _throttle(cluster, topic, RATE)
+    try:
+        assert admin.alter_partition_reassignments(cluster.bootstrap, {(topic, 0): [b, c]}) == {(topic, 0): (E.NONE, None)}
+        admin.create_partitions(cluster.bootstrap, {topic: 2})
+        data = zk.get(zkpaths.topic_path(topic))[0]
+        assert zkpaths.decode_topic_id(data) == tid
+        assert zkpaths.decode_topic_reassignments(data) == {0: ((c,), (a,))}
+    finally:
+        _throttle(cluster, topic, None)
+    wait_until(lambda: _replicas(zk, topic) == (b, c), TIMEOUT_S, "the move done")

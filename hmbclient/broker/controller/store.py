@@ -379,7 +379,12 @@ class ZkStore:
             return False
         if len(paths.decode_topic_assignment(data)) != current:
             return False
-        body = paths.encode_topic_assignment({p: list(r) for p, r in enumerate(assignment)})
+        # The other fields stay (the topic id, the ongoing reassignments of existing partitions).
+        body = paths.encode_topic_assignment({p: list(r) for p, r in enumerate(assignment)}, paths.decode_topic_id(data))
+        extra = {k: v for k, v in json.loads(data).items() if k not in ("partitions", "topic_id", "version")}
+        if extra:
+            body = json.dumps({**json.loads(body), **extra, "version": max(2, int(json.loads(data).get("version", 1)))},
+                              separators=(",", ":")).encode()
         try:
             self.zk.set(paths.topic_path(topic), body, version=stat.version)
         except (BadVersionError, NoNodeError):
