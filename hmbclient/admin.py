@@ -1,5 +1,6 @@
 """Cluster administration used by the ``hmb`` command and by tools: topics (list, create,
 delete, add partitions, describe partition leaders and replicas), preferred leader election,
+partition reassignment (KIP-455, with kafka-reassign-partitions.sh's JSON and throttles),
 and ZooKeeper consumer groups (members, owners, committed offsets, lag).
 
 Everything here goes through the public client pieces (``NetClient`` + ``Metadata``,
