@@ -1,7 +1,8 @@
 """Cluster administration used by the ``hmb`` command and by tools: topics (list, create,
 delete, add partitions, describe partition leaders and replicas), preferred leader election,
 partition reassignment (KIP-455, with kafka-reassign-partitions.sh's JSON and throttles),
-and ZooKeeper consumer groups (members, owners, committed offsets, lag).
+ZooKeeper consumer groups (members, owners, committed offsets, lag), and the deletion of a
+partition's records below an offset (DeleteRecords).
 
 Everything here goes through the public client pieces (``NetClient`` + ``Metadata``,
 ``SimpleConsumer``) and kazoo with the Kafka 0.8 znode layout from :mod:`hmbclient.zkpaths`,
@@ -18,7 +19,7 @@ error_message as its message.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, NamedTuple
 
 from kazoo.client import KazooClient
@@ -60,6 +61,7 @@ __all__ = [
     "TransactionInfo",
     "list_transactions",
     "describe_transactions",
+    "delete_records",
     "Reassignment",
     "alter_partition_reassignments",
     "list_partition_reassignments",
@@ -951,6 +953,104 @@ def describe_transactions(brokers: str, transactional_ids: Iterable[str], *, api
             parts = tuple((t.topic, int(p)) for t in d.topics for p in t.partitions)
             out.append(TransactionInfo(d.transactional_id, d.transaction_state, d.transaction_timeout_ms, d.transaction_start_time_ms,
                                        int(d.producer_id), int(d.producer_epoch), parts))
+    return out
+
+
+# --------------------------------------------------------------------- deleting records (DeleteRecords)
+
+def delete_records(brokers: str, offsets: Mapping[tuple[str, int], int], *, timeout_ms: float = 30_000,
+                   api_version: str = "auto", security: Any = None, retries: int = 5) -> dict[tuple[str, int], int]:
+    """Delete every record below an offset of each partition (DeleteRecords, sent to each
+    partition's leader, as Kafka's ``AdminClient.deleteRecords``); returns (topic, partition) ->
+    its low watermark, the new first offset every live replica keeps.
+
+    The whole input is checked before anything is deleted: an offset below -1, a partition that
+    does not exist, or an offset past the partition's high watermark raises and nothing is sent
+    (a partition's high watermark may still move in between: the broker then refuses that
+    partition alone, the others are deleted). A NOT_LEADER / LEADER_NOT_AVAILABLE answer (a
+    leadership move) refreshes the metadata and retries those partitions.
+
+    Args:
+        brokers: bootstrap "host:port[,host:port]".
+        offsets: (topic, partition) -> the offset below which records go (-1: the high
+            watermark, i.e. every record consumers can read now).
+        timeout_ms: how long each leader may wait for its followers' log starts to follow.
+        api_version: the version dialect (``auto`` probes).
+        security: TLS / SASL (a ``hmbclient.net.security.Security``), or None.
+        retries: retries of partitions whose leader moved.
+
+    Raises:
+        ValueError: an offset below -1 (or not an integer); nothing was sent.
+        UnknownTopicOrPartitionError: a partition that does not exist; nothing was deleted.
+        OffsetOutOfRangeError: an offset past the partition's high watermark; nothing was
+            deleted.
+        BrokerError: the first partition the broker refused, as the subclass of its code
+            (TopicAuthorizationFailedError, PolicyViolationError on a ``compact``-only topic,
+            RequestTimedOutError when a follower did not follow in ``timeout_ms``: the
+            leader's log start has moved all the same); the other partitions were done.
+        UnsupportedByBroker: the broker has no DeleteRecords; nothing was sent.
+        KafkaConnectionError: no broker answered.
+    """
+    from hmbclient.net.retry import retry_policy
+
+    wanted = dict(offsets)
+    for (t, p), off in wanted.items():
+        if not isinstance(off, int) or isinstance(off, bool) or off < -1:
+            raise ValueError(f"offset {off!r} for {t}-{p}: an offset >= 0, or -1 for the high watermark")
+    if not wanted:
+        return {}
+    wait_ms = timeout_ms + _ANSWER_MARGIN_MS
+    out: dict[tuple[str, int], int] = {}
+    with _metadata(brokers, api_version, min(wait_ms, max(_TIMEOUT_MS, timeout_ms)), security) as md:
+        client = md.client
+        view = md.refresh(sorted({t for t, _ in wanted}), timeout_ms=_TIMEOUT_MS)
+        for t, p in sorted(wanted):
+            info = view.topics.get(t)
+            if info is None or info.error_code == UnknownTopicOrPartitionError.errno or p not in info.partitions:
+                raise UnknownTopicOrPartitionError(f"{t}-{p} does not exist: no records deleted")
+        high = _offsets_at(client, md, sorted(wanted), -1, _TIMEOUT_MS)
+        for (t, p), off in sorted(wanted.items()):
+            if off > high[(t, p)]:
+                raise for_code(ErrorCode.OFFSET_OUT_OF_RANGE)(
+                    f"offset {off} of {t}-{p} is past its high watermark {high[(t, p)]}: no records deleted")
+        todo = dict(wanted)
+        failed: dict[tuple[str, int], int] = {}
+
+        def attempt() -> None:
+            by_leader: dict[int, dict[str, list[tuple[int, int]]]] = {}
+            for (t, p), off in sorted(todo.items()):
+                leader = md.leader(t, p)
+                if leader is None or leader < 0:
+                    failed[(t, p)] = ErrorCode.LEADER_NOT_AVAILABLE
+                    continue
+                by_leader.setdefault(leader, {}).setdefault(t, []).append((p, off))
+            for leader, topics in by_leader.items():
+                resp = client.call(leader, lambda v, topics=topics: v.build(ApiKey.DELETE_RECORDS, timeout_ms=int(timeout_ms), topics=[
+                    {"name": t, "partitions": [{"partition_index": p, "offset": off} for p, off in ps]} for t, ps in sorted(topics.items())]),
+                    timeout_ms=wait_ms, api_key=ApiKey.DELETE_RECORDS)
+                for rt in resp.topics:
+                    for rp in rt.partitions:
+                        tp = (rt.name, rp.partition_index)
+                        if tp not in todo:
+                            continue
+                        if rp.error_code:
+                            failed[tp] = rp.error_code
+                        else:
+                            out[tp] = int(rp.low_watermark)
+                            failed.pop(tp, None)
+                            del todo[tp]
+            moved = [tp for tp in todo if failed.get(tp) in (ErrorCode.NOT_LEADER_FOR_PARTITION, ErrorCode.LEADER_NOT_AVAILABLE)]
+            if moved:
+                for t, _ in moved:
+                    md.invalidate(t)
+                md.refresh(sorted({t for t, _ in todo}), timeout_ms=_TIMEOUT_MS)
+                raise for_code(failed[moved[0]])(f"DeleteRecords of {moved[0][0]}-{moved[0][1]}: the leader moved")
+
+        # Only a leadership move raises in ``attempt`` (retriable); it propagates once retries run out.
+        retry_policy(max_retries=retries, backoff_ms=100)(attempt)
+    for (t, p), code in sorted(failed.items()):
+        if (t, p) not in out:
+            raise for_code(code)(f"DeleteRecords of {t}-{p} refused")
     return out
 
 

@@ -517,6 +517,62 @@ def cmd_offsets(args: argparse.Namespace) -> int:
     return 0
 
 
+def _parse_offset_json(text: str, source: str) -> dict[tuple[str, int], int]:
+    """The offsets of a ``kafka-delete-records.sh --offset-json-file``: ``{"partitions":
+    [{"topic": T, "partition": P, "offset": O}, ...], "version": 1}`` (version may be left out;
+    offset -1 means the high watermark). Anything else, or a partition named twice (as Kafka's
+    tool), is a CliError naming what is wrong."""
+    import json
+
+    try:
+        doc = json.loads(text)
+    except ValueError as e:
+        raise CliError(f"{source}: not JSON: {e}") from e
+    if not isinstance(doc, dict) or not isinstance(doc.get("partitions"), list):
+        raise CliError(f'{source}: expected {{"partitions": [{{"topic": ..., "partition": ..., "offset": ...}}], "version": 1}}')
+    if doc.get("version", 1) != 1:
+        raise CliError(f"{source}: version {doc.get('version')!r} is not supported (1 is)")
+    out: dict[tuple[str, int], int] = {}
+    for i, entry in enumerate(doc["partitions"]):
+        ok = (isinstance(entry, dict) and isinstance(entry.get("topic"), str) and entry["topic"]
+              and all(isinstance(entry.get(k), int) and not isinstance(entry.get(k), bool) for k in ("partition", "offset")))
+        if not ok:
+            raise CliError(f"{source}: partitions[{i}] = {json.dumps(entry)}: expected a topic (string), a partition and an offset (integers)")
+        if entry["partition"] < 0:
+            raise CliError(f"{source}: partitions[{i}]: partition {entry['partition']} is negative")
+        if entry["offset"] < -1:
+            raise CliError(f"{source}: partitions[{i}]: offset {entry['offset']} (an offset >= 0, or -1 for the high watermark)")
+        tp = (entry["topic"], entry["partition"])
+        if tp in out:
+            raise CliError(f"{source}: {tp[0]}-{tp[1]} is named twice")
+        out[tp] = entry["offset"]
+    if not out:
+        raise CliError(f"{source}: no partitions")
+    return out
+
+
+def _delete_records(args: argparse.Namespace) -> int:
+    from hmbclient.admin import delete_records
+
+    if args.offset_json_file is None:
+        raise CliError("--delete-records needs --offset-json-file FILE (kafka-delete-records.sh's JSON)")
+    try:
+        with open(args.offset_json_file, encoding="utf-8") as f:
+            text = f.read()
+    except OSError as e:
+        raise CliError(f"cannot read {args.offset_json_file}: {e.strerror}") from e
+    offsets = _parse_offset_json(text, args.offset_json_file)
+    try:
+        low = delete_records(args.brokers, offsets, timeout_ms=args.timeout_ms, api_version=args.api_version, security=_security(args))
+    except ValueError as e:
+        raise CliError(str(e)) from e
+    except BrokerError as e:
+        raise CliError(f"records not deleted: {_describe(e)}") from e
+    for (t, p), lw in sorted(low.items()):
+        print(f"partition: {t}-{p}\tlow_watermark: {lw}")
+    return 0
+
+
 def cmd_topics(args: argparse.Namespace) -> int:
     from hmbclient.admin import (
         create_partitions,
@@ -526,6 +582,10 @@ def cmd_topics(args: argparse.Namespace) -> int:
         list_topics,
     )
 
+    if args.delete_records:
+        return _delete_records(args)
+    if args.offset_json_file is not None:
+        raise CliError("--offset-json-file goes with --delete-records")
     if args.delete is not None:
         codes = delete_topics(args.brokers, args.delete, timeout_ms=args.timeout_ms, api_version=args.api_version,
                               security=_security(args), raise_errors=False)
@@ -997,7 +1057,7 @@ def _add_inspect_commands(sub: Subparsers) -> None:
     _client_opts(p)
     p.set_defaults(func=cmd_offsets)
 
-    p = sub.add_parser("topics", help="list topics; --create, --alter, --delete, or --describe partitions",
+    p = sub.add_parser("topics", help="list topics; --create, --alter, --delete, --delete-records, or --describe partitions",
                        description="Without --create, --alter, --delete or --describe: every topic and its partition count.")
     _client_opts(p)
     action = p.add_mutually_exclusive_group()
@@ -1007,6 +1067,9 @@ def _add_inspect_commands(sub: Subparsers) -> None:
                         help="grow topic NAME to --partitions N in all (CreatePartitions)")
     action.add_argument("--delete", nargs="+", default=None, metavar="NAME",
                         help="delete the named topics (DeleteTopics; the answer comes once they are gone)")
+    action.add_argument("--delete-records", action="store_true",
+                        help="delete the records below the offsets of --offset-json-file (DeleteRecords, to each leader); "
+                             "prints each partition's low watermark")
     action.add_argument("--describe", nargs="*", default=None, metavar="NAME",
                         help="leader, replicas, ISR (and offline replicas) per partition of the named "
                              "topics (default: every topic); leader 'none' = no leader now")
@@ -1015,9 +1078,12 @@ def _add_inspect_commands(sub: Subparsers) -> None:
     p.add_argument("--replication-factor", type=int, default=None, metavar="R",
                    help="replicas of each partition of the topic to --create (at most the number of brokers)")
     p.add_argument("--timeout-ms", type=int, default=30000,
-                   help="how long the broker may take to --create, --alter or --delete (default 30000)")
+                   help="how long the broker may take to --create, --alter, --delete or --delete-records (default 30000)")
     p.add_argument("--config", action="append", default=[], metavar="NAME=VALUE",
                    help="a topic config of the topic to --create, e.g. cleanup.policy=compact (repeatable)")
+    p.add_argument("--offset-json-file", default=None, metavar="FILE",
+                   help='for --delete-records: kafka-delete-records.sh\'s JSON, {"partitions": [{"topic": "t", '
+                        '"partition": 0, "offset": 42}], "version": 1} (offset -1: the high watermark)')
     p.set_defaults(func=cmd_topics)
 
     p = sub.add_parser("configs", help="describe or alter the dynamic configs of a topic or broker",

@@ -1,7 +1,7 @@
 """The admin APIs of Kafka's AdminClient served by our brokers: DeleteTopics (20),
 CreatePartitions (37), ElectLeaders (43, preferred election), AlterConfigs (33),
 IncrementalAlterConfigs (44), DescribeLogDirs (35), DescribeCluster (60), OffsetDelete (47),
-AlterPartitionReassignments (45) and ListPartitionReassignments (46).
+DeleteRecords (21), AlterPartitionReassignments (45) and ListPartitionReassignments (46).
 
 Registered in :class:`~hmbclient.broker.apis.KafkaApis` through ``admin=``; each handler gets
 the request, the channel and ``allowed(channel, operation, resource type, name)``.
@@ -62,6 +62,17 @@ controller-routing of Kafka's clients is not needed here):
   NON_EMPTY_GROUP. Per partition: (e) no Read on the topic: TOPIC_AUTHORIZATION_FAILED;
   (f) unknown topic: UNKNOWN_TOPIC_OR_PARTITION; (g) a topic a member subscribes to:
   GROUP_SUBSCRIBED_TO_TOPIC; (h) otherwise deleted (NONE, also when nothing was committed).
+* DeleteRecords moves the log start of each partition to its offset (-1: the high watermark);
+  it goes to the partition's leader (Kafka's clients send each partition there). Per
+  partition: (a) no Delete on the topic: TOPIC_AUTHORIZATION_FAILED; (b) unknown topic or
+  partition: UNKNOWN_TOPIC_OR_PARTITION; (c) an internal topic: INVALID_TOPIC_EXCEPTION
+  (Kafka's "Cannot delete records of internal topic"); (d) named twice: INVALID_REQUEST for
+  both (Kafka's request map keeps one of them silently; we refuse to guess which);
+  (e) the replica manager's answer (``ReplicaManager.delete_records``, ``Partition.
+  delete_records_on_leader``): NOT_LEADER_OR_FOLLOWER, POLICY_VIOLATION (``compact``-only
+  topic), OFFSET_OUT_OF_RANGE (below -1 or past the high watermark), REQUEST_TIMED_OUT (a
+  live follower's log start did not follow within ``timeout_ms``), or NONE with the low
+  watermark (the smallest log start of the live replicas). Low watermark -1 on any error.
 """
 
 from __future__ import annotations
@@ -102,10 +113,11 @@ class AdminApis:
         dynamic: its ``DynamicConfigs`` (AlterConfigs, IncrementalAlterConfigs; None: not served).
         logs: its LogManager (DescribeLogDirs; None: not served).
         groups: its GroupCoordinator, whose store is the OffsetManager (OffsetDelete; None: not served).
+        replicas: its ReplicaManager (DeleteRecords; None: not served).
     """
 
     def __init__(self, config: BrokerConfig, metadata: MetadataCache, topics: TopicManager, controller: Any = None,
-                 dynamic: Any = None, logs: Any = None, groups: Any = None) -> None:
+                 dynamic: Any = None, logs: Any = None, groups: Any = None, replicas: Any = None) -> None:
         self.config = config
         self.metadata = metadata
         self.topics = topics
@@ -113,6 +125,7 @@ class AdminApis:
         self.dynamic = dynamic
         self.logs = logs
         self.groups = groups
+        self.replicas = replicas
 
     def handlers(self) -> dict[int, Handler]:
         """api key -> handler(header, request, channel, allowed)."""
@@ -131,8 +144,43 @@ class AdminApis:
             out[ApiKey.DESCRIBE_LOG_DIRS] = self.handle_describe_log_dirs
         if self.groups is not None:
             out[ApiKey.OFFSET_DELETE] = self.handle_offset_delete
+        if self.replicas is not None:
+            out[ApiKey.DELETE_RECORDS] = self.handle_delete_records
         out[ApiKey.DESCRIBE_CLUSTER] = self.handle_describe_cluster
         return out
+
+    # -- DeleteRecords ---------------------------------------------------------------------------------
+    def handle_delete_records(self, header: Any, req: Any, channel: Any, allowed: Allowed) -> None:
+        resp_cls = type(req).RESPONSE_TYPE
+        counts = Counter((t.name, p.partition_index) for t in req.topics for p in t.partitions)
+        answers: dict[tuple[str, int], tuple[int, int]] = {}
+        wanted: dict[tuple[str, int], int] = {}
+        for t in req.topics:
+            may = allowed(channel, "Delete", "Topic", t.name)
+            for p in t.partitions:
+                tp = (t.name, p.partition_index)
+                if not may:  # (a)
+                    answers[tp] = (ErrorCode.TOPIC_AUTHORIZATION_FAILED, -1)
+                elif self.metadata.partition(t.name, p.partition_index) is None:  # (b)
+                    answers[tp] = (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, -1)
+                elif is_internal_topic(t.name):  # (c)
+                    answers[tp] = (ErrorCode.INVALID_TOPIC_EXCEPTION, -1)
+                elif counts[tp] > 1:  # (d)
+                    answers[tp] = (ErrorCode.INVALID_REQUEST, -1)
+                else:
+                    wanted[tp] = p.offset
+        layout = [(t.name, [p.partition_index for p in t.partitions]) for t in req.topics]
+
+        def respond(statuses: dict[tuple[str, int], Any]) -> None:  # (e)
+            for tp, st in statuses.items():
+                answers[tp] = (st.error_code, st.low_watermark if not st.error_code else -1)
+            topics = [(name, [(p, answers[(name, p)][1], answers[(name, p)][0]) for p in parts]) for name, parts in layout]
+            channel.send(resp_cls.build(throttle_time_ms=0, topics=topics))
+
+        if not wanted:
+            respond({})
+            return
+        self.replicas.delete_records(req.timeout_ms, wanted, respond)
 
     # -- OffsetDelete ------------------------------------------------------------------------------------
     def handle_offset_delete(self, header: Any, req: Any, channel: Any, allowed: Allowed) -> None:

@@ -513,7 +513,9 @@ class KafkaApis:
                     plist.append((p.partition, ErrorCode.INVALID_TOPIC_EXCEPTION if not is_valid_topic_name(topic) else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
                 else:
                     plist.append((p.partition, None))
-                    infos.append(FetchInfo(topic, p.partition, p.fetch_offset, p.partition_max_bytes, isolation))
+                    # a follower's log start (v5+): the leader's low watermark for DeleteRecords
+                    start = p.log_start_offset if v >= 5 and replica_id >= 0 else -1
+                    infos.append(FetchInfo(topic, p.partition, p.fetch_offset, p.partition_max_bytes, isolation, start))
             layout.append((topic, plist))
 
         row = resp_cls.nested("topics", "partitions").row("partition", "error_code", "high_watermark", "last_stable_offset", "log_start_offset", "aborted_transactions", "records")

@@ -35,6 +35,7 @@ from hmbclient.broker.configs import ConfigDescriber
 from hmbclient.broker.controller.controller import Controller
 from hmbclient.broker.controller.decisions import LeaderIsr
 from hmbclient.broker.controller.store import (
+    DYNAMIC_CONFIGS_FILE,
     TOPIC_IDS_FILE,
     CoordinationStore,
     MemoryStore,
@@ -116,6 +117,7 @@ def log_config_from(config: BrokerConfig, *, compact: bool | None = None) -> Log
         retention_bytes=None if compact else _opt(config.log_retention_bytes),
         max_message_bytes=max(config.message_max_bytes, 1),
         compact=compact,
+        delete=not compact,
         min_cleanable_dirty_ratio=config.log_cleaner_min_cleanable_ratio,
         min_compaction_lag_ms=config.log_cleaner_min_compaction_lag_ms,
         delete_retention_ms=config.log_cleaner_delete_retention_ms,
@@ -417,7 +419,7 @@ class Broker:
                 group_coordinator=groups,
                 configs=ConfigDescriber(cfg, metadata.has_topic, dynamic.layers),
                 transactions=txns,
-                admin=AdminApis(cfg, metadata, topics, controller, dynamic, logs, groups),
+                admin=AdminApis(cfg, metadata, topics, controller, dynamic, logs, groups, rm),
             )
             self.apis.authorizer = authorizer_from(cfg, store)
             self.apis.quotas = QuotaManager(
@@ -494,6 +496,12 @@ class Broker:
             self.metrics_endpoint = MetricsEndpoint(lambda: [registry], cfg.metrics_host or cfg.host, cfg.metrics_port)
             log.info("broker %d: metrics at http://%s:%d/metrics", cfg.broker_id, self.metrics_endpoint.host, self.metrics_endpoint.port)
 
+    @property
+    def metrics_registry(self) -> Metrics | None:
+        """The registry behind :meth:`metrics` (tag ``broker``), None before the broker first
+        started: what the exporters of :mod:`hmbclient.metrics_exporters` read."""
+        return self._metrics
+
     def metrics(self) -> dict[str, dict[str, float]]:
         """The broker's metrics under Kafka's MBean names (see :mod:`hmbclient.broker.metrics`):
         ``{group: {name: value}}``, e.g. ``["kafka.server.ReplicaManager"]["UnderReplicatedPartitions"]``.
@@ -518,7 +526,7 @@ class Broker:
                 inter_broker_listener=cfg.inter_broker_protocol,
             )
         else:
-            memory = MemoryStore(os.path.join(logs.log_dir, TOPIC_IDS_FILE))
+            memory = MemoryStore(os.path.join(logs.log_dir, TOPIC_IDS_FILE), os.path.join(logs.log_dir, DYNAMIC_CONFIGS_FILE))
             _seed_memory_store(memory, logs, cfg.broker_id)
             store = memory
         self.store = store

@@ -258,6 +258,60 @@ def _commit_error(code: int) -> int:
     return code
 
 
+OffsetEntry = tuple[int, str, int]  # offset, metadata, commit timestamp
+
+#: An (Txn)OffsetCommit's parts: per partition a refusal (results) or a record and its entry.
+_CommitParts = tuple[dict[tuple[str, int], int], list[tuple[bytes, bytes, int]], dict[tuple[str, int], OffsetEntry]]
+
+
+def _commit_records(group: str, topics: Any, code: int, now: int, retention_ms: int,
+                    timestamp_of: Callable[[Any], int] | None = None) -> _CommitParts:
+    """The records of an OffsetCommit or TxnOffsetCommit (pure): each partition of ``topics``
+    is refused with the group's ``code`` when it is not NONE, with OFFSET_METADATA_TOO_LARGE
+    when its metadata is over MAX_METADATA_BYTES, else becomes a commit record (committed at
+    ``timestamp_of(partition)`` or ``now``, expiring ``retention_ms`` later, saturated at
+    int64: a retention of up to 2^63-1 ms is legal on the wire) and its cache entry.
+
+    Returns:
+        ``(results, items, pending)``: refusals by partition, ``(key, value, now)`` records,
+        and ``(offset, metadata, commit timestamp)`` by partition.
+    """
+    results: dict[tuple[str, int], int] = {}
+    items: list[tuple[bytes, bytes, int]] = []
+    pending: dict[tuple[str, int], OffsetEntry] = {}
+    for t in topics:
+        for p in t.partitions:
+            tp = (t.topic, p.partition)
+            if code:
+                results[tp] = code
+                continue
+            metadata = p.metadata or ""
+            if len(metadata.encode("utf-8")) > MAX_METADATA_BYTES:
+                results[tp] = ErrorCode.OFFSET_METADATA_TOO_LARGE
+                continue
+            ts = now if timestamp_of is None else timestamp_of(p)
+            expire = min(ts + retention_ms, 2**63 - 1)
+            items.append((encode_key(group, t.topic, p.partition), encode_value(p.offset, metadata, ts, expire), now))
+            pending[tp] = (p.offset, metadata, ts)
+    return results, items, pending
+
+
+def _append_error(outcome: Mapping[tuple[str, int], AppendResult]) -> tuple[int, AppendResult | None]:
+    """The error of a commit's one-partition append, and its result (None: nothing appended)."""
+    r = next(iter(outcome.values()), None)
+    return (r.error_code if r is not None else ErrorCode.NONE), r
+
+
+def _commit_answer(req: Any, results: Mapping[tuple[str, int], int]) -> Any:
+    """The (Txn)OffsetCommit answer: every partition of ``req`` with its code in ``results``
+    (NONE when absent)."""
+    resp_cls = type(req).RESPONSE_TYPE
+    shape = resp_cls.nested("topics", "partitions")
+    topics = [(t.topic, [shape.build(partition=p.partition, error_code=results.get((t.topic, p.partition), ErrorCode.NONE))
+                         for p in t.partitions]) for t in req.topics]
+    return resp_cls.build(throttle_time_ms=0, topics=topics)
+
+
 def _group_record_error(code: int) -> int:
     """An append error of a group record as the coordinator answers it (Kafka's storeGroup):
     a timed-out write makes the members rejoin; a record too large for the log is the server's
@@ -284,9 +338,6 @@ class GroupHooks(Protocol):
 
     def validate_offset_commit(self, group_id: str, generation_id: int, member_id: str, group_instance_id: str | None = None) -> int:
         """May the commit be stored? NONE or the error code for every partition."""
-
-
-OffsetEntry = tuple[int, str, int]  # offset, metadata, commit timestamp
 
 
 class OffsetManager:
@@ -472,31 +523,15 @@ class OffsetManager:
 
     def handle_txn_offset_commit(self, header: Any, req: Any, channel: Any) -> None:
         """TxnOffsetCommit v0-2 (see the module docstring)."""
-        resp_cls = type(req).RESPONSE_TYPE
         group = req.group_id
         pid, epoch = req.producer_id, req.producer_epoch
         now = wall_ms()
         code = ErrorCode.INVALID_GROUP_ID if not group else self._group_state(group)
-        results: dict[tuple[str, int], int] = {}
-        items: list[tuple[bytes, bytes, int]] = []
-        pending: dict[tuple[str, int], OffsetEntry] = {}
-        for t in req.topics:
-            for p in t.partitions:
-                tp = (t.topic, p.partition)
-                if code:
-                    results[tp] = code
-                    continue
-                metadata = p.metadata or ""
-                if len(metadata.encode("utf-8")) > MAX_METADATA_BYTES:
-                    results[tp] = ErrorCode.OFFSET_METADATA_TOO_LARGE
-                    continue
-                items.append((encode_key(group, t.topic, p.partition), encode_value(p.offset, metadata, now, min(now + self.retention_ms, 2**63 - 1)), now))
-                pending[tp] = (p.offset, metadata, now)
+        results, items, pending = _commit_records(group, req.topics, code, now, self.retention_ms)
 
         def respond(outcome: dict[tuple[str, int], AppendResult] | None) -> None:
             if outcome is not None:
-                r = next(iter(outcome.values()), None)
-                err = r.error_code if r is not None else ErrorCode.NONE
+                err, r = _append_error(outcome)
                 with self._lock:
                     st = self._txn.get(group, txn_offsets.GroupTxnOffsets())
                     if err == ErrorCode.NONE and r is not None:
@@ -509,11 +544,7 @@ class OffsetManager:
                         self._txn.pop(group, None)
                 for tp in pending:
                     results[tp] = _commit_error(err)
-            shape = resp_cls.nested("topics", "partitions")
-            topics = []
-            for t in req.topics:
-                topics.append((t.topic, [shape.build(partition=p.partition, error_code=results.get((t.topic, p.partition), ErrorCode.NONE)) for p in t.partitions]))
-            channel.send(resp_cls.build(throttle_time_ms=0, topics=topics))
+            channel.send(_commit_answer(req, results))
 
         if not items:
             respond(None)
@@ -714,7 +745,6 @@ class OffsetManager:
         if header.api_version == 0 and self._zk_store is not None:
             self._zk_offset_commit(req, channel)
             return
-        resp_cls = type(req).RESPONSE_TYPE
         v = header.api_version
         group = req.group_id
         now = wall_ms()
@@ -727,32 +757,13 @@ class OffsetManager:
         retention_ms = self.retention_ms
         if 2 <= v <= 4 and req.retention_time_ms >= 0:
             retention_ms = req.retention_time_ms
-        results: dict[tuple[str, int], int] = {}
-        items: list[tuple[bytes, bytes, int]] = []
-        pending: dict[tuple[str, int], OffsetEntry] = {}
-        for t in req.topics:
-            for p in t.partitions:
-                tp = (t.topic, p.partition)
-                if code:
-                    results[tp] = code
-                    continue
-                metadata = p.metadata or ""
-                if len(metadata.encode("utf-8")) > MAX_METADATA_BYTES:
-                    results[tp] = ErrorCode.OFFSET_METADATA_TOO_LARGE
-                    continue
-                ts = now
-                if v == 1 and p.timestamp not in (-1, None):
-                    ts = p.timestamp
-                # A retention of up to 2^63-1 ms is legal on the wire: the expiry saturates
-                # instead of overflowing the record's int64.
-                expire = min(ts + retention_ms, 2**63 - 1)
-                items.append((encode_key(group, t.topic, p.partition), encode_value(p.offset, metadata, ts, expire), now))
-                pending[tp] = (p.offset, metadata, ts)
+        # v1 may name each partition's commit timestamp (-1: now)
+        timestamp_of = (lambda p: now if p.timestamp in (-1, None) else p.timestamp) if v == 1 else None
+        results, items, pending = _commit_records(group, req.topics, code, now, retention_ms, timestamp_of)
 
         def respond(outcome: dict[tuple[str, int], AppendResult] | None) -> None:
             if outcome is not None:
-                r = next(iter(outcome.values()), None)
-                err = r.error_code if r is not None else ErrorCode.NONE
+                err, _ = _append_error(outcome)
                 if err == ErrorCode.NONE:
                     with self._lock:
                         self._cache.setdefault(group, {}).update(pending)
@@ -760,11 +771,7 @@ class OffsetManager:
                     # A failed append: the coordinator moved (NOT_COORDINATOR) or the ISR is
                     # short (COORDINATOR_NOT_AVAILABLE); both retriable.
                     results[tp] = _commit_error(err)
-            shape = resp_cls.nested("topics", "partitions")
-            topics = []
-            for t in req.topics:
-                topics.append((t.topic, [shape.build(partition=p.partition, error_code=results.get((t.topic, p.partition), ErrorCode.NONE)) for p in t.partitions]))
-            channel.send(resp_cls.build(throttle_time_ms=0, topics=topics))
+            channel.send(_commit_answer(req, results))
 
         if not items:
             respond(None)

@@ -18,8 +18,13 @@ Kafka's ``ReplicaManager`` after the purgatory refactoring (KAFKA-1583), with 0.
   DelayedFetch. A follower outside the ISR whose replica is throttled
   (``leader.replication.throttled.replicas``, ``broker.replication_quota``) gets at most the
   throttle's allowance (nothing while the leader's rate is over its bound).
+* ``delete_records`` (DeleteRecords) moves the log start of each partition this broker leads
+  (``Partition.delete_records_on_leader``: its cases), checkpoints the log starts before
+  anything answers, and parks a DelayedDeleteRecords until every live follower reported a log
+  start at least as high (followers send theirs in every Fetch v5+, and take the leader's from
+  its answers: ``replica_fetcher``). Followers' fetches re-check the parked operations.
 * A background thread drops followers that stopped catching up from the ISR
-  (``replica.lag.time.max.ms``) and checkpoints the high watermarks.
+  (``replica.lag.time.max.ms``) and checkpoints the high watermarks and the log starts.
 
 Per-partition errors are codes, never exceptions: UNKNOWN_TOPIC_OR_PARTITION (not hosted here
 and unknown), LEADER_NOT_AVAILABLE (offline), NOT_LEADER_FOR_PARTITION, OFFSET_OUT_OF_RANGE,
@@ -31,10 +36,17 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Hashable, Iterable
 from typing import Any, NamedTuple
 
-from hmbclient.broker.delayed import DelayedFetch, DelayedProduce, FetchWait, ProduceStatus
+from hmbclient.broker.delayed import (
+    DelayedDeleteRecords,
+    DelayedFetch,
+    DelayedProduce,
+    DeleteRecordsStatus,
+    FetchWait,
+    ProduceStatus,
+)
 from hmbclient.broker.log.log import Log
 from hmbclient.broker.log.manager import LogManager
 from hmbclient.broker.log.segment import FileSlice
@@ -118,6 +130,7 @@ class ReplicaManager:
         self._now_ms = now_ms
         self.produce_purgatory: Purgatory[DelayedProduce] = Purgatory("produce", now_ms)
         self.fetch_purgatory: Purgatory[DelayedFetch] = Purgatory("fetch", now_ms)
+        self.delete_records_purgatory: Purgatory[DelayedDeleteRecords] = Purgatory("delete-records", now_ms)
         self._partitions: dict[TP, Partition] = {}
         self._lock = threading.RLock()
         self._append_listeners: list[Callable[[str, int], None]] = []
@@ -150,6 +163,7 @@ class ReplicaManager:
     def start(self) -> None:
         self.produce_purgatory.start()
         self.fetch_purgatory.start()
+        self.delete_records_purgatory.start()
         self._stop.clear()
         self._chores = threading.Thread(target=self._run_chores, name=f"broker-{self.broker_id}-replica-chores", daemon=True)
         self._chores.start()
@@ -166,6 +180,7 @@ class ReplicaManager:
         # instead of holding their connections until the sockets close.
         self.fetch_purgatory.shutdown(complete_pending=True)
         self.produce_purgatory.shutdown(complete_pending=True)
+        self.delete_records_purgatory.shutdown(complete_pending=True)
         self.checkpoint_high_watermarks()
 
     def _run_chores(self) -> None:
@@ -207,6 +222,10 @@ class ReplicaManager:
             self.logs.checkpoint_high_watermarks()
         except StorageError as e:
             log.error("high watermark checkpoint failed: %s", e)
+        try:
+            self.logs.checkpoint_log_start_offsets()
+        except StorageError as e:
+            log.error("log start offset checkpoint failed: %s", e)
 
     # -- listeners ---------------------------------------------------------------------------------
     def add_append_listener(self, fn: Callable[[str, int], None]) -> None:
@@ -349,6 +368,7 @@ class ReplicaManager:
         # Parked requests of a partition this broker no longer leads answer now (Case A).
         self.fetch_purgatory.check_and_complete(tp)
         self.produce_purgatory.check_and_complete(tp)
+        self.delete_records_purgatory.check_and_complete(tp)
 
     def _hw_moved(self, tp: TP) -> None:
         self.produce_purgatory.check_and_complete(tp)
@@ -441,6 +461,53 @@ class ReplicaManager:
             return self._not_here(topic, partition)
         return p.acks_status(required_offset, self.min_isr(topic))
 
+    # -- DeleteRecords -----------------------------------------------------------------------------
+    def low_watermark(self, topic: str, partition: int) -> tuple[int, int]:
+        """For DelayedDeleteRecords: ``(error, low watermark)`` (see ``Partition.low_watermark``)."""
+        p = self._partitions.get((topic, partition))
+        lw = None if p is None else p.low_watermark(self.metadata.live_broker_ids())
+        if p is None or lw is None:
+            return self._not_here(topic, partition), -1
+        return ErrorCode.NONE, lw
+
+    def delete_records(self, timeout_ms: int, offsets: dict[TP, int], respond: Callable[[dict[TP, DeleteRecordsStatus]], None]) -> None:
+        """Move each partition's log start to its offset (-1: the high watermark) and call
+        ``respond`` with ``{tp: DeleteRecordsStatus}`` once every live replica followed, or at
+        ``timeout_ms`` (see the module docstring)."""
+        statuses: dict[TP, DeleteRecordsStatus] = {}
+        moved = False
+        for tp, offset in offsets.items():
+            p = self._partitions.get(tp)
+            if p is None or p.role is not Role.LEADER:
+                statuses[tp] = DeleteRecordsStatus(-1, self._not_here(*tp), pending=False)
+                continue
+            try:
+                code, target = p.delete_records_on_leader(offset)
+            except StorageError as e:
+                log.error("DeleteRecords on %s-%d: %s", tp[0], tp[1], e)
+                code, target = ErrorCode.KAFKA_STORAGE_ERROR, -1
+            statuses[tp] = DeleteRecordsStatus(target, code, pending=not code)
+            moved = moved or not code
+        if moved:
+            try:
+                # Durable before anyone hears of it: a kill -9 must not bring the records back.
+                self.logs.checkpoint_log_start_offsets()
+            except StorageError as e:
+                log.error("log start offset checkpoint after DeleteRecords failed: %s", e)
+                for st in statuses.values():
+                    if st.pending:
+                        st.error_code, st.pending = ErrorCode.KAFKA_STORAGE_ERROR, False
+        for tp, st in statuses.items():
+            if st.pending:
+                # Readers parked below the new start answer now (DelayedFetch Case B).
+                self.fetch_purgatory.check_and_complete(tp)
+        pending: list[Hashable] = [tp for tp, st in statuses.items() if st.pending]
+        if not pending:
+            respond(statuses)
+            return
+        op = DelayedDeleteRecords(timeout_ms, statuses, self, respond)
+        self.delete_records_purgatory.try_complete_else_watch(op, pending)
+
     # -- fetches -----------------------------------------------------------------------------------
     def read(
         self,
@@ -513,9 +580,12 @@ class ReplicaManager:
                 min_one_entry = False
                 if allowance is not None and self.throttles is not None:
                     self.throttles.leader_sent(n)
-            if from_replica and p.on_follower_fetch(replica_id, info.offset, leo):
-                self._hw_moved(p.tp)
-                hw = partition_log.high_watermark
+            if from_replica:
+                if p.on_follower_fetch(replica_id, info.offset, leo, info.log_start_offset):
+                    self._hw_moved(p.tp)
+                    hw = partition_log.high_watermark
+                if info.log_start_offset >= 0:
+                    self.delete_records_purgatory.check_and_complete(p.tp)
             # read_committed: the aborted transactions with records in what was read (KIP-98)
             aborted = partition_log.aborted_transactions(info.offset, end) if committed and n else None
             out.append(FetchResult(ErrorCode.NONE, hw, start, data, n, lso, aborted))

@@ -325,6 +325,12 @@ class ConsumerConnector:
                     done.committed = offset
             self._emit("committed", partitions=len(offsets))
 
+    @property
+    def metrics_registry(self) -> Metrics:
+        """The registry behind :meth:`metrics` (tag ``client-id``): what the exporters of
+        :mod:`hmbclient.metrics_exporters` read."""
+        return self._metrics.registry
+
     def metrics(self) -> dict[str, dict[str, float]]:
         """The consumer's metrics under Kafka's names: ``{"consumer-fetch-manager-metrics":
         {name: value}, "consumer-coordinator-metrics": {...}}`` (see

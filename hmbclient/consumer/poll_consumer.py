@@ -781,6 +781,12 @@ class Consumer:
         if kind == "rebalance_completed":
             self._metrics.rebalanced(float(fields.get("seconds", 0.0)) * 1000.0)
 
+    @property
+    def metrics_registry(self) -> Metrics:
+        """The registry behind :meth:`metrics` (tag ``client-id``): what the exporters of
+        :mod:`hmbclient.metrics_exporters` read."""
+        return self._metrics.registry
+
     def metrics(self) -> dict[str, dict[str, float]]:
         """The consumer's metrics under Kafka's names: ``{"consumer-fetch-manager-metrics":
         {name: value}, "consumer-coordinator-metrics": {...}}`` (see

@@ -135,7 +135,7 @@ def snapshot(ctx: Ctx) -> Any:
     for t in (ctx.topic, ctx.new_topic):
         for p in range(4):
             part = br.replica_manager.partition(t, p)
-            ends.append(None if part is None else part.log.log_end_offset)
+            ends.append(None if part is None else (part.log.log_start_offset, part.log.log_end_offset))
     group = br.group_coordinator.group(ctx.group)
     members = None if group is None else (group.state, group.generation_id, tuple(sorted(group.members)))
     txn = br.transactions.metadata_of(ctx.txn)
@@ -332,6 +332,11 @@ def describe_configs_broker(ctx: Ctx, c: RawClient) -> Any:
 
 def delete_topics(ctx: Ctx, c: RawClient) -> Any:
     return c.request(_req(ApiKey.DELETE_TOPICS, 3, topic_names=[ctx.topic], timeout_ms=10_000)).responses[0].error_code
+
+
+def delete_records(ctx: Ctx, c: RawClient) -> Any:
+    r = c.request(_req(ApiKey.DELETE_RECORDS, 2, topics=[(ctx.topic, [(0, -1)])], timeout_ms=10_000)).topics[0].partitions[0]
+    return r.error_code, r.low_watermark
 
 
 def create_partitions(ctx: Ctx, c: RawClient) -> Any:
@@ -584,6 +589,8 @@ CASES = [
          (E.CLUSTER_AUTHORIZATION_FAILED, False), (E.NONE, True)),
     Case("delete-topics", ApiKey.DELETE_TOPICS, delete_topics, (("topic", "Delete"),), ("topic", "Delete"), E.TOPIC_AUTHORIZATION_FAILED, E.NONE,
          _with_data, changes=True),
+    Case("delete-records", ApiKey.DELETE_RECORDS, delete_records, (("topic", "Delete"),), ("topic", "Delete"),
+         (E.TOPIC_AUTHORIZATION_FAILED, -1), (E.NONE, 1), _with_data, changes=True),
     Case("create-partitions", ApiKey.CREATE_PARTITIONS, create_partitions, (("topic", "Alter"),), ("topic", "Alter"), E.TOPIC_AUTHORIZATION_FAILED, E.NONE,
          changes=True),
     Case("elect-leaders", ApiKey.ELECT_LEADERS, elect_leaders, (("cluster", "Alter"),), ("cluster", "Alter"),

@@ -144,6 +144,12 @@ cluster_reqs = st.builds(lambda ops, kind: _req(ApiKey.DESCRIBE_CLUSTER, 1, incl
                          st.booleans(), st.sampled_from([-128, -1, 0, 1, 2, 127]))
 offset_delete_reqs = st.builds(lambda group, topic, parts: _req(ApiKey.OFFSET_DELETE, 0, group_id=group, topics=[(topic, [(p,) for p in parts])]),
                                st.sampled_from(["g-hostile", "", "g" * 300]), TOPIC, st.lists(I32, max_size=3))
+delete_records_reqs = st.builds(
+    # the seeded partition 0 must keep its records: a valid offset there would delete them
+    lambda topic, parts, timeout: _req(ApiKey.DELETE_RECORDS, 2, topics=[(topic, [(1 if topic == SEEDED else p, off) for p, off in parts])],
+                                       timeout_ms=timeout),
+    TOPIC, st.lists(st.tuples(I32, I64), max_size=3), SMALL_WAIT,
+)
 QUOTA_ENTITY = st.lists(st.tuples(st.sampled_from(["user", "client-id", "ip", "", "x" * 300]),
                                    st.one_of(st.none(), st.sampled_from(["", "a/b", "*", "<default>"]), st.text(max_size=10))), max_size=3)
 describe_quotas_reqs = st.builds(
@@ -207,7 +213,7 @@ HOSTILE = st.one_of(alter_reassign_reqs, list_reassign_reqs, produce_reqs, fetch
                     add_offsets_reqs, end_txn_reqs, txn_commit_reqs, markers_reqs, committed_fetch_reqs,
                     describe_txn_reqs, list_txn_reqs, delete_topics_reqs, create_partitions_reqs,
                     elect_reqs, alter_configs_reqs, incremental_reqs, log_dirs_reqs, cluster_reqs,
-                    offset_delete_reqs, describe_quotas_reqs, alter_quotas_reqs)
+                    offset_delete_reqs, describe_quotas_reqs, alter_quotas_reqs, delete_records_reqs)
 
 
 class _Errors(logging.Handler):

@@ -476,7 +476,7 @@ def test_every_pair_has_a_peer_version() -> None:
         ApiKey.DESCRIBE_TRANSACTIONS: range(0, 1),
         ApiKey.LIST_TRANSACTIONS: range(0, 2),
         ApiKey.DELETE_TOPICS: range(0, 4),
-        ApiKey.DELETE_RECORDS: range(0, 2),
+        ApiKey.DELETE_RECORDS: range(0, 3),
         ApiKey.DESCRIBE_LOG_DIRS: range(1, 2),  # v0 is gone from Kafka 4 clients (KIP-896)
         ApiKey.CREATE_PARTITIONS: range(0, 2),
         ApiKey.ELECT_LEADERS: range(0, 2),
@@ -498,6 +498,7 @@ def test_every_pair_has_a_peer_version() -> None:
     assert FLEXIBLE == {(ApiKey.DESCRIBE_TRANSACTIONS, 0), (ApiKey.LIST_TRANSACTIONS, 0), (ApiKey.LIST_TRANSACTIONS, 1),
                         (ApiKey.DESCRIBE_CLUSTER, 0), (ApiKey.DESCRIBE_CLUSTER, 1),  # DescribeCluster: tests/broker/test_admin_topics.py
                         (ApiKey.CONSUMER_GROUP_HEARTBEAT, 0), (ApiKey.CONSUMER_GROUP_HEARTBEAT, 1),
+                        (ApiKey.DELETE_RECORDS, 2),  # DeleteRecords v2: tests/broker/test_delete_records.py (kafka-python's bytes)
                         # reassignment: tests/protocol/test_frame_flexible.py against kafka-python
                         (ApiKey.ALTER_PARTITION_REASSIGNMENTS, 0), (ApiKey.ALTER_PARTITION_REASSIGNMENTS, 1),
                         (ApiKey.LIST_PARTITION_REASSIGNMENTS, 0)} | {

@@ -45,6 +45,14 @@ Two implementations of one contract:
   Topic ids persist in ``<log dir>/topic-ids.json`` (``{"<topic>": "<id>"}``, Kafka's string
   form; written to a temporary file, fsynced, renamed) when the store is given that path: a
   topic keeps its id across restarts, one found without an id gets one and it is written.
+  Dynamic configs (AlterConfigs / IncrementalAlterConfigs of topics and brokers, client
+  quotas: every ``set_entity_config``) persist in ``<log dir>/dynamic-configs.json``
+  (``{"version": 1, "configs": {"<entity type>/<name>": {key: value}}}``, the entity paths of
+  ``/config/changes``; written the same atomic way, before the write is seen in memory) when
+  the store is given that path, and are read back at start, so a restarted standalone broker
+  keeps them as a ZooKeeper one does; a file that cannot be read or has another shape stops
+  the start with a StorageError (never a guess). A topic's configs go with the topic's
+  deletion.
   It has no ZooKeeper group offsets: ``offsets_in_zookeeper`` is False, ``read_offset`` answers
   None and ``write_offset`` raises :class:`NoZooKeeperError`, so a standalone broker serves
   OffsetCommit/OffsetFetch v0 from its own offsets topic like v1+.
@@ -58,7 +66,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import threading
 import uuid
 from collections.abc import Callable
@@ -75,14 +82,17 @@ from kazoo.exceptions import (
 
 from hmbclient import zkpaths as paths
 from hmbclient.broker.controller.decisions import LeaderIsr
-from hmbclient.broker.log.checkpoint import fsync_dir
+from hmbclient.broker.log.checkpoint import read_json, write_json_atomically
 from hmbclient.broker.metadata import BrokerEndpoint
 from hmbclient.errors import CoordinationError, StorageError
 
-__all__ = ["CoordinationStore", "ZkStore", "MemoryStore", "ISR_CHANGE_PATH", "NoZooKeeperError", "TOPIC_IDS_FILE"]
+__all__ = ["CoordinationStore", "ZkStore", "MemoryStore", "ISR_CHANGE_PATH", "NoZooKeeperError", "TOPIC_IDS_FILE",
+           "DYNAMIC_CONFIGS_FILE"]
 
 #: a standalone broker's topic ids, in its log directory
 TOPIC_IDS_FILE = "topic-ids.json"
+#: a standalone broker's dynamic configs (topics, brokers, client quotas), in its log directory
+DYNAMIC_CONFIGS_FILE = "dynamic-configs.json"
 
 log = logging.getLogger("hmbclient.broker.store")
 
@@ -631,13 +641,23 @@ class ZkStore:
 
 
 class MemoryStore:
-    """The store of a standalone broker: one broker, its own controller, nothing persisted
-    (topics are rebuilt from the log directory at start-up by the caller)."""
+    """The store of a standalone broker: one broker, its own controller; topic ids and dynamic
+    configs persisted when given their files (topics are rebuilt from the log directory at
+    start-up by the caller).
 
-    def __init__(self, topic_ids_path: str | None = None) -> None:
+    Args:
+        topic_ids_path: ``topic-ids.json`` (None: ids in memory only).
+        configs_path: ``dynamic-configs.json`` (None: dynamic configs in memory only).
+
+    Raises:
+        StorageError: one of the files exists but cannot be read or has another shape.
+    """
+
+    def __init__(self, topic_ids_path: str | None = None, configs_path: str | None = None) -> None:
         self._lock = threading.RLock()
         self._ids_path = topic_ids_path
         self._ids: dict[str, uuid.UUID] = _load_topic_ids(topic_ids_path) if topic_ids_path else {}
+        self._configs_path = configs_path
         self._brokers: dict[int, BrokerEndpoint] = {}
         self._controller = -1
         self._epoch = 0
@@ -645,7 +665,7 @@ class MemoryStore:
         self._states: dict[TP, tuple[LeaderIsr, int]] = {}
         self._deleting: set[str] = set()
         self._reassignments: dict[str, dict[int, tuple[tuple[int, ...], tuple[int, ...]]]] = {}
-        self._configs: dict[tuple[str, str], dict[str, str]] = {}
+        self._configs: dict[tuple[str, str], dict[str, str]] = _load_configs(configs_path) if configs_path else {}
         self._changes: list[str] = []
         self._watches: dict[str, list[Watch]] = {}
         self.broker_epochs: dict[int, int] = {}
@@ -766,7 +786,9 @@ class MemoryStore:
     def set_entity_config(self, entity_type: str, name: str, config: dict[str, str]) -> None:
         paths.config_path(entity_type, name)  # the same names as in ZooKeeper are legal
         with self._lock:
-            self._configs[(entity_type, name)] = dict(config)
+            configs = {**self._configs, (entity_type, name): dict(config)}
+            self._save_configs(configs)  # on disk first: a failed write changes nothing
+            self._configs = configs
             self._changes.append(f"{entity_type}/{name}")
         self._fire("config_changes")
 
@@ -777,7 +799,11 @@ class MemoryStore:
 
     def finish_topic_deletion(self, topic: str) -> None:
         with self._lock:
-            self._configs.pop(("topics", topic), None)
+            if ("topics", topic) in self._configs:
+                configs = dict(self._configs)
+                del configs[("topics", topic)]
+                self._save_configs(configs)
+                self._configs = configs
             self._topics.pop(topic, None)
             self._reassignments.pop(topic, None)
             for tp in [tp for tp in self._states if tp[0] == topic]:
@@ -804,17 +830,13 @@ class MemoryStore:
     def _save_ids(self) -> None:
         if self._ids_path is None:
             return
-        body = {t: paths.topic_id_str(u) for t, u in sorted(self._ids.items())}
-        tmp = self._ids_path + ".tmp"
-        try:
-            with open(tmp, "w", encoding="utf-8") as f:
-                json.dump(body, f, sort_keys=True)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, self._ids_path)
-            fsync_dir(os.path.dirname(self._ids_path) or ".")
-        except OSError as e:
-            raise StorageError(f"cannot write {self._ids_path}: {e}") from e
+        write_json_atomically(self._ids_path, {t: paths.topic_id_str(u) for t, u in sorted(self._ids.items())})
+
+    def _save_configs(self, configs: dict[tuple[str, str], dict[str, str]]) -> None:
+        if self._configs_path is None:
+            return
+        body = {f"{t}/{n}": c for (t, n), c in configs.items()}
+        write_json_atomically(self._configs_path, {"version": _CONFIGS_VERSION, "configs": body})
 
     def partition_state(self, topic: str, partition: int) -> tuple[LeaderIsr, int] | None:
         with self._lock:
@@ -851,15 +873,25 @@ class MemoryStore:
 
 
 
+_CONFIGS_VERSION = 1
+
+
+def _load_configs(path: str) -> dict[tuple[str, str], dict[str, str]]:
+    """``dynamic-configs.json`` of a standalone broker ({} when there is none yet)."""
+    data = read_json(path, {"version": _CONFIGS_VERSION, "configs": {}})
+    configs = data.get("configs") if isinstance(data, dict) and data.get("version") == _CONFIGS_VERSION else None
+    if not isinstance(configs, dict) or not all(isinstance(c, dict) and "/" in e for e, c in configs.items()):
+        raise StorageError(f'{path}: expected {{"version": {_CONFIGS_VERSION}, "configs": {{"<type>/<name>": {{key: value}}}}}}')
+    out: dict[tuple[str, str], dict[str, str]] = {}
+    for entity, config in configs.items():
+        entity_type, _, name = entity.partition("/")
+        out[(entity_type, name)] = {str(k): str(v) for k, v in config.items()}
+    return out
+
+
 def _load_topic_ids(path: str) -> dict[str, uuid.UUID]:
     """``topic-ids.json`` of a standalone broker ({} when there is none yet)."""
-    try:
-        with open(path, encoding="utf-8") as f:
-            data = json.load(f)
-    except FileNotFoundError:
-        return {}
-    except (OSError, ValueError) as e:
-        raise StorageError(f"cannot read {path}: {e}") from e
+    data = read_json(path, {})
     if not isinstance(data, dict):
         raise StorageError(f"{path}: expected {{topic: id}}")
     try:

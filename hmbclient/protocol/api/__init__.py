@@ -6,7 +6,7 @@ Modern set (Kafka 2.1 - 4.x, Tansu; non-flexible versions only): Produce v3-7, F
 ListOffsets v1-5, Metadata v1-8, OffsetCommit v2-7, OffsetFetch v1-5, FindCoordinator v0-2.
 CreateTopics v0-4 for admin/test use; InitProducerId v0-1 for idempotent clients;
 DescribeConfigs v1-2, AlterConfigs v0-1, IncrementalAlterConfigs v0 (:mod:`.configs`) for admin
-tools; DeleteTopics v0-3, DeleteRecords v0-1, DescribeLogDirs v1, CreatePartitions v0-1,
+tools; DeleteTopics v0-3, DeleteRecords v0-2, DescribeLogDirs v1, CreatePartitions v0-1,
 ElectLeaders v0-1, OffsetDelete v0 and DescribeCluster v0-1 (flexible) in :mod:`.admin`;
 AlterPartitionReassignments v0-1 and ListPartitionReassignments v0 (flexible) in :mod:`.reassign`.
 Inter-broker (:mod:`.cluster`): LeaderAndIsr v0-1, StopReplica v0, UpdateMetadata v0-5,
