@@ -1,5 +1,6 @@
 """Cluster administration used by the ``hmb`` command and by tools: topics (list, create,
 delete, add partitions, describe partition leaders and replicas), preferred leader election,
+partition reassignment (KIP-455, with kafka-reassign-partitions.sh's JSON and throttles),
 ZooKeeper consumer groups (members, owners, committed offsets, lag), and the deletion of a
 partition's records below an offset (DeleteRecords).
 
@@ -61,6 +62,11 @@ __all__ = [
     "list_transactions",
     "describe_transactions",
     "delete_records",
+    "Reassignment",
+    "alter_partition_reassignments",
+    "list_partition_reassignments",
+    "parse_reassignment_json",
+    "reassignment_throttles",
 ]
 
 _TIMEOUT_MS = 10_000
@@ -1046,3 +1052,150 @@ def delete_records(brokers: str, offsets: Mapping[tuple[str, int], int], *, time
         if (t, p) not in out:
             raise for_code(code)(f"DeleteRecords of {t}-{p} refused")
     return out
+
+
+# -- partition reassignment (KIP-455) -----------------------------------------------------------
+
+class Reassignment(NamedTuple):
+    """An ongoing partition reassignment (``list_partition_reassignments``): the full replica
+    set now (target, then the original replicas being removed), and the replicas being added
+    and removed."""
+
+    replicas: tuple[int, ...]
+    adding: tuple[int, ...]
+    removing: tuple[int, ...]
+
+
+def alter_partition_reassignments(brokers: str, reassignments: dict[tuple[str, int], list[int] | None], *,
+                                  timeout_ms: float = 30_000, api_version: str = "auto",
+                                  security: Any = None) -> dict[tuple[str, int], tuple[int, str | None]]:
+    """Start (a list of target replicas) or cancel (None) the reassignment of each partition
+    (AlterPartitionReassignments, sent to the controller). The answer comes once the moves are
+    started; :func:`list_partition_reassignments` shows the ones not finished.
+
+    Args:
+        brokers: bootstrap "host:port[,host:port]".
+        reassignments: (topic, partition) -> target replicas, or None to cancel.
+        timeout_ms: how long the controller may take.
+        api_version: the version dialect (``auto`` probes).
+        security: TLS / SASL, or None.
+
+    Returns:
+        (topic, partition) -> (error code, message): 0 started (or cancelled),
+        NO_REASSIGNMENT_IN_PROGRESS (nothing to cancel), INVALID_REPLICA_ASSIGNMENT (empty,
+        a broker twice, an unregistered broker), UNKNOWN_TOPIC_OR_PARTITION.
+
+    Raises:
+        BrokerError: a request-level error (ClusterAuthorizationFailedError, NotControllerError).
+        UnsupportedByBroker: the broker has no AlterPartitionReassignments; nothing was sent.
+    """
+    by_topic: dict[str, list[tuple[int, list[int] | None]]] = {}
+    for (t, p), replicas in sorted(reassignments.items()):
+        by_topic.setdefault(t, []).append((p, None if replicas is None else [int(r) for r in replicas]))
+    wait_ms = timeout_ms + _ANSWER_MARGIN_MS
+    resp = _any_broker(brokers, api_version, wait_ms, security, ApiKey.ALTER_PARTITION_REASSIGNMENTS,
+                       lambda v: v.build(ApiKey.ALTER_PARTITION_REASSIGNMENTS, timeout_ms=int(timeout_ms),
+                                         allow_replication_factor_change=True, topics=sorted(by_topic.items())),
+                       controller=True)
+    if resp.error_code:
+        raise for_code(resp.error_code)(resp.error_message or "AlterPartitionReassignments refused")
+    return {(t.name, p.partition_index): (p.error_code, p.error_message) for t in resp.responses for p in t.partitions}
+
+
+def list_partition_reassignments(brokers: str, partitions: Iterable[tuple[str, int]] | None = None, *,
+                                 timeout_ms: float = _TIMEOUT_MS, api_version: str = "auto",
+                                 security: Any = None) -> dict[tuple[str, int], Reassignment]:
+    """The ongoing partition reassignments (ListPartitionReassignments, sent to the controller).
+
+    Args:
+        brokers: bootstrap "host:port[,host:port]".
+        partitions: the partitions to look at (None: every ongoing reassignment).
+        timeout_ms: how long to wait for the answer.
+        api_version: the version dialect (``auto`` probes).
+        security: TLS / SASL, or None.
+
+    Returns:
+        (topic, partition) -> Reassignment, for partitions being reassigned only.
+
+    Raises:
+        BrokerError: a request-level error (ClusterAuthorizationFailedError, NotControllerError).
+        UnsupportedByBroker: the broker has no ListPartitionReassignments; nothing was sent.
+    """
+    asked = None
+    if partitions is not None:
+        by_topic: dict[str, list[int]] = {}
+        for t, p in partitions:
+            by_topic.setdefault(t, []).append(p)
+        asked = sorted(by_topic.items())
+    resp = _any_broker(brokers, api_version, timeout_ms, security, ApiKey.LIST_PARTITION_REASSIGNMENTS,
+                       lambda v: v.build(ApiKey.LIST_PARTITION_REASSIGNMENTS, timeout_ms=int(timeout_ms), topics=asked),
+                       controller=True)
+    if resp.error_code:
+        raise for_code(resp.error_code)(resp.error_message or "ListPartitionReassignments refused")
+    return {(t.name, p.partition_index): Reassignment(tuple(p.replicas), tuple(p.adding_replicas), tuple(p.removing_replicas))
+            for t in resp.topics for p in t.partitions}
+
+
+def parse_reassignment_json(text: str) -> dict[tuple[str, int], list[int]]:
+    """The partitions of a kafka-reassign-partitions.sh JSON file:
+    ``{"version":1,"partitions":[{"topic":"t","partition":0,"replicas":[1,2],"log_dirs":[...]}]}``
+    (``log_dirs`` may only say ``any``: moves between log directories are not served).
+
+    Args:
+        text: the file's content.
+
+    Returns:
+        (topic, partition) -> target replicas.
+
+    Raises:
+        ValueError: not that format, a partition named twice, or a log dir other than "any".
+    """
+    import json
+
+    try:
+        obj = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ValueError(f"not JSON: {e}") from None
+    if not isinstance(obj, dict) or not isinstance(obj.get("partitions"), list):
+        raise ValueError('expected {"version":1,"partitions":[{"topic":...,"partition":...,"replicas":[...]}]}')
+    out: dict[tuple[str, int], list[int]] = {}
+    for entry in obj["partitions"]:
+        if not isinstance(entry, dict):
+            raise ValueError(f"a partition entry is not an object: {entry!r}")
+        topic, partition, replicas = entry.get("topic"), entry.get("partition"), entry.get("replicas")
+        if not isinstance(topic, str) or not isinstance(partition, int) or isinstance(partition, bool):
+            raise ValueError(f"an entry needs a string 'topic' and an integer 'partition': {entry!r}")
+        if not isinstance(replicas, list) or not all(isinstance(r, int) and not isinstance(r, bool) for r in replicas):
+            raise ValueError(f"{topic}-{partition}: 'replicas' must be a list of broker ids")
+        dirs = entry.get("log_dirs")
+        if dirs is not None and (not isinstance(dirs, list) or any(d != "any" for d in dirs)):
+            raise ValueError(f"{topic}-{partition}: log_dirs other than \"any\" (moves between log directories) are not served")
+        if (topic, partition) in out:
+            raise ValueError(f"{topic}-{partition} is named twice")
+        out[(topic, partition)] = list(replicas)
+    return out
+
+
+def reassignment_throttles(current: dict[tuple[str, int], tuple[int, ...]],
+                           proposed: dict[tuple[str, int], list[int]]) -> dict[str, tuple[str, str]]:
+    """Kafka's throttled replicas of a reassignment, per topic: the leader side throttles the
+    moving partitions' current replicas (which send), the follower side their new replicas
+    (which fetch); values are ``partition:broker`` lists.
+
+    Args:
+        current: the partitions' replicas now.
+        proposed: their targets.
+
+    Returns:
+        topic -> (leader.replication.throttled.replicas, follower.replication.throttled.replicas),
+        for topics with a partition whose replicas change.
+    """
+    leader: dict[str, list[str]] = {}
+    follower: dict[str, list[str]] = {}
+    for (topic, p), target in sorted(proposed.items()):
+        now = current.get((topic, p), ())
+        if list(now) == list(target):
+            continue
+        leader.setdefault(topic, []).extend(f"{p}:{b}" for b in now)
+        follower.setdefault(topic, []).extend(f"{p}:{b}" for b in target if b not in now)
+    return {t: (",".join(leader[t]), ",".join(follower.get(t, []))) for t in leader}

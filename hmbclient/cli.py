@@ -710,6 +710,104 @@ def cmd_leader_election(args: argparse.Namespace) -> int:
     return 1 if failed else 0
 
 
+_THROTTLE_RATES = ("leader.replication.throttled.rate", "follower.replication.throttled.rate")
+_THROTTLED_REPLICAS = ("leader.replication.throttled.replicas", "follower.replication.throttled.replicas")
+
+
+def cmd_reassign(args: argparse.Namespace) -> int:
+    """kafka-reassign-partitions.sh's --execute / --verify / --cancel on its JSON file."""
+    import json
+
+    from hmbclient.admin import (
+        alter_partition_reassignments,
+        describe_cluster,
+        describe_topics,
+        incremental_alter_configs,
+        list_partition_reassignments,
+        parse_reassignment_json,
+        reassignment_throttles,
+    )
+
+    try:
+        with open(args.reassignment_json_file, encoding="utf-8") as f:
+            proposed = parse_reassignment_json(f.read())
+    except (OSError, ValueError) as e:
+        raise CliError(f"{args.reassignment_json_file}: {e}") from e
+    if args.throttle is not None and not args.execute:
+        raise CliError("--throttle goes with --execute")
+    sec = _security(args)
+    kw: dict[str, Any] = {"api_version": args.api_version, "security": sec}
+    topics = sorted({t for t, _ in proposed})
+
+    def current() -> dict[tuple[str, int], tuple[int, ...]]:
+        try:
+            return {(i.topic, i.partition): i.replicas for i in describe_topics(args.brokers, topics, **kw)}
+        except BrokerError as e:
+            raise CliError(f"cannot describe the topics: {_describe(e)}") from e
+
+    def clear_throttles() -> None:
+        brokers = sorted(describe_cluster(args.brokers, **kw)["brokers"])
+        print("Clearing broker-level throttles on brokers " + ",".join(map(str, brokers)))
+        for b in brokers:
+            incremental_alter_configs(args.brokers, "broker", str(b), {}, delete=_THROTTLE_RATES, **kw)
+        for t in topics:
+            print(f"Clearing topic-level throttles on topic {t}")
+            incremental_alter_configs(args.brokers, "topic", t, {}, delete=_THROTTLED_REPLICAS, **kw)
+
+    try:
+        if args.execute:
+            now = current()
+            rollback = {"version": 1, "partitions": [{"topic": t, "partition": p, "replicas": list(now.get((t, p), ())),
+                                                      "log_dirs": ["any"] * len(now.get((t, p), ()))} for t, p in sorted(proposed)]}
+            print("Current partition replica assignment\n\n" + json.dumps(rollback, separators=(",", ":")) +
+                  "\n\nSave this to use as the --reassignment-json-file option during rollback")
+            if args.throttle is not None:
+                for t, (lead, follow) in reassignment_throttles(now, proposed).items():
+                    incremental_alter_configs(args.brokers, "topic", t, {_THROTTLED_REPLICAS[0]: lead, _THROTTLED_REPLICAS[1]: follow}, **kw)
+                for b in sorted(describe_cluster(args.brokers, **kw)["brokers"]):
+                    incremental_alter_configs(args.brokers, "broker", str(b), {n: str(args.throttle) for n in _THROTTLE_RATES}, **kw)
+                print(f"Warning: You must run --verify periodically, until the reassignment completes, to ensure the throttle is removed.\n"
+                      f"The inter-broker throttle limit was set to {args.throttle} B/s")
+            results = alter_partition_reassignments(args.brokers, {tp: list(r) for tp, r in proposed.items()}, **kw)
+            failed = {tp: r for tp, r in results.items() if r[0]}
+            for (t, p), (code, msg) in sorted(failed.items()):
+                print(f"{t}-{p}: {msg or _error_class(code).message}")
+            if failed:
+                return 1
+            print("Successfully started partition reassignment" + ("s" if len(proposed) > 1 else "") + " for " +
+                  ",".join(f"{t}-{p}" for t, p in sorted(proposed)))
+            return 0
+        if args.cancel:
+            results = alter_partition_reassignments(args.brokers, dict.fromkeys(proposed), **kw)
+            cancelled = sorted(tp for tp, (code, _) in results.items() if code == 0)
+            print("Successfully cancelled partition reassignment(s) for: " + ",".join(f"{t}-{p}" for t, p in cancelled))
+            for (t, p), (code, msg) in sorted(results.items()):
+                if code:
+                    print(f"{t}-{p}: {msg or _error_class(code).message}")
+            clear_throttles()
+            return 0
+        ongoing = list_partition_reassignments(args.brokers, list(proposed), **kw)
+        now = current()
+        pending = 0
+        print("Status of partition reassignment:")
+        for tp in sorted(proposed):
+            t, p = tp
+            if tp in ongoing:
+                pending += 1
+                print(f"Reassignment of partition {t}-{p} is still in progress.")
+            elif list(now.get(tp, ())) == proposed[tp]:
+                print(f"Reassignment of partition {t}-{p} is completed.")
+            else:
+                pending += 1
+                print(f"There is no active reassignment of partition {t}-{p}, but replica set is {list(now.get(tp, ()))} rather than {proposed[tp]}.")
+        if pending:
+            return 1
+        clear_throttles()
+        return 0
+    except BrokerError as e:
+        raise CliError(f"reassignment refused: {_describe(e)}") from e
+
+
 def cmd_cluster(args: argparse.Namespace) -> int:
     from hmbclient.admin import describe_cluster, describe_log_dirs
 
@@ -1005,6 +1103,21 @@ def _add_inspect_commands(sub: Subparsers) -> None:
     _client_opts(p)
     p.add_argument("partitions", nargs="*", metavar="TOPIC:PARTITION", help="the partitions (default: every partition)")
     p.set_defaults(func=cmd_leader_election)
+
+    p = sub.add_parser("reassign", help="move partitions between brokers (kafka-reassign-partitions.sh's JSON; KIP-455)",
+                       description="--execute starts the moves of the JSON file ({\"version\":1,\"partitions\":[{\"topic\":...,"
+                       "\"partition\":...,\"replicas\":[...]}]}), with --throttle BYTES holding their replication to "
+                       "BYTES/s; --verify reports each move and, once all are done, removes the throttles (exit code 1 "
+                       "while any is in progress); --cancel stops them, back to the original replicas, and removes the throttles.")
+    _client_opts(p)
+    g = p.add_mutually_exclusive_group(required=True)
+    g.add_argument("--execute", action="store_true", help="start the reassignment")
+    g.add_argument("--verify", action="store_true", help="report progress; remove the throttles once complete")
+    g.add_argument("--cancel", action="store_true", help="cancel the reassignment")
+    p.add_argument("--reassignment-json-file", required=True, metavar="FILE", help="Kafka's reassignment JSON")
+    p.add_argument("--throttle", type=int, default=None, metavar="BYTES",
+                   help="with --execute: replication throttle in bytes/s for the moving replicas")
+    p.set_defaults(func=cmd_reassign)
 
     p = sub.add_parser("cluster", help="cluster id, controller and brokers (DescribeCluster); --log-dirs")
     _client_opts(p)

@@ -66,6 +66,11 @@ from hmbclient.broker.quota_configs import ClientQuotaApis, QuotaConfigSource
 from hmbclient.broker.quotas import QuotaConfigs, QuotaManager
 from hmbclient.broker.replica_fetcher import ReplicaFetcherManager
 from hmbclient.broker.replica_manager import ReplicaManager
+from hmbclient.broker.replication_quota import (
+    FOLLOWER_REPLICAS,
+    LEADER_REPLICAS,
+    ReplicationThrottles,
+)
 from hmbclient.broker.security.setup import authorizer_from, inter_broker_security, listeners_from
 from hmbclient.broker.server import SocketServer
 from hmbclient.broker.topic_configs import FileTopicConfigs, TopicConfigStore, ZkTopicConfigs
@@ -390,6 +395,17 @@ class Broker:
             logs.set_config_for(lambda topic: internal_log_config if topic in (OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC)
                                 else dynamic.log_config(topic))
             rm.min_insync_for = dynamic.min_insync_replicas
+
+            def throttle_rates() -> tuple[int | None, int | None]:
+                c = dynamic.config_for(None)
+                return c.leader_replication_throttled_rate, c.follower_replication_throttled_rate
+
+            def throttled_replicas(topic: str) -> tuple[str | None, str | None]:
+                t = dynamic.layers().topics.get(topic, {})
+                return t.get(LEADER_REPLICAS), t.get(FOLLOWER_REPLICAS)
+
+            rm.throttles = ReplicationThrottles(throttle_rates, throttled_replicas, monotonic_ms, cfg.replication_quota_window_num,
+                                                cfg.replication_quota_window_size_seconds * 1000)
             dynamic.start()
             self.apis = KafkaApis(
                 cfg.broker_id,

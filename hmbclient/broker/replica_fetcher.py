@@ -24,6 +24,10 @@ the start checkpointed before the next fetch reports it). A leader whose log sta
 follower's LEO (retention, DeleteRecords) makes the follower start over at the leader's log
 start.
 
+Throttling (``broker.replication_quota``): a partition whose replica here is throttled
+(``follower.replication.throttled.replicas``) and not in the ISR is left out of the fetch while
+the follower's rate is over ``follower.replication.throttled.rate``; what it gets is recorded.
+
 Errors: a lost connection or an error code backs off ``replica.fetch.backoff.ms`` and retries;
 a write the disk refuses (full, I/O error: nothing was written) backs off and fetches the same
 offset again, without truncating (logged once until a write succeeds); fetched bytes that fail
@@ -235,12 +239,35 @@ class _FetcherThread:
                 pf.state = FetchState.FETCHING
 
     # -- fetching --------------------------------------------------------------------------------
+    def _allowance(self, p: Partition) -> int | None:
+        """Bytes this follower may fetch for a throttled replica now (None: not throttled)."""
+        rm = self.manager.replica_manager
+        throttles = rm.throttles
+        if throttles is None:
+            return None
+        # The ISR as the last UpdateMetadata told (a leader's ISR changes reach followers so).
+        meta = rm.metadata.partition(p.topic, p.partition)
+        isr = meta.isr if meta is not None else p.isr
+        return throttles.follower_allowance(p.topic, p.partition, rm.broker_id, rm.broker_id in isr)
+
     def _fetch(self, parts: list[_PartitionFetch]) -> None:
         rm = self.manager.replica_manager
         topics: dict[str, list[tuple[int, int, int, int]]] = {}
+        throttled: set[TP] = set()
+        held_back = False
         for pf in parts:
             p = pf.partition
+            allowance = self._allowance(p)
+            if allowance == 0:  # over the follower's throttle: left out of this fetch
+                held_back = True
+                continue
+            if allowance is not None:
+                throttled.add(p.tp)
             topics.setdefault(p.topic, []).append((p.partition, p.log.log_end_offset, p.log.log_start_offset, self.manager.fetch_max_bytes))
+        if not topics:
+            if held_back:
+                self.stop_event.wait(0.05)
+            return
         req = FetchRequest[5](
             replica_id=rm.broker_id,
             max_wait_ms=self.manager.fetch_wait_max_ms,
@@ -258,6 +285,8 @@ class _FetcherThread:
                 if found is None or not self._still_mine(found):
                     continue
                 if a.error_code == ErrorCode.NONE:
+                    if (t.topic, a.partition) in throttled and a.records and rm.throttles is not None:
+                        rm.throttles.follower_fetched(len(a.records))
                     if not self._append(found, a.records, a.high_watermark, a.log_start_offset):
                         failed = True
                 elif a.error_code == ErrorCode.OFFSET_OUT_OF_RANGE:

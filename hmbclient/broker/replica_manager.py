@@ -15,7 +15,9 @@ Kafka's ``ReplicaManager`` after the purgatory refactoring (KAFKA-1583), with 0.
   and up to the log end for followers (``replica_id`` >= 0, which must be an assigned replica);
   a follower's fetch offset is its log end offset, which may move the HW and so complete
   waiting produces and consumer fetches. A fetch that finds less than ``min_bytes`` parks a
-  DelayedFetch.
+  DelayedFetch. A follower outside the ISR whose replica is throttled
+  (``leader.replication.throttled.replicas``, ``broker.replication_quota``) gets at most the
+  throttle's allowance (nothing while the leader's rate is over its bound).
 * ``delete_records`` (DeleteRecords) moves the log start of each partition this broker leads
   (``Partition.delete_records_on_leader``: its cases), checkpoints the log starts before
   anything answers, and parks a DelayedDeleteRecords until every live follower reported a log
@@ -52,6 +54,7 @@ from hmbclient.broker.metadata import NO_LEADER, BrokerEndpoint, MetadataCache, 
 from hmbclient.broker.metrics import BrokerMetrics
 from hmbclient.broker.partition import IsrWriter, Partition, Role
 from hmbclient.broker.purgatory import Purgatory
+from hmbclient.broker.replication_quota import ReplicationThrottles
 from hmbclient.broker.results import TP, AppendResult, FetchInfo, FetchResult
 from hmbclient.clock import monotonic_ms
 from hmbclient.errors import (
@@ -119,6 +122,8 @@ class ReplicaManager:
         self.min_insync_replicas = min_insync_replicas
         #: ``topic -> min.insync.replicas`` (dynamic topic configs); None: the broker's setting
         self.min_insync_for: Callable[[str], int] | None = None
+        #: replication throttles (``replication_quota``; None: none)
+        self.throttles: ReplicationThrottles | None = None
         self.replica_lag_time_max_ms = replica_lag_time_max_ms
         self.hw_checkpoint_interval_ms = hw_checkpoint_interval_ms
         self.isr_writer = isr_writer if isr_writer is None else self._metered(isr_writer)
@@ -548,11 +553,15 @@ class ReplicaManager:
             end = leo if from_replica else lso if committed else hw
             start = partition_log.log_start_offset
             limit = min(info.max_bytes, remaining)
+            one_entry = min_one_entry
+            allowance = self._replica_allowance(info.topic, info.partition, replica_id) if from_replica else None
+            if allowance is not None:  # a throttled replica (replication_quota)
+                limit, one_entry = min(limit, allowance), allowance > 0
             data: FileSlice | bytes = _EMPTY
             n = 0
-            if limit > 0 or min_one_entry:
+            if limit > 0 or one_entry:
                 try:
-                    found, magic = partition_log.read(info.offset, max(limit, 0), min_one_entry=min_one_entry, max_offset=end)
+                    found, magic = partition_log.read(info.offset, max(limit, 0), min_one_entry=one_entry, max_offset=end)
                 except OffsetOutOfRangeError:
                     out.append(FetchResult(ErrorCode.OFFSET_OUT_OF_RANGE, hw, start, _EMPTY, 0, lso))
                     if waits is not None:
@@ -569,6 +578,8 @@ class ReplicaManager:
             if n:
                 remaining -= n
                 min_one_entry = False
+                if allowance is not None and self.throttles is not None:
+                    self.throttles.leader_sent(n)
             if from_replica:
                 if p.on_follower_fetch(replica_id, info.offset, leo, info.log_start_offset):
                     self._hw_moved(p.tp)
@@ -647,14 +658,22 @@ class ReplicaManager:
         def complete() -> None:
             if from_replica:
                 # The follower's progress was recorded by the first read; this one only answers.
-                respond(self._read_for_replica_answer(infos, max_bytes, min_one_entry))
+                respond(self._read_for_replica_answer(infos, max_bytes, min_one_entry, replica_id))
             else:
                 respond(self.read(infos, max_bytes, max_magic, min_one_entry))
 
         op = DelayedFetch(max_wait_ms, min_bytes, infos, waits, from_replica, self, complete)
         self.fetch_purgatory.try_complete_else_watch(op, [(i.topic, i.partition) for i in infos])
 
-    def _read_for_replica_answer(self, infos: list[FetchInfo], max_bytes: int, min_one_entry: bool) -> list[FetchResult]:
+    def _replica_allowance(self, topic: str, partition: int, replica_id: int) -> int | None:
+        """Bytes a follower may get for the partition now (None: not throttled)."""
+        throttles = self.throttles
+        if throttles is None:
+            return None
+        p = self._partitions.get((topic, partition))
+        return throttles.leader_allowance(topic, partition, replica_id, p is not None and replica_id in p.isr)
+
+    def _read_for_replica_answer(self, infos: list[FetchInfo], max_bytes: int, min_one_entry: bool, replica_id: int = -1) -> list[FetchResult]:
         """A parked follower fetch answers with the data up to the log end (its fetch offset was
         already recorded as its log end when the request arrived)."""
         out: list[FetchResult] = []
@@ -665,8 +684,13 @@ class ReplicaManager:
                 out.append(FetchResult(code, -1, -1, _EMPTY, 0))
                 continue
             hw, start = partition_log.high_watermark, partition_log.log_start_offset
+            limit, one_entry = min(info.max_bytes, remaining), min_one_entry
+            allowance = self._replica_allowance(info.topic, info.partition, replica_id) if replica_id >= 0 else None
+            if allowance is not None:
+                limit, one_entry = min(limit, allowance), allowance > 0
             try:
-                found, _ = partition_log.read(info.offset, max(min(info.max_bytes, remaining), 0), min_one_entry=min_one_entry, max_offset=partition_log.log_end_offset)
+                found, _ = partition_log.read(info.offset, max(limit, 0), min_one_entry=one_entry, max_offset=partition_log.log_end_offset) \
+                    if limit > 0 or one_entry else (None, 0)
             except OffsetOutOfRangeError:
                 out.append(FetchResult(ErrorCode.OFFSET_OUT_OF_RANGE, hw, start, _EMPTY, 0))
                 continue
@@ -677,5 +701,7 @@ class ReplicaManager:
             if n:
                 remaining -= n
                 min_one_entry = False
+                if allowance is not None and self.throttles is not None:
+                    self.throttles.leader_sent(n)
             out.append(FetchResult(ErrorCode.NONE, hw, start, found if found is not None else _EMPTY, n))
         return out

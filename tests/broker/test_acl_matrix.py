@@ -375,6 +375,17 @@ def elect_leaders(ctx: Ctx, c: RawClient) -> Any:
     return r.error_code, r.replica_election_results[0].partition_result[0].error_code
 
 
+def alter_reassignments(ctx: Ctx, c: RawClient) -> Any:
+    # a cancel with nothing in progress: Kafka's answer once authorized, and nothing changes
+    r = c.request(_req(ApiKey.ALTER_PARTITION_REASSIGNMENTS, 0, timeout_ms=10_000, topics=[(ctx.topic, [(0, None)])]))
+    return r.error_code, [p.error_code for t in r.responses for p in t.partitions]
+
+
+def list_reassignments(ctx: Ctx, c: RawClient) -> Any:
+    r = c.request(_req(ApiKey.LIST_PARTITION_REASSIGNMENTS, 0, timeout_ms=10_000, topics=None))
+    return r.error_code, list(r.topics)
+
+
 def alter_configs_topic(ctx: Ctx, c: RawClient) -> Any:
     return c.request(_req(ApiKey.ALTER_CONFIGS, 1, resources=[(2, ctx.topic, [("retention.ms", "3600000")])], validate_only=False)).responses[0].error_code
 
@@ -624,6 +635,10 @@ CASES = [
          changes=True),
     Case("elect-leaders", ApiKey.ELECT_LEADERS, elect_leaders, (("cluster", "Alter"),), ("cluster", "Alter"),
          (E.CLUSTER_AUTHORIZATION_FAILED, E.CLUSTER_AUTHORIZATION_FAILED), (E.NONE, E.ELECTION_NOT_NEEDED)),
+    Case("alter-partition-reassignments", ApiKey.ALTER_PARTITION_REASSIGNMENTS, alter_reassignments, (("cluster", "Alter"),),
+         ("cluster", "Alter"), (E.CLUSTER_AUTHORIZATION_FAILED, []), (E.NONE, [E.NO_REASSIGNMENT_IN_PROGRESS])),
+    Case("list-partition-reassignments", ApiKey.LIST_PARTITION_REASSIGNMENTS, list_reassignments, (("cluster", "Describe"),),
+         ("cluster", "Describe"), (E.CLUSTER_AUTHORIZATION_FAILED, []), (E.NONE, [])),
     Case("alter-configs-topic", ApiKey.ALTER_CONFIGS, alter_configs_topic, (("topic", "AlterConfigs"),), ("topic", "AlterConfigs"),
          E.TOPIC_AUTHORIZATION_FAILED, E.NONE, changes=True),
     Case("alter-configs-broker", ApiKey.ALTER_CONFIGS, alter_configs_broker, (("cluster", "AlterConfigs"),), ("cluster", "AlterConfigs"),

@@ -185,6 +185,13 @@ alter_quotas_reqs = st.builds(
     st.lists(st.tuples(st.sampled_from(["producer_byte_rate", "consumer_byte_rate", "request_percentage", ""]),
                        st.floats(), st.booleans()), max_size=3),
 )
+alter_reassign_reqs = st.builds(
+    lambda version, topic, parts, timeout: _req(ApiKey.ALTER_PARTITION_REASSIGNMENTS, version, timeout_ms=timeout,
+                                                allow_replication_factor_change=version == 0, topics=[(topic, parts)]),
+    st.sampled_from([0, 1]), TOPIC, st.lists(st.tuples(I32, st.one_of(st.none(), st.lists(I32, max_size=4))), max_size=3), SMALL_WAIT,
+)
+list_reassign_reqs = st.builds(lambda parts, timeout: _req(ApiKey.LIST_PARTITION_REASSIGNMENTS, 0, timeout_ms=timeout, topics=parts),
+                               st.one_of(st.none(), st.lists(st.tuples(TOPIC, st.lists(I32, max_size=3)), max_size=3)), SMALL_WAIT)
 init_pid_reqs = st.builds(lambda timeout: _req(22, 1, transactional_id=None, transaction_timeout_ms=timeout), I32)
 # transactions (KIP-98): hostile ids, producer ids, epochs, timeouts and isolation levels
 I16 = st.sampled_from([-32768, -1, 0, 1, 32767])
@@ -222,7 +229,7 @@ list_txn_reqs = st.builds(
     st.lists(st.sampled_from(["Ongoing", "Empty", "", "nonsense"]), max_size=3), st.lists(I64, max_size=3), I64,
 )
 
-HOSTILE = st.one_of(produce_reqs, fetch_reqs, list_offsets_reqs, metadata_reqs, commit_reqs, offset_fetch_reqs,
+HOSTILE = st.one_of(alter_reassign_reqs, list_reassign_reqs, produce_reqs, fetch_reqs, list_offsets_reqs, metadata_reqs, commit_reqs, offset_fetch_reqs,
                     create_reqs, join_reqs, heartbeat_reqs, epoch_reqs, init_pid_reqs, txn_init_reqs, add_partitions_reqs,
                     add_offsets_reqs, end_txn_reqs, txn_commit_reqs, markers_reqs, committed_fetch_reqs,
                     describe_txn_reqs, list_txn_reqs, delete_topics_reqs, create_partitions_reqs,

@@ -488,6 +488,8 @@ def test_every_pair_has_a_peer_version() -> None:
         ApiKey.DESCRIBE_CLUSTER: range(0, 2),
         ApiKey.CONSUMER_GROUP_HEARTBEAT: range(0, 2),
         ApiKey.CONSUMER_GROUP_DESCRIBE: range(0, 2),
+        ApiKey.ALTER_PARTITION_REASSIGNMENTS: range(0, 2),
+        ApiKey.LIST_PARTITION_REASSIGNMENTS: range(0, 1),
     }
     expected = {(int(k), v) for k, vs in want.items() for v in vs}
     assert set(REQUESTS) == expected
@@ -498,7 +500,10 @@ def test_every_pair_has_a_peer_version() -> None:
                         (ApiKey.DESCRIBE_CLUSTER, 0), (ApiKey.DESCRIBE_CLUSTER, 1),  # DescribeCluster: tests/broker/test_admin_topics.py
                         (ApiKey.CONSUMER_GROUP_HEARTBEAT, 0), (ApiKey.CONSUMER_GROUP_HEARTBEAT, 1),
                         (ApiKey.CONSUMER_GROUP_DESCRIBE, 0), (ApiKey.CONSUMER_GROUP_DESCRIBE, 1),
-                        (ApiKey.DELETE_RECORDS, 2)} | {  # DeleteRecords v2: tests/broker/test_delete_records.py (kafka-python's bytes)
+                        (ApiKey.DELETE_RECORDS, 2),  # DeleteRecords v2: tests/broker/test_delete_records.py (kafka-python's bytes)
+                        # reassignment: tests/protocol/test_frame_flexible.py against kafka-python
+                        (ApiKey.ALTER_PARTITION_REASSIGNMENTS, 0), (ApiKey.ALTER_PARTITION_REASSIGNMENTS, 1),
+                        (ApiKey.LIST_PARTITION_REASSIGNMENTS, 0)} | {
         (ApiKey.METADATA, v) for v in range(9, 13)
     } | {(ApiKey.OFFSET_COMMIT, 8), (ApiKey.OFFSET_COMMIT, 9)} | {(ApiKey.OFFSET_FETCH, v) for v in range(6, 10)}
     for k, v in expected - NO_PEER - FLEXIBLE:

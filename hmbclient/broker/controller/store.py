@@ -23,6 +23,10 @@ Two implementations of one contract:
     controller, which re-reads those states and sends UpdateMetadata.
   - ``/admin/delete_topics/<t>`` — a topic marked for deletion by DeleteTopics (any broker);
     the controller deletes the topic's znodes and then the marker (``finish_topic_deletion``).
+  - ``/brokers/topics/<t>``'s ``"adding_replicas"`` / ``"removing_replicas"`` (KIP-455, as
+    Kafka 2.4+ writes them) — the partitions being reassigned; the controller rewrites a
+    partition's replicas and these maps together (``write_reassignment``, conditional on the
+    version read) and reads them back after a fail-over (``reassignments``).
   - ``/brokers/topics/<t>`` rewritten with more partitions by CreatePartitions
     (``add_partitions``, conditional on the version read); the controller watches each topic's
     assignment (``assignment(topic, watch)``) and starts the new partitions.
@@ -124,6 +128,9 @@ class CoordinationStore(Protocol):
     def assignment(self, topic: str, watch: Watch | None = None) -> list[tuple[int, ...]] | None: ...
     def create_topic(self, topic: str, assignment: list[tuple[int, ...]]) -> bool: ...
     def add_partitions(self, topic: str, assignment: list[tuple[int, ...]], current: int) -> bool: ...
+    def reassignments(self, topic: str) -> dict[int, tuple[tuple[int, ...], tuple[int, ...]]]: ...
+    def write_reassignment(self, topic: str, partition: int, replicas: tuple[int, ...], adding: tuple[int, ...],
+                           removing: tuple[int, ...]) -> bool: ...
     def mark_topic_for_deletion(self, topic: str) -> None: ...
     def topics_to_delete(self, watch: Watch | None = None) -> list[str]: ...
     def finish_topic_deletion(self, topic: str) -> None: ...
@@ -382,12 +389,44 @@ class ZkStore:
             return False
         if len(paths.decode_topic_assignment(data)) != current:
             return False
-        body = paths.encode_topic_assignment({p: list(r) for p, r in enumerate(assignment)})
+        # The other fields stay (the topic id, the ongoing reassignments of existing partitions).
+        body = paths.encode_topic_assignment({p: list(r) for p, r in enumerate(assignment)}, paths.decode_topic_id(data))
+        extra = {k: v for k, v in json.loads(data).items() if k not in ("partitions", "topic_id", "version")}
+        if extra:
+            body = json.dumps({**json.loads(body), **extra, "version": max(2, int(json.loads(data).get("version", 1)))},
+                              separators=(",", ":")).encode()
         try:
             self.zk.set(paths.topic_path(topic), body, version=stat.version)
         except (BadVersionError, NoNodeError):
             return False
         return True
+
+    def reassignments(self, topic: str) -> dict[int, tuple[tuple[int, ...], tuple[int, ...]]]:
+        """partition -> (adding, removing) of the topic's ongoing reassignments (KIP-455)."""
+        try:
+            data, _ = self.zk.get(paths.topic_path(topic))
+        except NoNodeError:
+            return {}
+        return paths.decode_topic_reassignments(data)
+
+    def write_reassignment(self, topic: str, partition: int, replicas: tuple[int, ...], adding: tuple[int, ...],
+                           removing: tuple[int, ...]) -> bool:
+        """Set one partition's replicas and ongoing reassignment in the topic znode (the rest
+        kept), conditional on the version read, re-read on a lost race. False: no such topic."""
+        path = paths.topic_path(topic)
+        while True:
+            try:
+                data, stat = self.zk.get(path)
+            except NoNodeError:
+                return False
+            body = paths.with_reassignment(data, partition, replicas, adding, removing)
+            try:
+                self.zk.set(path, body, version=stat.version)
+            except BadVersionError:
+                continue
+            except NoNodeError:
+                return False
+            return True
 
     def mark_topic_for_deletion(self, topic: str) -> None:
         try:
@@ -625,6 +664,7 @@ class MemoryStore:
         self._topics: dict[str, list[tuple[int, ...]]] = {}
         self._states: dict[TP, tuple[LeaderIsr, int]] = {}
         self._deleting: set[str] = set()
+        self._reassignments: dict[str, dict[int, tuple[tuple[int, ...], tuple[int, ...]]]] = {}
         self._configs: dict[tuple[str, str], dict[str, str]] = _load_configs(configs_path) if configs_path else {}
         self._changes: list[str] = []
         self._watches: dict[str, list[Watch]] = {}
@@ -704,6 +744,27 @@ class MemoryStore:
         self._fire(f"assignment:{topic}")
         return True
 
+    def reassignments(self, topic: str) -> dict[int, tuple[tuple[int, ...], tuple[int, ...]]]:
+        with self._lock:
+            return dict(self._reassignments.get(topic, {}))
+
+    def write_reassignment(self, topic: str, partition: int, replicas: tuple[int, ...], adding: tuple[int, ...],
+                           removing: tuple[int, ...]) -> bool:
+        with self._lock:
+            a = self._topics.get(topic)
+            if a is None or not 0 <= partition < len(a):
+                return False
+            a = list(a)
+            a[partition] = tuple(replicas)
+            self._topics[topic] = a
+            ongoing = self._reassignments.setdefault(topic, {})
+            if adding or removing:
+                ongoing[partition] = (tuple(adding), tuple(removing))
+            else:
+                ongoing.pop(partition, None)
+        self._fire(f"assignment:{topic}")
+        return True
+
     def mark_topic_for_deletion(self, topic: str) -> None:
         with self._lock:
             self._deleting.add(topic)
@@ -744,6 +805,7 @@ class MemoryStore:
                 self._save_configs(configs)
                 self._configs = configs
             self._topics.pop(topic, None)
+            self._reassignments.pop(topic, None)
             for tp in [tp for tp in self._states if tp[0] == topic]:
                 del self._states[tp]
             self._deleting.discard(topic)

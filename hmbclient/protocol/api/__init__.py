@@ -7,7 +7,8 @@ ListOffsets v1-5, Metadata v1-8, OffsetCommit v2-7, OffsetFetch v1-5, FindCoordi
 CreateTopics v0-4 for admin/test use; InitProducerId v0-1 for idempotent clients;
 DescribeConfigs v1-2, AlterConfigs v0-1, IncrementalAlterConfigs v0 (:mod:`.configs`) for admin
 tools; DeleteTopics v0-3, DeleteRecords v0-2, DescribeLogDirs v1, CreatePartitions v0-1,
-ElectLeaders v0-1, OffsetDelete v0 and DescribeCluster v0-1 (flexible) in :mod:`.admin`.
+ElectLeaders v0-1, OffsetDelete v0 and DescribeCluster v0-1 (flexible) in :mod:`.admin`;
+AlterPartitionReassignments v0-1 and ListPartitionReassignments v0 (flexible) in :mod:`.reassign`.
 Inter-broker (:mod:`.cluster`): LeaderAndIsr v0-1, StopReplica v0, UpdateMetadata v0-5,
 ControlledShutdown v1-2, OffsetForLeaderEpoch v0-3.
 Group membership (:mod:`.group`): JoinGroup v0-5, Heartbeat v0-3, LeaveGroup v0-3, SyncGroup
@@ -22,6 +23,9 @@ Each module maps version -> class, e.g. ``FetchRequest[4]``.
 
 from hmbclient.protocol.api import (
     quotas as quotas,  # registers DescribeClientQuotas / AlterClientQuotas
+)
+from hmbclient.protocol.api import (
+    reassign as reassign,  # registers AlterPartitionReassignments / ListPartitionReassignments
 )
 from hmbclient.protocol.api.admin import (
     ApiVersionsRequest,
