@@ -12,8 +12,11 @@ not fetch): 10 members settle; at ``t0`` an 11th joins; once the 11 hold the 100
 twice) the round ends. A member's *unmoved* partitions are those it owned before ``t0`` and still
 owns after; its pause is the longest time one of them was not owned (revoked until assigned
 back), the time a fetching consumer could not consume them, a lower bound of its consumption
-pause. Rows: ``range`` (eager: every member revokes everything, then gets most of it back) and
-``cooperative-sticky`` (goal: 0 ms). Also printed: until all 11 hold the partitions, and the
+pause. Rows: ``range`` (eager: every member revokes everything, then gets most of it back),
+``cooperative-sticky`` (goal: 0 ms) and ``consumer (KIP-848)`` (``ConsumerProtocolMember``,
+``group.protocol=consumer``: the coordinator's uniform assignor, revocations acknowledged by
+heartbeat, the heartbeat interval the broker's ``group.consumer.heartbeat.interval.ms``, here
+the same 200 ms; goal: 0 ms; its "rebalances" are group epoch bumps). Also printed: until all 11 hold the partitions, and the
 rebalances (generations) a join took (cooperative: two, the follow-up hands over what was
 revoked). The 11th then leaves and the 10 settle before the next round.
 
@@ -81,6 +84,7 @@ from groups_zk import Ticker  # noqa: E402
 
 from hmbclient.consumer.connector import Consumer, ConsumerEvent  # noqa: E402
 from hmbclient.consumer.group import BrokerGroupMember  # noqa: E402
+from hmbclient.consumer.group_consumer import ConsumerProtocolMember  # noqa: E402
 from hmbclient.consumer.offsets import KafkaOffsetStorage  # noqa: E402
 from hmbclient.errors import ConsumerTimeoutError  # noqa: E402
 from hmbclient.net import Metadata, NetClient  # noqa: E402
@@ -90,6 +94,8 @@ PARTITIONS = 100
 MEMBERS = 10
 SESSION_MS = 6000
 HEARTBEAT_MS = 200
+#: the pause row of group.protocol=consumer (its "assignor" name in the table)
+KIP848 = "consumer (KIP-848)"
 
 
 class Member:
@@ -280,12 +286,23 @@ class GroupMember:
         self.client = NetClient(bootstrap, client_id=name, request_timeout_ms=10_000, name=f"io-{name}")
         self.metadata = Metadata(self.client, allow_auto_topic_creation=False)
         storage = KafkaOffsetStorage(self.client, group)
-        self.member = BrokerGroupMember(
-            client=self.client, offsets=storage, group=group, consumer_id=name,
-            subscription=Subscription(topic_counts={topic: 1}), listener=self,
-            metadata_partitions=self._partitions, session_timeout_ms=SESSION_MS,
-            heartbeat_interval_ms=HEARTBEAT_MS, rebalance_timeout_ms=30_000, retry_backoff_ms=50, **options,
-        )
+        self.member: Any
+        if options.get("assignor") == KIP848:
+            # group.protocol=consumer: the coordinator assigns (its uniform assignor) and sets
+            # the heartbeat interval (the broker's group.consumer.heartbeat.interval.ms)
+            self.member = ConsumerProtocolMember(
+                client=self.client, offsets=storage, group=group, consumer_id=name,
+                subscription=Subscription(topic_counts={topic: 1}), listener=self,
+                metadata_partitions=self._partitions, remote_assignor="uniform", session_timeout_ms=SESSION_MS,
+                rebalance_timeout_ms=30_000, retry_backoff_ms=50,
+            )
+        else:
+            self.member = BrokerGroupMember(
+                client=self.client, offsets=storage, group=group, consumer_id=name,
+                subscription=Subscription(topic_counts={topic: 1}), listener=self,
+                metadata_partitions=self._partitions, session_timeout_ms=SESSION_MS,
+                heartbeat_interval_ms=HEARTBEAT_MS, rebalance_timeout_ms=30_000, retry_backoff_ms=50, **options,
+            )
         storage.generation = self.member.commit_generation
 
     def _partitions(self, topics: list[str] | None) -> dict[str, list[int]]:
@@ -359,8 +376,9 @@ def wait_settled(members: list[GroupMember], timeout: float = 90) -> float:
 
 def pause_row(bootstrap: str, topic: str, assignor: str, rounds: int, stamp: int) -> tuple[list[float], list[float], list[int]]:
     """(pauses of unmoved members in s, one per member per round; until settled in s; rebalances per join)."""
-    group = f"bench-pause-{assignor}-{stamp}"
-    members = [GroupMember(bootstrap, group, topic, f"{assignor}-{i}", assignor=assignor) for i in range(MEMBERS)]
+    slug = assignor.split()[0]
+    group = f"bench-pause-{slug}-{stamp}"
+    members = [GroupMember(bootstrap, group, topic, f"{slug}-{i}", assignor=assignor) for i in range(MEMBERS)]
     pauses: list[float] = []
     settle: list[float] = []
     rebalances: list[int] = []
@@ -371,7 +389,7 @@ def pause_row(bootstrap: str, topic: str, assignor: str, rounds: int, stamp: int
         for _ in range(rounds):
             before = {id(m): m.mark() for m in members}
             generation = members[0].member.generation_id
-            joining = GroupMember(bootstrap, group, topic, f"{assignor}-11", assignor=assignor)
+            joining = GroupMember(bootstrap, group, topic, f"{slug}-11", assignor=assignor)
             t0 = time.monotonic()
             joining.member.start()
             done = wait_settled([*members, joining])
@@ -445,7 +463,7 @@ def run_member_scenarios(rounds: int, scenarios: set[str]) -> None:
     load_start = loadavg()
     with tempfile.TemporaryDirectory() as tmp, EmbeddedBroker(
         port=0, log_dir=tmp, num_partitions=PARTITIONS, group_initial_rebalance_delay_ms=0,
-        group_min_session_timeout_ms=1000,
+        group_min_session_timeout_ms=1000, group_consumer_heartbeat_interval_ms=HEARTBEAT_MS,
     ) as broker:
         topic = "bench-rebalance"
         creator = NetClient(broker.bootstrap)
@@ -457,7 +475,7 @@ def run_member_scenarios(rounds: int, scenarios: set[str]) -> None:
         print(f"{MEMBERS} members of hmbclient's broker group member (threads), {PARTITIONS} partitions, "
               f"one embedded broker, heartbeat {HEARTBEAT_MS} ms, session {SESSION_MS} ms")
         if "pause" in scenarios:
-            results = {a: pause_row(broker.bootstrap, topic, a, rounds, stamp) for a in ("range", "cooperative-sticky")}
+            results = {a: pause_row(broker.bootstrap, topic, a, rounds, stamp) for a in ("range", "cooperative-sticky", KIP848)}
             print(f"\n{'11th joins':<22}{'pause median ms':>16}{'pause max ms':>14}{'settled median s':>18}{'rebalances':>12}")
             for assignor, (pauses, settle, rebalances) in results.items():
                 print(f"{assignor:<22}{statistics.median(pauses) * 1000:>16.1f}{max(pauses) * 1000:>14.1f}"
@@ -478,7 +496,7 @@ def run_consume(rounds: int) -> None:
     load_start = loadavg()
     with LocalZooKeeper() as zk, tempfile.TemporaryDirectory() as tmp, EmbeddedBroker(
         port=0, log_dir=tmp, num_partitions=PARTITIONS, group_initial_rebalance_delay_ms=0,
-        group_min_session_timeout_ms=1000,
+        group_min_session_timeout_ms=1000, group_consumer_heartbeat_interval_ms=HEARTBEAT_MS,
     ) as broker:
         topic = "bench-groups"
         ticker = Ticker(broker.bootstrap, topic)

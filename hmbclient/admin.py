@@ -1,6 +1,8 @@
 """Cluster administration used by the ``hmb`` command and by tools: topics (list, create,
 delete, add partitions, describe partition leaders and replicas), preferred leader election,
-and ZooKeeper consumer groups (members, owners, committed offsets, lag).
+partition reassignment (KIP-455, with kafka-reassign-partitions.sh's JSON and throttles),
+ZooKeeper consumer groups (members, owners, committed offsets, lag), and the deletion of a
+partition's records below an offset (DeleteRecords).
 
 Everything here goes through the public client pieces (``NetClient`` + ``Metadata``,
 ``SimpleConsumer``) and kazoo with the Kafka 0.8 znode layout from :mod:`hmbclient.zkpaths`,
@@ -17,7 +19,7 @@ error_message as its message.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, NamedTuple
 
 from kazoo.client import KazooClient
@@ -59,6 +61,12 @@ __all__ = [
     "TransactionInfo",
     "list_transactions",
     "describe_transactions",
+    "delete_records",
+    "Reassignment",
+    "alter_partition_reassignments",
+    "list_partition_reassignments",
+    "parse_reassignment_json",
+    "reassignment_throttles",
 ]
 
 _TIMEOUT_MS = 10_000
@@ -946,3 +954,248 @@ def describe_transactions(brokers: str, transactional_ids: Iterable[str], *, api
             out.append(TransactionInfo(d.transactional_id, d.transaction_state, d.transaction_timeout_ms, d.transaction_start_time_ms,
                                        int(d.producer_id), int(d.producer_epoch), parts))
     return out
+
+
+# --------------------------------------------------------------------- deleting records (DeleteRecords)
+
+def delete_records(brokers: str, offsets: Mapping[tuple[str, int], int], *, timeout_ms: float = 30_000,
+                   api_version: str = "auto", security: Any = None, retries: int = 5) -> dict[tuple[str, int], int]:
+    """Delete every record below an offset of each partition (DeleteRecords, sent to each
+    partition's leader, as Kafka's ``AdminClient.deleteRecords``); returns (topic, partition) ->
+    its low watermark, the new first offset every live replica keeps.
+
+    The whole input is checked before anything is deleted: an offset below -1, a partition that
+    does not exist, or an offset past the partition's high watermark raises and nothing is sent
+    (a partition's high watermark may still move in between: the broker then refuses that
+    partition alone, the others are deleted). A NOT_LEADER / LEADER_NOT_AVAILABLE answer (a
+    leadership move) refreshes the metadata and retries those partitions.
+
+    Args:
+        brokers: bootstrap "host:port[,host:port]".
+        offsets: (topic, partition) -> the offset below which records go (-1: the high
+            watermark, i.e. every record consumers can read now).
+        timeout_ms: how long each leader may wait for its followers' log starts to follow.
+        api_version: the version dialect (``auto`` probes).
+        security: TLS / SASL (a ``hmbclient.net.security.Security``), or None.
+        retries: retries of partitions whose leader moved.
+
+    Raises:
+        ValueError: an offset below -1 (or not an integer); nothing was sent.
+        UnknownTopicOrPartitionError: a partition that does not exist; nothing was deleted.
+        OffsetOutOfRangeError: an offset past the partition's high watermark; nothing was
+            deleted.
+        BrokerError: the first partition the broker refused, as the subclass of its code
+            (TopicAuthorizationFailedError, PolicyViolationError on a ``compact``-only topic,
+            RequestTimedOutError when a follower did not follow in ``timeout_ms``: the
+            leader's log start has moved all the same); the other partitions were done.
+        UnsupportedByBroker: the broker has no DeleteRecords; nothing was sent.
+        KafkaConnectionError: no broker answered.
+    """
+    from hmbclient.net.retry import retry_policy
+
+    wanted = dict(offsets)
+    for (t, p), off in wanted.items():
+        if not isinstance(off, int) or isinstance(off, bool) or off < -1:
+            raise ValueError(f"offset {off!r} for {t}-{p}: an offset >= 0, or -1 for the high watermark")
+    if not wanted:
+        return {}
+    wait_ms = timeout_ms + _ANSWER_MARGIN_MS
+    out: dict[tuple[str, int], int] = {}
+    with _metadata(brokers, api_version, min(wait_ms, max(_TIMEOUT_MS, timeout_ms)), security) as md:
+        client = md.client
+        view = md.refresh(sorted({t for t, _ in wanted}), timeout_ms=_TIMEOUT_MS)
+        for t, p in sorted(wanted):
+            info = view.topics.get(t)
+            if info is None or info.error_code == UnknownTopicOrPartitionError.errno or p not in info.partitions:
+                raise UnknownTopicOrPartitionError(f"{t}-{p} does not exist: no records deleted")
+        high = _offsets_at(client, md, sorted(wanted), -1, _TIMEOUT_MS)
+        for (t, p), off in sorted(wanted.items()):
+            if off > high[(t, p)]:
+                raise for_code(ErrorCode.OFFSET_OUT_OF_RANGE)(
+                    f"offset {off} of {t}-{p} is past its high watermark {high[(t, p)]}: no records deleted")
+        todo = dict(wanted)
+        failed: dict[tuple[str, int], int] = {}
+
+        def attempt() -> None:
+            by_leader: dict[int, dict[str, list[tuple[int, int]]]] = {}
+            for (t, p), off in sorted(todo.items()):
+                leader = md.leader(t, p)
+                if leader is None or leader < 0:
+                    failed[(t, p)] = ErrorCode.LEADER_NOT_AVAILABLE
+                    continue
+                by_leader.setdefault(leader, {}).setdefault(t, []).append((p, off))
+            for leader, topics in by_leader.items():
+                resp = client.call(leader, lambda v, topics=topics: v.build(ApiKey.DELETE_RECORDS, timeout_ms=int(timeout_ms), topics=[
+                    {"name": t, "partitions": [{"partition_index": p, "offset": off} for p, off in ps]} for t, ps in sorted(topics.items())]),
+                    timeout_ms=wait_ms, api_key=ApiKey.DELETE_RECORDS)
+                for rt in resp.topics:
+                    for rp in rt.partitions:
+                        tp = (rt.name, rp.partition_index)
+                        if tp not in todo:
+                            continue
+                        if rp.error_code:
+                            failed[tp] = rp.error_code
+                        else:
+                            out[tp] = int(rp.low_watermark)
+                            failed.pop(tp, None)
+                            del todo[tp]
+            moved = [tp for tp in todo if failed.get(tp) in (ErrorCode.NOT_LEADER_FOR_PARTITION, ErrorCode.LEADER_NOT_AVAILABLE)]
+            if moved:
+                for t, _ in moved:
+                    md.invalidate(t)
+                md.refresh(sorted({t for t, _ in todo}), timeout_ms=_TIMEOUT_MS)
+                raise for_code(failed[moved[0]])(f"DeleteRecords of {moved[0][0]}-{moved[0][1]}: the leader moved")
+
+        # Only a leadership move raises in ``attempt`` (retriable); it propagates once retries run out.
+        retry_policy(max_retries=retries, backoff_ms=100)(attempt)
+    for (t, p), code in sorted(failed.items()):
+        if (t, p) not in out:
+            raise for_code(code)(f"DeleteRecords of {t}-{p} refused")
+    return out
+
+
+# -- partition reassignment (KIP-455) -----------------------------------------------------------
+
+class Reassignment(NamedTuple):
+    """An ongoing partition reassignment (``list_partition_reassignments``): the full replica
+    set now (target, then the original replicas being removed), and the replicas being added
+    and removed."""
+
+    replicas: tuple[int, ...]
+    adding: tuple[int, ...]
+    removing: tuple[int, ...]
+
+
+def alter_partition_reassignments(brokers: str, reassignments: dict[tuple[str, int], list[int] | None], *,
+                                  timeout_ms: float = 30_000, api_version: str = "auto",
+                                  security: Any = None) -> dict[tuple[str, int], tuple[int, str | None]]:
+    """Start (a list of target replicas) or cancel (None) the reassignment of each partition
+    (AlterPartitionReassignments, sent to the controller). The answer comes once the moves are
+    started; :func:`list_partition_reassignments` shows the ones not finished.
+
+    Args:
+        brokers: bootstrap "host:port[,host:port]".
+        reassignments: (topic, partition) -> target replicas, or None to cancel.
+        timeout_ms: how long the controller may take.
+        api_version: the version dialect (``auto`` probes).
+        security: TLS / SASL, or None.
+
+    Returns:
+        (topic, partition) -> (error code, message): 0 started (or cancelled),
+        NO_REASSIGNMENT_IN_PROGRESS (nothing to cancel), INVALID_REPLICA_ASSIGNMENT (empty,
+        a broker twice, an unregistered broker), UNKNOWN_TOPIC_OR_PARTITION.
+
+    Raises:
+        BrokerError: a request-level error (ClusterAuthorizationFailedError, NotControllerError).
+        UnsupportedByBroker: the broker has no AlterPartitionReassignments; nothing was sent.
+    """
+    by_topic: dict[str, list[tuple[int, list[int] | None]]] = {}
+    for (t, p), replicas in sorted(reassignments.items()):
+        by_topic.setdefault(t, []).append((p, None if replicas is None else [int(r) for r in replicas]))
+    wait_ms = timeout_ms + _ANSWER_MARGIN_MS
+    resp = _any_broker(brokers, api_version, wait_ms, security, ApiKey.ALTER_PARTITION_REASSIGNMENTS,
+                       lambda v: v.build(ApiKey.ALTER_PARTITION_REASSIGNMENTS, timeout_ms=int(timeout_ms),
+                                         allow_replication_factor_change=True, topics=sorted(by_topic.items())),
+                       controller=True)
+    if resp.error_code:
+        raise for_code(resp.error_code)(resp.error_message or "AlterPartitionReassignments refused")
+    return {(t.name, p.partition_index): (p.error_code, p.error_message) for t in resp.responses for p in t.partitions}
+
+
+def list_partition_reassignments(brokers: str, partitions: Iterable[tuple[str, int]] | None = None, *,
+                                 timeout_ms: float = _TIMEOUT_MS, api_version: str = "auto",
+                                 security: Any = None) -> dict[tuple[str, int], Reassignment]:
+    """The ongoing partition reassignments (ListPartitionReassignments, sent to the controller).
+
+    Args:
+        brokers: bootstrap "host:port[,host:port]".
+        partitions: the partitions to look at (None: every ongoing reassignment).
+        timeout_ms: how long to wait for the answer.
+        api_version: the version dialect (``auto`` probes).
+        security: TLS / SASL, or None.
+
+    Returns:
+        (topic, partition) -> Reassignment, for partitions being reassigned only.
+
+    Raises:
+        BrokerError: a request-level error (ClusterAuthorizationFailedError, NotControllerError).
+        UnsupportedByBroker: the broker has no ListPartitionReassignments; nothing was sent.
+    """
+    asked = None
+    if partitions is not None:
+        by_topic: dict[str, list[int]] = {}
+        for t, p in partitions:
+            by_topic.setdefault(t, []).append(p)
+        asked = sorted(by_topic.items())
+    resp = _any_broker(brokers, api_version, timeout_ms, security, ApiKey.LIST_PARTITION_REASSIGNMENTS,
+                       lambda v: v.build(ApiKey.LIST_PARTITION_REASSIGNMENTS, timeout_ms=int(timeout_ms), topics=asked),
+                       controller=True)
+    if resp.error_code:
+        raise for_code(resp.error_code)(resp.error_message or "ListPartitionReassignments refused")
+    return {(t.name, p.partition_index): Reassignment(tuple(p.replicas), tuple(p.adding_replicas), tuple(p.removing_replicas))
+            for t in resp.topics for p in t.partitions}
+
+
+def parse_reassignment_json(text: str) -> dict[tuple[str, int], list[int]]:
+    """The partitions of a kafka-reassign-partitions.sh JSON file:
+    ``{"version":1,"partitions":[{"topic":"t","partition":0,"replicas":[1,2],"log_dirs":[...]}]}``
+    (``log_dirs`` may only say ``any``: moves between log directories are not served).
+
+    Args:
+        text: the file's content.
+
+    Returns:
+        (topic, partition) -> target replicas.
+
+    Raises:
+        ValueError: not that format, a partition named twice, or a log dir other than "any".
+    """
+    import json
+
+    try:
+        obj = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ValueError(f"not JSON: {e}") from None
+    if not isinstance(obj, dict) or not isinstance(obj.get("partitions"), list):
+        raise ValueError('expected {"version":1,"partitions":[{"topic":...,"partition":...,"replicas":[...]}]}')
+    out: dict[tuple[str, int], list[int]] = {}
+    for entry in obj["partitions"]:
+        if not isinstance(entry, dict):
+            raise ValueError(f"a partition entry is not an object: {entry!r}")
+        topic, partition, replicas = entry.get("topic"), entry.get("partition"), entry.get("replicas")
+        if not isinstance(topic, str) or not isinstance(partition, int) or isinstance(partition, bool):
+            raise ValueError(f"an entry needs a string 'topic' and an integer 'partition': {entry!r}")
+        if not isinstance(replicas, list) or not all(isinstance(r, int) and not isinstance(r, bool) for r in replicas):
+            raise ValueError(f"{topic}-{partition}: 'replicas' must be a list of broker ids")
+        dirs = entry.get("log_dirs")
+        if dirs is not None and (not isinstance(dirs, list) or any(d != "any" for d in dirs)):
+            raise ValueError(f"{topic}-{partition}: log_dirs other than \"any\" (moves between log directories) are not served")
+        if (topic, partition) in out:
+            raise ValueError(f"{topic}-{partition} is named twice")
+        out[(topic, partition)] = list(replicas)
+    return out
+
+
+def reassignment_throttles(current: dict[tuple[str, int], tuple[int, ...]],
+                           proposed: dict[tuple[str, int], list[int]]) -> dict[str, tuple[str, str]]:
+    """Kafka's throttled replicas of a reassignment, per topic: the leader side throttles the
+    moving partitions' current replicas (which send), the follower side their new replicas
+    (which fetch); values are ``partition:broker`` lists.
+
+    Args:
+        current: the partitions' replicas now.
+        proposed: their targets.
+
+    Returns:
+        topic -> (leader.replication.throttled.replicas, follower.replication.throttled.replicas),
+        for topics with a partition whose replicas change.
+    """
+    leader: dict[str, list[str]] = {}
+    follower: dict[str, list[str]] = {}
+    for (topic, p), target in sorted(proposed.items()):
+        now = current.get((topic, p), ())
+        if list(now) == list(target):
+            continue
+        leader.setdefault(topic, []).extend(f"{p}:{b}" for b in now)
+        follower.setdefault(topic, []).extend(f"{p}:{b}" for b in target if b not in now)
+    return {t: (",".join(leader[t]), ",".join(follower.get(t, []))) for t in leader}

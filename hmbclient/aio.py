@@ -51,6 +51,7 @@ from typing import Any
 
 from hmbclient.consumer.poll_consumer import Consumer, ConsumerRecord, TopicPartition
 from hmbclient.errors import QueueFullError
+from hmbclient.metrics import Metrics
 from hmbclient.producer import Producer, RecordMetadata
 from hmbclient.producer.config import ProducerConfig
 
@@ -359,6 +360,11 @@ class AIOConsumer:
     def assignment(self) -> set[TopicPartition]:
         """``Consumer.assignment`` (no I/O)."""
         return self.consumer.assignment()
+
+    @property
+    def metrics_registry(self) -> Metrics:
+        """``Consumer.metrics_registry``: what the exporters of :mod:`hmbclient.metrics_exporters` read."""
+        return self.consumer.metrics_registry
 
     def metrics(self) -> dict[str, dict[str, float]]:
         """``Consumer.metrics`` (no I/O): ``{group: {name: value}}`` under Kafka's names.

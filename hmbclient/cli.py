@@ -517,6 +517,62 @@ def cmd_offsets(args: argparse.Namespace) -> int:
     return 0
 
 
+def _parse_offset_json(text: str, source: str) -> dict[tuple[str, int], int]:
+    """The offsets of a ``kafka-delete-records.sh --offset-json-file``: ``{"partitions":
+    [{"topic": T, "partition": P, "offset": O}, ...], "version": 1}`` (version may be left out;
+    offset -1 means the high watermark). Anything else, or a partition named twice (as Kafka's
+    tool), is a CliError naming what is wrong."""
+    import json
+
+    try:
+        doc = json.loads(text)
+    except ValueError as e:
+        raise CliError(f"{source}: not JSON: {e}") from e
+    if not isinstance(doc, dict) or not isinstance(doc.get("partitions"), list):
+        raise CliError(f'{source}: expected {{"partitions": [{{"topic": ..., "partition": ..., "offset": ...}}], "version": 1}}')
+    if doc.get("version", 1) != 1:
+        raise CliError(f"{source}: version {doc.get('version')!r} is not supported (1 is)")
+    out: dict[tuple[str, int], int] = {}
+    for i, entry in enumerate(doc["partitions"]):
+        ok = (isinstance(entry, dict) and isinstance(entry.get("topic"), str) and entry["topic"]
+              and all(isinstance(entry.get(k), int) and not isinstance(entry.get(k), bool) for k in ("partition", "offset")))
+        if not ok:
+            raise CliError(f"{source}: partitions[{i}] = {json.dumps(entry)}: expected a topic (string), a partition and an offset (integers)")
+        if entry["partition"] < 0:
+            raise CliError(f"{source}: partitions[{i}]: partition {entry['partition']} is negative")
+        if entry["offset"] < -1:
+            raise CliError(f"{source}: partitions[{i}]: offset {entry['offset']} (an offset >= 0, or -1 for the high watermark)")
+        tp = (entry["topic"], entry["partition"])
+        if tp in out:
+            raise CliError(f"{source}: {tp[0]}-{tp[1]} is named twice")
+        out[tp] = entry["offset"]
+    if not out:
+        raise CliError(f"{source}: no partitions")
+    return out
+
+
+def _delete_records(args: argparse.Namespace) -> int:
+    from hmbclient.admin import delete_records
+
+    if args.offset_json_file is None:
+        raise CliError("--delete-records needs --offset-json-file FILE (kafka-delete-records.sh's JSON)")
+    try:
+        with open(args.offset_json_file, encoding="utf-8") as f:
+            text = f.read()
+    except OSError as e:
+        raise CliError(f"cannot read {args.offset_json_file}: {e.strerror}") from e
+    offsets = _parse_offset_json(text, args.offset_json_file)
+    try:
+        low = delete_records(args.brokers, offsets, timeout_ms=args.timeout_ms, api_version=args.api_version, security=_security(args))
+    except ValueError as e:
+        raise CliError(str(e)) from e
+    except BrokerError as e:
+        raise CliError(f"records not deleted: {_describe(e)}") from e
+    for (t, p), lw in sorted(low.items()):
+        print(f"partition: {t}-{p}\tlow_watermark: {lw}")
+    return 0
+
+
 def cmd_topics(args: argparse.Namespace) -> int:
     from hmbclient.admin import (
         create_partitions,
@@ -526,6 +582,10 @@ def cmd_topics(args: argparse.Namespace) -> int:
         list_topics,
     )
 
+    if args.delete_records:
+        return _delete_records(args)
+    if args.offset_json_file is not None:
+        raise CliError("--offset-json-file goes with --delete-records")
     if args.delete is not None:
         codes = delete_topics(args.brokers, args.delete, timeout_ms=args.timeout_ms, api_version=args.api_version,
                               security=_security(args), raise_errors=False)
@@ -650,6 +710,104 @@ def cmd_leader_election(args: argparse.Namespace) -> int:
     return 1 if failed else 0
 
 
+_THROTTLE_RATES = ("leader.replication.throttled.rate", "follower.replication.throttled.rate")
+_THROTTLED_REPLICAS = ("leader.replication.throttled.replicas", "follower.replication.throttled.replicas")
+
+
+def cmd_reassign(args: argparse.Namespace) -> int:
+    """kafka-reassign-partitions.sh's --execute / --verify / --cancel on its JSON file."""
+    import json
+
+    from hmbclient.admin import (
+        alter_partition_reassignments,
+        describe_cluster,
+        describe_topics,
+        incremental_alter_configs,
+        list_partition_reassignments,
+        parse_reassignment_json,
+        reassignment_throttles,
+    )
+
+    try:
+        with open(args.reassignment_json_file, encoding="utf-8") as f:
+            proposed = parse_reassignment_json(f.read())
+    except (OSError, ValueError) as e:
+        raise CliError(f"{args.reassignment_json_file}: {e}") from e
+    if args.throttle is not None and not args.execute:
+        raise CliError("--throttle goes with --execute")
+    sec = _security(args)
+    kw: dict[str, Any] = {"api_version": args.api_version, "security": sec}
+    topics = sorted({t for t, _ in proposed})
+
+    def current() -> dict[tuple[str, int], tuple[int, ...]]:
+        try:
+            return {(i.topic, i.partition): i.replicas for i in describe_topics(args.brokers, topics, **kw)}
+        except BrokerError as e:
+            raise CliError(f"cannot describe the topics: {_describe(e)}") from e
+
+    def clear_throttles() -> None:
+        brokers = sorted(describe_cluster(args.brokers, **kw)["brokers"])
+        print("Clearing broker-level throttles on brokers " + ",".join(map(str, brokers)))
+        for b in brokers:
+            incremental_alter_configs(args.brokers, "broker", str(b), {}, delete=_THROTTLE_RATES, **kw)
+        for t in topics:
+            print(f"Clearing topic-level throttles on topic {t}")
+            incremental_alter_configs(args.brokers, "topic", t, {}, delete=_THROTTLED_REPLICAS, **kw)
+
+    try:
+        if args.execute:
+            now = current()
+            rollback = {"version": 1, "partitions": [{"topic": t, "partition": p, "replicas": list(now.get((t, p), ())),
+                                                      "log_dirs": ["any"] * len(now.get((t, p), ()))} for t, p in sorted(proposed)]}
+            print("Current partition replica assignment\n\n" + json.dumps(rollback, separators=(",", ":")) +
+                  "\n\nSave this to use as the --reassignment-json-file option during rollback")
+            if args.throttle is not None:
+                for t, (lead, follow) in reassignment_throttles(now, proposed).items():
+                    incremental_alter_configs(args.brokers, "topic", t, {_THROTTLED_REPLICAS[0]: lead, _THROTTLED_REPLICAS[1]: follow}, **kw)
+                for b in sorted(describe_cluster(args.brokers, **kw)["brokers"]):
+                    incremental_alter_configs(args.brokers, "broker", str(b), {n: str(args.throttle) for n in _THROTTLE_RATES}, **kw)
+                print(f"Warning: You must run --verify periodically, until the reassignment completes, to ensure the throttle is removed.\n"
+                      f"The inter-broker throttle limit was set to {args.throttle} B/s")
+            results = alter_partition_reassignments(args.brokers, {tp: list(r) for tp, r in proposed.items()}, **kw)
+            failed = {tp: r for tp, r in results.items() if r[0]}
+            for (t, p), (code, msg) in sorted(failed.items()):
+                print(f"{t}-{p}: {msg or _error_class(code).message}")
+            if failed:
+                return 1
+            print("Successfully started partition reassignment" + ("s" if len(proposed) > 1 else "") + " for " +
+                  ",".join(f"{t}-{p}" for t, p in sorted(proposed)))
+            return 0
+        if args.cancel:
+            results = alter_partition_reassignments(args.brokers, dict.fromkeys(proposed), **kw)
+            cancelled = sorted(tp for tp, (code, _) in results.items() if code == 0)
+            print("Successfully cancelled partition reassignment(s) for: " + ",".join(f"{t}-{p}" for t, p in cancelled))
+            for (t, p), (code, msg) in sorted(results.items()):
+                if code:
+                    print(f"{t}-{p}: {msg or _error_class(code).message}")
+            clear_throttles()
+            return 0
+        ongoing = list_partition_reassignments(args.brokers, list(proposed), **kw)
+        now = current()
+        pending = 0
+        print("Status of partition reassignment:")
+        for tp in sorted(proposed):
+            t, p = tp
+            if tp in ongoing:
+                pending += 1
+                print(f"Reassignment of partition {t}-{p} is still in progress.")
+            elif list(now.get(tp, ())) == proposed[tp]:
+                print(f"Reassignment of partition {t}-{p} is completed.")
+            else:
+                pending += 1
+                print(f"There is no active reassignment of partition {t}-{p}, but replica set is {list(now.get(tp, ()))} rather than {proposed[tp]}.")
+        if pending:
+            return 1
+        clear_throttles()
+        return 0
+    except BrokerError as e:
+        raise CliError(f"reassignment refused: {_describe(e)}") from e
+
+
 def cmd_cluster(args: argparse.Namespace) -> int:
     from hmbclient.admin import describe_cluster, describe_log_dirs
 
@@ -762,11 +920,13 @@ def _broker_groups(args: argparse.Namespace) -> int:
         return 0
     info = describe_broker_group(args.brokers, args.group, api_version=args.api_version, security=security)
     protocol = f"{info['protocol_type'] or '-'}/{info['protocol'] or '-'}"
-    print(f"group {args.group}: state {info['state'] or '-'}, protocol {protocol}, "
+    epoch = f", group epoch {info['group_epoch']}" if "group_epoch" in info else ""  # a consumer-protocol group (KIP-848)
+    print(f"group {args.group}: state {info['state'] or '-'}, protocol {protocol}{epoch}, "
           f"{len(info['members'])} member(s)")
     for m in info["members"]:
         share = ",".join(f"{t}-{p}" for t, p in m["partitions"]) or "-"
-        print(f"  member {m['member_id']} client {m['client_id'] or '-'} host {m['client_host'] or '-'} "
+        member_epoch = f" epoch {m['member_epoch']}" if "member_epoch" in m else ""
+        print(f"  member {m['member_id']}{member_epoch} client {m['client_id'] or '-'} host {m['client_host'] or '-'} "
               f"partitions {share}")
     rows = [(r["topic"], r["partition"], r["owner"] or "-", _dash(r["committed"]), _dash(r["latest"]),
              _dash(r["lag"])) for r in info["partitions"]]
@@ -899,7 +1059,7 @@ def _add_inspect_commands(sub: Subparsers) -> None:
     _client_opts(p)
     p.set_defaults(func=cmd_offsets)
 
-    p = sub.add_parser("topics", help="list topics; --create, --alter, --delete, or --describe partitions",
+    p = sub.add_parser("topics", help="list topics; --create, --alter, --delete, --delete-records, or --describe partitions",
                        description="Without --create, --alter, --delete or --describe: every topic and its partition count.")
     _client_opts(p)
     action = p.add_mutually_exclusive_group()
@@ -909,6 +1069,9 @@ def _add_inspect_commands(sub: Subparsers) -> None:
                         help="grow topic NAME to --partitions N in all (CreatePartitions)")
     action.add_argument("--delete", nargs="+", default=None, metavar="NAME",
                         help="delete the named topics (DeleteTopics; the answer comes once they are gone)")
+    action.add_argument("--delete-records", action="store_true",
+                        help="delete the records below the offsets of --offset-json-file (DeleteRecords, to each leader); "
+                             "prints each partition's low watermark")
     action.add_argument("--describe", nargs="*", default=None, metavar="NAME",
                         help="leader, replicas, ISR (and offline replicas) per partition of the named "
                              "topics (default: every topic); leader 'none' = no leader now")
@@ -917,9 +1080,12 @@ def _add_inspect_commands(sub: Subparsers) -> None:
     p.add_argument("--replication-factor", type=int, default=None, metavar="R",
                    help="replicas of each partition of the topic to --create (at most the number of brokers)")
     p.add_argument("--timeout-ms", type=int, default=30000,
-                   help="how long the broker may take to --create, --alter or --delete (default 30000)")
+                   help="how long the broker may take to --create, --alter, --delete or --delete-records (default 30000)")
     p.add_argument("--config", action="append", default=[], metavar="NAME=VALUE",
                    help="a topic config of the topic to --create, e.g. cleanup.policy=compact (repeatable)")
+    p.add_argument("--offset-json-file", default=None, metavar="FILE",
+                   help='for --delete-records: kafka-delete-records.sh\'s JSON, {"partitions": [{"topic": "t", '
+                        '"partition": 0, "offset": 42}], "version": 1} (offset -1: the high watermark)')
     p.set_defaults(func=cmd_topics)
 
     p = sub.add_parser("configs", help="describe or alter the dynamic configs of a topic or broker",
@@ -937,6 +1103,21 @@ def _add_inspect_commands(sub: Subparsers) -> None:
     _client_opts(p)
     p.add_argument("partitions", nargs="*", metavar="TOPIC:PARTITION", help="the partitions (default: every partition)")
     p.set_defaults(func=cmd_leader_election)
+
+    p = sub.add_parser("reassign", help="move partitions between brokers (kafka-reassign-partitions.sh's JSON; KIP-455)",
+                       description="--execute starts the moves of the JSON file ({\"version\":1,\"partitions\":[{\"topic\":...,"
+                       "\"partition\":...,\"replicas\":[...]}]}), with --throttle BYTES holding their replication to "
+                       "BYTES/s; --verify reports each move and, once all are done, removes the throttles (exit code 1 "
+                       "while any is in progress); --cancel stops them, back to the original replicas, and removes the throttles.")
+    _client_opts(p)
+    g = p.add_mutually_exclusive_group(required=True)
+    g.add_argument("--execute", action="store_true", help="start the reassignment")
+    g.add_argument("--verify", action="store_true", help="report progress; remove the throttles once complete")
+    g.add_argument("--cancel", action="store_true", help="cancel the reassignment")
+    p.add_argument("--reassignment-json-file", required=True, metavar="FILE", help="Kafka's reassignment JSON")
+    p.add_argument("--throttle", type=int, default=None, metavar="BYTES",
+                   help="with --execute: replication throttle in bytes/s for the moving replicas")
+    p.set_defaults(func=cmd_reassign)
 
     p = sub.add_parser("cluster", help="cluster id, controller and brokers (DescribeCluster); --log-dirs")
     _client_opts(p)

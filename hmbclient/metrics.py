@@ -14,6 +14,10 @@ Contract
 * A metric may carry tags of its own besides the registry's (Kafka's per-topic metrics, e.g.
   ``BytesInPerSec`` with ``topic=orders``): the snapshot names it ``name{topic=orders}``;
   Prometheus gets them as labels.
+* Each metric has a *kind*: ``counter`` for the cumulative stats (``Total``, ``Count``: they
+  never go down) and ``gauge`` for everything else (sampled stats and gauges).
+  :meth:`Metrics.samples` gives it, so exporters (:mod:`hmbclient.metrics_exporters`) type the
+  metric as Prometheus/OpenTelemetry expect.
 
 Stats (Kafka's semantics)
 -------------------------
@@ -39,6 +43,7 @@ from __future__ import annotations
 import math
 import threading
 from collections.abc import Callable, Iterable, Mapping
+from typing import Literal, NamedTuple
 
 from hmbclient.clock import Clock, monotonic_ms
 
@@ -47,17 +52,35 @@ __all__ = [
     "Count",
     "Max",
     "Metrics",
+    "MetricSample",
     "Min",
     "Rate",
     "Sensor",
     "Stat",
     "Total",
     "WindowedCount",
+    "prometheus_label",
+    "prometheus_name",
     "prometheus_text",
 ]
 
 NUM_SAMPLES = 2
 SAMPLE_WINDOW_MS = 30_000
+
+Kind = Literal["counter", "gauge"]
+
+
+class MetricSample(NamedTuple):
+    """One metric's value now, as :meth:`Metrics.samples` answers it."""
+
+    group: str
+    name: str
+    #: the registry's tags and the metric's own together
+    tags: dict[str, str]
+    value: float
+    description: str
+    #: ``counter`` (cumulative: ``Total``, ``Count``) or ``gauge``
+    kind: Kind
 
 
 class Stat:
@@ -216,7 +239,8 @@ class Sensor:
         Raises:
             ValueError: ``(group, name, tags)`` is already registered.
         """
-        self._registry._register(group, name, description, lambda now: self._measure(stat, now), tags)
+        kind: Kind = "counter" if isinstance(stat, Total | Count) else "gauge"
+        self._registry._register(group, name, description, lambda now: self._measure(stat, now), tags, kind)
         with self._lock:
             self._stats.append(stat)
         return self
@@ -257,8 +281,8 @@ class Metrics:
         self.tags = dict(tags or {})
         self._lock = threading.Lock()
         self._sensors: dict[str, Sensor] = {}
-        #: (group, name, tags) -> (description, read(now_ms))
-        self._metrics: dict[tuple[str, str, _Tags], tuple[str, Callable[[int], float]]] = {}
+        #: (group, name, tags) -> (description, read(now_ms), kind)
+        self._metrics: dict[tuple[str, str, _Tags], tuple[str, Callable[[int], float], Kind]] = {}
 
     def sensor(self, name: str) -> Sensor:
         """The sensor called ``name``, created on first use."""
@@ -296,12 +320,12 @@ class Metrics:
                 .add(group, f"{metric}-max", Max(self.num_samples, self.sample_window_ms), description))
 
     def _register(self, group: str, name: str, description: str, read: Callable[[int], float],
-                  tags: Mapping[str, str] | None = None) -> None:
+                  tags: Mapping[str, str] | None = None, kind: Kind = "gauge") -> None:
         key = (group, name, tuple(sorted((tags or {}).items())))
         with self._lock:
             if key in self._metrics:
                 raise ValueError(f"metric {group}/{_tagged(name, key[2])} is already registered")
-            self._metrics[key] = (description, read)
+            self._metrics[key] = (description, read, kind)
 
     def snapshot(self) -> dict[str, dict[str, float]]:
         """Every metric's current value: ``{group: {name: value}}``."""
@@ -309,17 +333,36 @@ class Metrics:
         with self._lock:
             items = list(self._metrics.items())
         out: dict[str, dict[str, float]] = {}
-        for (group, name, tags), (_, read) in items:
+        for (group, name, tags), (_, read, _) in items:
             out.setdefault(group, {})[_tagged(name, tags)] = _read(read, now)
         return out
 
-    def samples(self) -> list[tuple[str, str, dict[str, str], float, str]]:
-        """Every metric as ``(group, name, tags, value, description)``; ``tags`` are the
-        registry's and the metric's own together (what :func:`prometheus_text` labels)."""
+    def samples(self, group: str | None = None, name: str | None = None) -> list[MetricSample]:
+        """Every metric now (or those of one ``group`` / ``name``), with its tags and kind.
+
+        Args:
+            group: only this metric group (None: every group).
+            name: only metrics of this name, each of its tag sets (None: every name).
+
+        Returns:
+            One :class:`MetricSample` per metric; its ``tags`` are the registry's and the
+            metric's own together (what :func:`prometheus_text` labels).
+        """
         now = self.now_ms()
         with self._lock:
-            items = list(self._metrics.items())
-        return [(g, n, {**self.tags, **dict(t)}, _read(read, now), d) for (g, n, t), (d, read) in items]
+            items = [(k, v) for k, v in self._metrics.items()
+                     if (group is None or k[0] == group) and (name is None or k[1] == name)]
+        return [MetricSample(g, n, {**self.tags, **dict(t)}, _read(read, now), d, kind)
+                for (g, n, t), (d, read, kind) in items]
+
+    def names(self) -> list[tuple[str, str, str, Kind]]:
+        """Every metric's ``(group, name, description, kind)`` once (tag sets folded), without
+        reading any value: what an exporter declares its instruments from."""
+        with self._lock:
+            seen: dict[tuple[str, str], tuple[str, Kind]] = {}
+            for (g, n, _), (d, _, kind) in self._metrics.items():
+                seen.setdefault((g, n), (d, kind))
+        return [(g, n, d, kind) for (g, n), (d, kind) in seen.items()]
 
 
 _Tags = tuple[tuple[str, str], ...]
@@ -341,6 +384,35 @@ def _prom_name(group: str, name: str) -> str:
     return "".join(c if c.isalnum() or c == "_" else "_" for c in raw).strip("_")
 
 
+def prometheus_name(group: str, name: str, prefix: str = "hmb") -> str:
+    """The Prometheus name of metric ``(group, name)``: ``<prefix>_<group>_<name>``, every
+    character but letters, digits and ``_`` as ``_`` (``producer-metrics`` /
+    ``record-send-rate`` is ``hmb_producer_metrics_record_send_rate``).
+
+    Args:
+        group: the metric group.
+        name: the metric name.
+        prefix: the namespace put first (empty: none).
+
+    Returns:
+        The name, the same for :func:`prometheus_text` and the ``prometheus_client`` exporter.
+    """
+    base = _prom_name(group, name)
+    return f"{prefix}_{base}" if prefix else base
+
+
+def prometheus_label(key: str) -> str:
+    """A tag key as a Prometheus label name (``client-id`` is ``client_id``).
+
+    Args:
+        key: the tag's key.
+
+    Returns:
+        The key, every character but letters, digits and ``_`` as ``_``.
+    """
+    return "".join(c if c.isalnum() or c == "_" else "_" for c in key)
+
+
 def _prom_value(v: float) -> str:
     if math.isnan(v):
         return "NaN"
@@ -353,25 +425,26 @@ def _prom_labels(tags: Mapping[str, str]) -> str:
     if not tags:
         return ""
     esc = (str(v).replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"') for v in tags.values())
-    names = ("".join(c if c.isalnum() or c == "_" else "_" for c in k) for k in tags)
+    names = (prometheus_label(k) for k in tags)
     return "{" + ",".join(f'{n}="{v}"' for n, v in zip(names, esc, strict=True)) + "}"
 
 
 def prometheus_text(registries: Iterable[Metrics], prefix: str = "hmb") -> str:
-    """Prometheus text exposition (format 0.0.4) of the registries' snapshots: one gauge per
-    metric, named ``<prefix>_<group>_<name>`` with non-alphanumerics as ``_``, the registry's
-    tags as labels."""
-    families: dict[str, tuple[str, list[str]]] = {}
+    """Prometheus text exposition (format 0.0.4) of the registries' snapshots: one family per
+    metric, named by :func:`prometheus_name`, the tags as labels; a ``counter`` whose name ends
+    in ``_total`` is typed ``counter``, anything else ``gauge``."""
+    families: dict[str, tuple[str, str, list[str]]] = {}
     for reg in registries:
-        for group, name, tags, value, desc in reg.samples():
-            pname = f"{prefix}_{_prom_name(group, name)}"
+        for group, name, tags, value, desc, kind in reg.samples():
+            pname = prometheus_name(group, name, prefix)
             if pname not in families:
                 help_text = (desc or f"{group} {name}").replace("\\", "\\\\").replace("\n", " ")
-                families[pname] = (help_text, [])
-            families[pname][1].append(f"{pname}{_prom_labels(tags)} {_prom_value(value)}")
+                typ = "counter" if kind == "counter" and pname.endswith("_total") else "gauge"
+                families[pname] = (help_text, typ, [])
+            families[pname][2].append(f"{pname}{_prom_labels(tags)} {_prom_value(value)}")
     lines: list[str] = []
     for pname in sorted(families):  # a family's samples together, as the format requires
-        help_text, samples = families[pname]
-        lines += [f"# HELP {pname} {help_text}", f"# TYPE {pname} gauge", *samples]
+        help_text, typ, samples = families[pname]
+        lines += [f"# HELP {pname} {help_text}", f"# TYPE {pname} {typ}", *samples]
     return "\n".join(lines) + "\n"
 

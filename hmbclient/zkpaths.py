@@ -967,6 +967,77 @@ def decode_topic_assignment(data: bytes | str | None) -> dict[int, list[int]]:
     return out
 
 
+def decode_topic_reassignments(data: bytes | str | None) -> dict[int, tuple[tuple[int, ...], tuple[int, ...]]]:
+    """The ongoing reassignments of a ``/brokers/topics/<t>`` znode: Kafka 2.4+'s
+    ``"adding_replicas"`` / ``"removing_replicas"`` maps (partition -> broker ids; KIP-455).
+
+    Args:
+        data: The znode data.
+
+    Returns:
+        partition -> (adding replicas, removing replicas), for partitions named in either map
+        with a non-empty list.
+
+    Raises:
+        ZnodeDataError: Not JSON, or a malformed map.
+    """
+    what = "topic reassignments"
+    obj = _loads(data, what)
+    out: dict[int, tuple[tuple[int, ...], tuple[int, ...]]] = {}
+    for i, key in enumerate(("adding_replicas", "removing_replicas")):
+        m = obj.get(key) or {}
+        if not isinstance(m, dict):
+            raise ZnodeDataError(f"{what}: bad {key!r}: {m!r}")
+        for p, brokers in m.items():
+            if not str(p).isdigit():
+                raise ZnodeDataError(f"{what}: bad partition number {p!r}")
+            ids = tuple(_int_list(brokers, what))
+            if ids:
+                cur = out.get(int(p), ((), ()))
+                out[int(p)] = (ids, cur[1]) if i == 0 else (cur[0], ids)
+    return out
+
+
+def with_reassignment(data: bytes | str | None, partition: int, replicas: Iterable[int], adding: Iterable[int], removing: Iterable[int]) -> bytes:
+    """A topic znode's data with one partition's replicas and its ongoing reassignment set
+    (empty ``adding`` and ``removing``: none), other fields kept (``topic_id``, the other
+    partitions). The version becomes at least 2, as Kafka 2.4+ writes these maps.
+
+    Args:
+        data: The znode data.
+        partition: The partition.
+        replicas: Its full replica set (target replicas, then the original ones not in the target).
+        adding: Replicas being added (empty when no reassignment is in progress).
+        removing: Replicas being removed.
+
+    Returns:
+        The new znode data.
+
+    Raises:
+        ZnodeDataError: The data is not a topic znode.
+        ValueError: A negative partition or an empty replica list.
+    """
+    _partition(partition)
+    brokers = list(replicas)
+    if not brokers:
+        raise ValueError(f"partition {partition} has no replicas")
+    obj = _loads(data, "topic assignment")
+    parts = obj.get("partitions")
+    if not isinstance(parts, dict):
+        raise ZnodeDataError(f"topic assignment: missing or bad 'partitions': {parts!r}")
+    parts[str(partition)] = brokers
+    for key, ids in (("adding_replicas", list(adding)), ("removing_replicas", list(removing))):
+        m = obj.get(key)
+        m = dict(m) if isinstance(m, dict) else {}
+        if ids:
+            m[str(partition)] = ids
+        else:
+            m.pop(str(partition), None)
+        obj[key] = m
+    obj["version"] = max(2, int(obj.get("version", 1)) if isinstance(obj.get("version"), int) else 2)
+    return _dumps(obj)
+
+
 @dataclass(frozen=True)
 class PartitionState:
     """``/brokers/topics/<t>/partitions/<n>/state``: leader and in-sync replicas."""

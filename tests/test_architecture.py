@@ -57,6 +57,8 @@ ALLOWED: dict[str, tuple[str, ...]] = {
     "hmbclient.children": (),
     # sensors and stats (Kafka's metrics model) for clients and broker alike
     "hmbclient.metrics": ("hmbclient.clock",),
+    # optional exporters of those metrics (prometheus_client, OpenTelemetry; extras)
+    "hmbclient.metrics_exporters": ("hmbclient.metrics",),
     "partitioners": (),
     "encoders": (),
     # the Kafka 0.8 znode layout and the topic-name rule: shared by the broker, the consumers
@@ -102,6 +104,13 @@ ALLOWED: dict[str, tuple[str, ...]] = {
 #: Components that may import socket, selectors or ssl.
 SOCKET_USERS = ("hmbclient.net", "hmbclient.broker", "hmbclient.testing")
 _SOCKET_MODULES = {"socket", "selectors", "ssl"}
+
+#: Optional libraries (extras) -> the only module that may import each: nothing else of the
+#: packages pays for them or breaks without them.
+OPTIONAL_LIBRARIES = {
+    "prometheus_client": "hmbclient.metrics_exporters.prometheus",
+    "opentelemetry": "hmbclient.metrics_exporters.otel",
+}
 
 #: Not part of the installed packages: nothing in them may be imported by the packages.
 _OUTSIDE = {"tests", "bench", "examples", "docs"}
@@ -186,6 +195,9 @@ def violations(module: str, is_package: bool, source: str, known: set[str]) -> l
             continue
         if top in _SOCKET_MODULES and own not in SOCKET_USERS:
             found.append(f"{module}:{line} imports {target}: only {', '.join(SOCKET_USERS)} touch sockets")
+        if top in OPTIONAL_LIBRARIES and module != OPTIONAL_LIBRARIES[top]:
+            found.append(f"{module}:{line} imports {target}, an optional library: only "
+                         f"{OPTIONAL_LIBRARIES[top]} may import it")
         if own == "hmbclient.protocol" and top == "threading" and line not in thread_locals:
             found.append(f"{module}:{line} imports threading: the codec is sans-IO")
         if top not in PACKAGES:
@@ -387,6 +399,10 @@ def test_the_checker_catches_wrong_directions() -> None:
         ("hmbclient.protocol.frame", "from threading import Lock, local"),
         ("hmbclient.errors", "import importlib\nimportlib.import_module('hmbclient.net')"),
         ("hmbclient.testing.plugin", "from tests.client.conftest import unique"),
+        ("hmbclient.producer.producer", "def f():\n    import prometheus_client"),
+        ("hmbclient.metrics_exporters.prometheus", "from opentelemetry import metrics"),
+        ("hmbclient.metrics_exporters", "from prometheus_client import REGISTRY"),
+        ("hmbclient.metrics_exporters.otel", "from hmbclient.producer import Producer"),
     }
     for module, source in wrong:
         pkg = (ROOT / Path(*module.split(".")) / "__init__.py").exists()
@@ -397,6 +413,7 @@ def test_the_checker_catches_wrong_directions() -> None:
         ("hmbclient.broker.log.log", "from ..topics import is_valid_topic_name"),
         ("spark_integration.rdd", "from hmbclient.net import Metadata\nfrom hmbclient import SimpleConsumer"),
         ("hmbclient.cli", "from hmbclient.demo import run_demo"),
+        ("hmbclient.metrics_exporters.otel", "from opentelemetry.metrics import Meter\nfrom hmbclient.metrics import Metrics"),
     }
     for module, source in right:
         assert violations(module, False, source, known) == [], module

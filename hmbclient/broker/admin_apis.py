@@ -1,6 +1,7 @@
 """The admin APIs of Kafka's AdminClient served by our brokers: DeleteTopics (20),
 CreatePartitions (37), ElectLeaders (43, preferred election), AlterConfigs (33),
-IncrementalAlterConfigs (44), DescribeLogDirs (35), DescribeCluster (60) and OffsetDelete (47).
+IncrementalAlterConfigs (44), DescribeLogDirs (35), DescribeCluster (60), OffsetDelete (47),
+DeleteRecords (21), AlterPartitionReassignments (45) and ListPartitionReassignments (46).
 
 Registered in :class:`~hmbclient.broker.apis.KafkaApis` through ``admin=``; each handler gets
 the request, the channel and ``allowed(channel, operation, resource type, name)``.
@@ -26,6 +27,17 @@ controller-routing of Kafka's clients is not needed here):
   election is a broker setting here); (c) this broker is not the controller: NOT_CONTROLLER;
   (d) the controller's answer per partition (NONE, ELECTION_NOT_NEEDED,
   PREFERRED_LEADER_NOT_AVAILABLE, UNKNOWN_TOPIC_OR_PARTITION).
+* AlterPartitionReassignments starts or cancels (null replicas) each partition's reassignment
+  through this broker's controller and answers once they are started (as Kafka; their end is
+  seen in ListPartitionReassignments). Top level: (a) no Alter on the cluster:
+  CLUSTER_AUTHORIZATION_FAILED; (b) this broker is not the controller: NOT_CONTROLLER
+  (Kafka's clients send it to the controller). Per partition: (c) named twice:
+  INVALID_REQUEST; (d) the controller's answer (``controller.reassignment`` Case R1: unknown
+  partition, nothing to cancel, bad target, replication factor change refused by v1).
+* ListPartitionReassignments: the ongoing reassignments (of the named partitions; all when
+  null) with their full replicas, adding and removing replicas. (a) no Describe on the
+  cluster: CLUSTER_AUTHORIZATION_FAILED; (b) not the controller: NOT_CONTROLLER; (c) named
+  partitions not being reassigned (or unknown) are left out.
 * AlterConfigs replaces, IncrementalAlterConfigs edits, the whole dynamic config of each
   resource (stored, announced and applied by ``broker.dynamic_config``; the rules are
   ``broker.configs``' pure functions). Per resource: (a) a topic without AlterConfigs on it:
@@ -50,6 +62,17 @@ controller-routing of Kafka's clients is not needed here):
   NON_EMPTY_GROUP. Per partition: (e) no Read on the topic: TOPIC_AUTHORIZATION_FAILED;
   (f) unknown topic: UNKNOWN_TOPIC_OR_PARTITION; (g) a topic a member subscribes to:
   GROUP_SUBSCRIBED_TO_TOPIC; (h) otherwise deleted (NONE, also when nothing was committed).
+* DeleteRecords moves the log start of each partition to its offset (-1: the high watermark);
+  it goes to the partition's leader (Kafka's clients send each partition there). Per
+  partition: (a) no Delete on the topic: TOPIC_AUTHORIZATION_FAILED; (b) unknown topic or
+  partition: UNKNOWN_TOPIC_OR_PARTITION; (c) an internal topic: INVALID_TOPIC_EXCEPTION
+  (Kafka's "Cannot delete records of internal topic"); (d) named twice: INVALID_REQUEST for
+  both (Kafka's request map keeps one of them silently; we refuse to guess which);
+  (e) the replica manager's answer (``ReplicaManager.delete_records``, ``Partition.
+  delete_records_on_leader``): NOT_LEADER_OR_FOLLOWER, POLICY_VIOLATION (``compact``-only
+  topic), OFFSET_OUT_OF_RANGE (below -1 or past the high watermark), REQUEST_TIMED_OUT (a
+  live follower's log start did not follow within ``timeout_ms``), or NONE with the low
+  watermark (the smallest log start of the live replicas). Low watermark -1 on any error.
 """
 
 from __future__ import annotations
@@ -90,10 +113,11 @@ class AdminApis:
         dynamic: its ``DynamicConfigs`` (AlterConfigs, IncrementalAlterConfigs; None: not served).
         logs: its LogManager (DescribeLogDirs; None: not served).
         groups: its GroupCoordinator, whose store is the OffsetManager (OffsetDelete; None: not served).
+        replicas: its ReplicaManager (DeleteRecords; None: not served).
     """
 
     def __init__(self, config: BrokerConfig, metadata: MetadataCache, topics: TopicManager, controller: Any = None,
-                 dynamic: Any = None, logs: Any = None, groups: Any = None) -> None:
+                 dynamic: Any = None, logs: Any = None, groups: Any = None, replicas: Any = None) -> None:
         self.config = config
         self.metadata = metadata
         self.topics = topics
@@ -101,6 +125,7 @@ class AdminApis:
         self.dynamic = dynamic
         self.logs = logs
         self.groups = groups
+        self.replicas = replicas
 
     def handlers(self) -> dict[int, Handler]:
         """api key -> handler(header, request, channel, allowed)."""
@@ -110,6 +135,8 @@ class AdminApis:
         }
         if self.controller is not None:
             out[ApiKey.ELECT_LEADERS] = self.handle_elect_leaders
+            out[ApiKey.ALTER_PARTITION_REASSIGNMENTS] = self.handle_alter_reassignments
+            out[ApiKey.LIST_PARTITION_REASSIGNMENTS] = self.handle_list_reassignments
         if self.dynamic is not None:
             out[ApiKey.ALTER_CONFIGS] = self.handle_alter_configs
             out[ApiKey.INCREMENTAL_ALTER_CONFIGS] = self.handle_alter_configs
@@ -117,8 +144,43 @@ class AdminApis:
             out[ApiKey.DESCRIBE_LOG_DIRS] = self.handle_describe_log_dirs
         if self.groups is not None:
             out[ApiKey.OFFSET_DELETE] = self.handle_offset_delete
+        if self.replicas is not None:
+            out[ApiKey.DELETE_RECORDS] = self.handle_delete_records
         out[ApiKey.DESCRIBE_CLUSTER] = self.handle_describe_cluster
         return out
+
+    # -- DeleteRecords ---------------------------------------------------------------------------------
+    def handle_delete_records(self, header: Any, req: Any, channel: Any, allowed: Allowed) -> None:
+        resp_cls = type(req).RESPONSE_TYPE
+        counts = Counter((t.name, p.partition_index) for t in req.topics for p in t.partitions)
+        answers: dict[tuple[str, int], tuple[int, int]] = {}
+        wanted: dict[tuple[str, int], int] = {}
+        for t in req.topics:
+            may = allowed(channel, "Delete", "Topic", t.name)
+            for p in t.partitions:
+                tp = (t.name, p.partition_index)
+                if not may:  # (a)
+                    answers[tp] = (ErrorCode.TOPIC_AUTHORIZATION_FAILED, -1)
+                elif self.metadata.partition(t.name, p.partition_index) is None:  # (b)
+                    answers[tp] = (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, -1)
+                elif is_internal_topic(t.name):  # (c)
+                    answers[tp] = (ErrorCode.INVALID_TOPIC_EXCEPTION, -1)
+                elif counts[tp] > 1:  # (d)
+                    answers[tp] = (ErrorCode.INVALID_REQUEST, -1)
+                else:
+                    wanted[tp] = p.offset
+        layout = [(t.name, [p.partition_index for p in t.partitions]) for t in req.topics]
+
+        def respond(statuses: dict[tuple[str, int], Any]) -> None:  # (e)
+            for tp, st in statuses.items():
+                answers[tp] = (st.error_code, st.low_watermark if not st.error_code else -1)
+            topics = [(name, [(p, answers[(name, p)][1], answers[(name, p)][0]) for p in parts]) for name, parts in layout]
+            channel.send(resp_cls.build(throttle_time_ms=0, topics=topics))
+
+        if not wanted:
+            respond({})
+            return
+        self.replicas.delete_records(req.timeout_ms, wanted, respond)
 
     # -- OffsetDelete ------------------------------------------------------------------------------------
     def handle_offset_delete(self, header: Any, req: Any, channel: Any, allowed: Allowed) -> None:
@@ -365,5 +427,72 @@ class AdminApis:
                 send(results, ErrorCode.NOT_CONTROLLER)
                 return
             send(results)  # (d)
+
+        fut.add_done_callback(done)
+
+    # -- AlterPartitionReassignments, ListPartitionReassignments -----------------------------------
+    def handle_alter_reassignments(self, header: Any, req: Any, channel: Any, allowed: Allowed) -> None:
+        resp_cls = type(req).RESPONSE_TYPE
+        allow_rf = bool(getattr(req, "allow_replication_factor_change", True))
+        asked = [((t.name, p.partition_index), None if p.replicas is None else tuple(p.replicas)) for t in req.topics for p in t.partitions]
+        counts = Counter(tp for tp, _ in asked)
+        extra = {"allow_replication_factor_change": allow_rf} if header.api_version >= 1 else {}
+
+        def send(results: dict[tuple[str, int], tuple[int, str | None]], top: int = ErrorCode.NONE, msg: str | None = None) -> None:
+            by_topic: dict[str, list[tuple[int, int, str | None]]] = {}
+            for (topic, p), (code, m) in sorted(results.items()):
+                by_topic.setdefault(topic, []).append((p, code, m))
+            channel.send(resp_cls.build(throttle_time_ms=0, error_code=top, error_message=msg, responses=sorted(by_topic.items()), **extra))
+
+        if not allowed(channel, "Alter", "Cluster", "kafka-cluster"):  # (a)
+            send({}, ErrorCode.CLUSTER_AUTHORIZATION_FAILED, "Authorization failed.")
+            return
+        if not self.controller.active:  # (b)
+            send({}, ErrorCode.NOT_CONTROLLER, "This broker is not the controller.")
+            return
+        twice = {tp: (int(ErrorCode.INVALID_REQUEST), "The partition is named more than once.") for tp, n in counts.items() if n > 1}  # (c)
+        fut = self.controller.alter_reassignments({tp: r for tp, r in asked if tp not in twice}, allow_rf)
+
+        def done(f: Any) -> None:
+            try:
+                results = dict(f.result())
+            except Exception as e:  # the controller's failure is the request's
+                log.warning("AlterPartitionReassignments failed: %r", e)
+                send({}, ErrorCode.UNKNOWN_SERVER_ERROR, str(e))
+                return
+            if any(c == ErrorCode.NOT_CONTROLLER for c, _ in results.values()):  # (b), deposed meanwhile
+                send({}, ErrorCode.NOT_CONTROLLER, "This broker is not the controller.")
+                return
+            results.update(twice)
+            send(results)  # (d)
+
+        fut.add_done_callback(done)
+
+    def handle_list_reassignments(self, header: Any, req: Any, channel: Any, allowed: Allowed) -> None:
+        resp_cls = type(req).RESPONSE_TYPE
+
+        def top(code: int, msg: str) -> None:
+            channel.send(resp_cls.build(throttle_time_ms=0, error_code=code, error_message=msg, topics=[]))
+
+        if not allowed(channel, "Describe", "Cluster", "kafka-cluster"):  # (a)
+            top(ErrorCode.CLUSTER_AUTHORIZATION_FAILED, "Authorization failed.")
+            return
+        asked = None if req.topics is None else [(t.name, p) for t in req.topics for p in t.partition_indexes]
+        fut = self.controller.list_reassignments(asked)
+
+        def done(f: Any) -> None:
+            try:
+                found = f.result()
+            except Exception as e:
+                log.warning("ListPartitionReassignments failed: %r", e)
+                top(ErrorCode.UNKNOWN_SERVER_ERROR, str(e))
+                return
+            if found is None:  # (b)
+                top(ErrorCode.NOT_CONTROLLER, "This broker is not the controller.")
+                return
+            by_topic: dict[str, list[tuple[int, list[int], list[int], list[int]]]] = {}
+            for (topic, p), (replicas, ongoing) in sorted(found.items()):  # (c): only ongoing ones
+                by_topic.setdefault(topic, []).append((p, list(replicas), list(ongoing.adding), list(ongoing.removing)))
+            channel.send(resp_cls.build(throttle_time_ms=0, error_code=ErrorCode.NONE, error_message=None, topics=sorted(by_topic.items())))
 
         fut.add_done_callback(done)

@@ -183,6 +183,7 @@ class KafkaApis:
             self._handlers[ApiKey.DESCRIBE_GROUPS] = group_coordinator.handle_describe_groups
             self._handlers[ApiKey.DELETE_GROUPS] = group_coordinator.handle_delete_groups
             self._handlers[ApiKey.CONSUMER_GROUP_HEARTBEAT] = group_coordinator.handle_consumer_group_heartbeat
+            self._handlers[ApiKey.CONSUMER_GROUP_DESCRIBE] = group_coordinator.handle_consumer_group_describe
         if configs is not None:
             self._handlers[ApiKey.DESCRIBE_CONFIGS] = lambda h, r, ch: configs.handle_describe_configs(h, r, ch, self._allowed)
         if admin is not None:
@@ -513,7 +514,9 @@ class KafkaApis:
                     plist.append((p.partition, ErrorCode.INVALID_TOPIC_EXCEPTION if not is_valid_topic_name(topic) else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
                 else:
                     plist.append((p.partition, None))
-                    infos.append(FetchInfo(topic, p.partition, p.fetch_offset, p.partition_max_bytes, isolation))
+                    # a follower's log start (v5+): the leader's low watermark for DeleteRecords
+                    start = p.log_start_offset if v >= 5 and replica_id >= 0 else -1
+                    infos.append(FetchInfo(topic, p.partition, p.fetch_offset, p.partition_max_bytes, isolation, start))
             layout.append((topic, plist))
 
         row = resp_cls.nested("topics", "partitions").row("partition", "error_code", "high_watermark", "last_stable_offset", "log_start_offset", "aborted_transactions", "records")

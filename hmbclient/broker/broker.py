@@ -35,6 +35,7 @@ from hmbclient.broker.configs import ConfigDescriber
 from hmbclient.broker.controller.controller import Controller
 from hmbclient.broker.controller.decisions import LeaderIsr
 from hmbclient.broker.controller.store import (
+    DYNAMIC_CONFIGS_FILE,
     TOPIC_IDS_FILE,
     CoordinationStore,
     MemoryStore,
@@ -65,6 +66,11 @@ from hmbclient.broker.quota_configs import ClientQuotaApis, QuotaConfigSource
 from hmbclient.broker.quotas import QuotaConfigs, QuotaManager
 from hmbclient.broker.replica_fetcher import ReplicaFetcherManager
 from hmbclient.broker.replica_manager import ReplicaManager
+from hmbclient.broker.replication_quota import (
+    FOLLOWER_REPLICAS,
+    LEADER_REPLICAS,
+    ReplicationThrottles,
+)
 from hmbclient.broker.security.setup import authorizer_from, inter_broker_security, listeners_from
 from hmbclient.broker.server import SocketServer
 from hmbclient.broker.topic_configs import FileTopicConfigs, TopicConfigStore, ZkTopicConfigs
@@ -111,6 +117,7 @@ def log_config_from(config: BrokerConfig, *, compact: bool | None = None) -> Log
         retention_bytes=None if compact else _opt(config.log_retention_bytes),
         max_message_bytes=max(config.message_max_bytes, 1),
         compact=compact,
+        delete=not compact,
         min_cleanable_dirty_ratio=config.log_cleaner_min_cleanable_ratio,
         min_compaction_lag_ms=config.log_cleaner_min_compaction_lag_ms,
         delete_retention_ms=config.log_cleaner_delete_retention_ms,
@@ -388,6 +395,17 @@ class Broker:
             logs.set_config_for(lambda topic: internal_log_config if topic in (OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC)
                                 else dynamic.log_config(topic))
             rm.min_insync_for = dynamic.min_insync_replicas
+
+            def throttle_rates() -> tuple[int | None, int | None]:
+                c = dynamic.config_for(None)
+                return c.leader_replication_throttled_rate, c.follower_replication_throttled_rate
+
+            def throttled_replicas(topic: str) -> tuple[str | None, str | None]:
+                t = dynamic.layers().topics.get(topic, {})
+                return t.get(LEADER_REPLICAS), t.get(FOLLOWER_REPLICAS)
+
+            rm.throttles = ReplicationThrottles(throttle_rates, throttled_replicas, monotonic_ms, cfg.replication_quota_window_num,
+                                                cfg.replication_quota_window_size_seconds * 1000)
             dynamic.start()
             self.apis = KafkaApis(
                 cfg.broker_id,
@@ -401,7 +419,7 @@ class Broker:
                 group_coordinator=groups,
                 configs=ConfigDescriber(cfg, metadata.has_topic, dynamic.layers),
                 transactions=txns,
-                admin=AdminApis(cfg, metadata, topics, controller, dynamic, logs, groups),
+                admin=AdminApis(cfg, metadata, topics, controller, dynamic, logs, groups, rm),
             )
             self.apis.authorizer = authorizer_from(cfg, store)
             self.apis.quotas = QuotaManager(
@@ -478,6 +496,12 @@ class Broker:
             self.metrics_endpoint = MetricsEndpoint(lambda: [registry], cfg.metrics_host or cfg.host, cfg.metrics_port)
             log.info("broker %d: metrics at http://%s:%d/metrics", cfg.broker_id, self.metrics_endpoint.host, self.metrics_endpoint.port)
 
+    @property
+    def metrics_registry(self) -> Metrics | None:
+        """The registry behind :meth:`metrics` (tag ``broker``), None before the broker first
+        started: what the exporters of :mod:`hmbclient.metrics_exporters` read."""
+        return self._metrics
+
     def metrics(self) -> dict[str, dict[str, float]]:
         """The broker's metrics under Kafka's MBean names (see :mod:`hmbclient.broker.metrics`):
         ``{group: {name: value}}``, e.g. ``["kafka.server.ReplicaManager"]["UnderReplicatedPartitions"]``.
@@ -502,7 +526,7 @@ class Broker:
                 inter_broker_listener=cfg.inter_broker_protocol,
             )
         else:
-            memory = MemoryStore(os.path.join(logs.log_dir, TOPIC_IDS_FILE))
+            memory = MemoryStore(os.path.join(logs.log_dir, TOPIC_IDS_FILE), os.path.join(logs.log_dir, DYNAMIC_CONFIGS_FILE))
             _seed_memory_store(memory, logs, cfg.broker_id)
             store = memory
         self.store = store

@@ -295,6 +295,20 @@ class BrokerConfig(ConfigBase):
     replica_fetch_backoff_ms: int = setting(
         200, min=0, doc="replica.fetch.backoff.ms: pause after a failed follower fetch"
     )
+    leader_replication_throttled_rate: int | None = setting(
+        None, min=0, doc="leader.replication.throttled.rate: bytes/s a leader sends to the out-of-sync replicas its topics' "
+        "leader.replication.throttled.replicas name (None: unlimited; set dynamically by reassignment tools)",
+    )
+    follower_replication_throttled_rate: int | None = setting(
+        None, min=0, doc="follower.replication.throttled.rate: bytes/s a follower fetches for its out-of-sync replicas its topics' "
+        "follower.replication.throttled.replicas name (None: unlimited; set dynamically by reassignment tools)",
+    )
+    replication_quota_window_num: int = setting(
+        11, min=1, doc="replication.quota.window.num: samples a replication throttle's byte rate is measured over"
+    )
+    replication_quota_window_size_seconds: int = setting(
+        1, min=1, doc="replication.quota.window.size.seconds: length of one replication throttle sample"
+    )
     replica_high_watermark_checkpoint_interval_ms: int = setting(
         5_000, min=1, doc="replica.high.watermark.checkpoint.interval.ms: how often HWs are saved"
     )

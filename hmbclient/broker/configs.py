@@ -45,6 +45,13 @@ from typing import Any
 
 from hmbclient.broker.config import BrokerConfig
 from hmbclient.broker.log.overrides import TOPIC_CONFIGS, validate_topic_configs
+from hmbclient.broker.replication_quota import (
+    FOLLOWER_RATE,
+    FOLLOWER_REPLICAS,
+    LEADER_RATE,
+    LEADER_REPLICAS,
+    parse_throttled_replicas,
+)
 from hmbclient.errors import ConfigError, ErrorCode
 from hmbclient.protocol.api.configs import (
     OP_APPEND,
@@ -93,10 +100,12 @@ TOPIC_TO_BROKER_PROP: dict[str, str] = {n: _PROP[f] for n, f in TOPIC_CONFIG_FRO
 #: topic configs AlterConfigs may set: the broker-backed ones (not segment.index.bytes, unused
 #: by our indexes, nor unclean election, a controller-wide setting) and the log overrides of
 #: ``log.overrides`` (cleanup.policy, compaction settings)
-ALTERABLE_TOPIC_CONFIGS: frozenset[str] = (frozenset(TOPIC_TO_BROKER_PROP) - {"segment.index.bytes", "unclean.leader.election.enable"}) | frozenset(TOPIC_CONFIGS)
+ALTERABLE_TOPIC_CONFIGS: frozenset[str] = ((frozenset(TOPIC_TO_BROKER_PROP) - {"segment.index.bytes", "unclean.leader.election.enable"})
+                                            | frozenset(TOPIC_CONFIGS) | {LEADER_REPLICAS, FOLLOWER_REPLICAS})
 #: broker properties AlterConfigs may set for a broker or for every broker, applied without a restart
 DYNAMIC_BROKER_CONFIGS: frozenset[str] = frozenset(
-    {TOPIC_TO_BROKER_PROP[n] for n in ALTERABLE_TOPIC_CONFIGS if n in TOPIC_TO_BROKER_PROP} | {"unclean.leader.election.enable"})
+    {TOPIC_TO_BROKER_PROP[n] for n in ALTERABLE_TOPIC_CONFIGS if n in TOPIC_TO_BROKER_PROP}
+    | {"unclean.leader.election.enable", LEADER_RATE, FOLLOWER_RATE})
 
 Entry = tuple[str, str | None, int, bool, bool]  # name, value, source, sensitive, read_only
 
@@ -145,6 +154,9 @@ def check_alter(resource_type: int, props: Mapping[str, str | None], static: Bro
     try:  # (j)
         if topic:
             validate_topic_configs({k: v for k, v in props.items() if k in TOPIC_CONFIGS})
+            for k in (LEADER_REPLICAS, FOLLOWER_REPLICAS):
+                if props.get(k) is not None:
+                    parse_throttled_replicas(str(props[k]))
         layer = {k: str(v) for k, v in props.items()}
         layers = Layers(topics={"t": layer}) if topic else Layers(broker=layer)
         effective_config(static, layers, "t" if topic else None)

@@ -1,4 +1,5 @@
-"""The two delayed operations of the replica manager: DelayedProduce and DelayedFetch.
+"""The delayed operations of the replica manager: DelayedProduce, DelayedFetch and
+DelayedDeleteRecords.
 
 DelayedProduce (acks=-1) completes when, for every partition it appended to,
   Case A: this broker no longer leads the partition (the partition fails NOT_LEADER), or
@@ -17,6 +18,15 @@ DelayedFetch completes when
           to the high watermark, a follower up to the log end, so an append wakes followers'
           fetches and a high-watermark move wakes consumers'.
 On completion (by a case or by the ``max_wait_ms`` expiry) it reads again and responds.
+
+DelayedDeleteRecords (Kafka's) completes when, for every partition whose log start the leader
+moved,
+  Case A: this broker no longer leads the partition (NOT_LEADER_OR_FOLLOWER), or
+  Case B: the low watermark (the smallest log start of the leader and of every follower on a
+          live broker, as the followers' fetches report it) reached the offset asked for:
+          NONE with that low watermark.
+On expiry (the request's ``timeout_ms``) the partitions still waiting answer REQUEST_TIMED_OUT
+(the leader's log start has moved all the same; the followers follow on their next fetches).
 """
 
 from __future__ import annotations
@@ -32,7 +42,7 @@ from hmbclient.errors import ErrorCode
 if TYPE_CHECKING:
     from hmbclient.broker.log.log import Log
 
-__all__ = ["DelayedProduce", "DelayedFetch", "ProduceStatus", "FetchWait", "Replicas"]
+__all__ = ["DelayedProduce", "DelayedFetch", "DelayedDeleteRecords", "DeleteRecordsStatus", "ProduceStatus", "FetchWait", "Replicas"]
 
 
 class Replicas(Protocol):
@@ -44,6 +54,10 @@ class Replicas(Protocol):
 
     def fetch_end(self, topic: str, partition: int, from_replica: bool, isolation_level: int = 0) -> tuple[int, Log | None, int]:
         """``(error, log, end)``: the offset a fetch may read up to (HW, LSO or LEO)."""
+        ...
+
+    def low_watermark(self, topic: str, partition: int) -> tuple[int, int]:
+        """``(error, low watermark)`` of a partition this broker leads (see DelayedDeleteRecords)."""
         ...
 
 
@@ -148,3 +162,54 @@ class DelayedFetch(DelayedOperation):
 
     def on_complete(self) -> None:
         self._complete()
+
+
+@dataclass
+class DeleteRecordsStatus:
+    """One partition of a DeleteRecords: the offset the low watermark must reach, and the
+    answer so far (error code, low watermark)."""
+
+    required_offset: int
+    error_code: int
+    low_watermark: int = -1
+    pending: bool = True
+
+
+class DelayedDeleteRecords(DelayedOperation):
+    """Waits until every live replica's log start reached what a DeleteRecords asked for.
+
+    Args:
+        timeout_ms: the request's ``timeout_ms``.
+        statuses: per (topic, partition); partitions already answered are not pending.
+        replicas: for leadership and low watermarks.
+        respond: called once with ``{(topic, partition): DeleteRecordsStatus}``.
+    """
+
+    def __init__(self, timeout_ms: int, statuses: dict[tuple[str, int], DeleteRecordsStatus], replicas: Replicas,
+                 respond: Callable[[dict[tuple[str, int], DeleteRecordsStatus]], None]) -> None:
+        super().__init__(timeout_ms)
+        self.statuses = statuses
+        self.replicas = replicas
+        self.respond = respond
+
+    def try_complete(self) -> bool:
+        waiting = False
+        for tp, st in self.statuses.items():
+            if not st.pending:
+                continue
+            code, lw = self.replicas.low_watermark(tp[0], tp[1])
+            if code:  # Case A
+                st.error_code, st.low_watermark, st.pending = code, -1, False
+            elif lw >= st.required_offset:  # Case B
+                st.error_code, st.low_watermark, st.pending = ErrorCode.NONE, lw, False
+            else:
+                waiting = True
+        if waiting:
+            return False
+        return self.force_complete()
+
+    def on_complete(self) -> None:
+        for st in self.statuses.values():
+            if st.pending:
+                st.error_code, st.low_watermark, st.pending = ErrorCode.REQUEST_TIMED_OUT, -1, False
+        self.respond(self.statuses)

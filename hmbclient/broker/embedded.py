@@ -16,6 +16,7 @@ from typing import Any
 
 from hmbclient.broker.broker import Broker
 from hmbclient.broker.config import BrokerConfig
+from hmbclient.metrics import Metrics
 
 __all__ = ["EmbeddedBroker"]
 
@@ -49,6 +50,12 @@ class EmbeddedBroker:
         if self._broker is None:
             raise RuntimeError("the broker is not started")
         return self._broker
+
+    @property
+    def metrics_registry(self) -> Metrics | None:
+        """The running broker's metrics registry (None while stopped); a restart makes a new
+        one, which exporters given this object follow."""
+        return self._broker.metrics_registry if self._broker is not None else None
 
     @property
     def host(self) -> str:

@@ -258,6 +258,60 @@ def _commit_error(code: int) -> int:
     return code
 
 
+OffsetEntry = tuple[int, str, int]  # offset, metadata, commit timestamp
+
+#: An (Txn)OffsetCommit's parts: per partition a refusal (results) or a record and its entry.
+_CommitParts = tuple[dict[tuple[str, int], int], list[tuple[bytes, bytes, int]], dict[tuple[str, int], OffsetEntry]]
+
+
+def _commit_records(group: str, topics: Any, code: int, now: int, retention_ms: int,
+                    timestamp_of: Callable[[Any], int] | None = None) -> _CommitParts:
+    """The records of an OffsetCommit or TxnOffsetCommit (pure): each partition of ``topics``
+    is refused with the group's ``code`` when it is not NONE, with OFFSET_METADATA_TOO_LARGE
+    when its metadata is over MAX_METADATA_BYTES, else becomes a commit record (committed at
+    ``timestamp_of(partition)`` or ``now``, expiring ``retention_ms`` later, saturated at
+    int64: a retention of up to 2^63-1 ms is legal on the wire) and its cache entry.
+
+    Returns:
+        ``(results, items, pending)``: refusals by partition, ``(key, value, now)`` records,
+        and ``(offset, metadata, commit timestamp)`` by partition.
+    """
+    results: dict[tuple[str, int], int] = {}
+    items: list[tuple[bytes, bytes, int]] = []
+    pending: dict[tuple[str, int], OffsetEntry] = {}
+    for t in topics:
+        for p in t.partitions:
+            tp = (t.topic, p.partition)
+            if code:
+                results[tp] = code
+                continue
+            metadata = p.metadata or ""
+            if len(metadata.encode("utf-8")) > MAX_METADATA_BYTES:
+                results[tp] = ErrorCode.OFFSET_METADATA_TOO_LARGE
+                continue
+            ts = now if timestamp_of is None else timestamp_of(p)
+            expire = min(ts + retention_ms, 2**63 - 1)
+            items.append((encode_key(group, t.topic, p.partition), encode_value(p.offset, metadata, ts, expire), now))
+            pending[tp] = (p.offset, metadata, ts)
+    return results, items, pending
+
+
+def _append_error(outcome: Mapping[tuple[str, int], AppendResult]) -> tuple[int, AppendResult | None]:
+    """The error of a commit's one-partition append, and its result (None: nothing appended)."""
+    r = next(iter(outcome.values()), None)
+    return (r.error_code if r is not None else ErrorCode.NONE), r
+
+
+def _commit_answer(req: Any, results: Mapping[tuple[str, int], int]) -> Any:
+    """The (Txn)OffsetCommit answer: every partition of ``req`` with its code in ``results``
+    (NONE when absent)."""
+    resp_cls = type(req).RESPONSE_TYPE
+    shape = resp_cls.nested("topics", "partitions")
+    topics = [(t.topic, [shape.build(partition=p.partition, error_code=results.get((t.topic, p.partition), ErrorCode.NONE))
+                         for p in t.partitions]) for t in req.topics]
+    return resp_cls.build(throttle_time_ms=0, topics=topics)
+
+
 def _group_record_error(code: int) -> int:
     """An append error of a group record as the coordinator answers it (Kafka's storeGroup):
     a timed-out write makes the members rejoin; a record too large for the log is the server's
@@ -282,11 +336,11 @@ class GroupHooks(Protocol):
     def unload_partition(self, partition: int) -> None:
         """This broker no longer leads the offsets partition: forget its groups."""
 
-    def validate_offset_commit(self, group_id: str, generation_id: int, member_id: str, group_instance_id: str | None = None) -> int:
+    def validate_offset_commit(self, group_id: str, generation_id: int, member_id: str, group_instance_id: str | None = None, *, api_version: int = 9) -> int:
         """May the commit be stored? NONE or the error code for every partition."""
 
-
-OffsetEntry = tuple[int, str, int]  # offset, metadata, commit timestamp
+    def validate_offset_fetch(self, group_id: str, member_id: str, member_epoch: int) -> int:
+        """OffsetFetch v9+ naming its member: NONE or the group's error code."""
 
 
 class OffsetManager:
@@ -472,31 +526,15 @@ class OffsetManager:
 
     def handle_txn_offset_commit(self, header: Any, req: Any, channel: Any) -> None:
         """TxnOffsetCommit v0-2 (see the module docstring)."""
-        resp_cls = type(req).RESPONSE_TYPE
         group = req.group_id
         pid, epoch = req.producer_id, req.producer_epoch
         now = wall_ms()
         code = ErrorCode.INVALID_GROUP_ID if not group else self._group_state(group)
-        results: dict[tuple[str, int], int] = {}
-        items: list[tuple[bytes, bytes, int]] = []
-        pending: dict[tuple[str, int], OffsetEntry] = {}
-        for t in req.topics:
-            for p in t.partitions:
-                tp = (t.topic, p.partition)
-                if code:
-                    results[tp] = code
-                    continue
-                metadata = p.metadata or ""
-                if len(metadata.encode("utf-8")) > MAX_METADATA_BYTES:
-                    results[tp] = ErrorCode.OFFSET_METADATA_TOO_LARGE
-                    continue
-                items.append((encode_key(group, t.topic, p.partition), encode_value(p.offset, metadata, now, min(now + self.retention_ms, 2**63 - 1)), now))
-                pending[tp] = (p.offset, metadata, now)
+        results, items, pending = _commit_records(group, req.topics, code, now, self.retention_ms)
 
         def respond(outcome: dict[tuple[str, int], AppendResult] | None) -> None:
             if outcome is not None:
-                r = next(iter(outcome.values()), None)
-                err = r.error_code if r is not None else ErrorCode.NONE
+                err, r = _append_error(outcome)
                 with self._lock:
                     st = self._txn.get(group, txn_offsets.GroupTxnOffsets())
                     if err == ErrorCode.NONE and r is not None:
@@ -509,11 +547,7 @@ class OffsetManager:
                         self._txn.pop(group, None)
                 for tp in pending:
                     results[tp] = _commit_error(err)
-            shape = resp_cls.nested("topics", "partitions")
-            topics = []
-            for t in req.topics:
-                topics.append((t.topic, [shape.build(partition=p.partition, error_code=results.get((t.topic, p.partition), ErrorCode.NONE)) for p in t.partitions]))
-            channel.send(resp_cls.build(throttle_time_ms=0, topics=topics))
+            channel.send(_commit_answer(req, results))
 
         if not items:
             respond(None)
@@ -714,7 +748,6 @@ class OffsetManager:
         if header.api_version == 0 and self._zk_store is not None:
             self._zk_offset_commit(req, channel)
             return
-        resp_cls = type(req).RESPONSE_TYPE
         v = header.api_version
         group = req.group_id
         now = wall_ms()
@@ -723,36 +756,17 @@ class OffsetManager:
             # v0 names no generation: it commits as a consumer outside group management.
             generation = req.generation_id if v >= 1 else -1
             member = req.member_id if v >= 1 else ""
-            code = self.coordinator.validate_offset_commit(group, generation, member, getattr(req, "group_instance_id", None))
+            code = self.coordinator.validate_offset_commit(group, generation, member, getattr(req, "group_instance_id", None), api_version=v)
         retention_ms = self.retention_ms
         if 2 <= v <= 4 and req.retention_time_ms >= 0:
             retention_ms = req.retention_time_ms
-        results: dict[tuple[str, int], int] = {}
-        items: list[tuple[bytes, bytes, int]] = []
-        pending: dict[tuple[str, int], OffsetEntry] = {}
-        for t in req.topics:
-            for p in t.partitions:
-                tp = (t.topic, p.partition)
-                if code:
-                    results[tp] = code
-                    continue
-                metadata = p.metadata or ""
-                if len(metadata.encode("utf-8")) > MAX_METADATA_BYTES:
-                    results[tp] = ErrorCode.OFFSET_METADATA_TOO_LARGE
-                    continue
-                ts = now
-                if v == 1 and p.timestamp not in (-1, None):
-                    ts = p.timestamp
-                # A retention of up to 2^63-1 ms is legal on the wire: the expiry saturates
-                # instead of overflowing the record's int64.
-                expire = min(ts + retention_ms, 2**63 - 1)
-                items.append((encode_key(group, t.topic, p.partition), encode_value(p.offset, metadata, ts, expire), now))
-                pending[tp] = (p.offset, metadata, ts)
+        # v1 may name each partition's commit timestamp (-1: now)
+        timestamp_of = (lambda p: now if p.timestamp in (-1, None) else p.timestamp) if v == 1 else None
+        results, items, pending = _commit_records(group, req.topics, code, now, retention_ms, timestamp_of)
 
         def respond(outcome: dict[tuple[str, int], AppendResult] | None) -> None:
             if outcome is not None:
-                r = next(iter(outcome.values()), None)
-                err = r.error_code if r is not None else ErrorCode.NONE
+                err, _ = _append_error(outcome)
                 if err == ErrorCode.NONE:
                     with self._lock:
                         self._cache.setdefault(group, {}).update(pending)
@@ -760,11 +774,7 @@ class OffsetManager:
                     # A failed append: the coordinator moved (NOT_COORDINATOR) or the ISR is
                     # short (COORDINATOR_NOT_AVAILABLE); both retriable.
                     results[tp] = _commit_error(err)
-            shape = resp_cls.nested("topics", "partitions")
-            topics = []
-            for t in req.topics:
-                topics.append((t.topic, [shape.build(partition=p.partition, error_code=results.get((t.topic, p.partition), ErrorCode.NONE)) for p in t.partitions]))
-            channel.send(resp_cls.build(throttle_time_ms=0, topics=topics))
+            channel.send(_commit_answer(req, results))
 
         if not items:
             respond(None)
@@ -838,22 +848,39 @@ class OffsetManager:
             self._zk_offset_fetch(req, channel)
             return
         resp_cls = type(req).RESPONSE_TYPE
+        if header.api_version >= 8:
+            # v8+: several groups in one request; v9: the asking member and its epoch
+            # (checked for consumer-protocol members: UNKNOWN_MEMBER_ID / STALE_MEMBER_EPOCH)
+            shape = resp_cls.nested("groups", "topics", "partitions")
+            groups = []
+            for g in req.groups:
+                code = ErrorCode.INVALID_GROUP_ID if g.group_id is None else self._group_state(g.group_id)
+                member_id = getattr(g, "member_id", None)
+                if not code and member_id is not None and self.coordinator is not None:
+                    code = self.coordinator.validate_offset_fetch(g.group_id, member_id, g.member_epoch)
+                topics = self._fetched(g.group_id, g.topics, code, shape)
+                groups.append({"group_id": g.group_id, "topics": topics, "error_code": code})
+            channel.send(resp_cls.build(throttle_time_ms=0, groups=groups))
+            return
         group = req.group_id
         code = ErrorCode.INVALID_GROUP_ID if group is None else self._group_state(group)
-        shape = resp_cls.nested("topics", "partitions")
+        topics = self._fetched(group, req.topics, code, resp_cls.nested("topics", "partitions"))
+        channel.send(resp_cls.build(throttle_time_ms=0, topics=topics, error_code=code))
+
+    def _fetched(self, group: str, asked: Any, code: int, shape: Any) -> list[tuple[str, list[Any]]]:
+        """One group's committed offsets for an OffsetFetch answer (``asked`` None: all)."""
         # Offsets not committed again within offsets.retention.minutes are forgotten, as Kafka
         # expires them (the log keeps them until compaction; the answer no longer does).
         oldest = wall_ms() - self.retention_ms
         with self._lock:
             cached = {tp: e for tp, e in self._cache.get(group, {}).items() if e[2] >= oldest} if not code else {}
-        if req.topics is None:
-            wanted: list[tuple[str, list[int]]] = []
+        if asked is None:
             by_topic: dict[str, list[int]] = {}
             for topic, part in sorted(cached):
                 by_topic.setdefault(topic, []).append(part)
             wanted = list(by_topic.items())
         else:
-            wanted = [(t.topic, list(t.partitions)) for t in req.topics]
+            wanted = [(t.topic, list(t.partitions)) for t in asked]
         topics = []
         for topic, parts in wanted:
             plist = []
@@ -861,7 +888,7 @@ class OffsetManager:
                 off, meta, _ = cached.get((topic, p), (-1, "", -1))
                 plist.append(shape.build(partition=p, offset=off, committed_leader_epoch=-1, metadata=meta, error_code=code))
             topics.append((topic, plist))
-        channel.send(resp_cls.build(throttle_time_ms=0, topics=topics, error_code=code))
+        return topics
 
     def committed(self, group: str) -> dict[tuple[str, int], int]:
         """The cached offsets of a group (tests, tools)."""

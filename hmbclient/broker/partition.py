@@ -14,6 +14,11 @@ Kafka 0.8.2 replication (with KIP-101 leader epochs), for the partitions this br
   controller moved on: the leader keeps its ISR and waits for the controller's LeaderAndIsr).
 * FOLLOWER: the replica fetcher appends what the leader has, truncating first by leader epoch;
   its HW is the leader's HW capped at its own LEO.
+* DeleteRecords (LEADER): ``delete_records_on_leader`` moves the log start (its cases); the
+  partition's low watermark (``low_watermark``, Kafka's ``lowWatermarkIfLeader``) is the
+  smallest log start of the leader and of the followers on live brokers, as each follower's
+  Fetch v5+ reports it. A FOLLOWER takes the leader's log start from the Fetch answers
+  (``follower_log_start``), capped at its own high watermark.
 * OFFLINE: stopped (StopReplica, or the broker is shutting down).
 
 The rules that decide (HW, ISR shrink and expand, caught-up bookkeeping) are pure functions at
@@ -49,6 +54,7 @@ __all__ = [
     "high_watermark",
     "out_of_sync_replicas",
     "can_join_isr",
+    "low_watermark",
 ]
 
 log = logging.getLogger("hmbclient.broker.partition")
@@ -75,6 +81,8 @@ class FollowerProgress:
     last_caught_up_ms: int = 0
     last_fetch_leader_leo: int = -1
     last_fetch_ms: int = 0
+    #: the follower's log start as its last fetch said (Fetch v5+); -1: not known yet
+    log_start: int = -1
 
     def on_fetch(self, fetch_offset: int, leader_leo: int, now_ms: int) -> None:
         """A fetch from ``fetch_offset`` read while the leader's LEO was ``leader_leo``.
@@ -117,6 +125,16 @@ def out_of_sync_replicas(leader_id: int, isr: Collection[int], followers: Mappin
         if p is None or now_ms - p.last_caught_up_ms > lag_time_max_ms:
             out.add(r)
     return out
+
+
+def low_watermark(leader_log_start: int, followers: Mapping[int, FollowerProgress], alive: Collection[int]) -> int:
+    """Kafka's ``lowWatermarkIfLeader``: the smallest log start of the leader and of every
+    follower on a live broker (a follower not heard from yet counts as -1: unknown)."""
+    lw = leader_log_start
+    for r, p in followers.items():
+        if r in alive and p.log_start < lw:
+            lw = p.log_start
+    return lw
 
 
 def can_join_isr(progress: FollowerProgress, high_watermark_: int, epoch_start_offset: int) -> bool:
@@ -268,9 +286,10 @@ class Partition:
             return ErrorCode.NONE
 
     # -- leader: follower fetches ------------------------------------------------------------------
-    def on_follower_fetch(self, replica_id: int, fetch_offset: int, leader_leo: int) -> bool:
-        """Record a follower's fetch; expand the ISR and move the HW if it allows. Returns True
-        if the HW moved (waiting produces and fetches should be checked)."""
+    def on_follower_fetch(self, replica_id: int, fetch_offset: int, leader_leo: int, log_start: int = -1) -> bool:
+        """Record a follower's fetch (and its log start, Fetch v5+: ``log_start`` >= 0);
+        expand the ISR and move the HW if it allows. Returns True if the HW moved (waiting
+        produces and fetches should be checked)."""
         with self.lock:
             if self.role is not Role.LEADER:
                 return False
@@ -278,6 +297,8 @@ class Partition:
             if progress is None:
                 return False
             progress.on_fetch(fetch_offset, leader_leo, self._now_ms())
+            if log_start >= 0:
+                progress.log_start = log_start
             if replica_id not in self.isr and can_join_isr(progress, self.log.high_watermark, self.epoch_start_offset):
                 self._write_isr((*self.isr, replica_id), f"replica {replica_id} caught up")
             return self._maybe_increment_hw()
@@ -305,11 +326,53 @@ class Partition:
         self.isr = new_isr
         self.zk_version = version
 
+    # -- leader: DeleteRecords --------------------------------------------------------------------
+    def delete_records_on_leader(self, offset: int) -> tuple[int, int]:
+        """Move the log start to ``offset`` (-1: the high watermark), Kafka's
+        ``deleteRecordsOnLeader``. Returns ``(error code, the offset asked for)``:
+        (a) not the leader: NOT_LEADER_OR_FOLLOWER; (b) a ``compact``-only log:
+        POLICY_VIOLATION; (c) below -1 or past the high watermark: OFFSET_OUT_OF_RANGE, nothing
+        moves; (d) NONE, the start moved (or already was at or past it).
+
+        Raises:
+            StorageError: a segment file could not be removed.
+        """
+        with self.lock:
+            if self.role is not Role.LEADER:  # (a)
+                return ErrorCode.NOT_LEADER_FOR_PARTITION, -1
+            if not self.log.config.delete:  # (b)
+                return ErrorCode.POLICY_VIOLATION, -1
+            target = self.log.high_watermark if offset == -1 else offset
+            if target < 0 or target > self.log.high_watermark:  # (c)
+                return ErrorCode.OFFSET_OUT_OF_RANGE, -1
+            self.log.increment_log_start_offset(target)  # (d)
+            return ErrorCode.NONE, target
+
+    def low_watermark(self, alive: Collection[int]) -> int | None:
+        """The partition's low watermark (``low_watermark``), None when not the leader."""
+        with self.lock:
+            if self.role is not Role.LEADER:
+                return None
+            return low_watermark(self.log.log_start_offset, self.followers, alive)
+
     # -- follower ---------------------------------------------------------------------------------
     def follower_high_watermark(self, leader_hw: int) -> None:
         with self.lock:
             if self.role is Role.FOLLOWER:
                 self.log.update_high_watermark(min(leader_hw, self.log.log_end_offset))
+
+    def follower_log_start(self, leader_log_start: int) -> bool:
+        """Take the leader's log start (a Fetch v5+ answer), capped at this replica's high
+        watermark (which the leader's start never passes once this replica has fetched from
+        it). Returns True if the log start moved (the caller checkpoints it).
+
+        Raises:
+            StorageError: a segment file could not be removed.
+        """
+        with self.lock:
+            if self.role is not Role.FOLLOWER or leader_log_start < 0:
+                return False
+            return self.log.increment_log_start_offset(min(leader_log_start, self.log.high_watermark))
 
     def __repr__(self) -> str:
         return (

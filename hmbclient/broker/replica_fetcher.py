@@ -16,10 +16,17 @@ messages that a leader change left only in its log (KIP-101 scenario 1) and from
 divergent tail (scenario 2). A follower with no epoch in its cache (empty log, or only legacy
 v0/v1 messages, which carry no epoch) truncates to its high watermark, as Kafka does.
 
-Fetching: Fetch v4 with ``replica_id`` = this broker, from each partition's log end;
-``append_as_follower`` adds whole entries and learns epochs from the batches; the follower's
-HW becomes ``min(leader's HW, own LEO)``. A leader whose log starts after the follower's LEO
-(retention) makes the follower start over at the leader's log start.
+Fetching: Fetch v5 with ``replica_id`` = this broker, from each partition's log end, with its
+log start (the leader's low watermark for DeleteRecords); ``append_as_follower`` adds whole
+entries and learns epochs from the batches; the follower's HW becomes ``min(leader's HW, own
+LEO)`` and its log start the leader's (capped at that HW; segments below it are deleted and
+the start checkpointed before the next fetch reports it). A leader whose log starts after the
+follower's LEO (retention, DeleteRecords) makes the follower start over at the leader's log
+start.
+
+Throttling (``broker.replication_quota``): a partition whose replica here is throttled
+(``follower.replication.throttled.replicas``) and not in the ISR is left out of the fetch while
+the follower's rate is over ``follower.replication.throttled.rate``; what it gets is recorded.
 
 Errors: a lost connection or an error code backs off ``replica.fetch.backoff.ms`` and retries;
 a write the disk refuses (full, I/O error: nothing was written) backs off and fetches the same
@@ -232,19 +239,42 @@ class _FetcherThread:
                 pf.state = FetchState.FETCHING
 
     # -- fetching --------------------------------------------------------------------------------
+    def _allowance(self, p: Partition) -> int | None:
+        """Bytes this follower may fetch for a throttled replica now (None: not throttled)."""
+        rm = self.manager.replica_manager
+        throttles = rm.throttles
+        if throttles is None:
+            return None
+        # The ISR as the last UpdateMetadata told (a leader's ISR changes reach followers so).
+        meta = rm.metadata.partition(p.topic, p.partition)
+        isr = meta.isr if meta is not None else p.isr
+        return throttles.follower_allowance(p.topic, p.partition, rm.broker_id, rm.broker_id in isr)
+
     def _fetch(self, parts: list[_PartitionFetch]) -> None:
         rm = self.manager.replica_manager
         topics: dict[str, list[tuple[int, int, int, int]]] = {}
+        throttled: set[TP] = set()
+        held_back = False
         for pf in parts:
             p = pf.partition
-            topics.setdefault(p.topic, []).append((p.partition, p.log.log_end_offset, -1, self.manager.fetch_max_bytes))
-        req = FetchRequest[4](
+            allowance = self._allowance(p)
+            if allowance == 0:  # over the follower's throttle: left out of this fetch
+                held_back = True
+                continue
+            if allowance is not None:
+                throttled.add(p.tp)
+            topics.setdefault(p.topic, []).append((p.partition, p.log.log_end_offset, p.log.log_start_offset, self.manager.fetch_max_bytes))
+        if not topics:
+            if held_back:
+                self.stop_event.wait(0.05)
+            return
+        req = FetchRequest[5](
             replica_id=rm.broker_id,
             max_wait_ms=self.manager.fetch_wait_max_ms,
             min_bytes=1,
             max_bytes=self.manager.fetch_max_bytes * max(1, len(parts)),
             isolation_level=0,
-            topics=[(t, [(part, off, self.manager.fetch_max_bytes) for part, off, _, _ in ps]) for t, ps in topics.items()],
+            topics=[(t, [(part, off, start, mb) for part, off, start, mb in ps]) for t, ps in topics.items()],
         )
         resp = self.channel.request(req, self.manager.request_timeout_s + self.manager.fetch_wait_max_ms / 1000.0)
         by_tp = {pf.partition.tp: pf for pf in parts}
@@ -255,7 +285,9 @@ class _FetcherThread:
                 if found is None or not self._still_mine(found):
                     continue
                 if a.error_code == ErrorCode.NONE:
-                    if not self._append(found, a.records, a.high_watermark):
+                    if (t.topic, a.partition) in throttled and a.records and rm.throttles is not None:
+                        rm.throttles.follower_fetched(len(a.records))
+                    if not self._append(found, a.records, a.high_watermark, a.log_start_offset):
                         failed = True
                 elif a.error_code == ErrorCode.OFFSET_OUT_OF_RANGE:
                     self._out_of_range(found)
@@ -265,8 +297,10 @@ class _FetcherThread:
         if failed:
             self._backoff()
 
-    def _append(self, pf: _PartitionFetch, data: bytes | None, leader_hw: int) -> bool:
-        """Append what the leader sent; False when the disk refused it (back off)."""
+    def _append(self, pf: _PartitionFetch, data: bytes | None, leader_hw: int, leader_log_start: int = -1) -> bool:
+        """Append what the leader sent, take its high watermark and its log start (DeleteRecords,
+        retention: the segments below go here too, and the start is checkpointed before the
+        next fetch reports it); False when the disk refused it (back off)."""
         p = pf.partition
         with p.lock:
             if not self._still_mine(pf):
@@ -291,6 +325,12 @@ class _FetcherThread:
                     log.warning("%s-%d: the disk takes writes again", p.topic, p.partition)
                     pf.storage_error = False
             p.follower_high_watermark(leader_hw)
+            try:
+                if p.follower_log_start(leader_log_start):
+                    self.manager.replica_manager.logs.checkpoint_log_start_offsets()
+            except StorageError as e:
+                log.error("%s-%d: cannot move the log start to the leader's %d: %s", p.topic, p.partition, leader_log_start, e)
+                return False
         return True
 
     def _out_of_range(self, pf: _PartitionFetch) -> None:

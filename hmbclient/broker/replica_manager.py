@@ -15,9 +15,16 @@ Kafka's ``ReplicaManager`` after the purgatory refactoring (KAFKA-1583), with 0.
   and up to the log end for followers (``replica_id`` >= 0, which must be an assigned replica);
   a follower's fetch offset is its log end offset, which may move the HW and so complete
   waiting produces and consumer fetches. A fetch that finds less than ``min_bytes`` parks a
-  DelayedFetch.
+  DelayedFetch. A follower outside the ISR whose replica is throttled
+  (``leader.replication.throttled.replicas``, ``broker.replication_quota``) gets at most the
+  throttle's allowance (nothing while the leader's rate is over its bound).
+* ``delete_records`` (DeleteRecords) moves the log start of each partition this broker leads
+  (``Partition.delete_records_on_leader``: its cases), checkpoints the log starts before
+  anything answers, and parks a DelayedDeleteRecords until every live follower reported a log
+  start at least as high (followers send theirs in every Fetch v5+, and take the leader's from
+  its answers: ``replica_fetcher``). Followers' fetches re-check the parked operations.
 * A background thread drops followers that stopped catching up from the ISR
-  (``replica.lag.time.max.ms``) and checkpoints the high watermarks.
+  (``replica.lag.time.max.ms``) and checkpoints the high watermarks and the log starts.
 
 Per-partition errors are codes, never exceptions: UNKNOWN_TOPIC_OR_PARTITION (not hosted here
 and unknown), LEADER_NOT_AVAILABLE (offline), NOT_LEADER_FOR_PARTITION, OFFSET_OUT_OF_RANGE,
@@ -29,10 +36,17 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Hashable, Iterable
 from typing import Any, NamedTuple
 
-from hmbclient.broker.delayed import DelayedFetch, DelayedProduce, FetchWait, ProduceStatus
+from hmbclient.broker.delayed import (
+    DelayedDeleteRecords,
+    DelayedFetch,
+    DelayedProduce,
+    DeleteRecordsStatus,
+    FetchWait,
+    ProduceStatus,
+)
 from hmbclient.broker.log.log import Log
 from hmbclient.broker.log.manager import LogManager
 from hmbclient.broker.log.segment import FileSlice
@@ -40,6 +54,7 @@ from hmbclient.broker.metadata import NO_LEADER, BrokerEndpoint, MetadataCache, 
 from hmbclient.broker.metrics import BrokerMetrics
 from hmbclient.broker.partition import IsrWriter, Partition, Role
 from hmbclient.broker.purgatory import Purgatory
+from hmbclient.broker.replication_quota import ReplicationThrottles
 from hmbclient.broker.results import TP, AppendResult, FetchInfo, FetchResult
 from hmbclient.clock import monotonic_ms
 from hmbclient.errors import (
@@ -107,12 +122,15 @@ class ReplicaManager:
         self.min_insync_replicas = min_insync_replicas
         #: ``topic -> min.insync.replicas`` (dynamic topic configs); None: the broker's setting
         self.min_insync_for: Callable[[str], int] | None = None
+        #: replication throttles (``replication_quota``; None: none)
+        self.throttles: ReplicationThrottles | None = None
         self.replica_lag_time_max_ms = replica_lag_time_max_ms
         self.hw_checkpoint_interval_ms = hw_checkpoint_interval_ms
         self.isr_writer = isr_writer if isr_writer is None else self._metered(isr_writer)
         self._now_ms = now_ms
         self.produce_purgatory: Purgatory[DelayedProduce] = Purgatory("produce", now_ms)
         self.fetch_purgatory: Purgatory[DelayedFetch] = Purgatory("fetch", now_ms)
+        self.delete_records_purgatory: Purgatory[DelayedDeleteRecords] = Purgatory("delete-records", now_ms)
         self._partitions: dict[TP, Partition] = {}
         self._lock = threading.RLock()
         self._append_listeners: list[Callable[[str, int], None]] = []
@@ -145,6 +163,7 @@ class ReplicaManager:
     def start(self) -> None:
         self.produce_purgatory.start()
         self.fetch_purgatory.start()
+        self.delete_records_purgatory.start()
         self._stop.clear()
         self._chores = threading.Thread(target=self._run_chores, name=f"broker-{self.broker_id}-replica-chores", daemon=True)
         self._chores.start()
@@ -161,6 +180,7 @@ class ReplicaManager:
         # instead of holding their connections until the sockets close.
         self.fetch_purgatory.shutdown(complete_pending=True)
         self.produce_purgatory.shutdown(complete_pending=True)
+        self.delete_records_purgatory.shutdown(complete_pending=True)
         self.checkpoint_high_watermarks()
 
     def _run_chores(self) -> None:
@@ -202,6 +222,10 @@ class ReplicaManager:
             self.logs.checkpoint_high_watermarks()
         except StorageError as e:
             log.error("high watermark checkpoint failed: %s", e)
+        try:
+            self.logs.checkpoint_log_start_offsets()
+        except StorageError as e:
+            log.error("log start offset checkpoint failed: %s", e)
 
     # -- listeners ---------------------------------------------------------------------------------
     def add_append_listener(self, fn: Callable[[str, int], None]) -> None:
@@ -344,6 +368,7 @@ class ReplicaManager:
         # Parked requests of a partition this broker no longer leads answer now (Case A).
         self.fetch_purgatory.check_and_complete(tp)
         self.produce_purgatory.check_and_complete(tp)
+        self.delete_records_purgatory.check_and_complete(tp)
 
     def _hw_moved(self, tp: TP) -> None:
         self.produce_purgatory.check_and_complete(tp)
@@ -436,6 +461,53 @@ class ReplicaManager:
             return self._not_here(topic, partition)
         return p.acks_status(required_offset, self.min_isr(topic))
 
+    # -- DeleteRecords -----------------------------------------------------------------------------
+    def low_watermark(self, topic: str, partition: int) -> tuple[int, int]:
+        """For DelayedDeleteRecords: ``(error, low watermark)`` (see ``Partition.low_watermark``)."""
+        p = self._partitions.get((topic, partition))
+        lw = None if p is None else p.low_watermark(self.metadata.live_broker_ids())
+        if p is None or lw is None:
+            return self._not_here(topic, partition), -1
+        return ErrorCode.NONE, lw
+
+    def delete_records(self, timeout_ms: int, offsets: dict[TP, int], respond: Callable[[dict[TP, DeleteRecordsStatus]], None]) -> None:
+        """Move each partition's log start to its offset (-1: the high watermark) and call
+        ``respond`` with ``{tp: DeleteRecordsStatus}`` once every live replica followed, or at
+        ``timeout_ms`` (see the module docstring)."""
+        statuses: dict[TP, DeleteRecordsStatus] = {}
+        moved = False
+        for tp, offset in offsets.items():
+            p = self._partitions.get(tp)
+            if p is None or p.role is not Role.LEADER:
+                statuses[tp] = DeleteRecordsStatus(-1, self._not_here(*tp), pending=False)
+                continue
+            try:
+                code, target = p.delete_records_on_leader(offset)
+            except StorageError as e:
+                log.error("DeleteRecords on %s-%d: %s", tp[0], tp[1], e)
+                code, target = ErrorCode.KAFKA_STORAGE_ERROR, -1
+            statuses[tp] = DeleteRecordsStatus(target, code, pending=not code)
+            moved = moved or not code
+        if moved:
+            try:
+                # Durable before anyone hears of it: a kill -9 must not bring the records back.
+                self.logs.checkpoint_log_start_offsets()
+            except StorageError as e:
+                log.error("log start offset checkpoint after DeleteRecords failed: %s", e)
+                for st in statuses.values():
+                    if st.pending:
+                        st.error_code, st.pending = ErrorCode.KAFKA_STORAGE_ERROR, False
+        for tp, st in statuses.items():
+            if st.pending:
+                # Readers parked below the new start answer now (DelayedFetch Case B).
+                self.fetch_purgatory.check_and_complete(tp)
+        pending: list[Hashable] = [tp for tp, st in statuses.items() if st.pending]
+        if not pending:
+            respond(statuses)
+            return
+        op = DelayedDeleteRecords(timeout_ms, statuses, self, respond)
+        self.delete_records_purgatory.try_complete_else_watch(op, pending)
+
     # -- fetches -----------------------------------------------------------------------------------
     def read(
         self,
@@ -481,11 +553,15 @@ class ReplicaManager:
             end = leo if from_replica else lso if committed else hw
             start = partition_log.log_start_offset
             limit = min(info.max_bytes, remaining)
+            one_entry = min_one_entry
+            allowance = self._replica_allowance(info.topic, info.partition, replica_id) if from_replica else None
+            if allowance is not None:  # a throttled replica (replication_quota)
+                limit, one_entry = min(limit, allowance), allowance > 0
             data: FileSlice | bytes = _EMPTY
             n = 0
-            if limit > 0 or min_one_entry:
+            if limit > 0 or one_entry:
                 try:
-                    found, magic = partition_log.read(info.offset, max(limit, 0), min_one_entry=min_one_entry, max_offset=end)
+                    found, magic = partition_log.read(info.offset, max(limit, 0), min_one_entry=one_entry, max_offset=end)
                 except OffsetOutOfRangeError:
                     out.append(FetchResult(ErrorCode.OFFSET_OUT_OF_RANGE, hw, start, _EMPTY, 0, lso))
                     if waits is not None:
@@ -502,9 +578,14 @@ class ReplicaManager:
             if n:
                 remaining -= n
                 min_one_entry = False
-            if from_replica and p.on_follower_fetch(replica_id, info.offset, leo):
-                self._hw_moved(p.tp)
-                hw = partition_log.high_watermark
+                if allowance is not None and self.throttles is not None:
+                    self.throttles.leader_sent(n)
+            if from_replica:
+                if p.on_follower_fetch(replica_id, info.offset, leo, info.log_start_offset):
+                    self._hw_moved(p.tp)
+                    hw = partition_log.high_watermark
+                if info.log_start_offset >= 0:
+                    self.delete_records_purgatory.check_and_complete(p.tp)
             # read_committed: the aborted transactions with records in what was read (KIP-98)
             aborted = partition_log.aborted_transactions(info.offset, end) if committed and n else None
             out.append(FetchResult(ErrorCode.NONE, hw, start, data, n, lso, aborted))
@@ -577,14 +658,22 @@ class ReplicaManager:
         def complete() -> None:
             if from_replica:
                 # The follower's progress was recorded by the first read; this one only answers.
-                respond(self._read_for_replica_answer(infos, max_bytes, min_one_entry))
+                respond(self._read_for_replica_answer(infos, max_bytes, min_one_entry, replica_id))
             else:
                 respond(self.read(infos, max_bytes, max_magic, min_one_entry))
 
         op = DelayedFetch(max_wait_ms, min_bytes, infos, waits, from_replica, self, complete)
         self.fetch_purgatory.try_complete_else_watch(op, [(i.topic, i.partition) for i in infos])
 
-    def _read_for_replica_answer(self, infos: list[FetchInfo], max_bytes: int, min_one_entry: bool) -> list[FetchResult]:
+    def _replica_allowance(self, topic: str, partition: int, replica_id: int) -> int | None:
+        """Bytes a follower may get for the partition now (None: not throttled)."""
+        throttles = self.throttles
+        if throttles is None:
+            return None
+        p = self._partitions.get((topic, partition))
+        return throttles.leader_allowance(topic, partition, replica_id, p is not None and replica_id in p.isr)
+
+    def _read_for_replica_answer(self, infos: list[FetchInfo], max_bytes: int, min_one_entry: bool, replica_id: int = -1) -> list[FetchResult]:
         """A parked follower fetch answers with the data up to the log end (its fetch offset was
         already recorded as its log end when the request arrived)."""
         out: list[FetchResult] = []
@@ -595,8 +684,13 @@ class ReplicaManager:
                 out.append(FetchResult(code, -1, -1, _EMPTY, 0))
                 continue
             hw, start = partition_log.high_watermark, partition_log.log_start_offset
+            limit, one_entry = min(info.max_bytes, remaining), min_one_entry
+            allowance = self._replica_allowance(info.topic, info.partition, replica_id) if replica_id >= 0 else None
+            if allowance is not None:
+                limit, one_entry = min(limit, allowance), allowance > 0
             try:
-                found, _ = partition_log.read(info.offset, max(min(info.max_bytes, remaining), 0), min_one_entry=min_one_entry, max_offset=partition_log.log_end_offset)
+                found, _ = partition_log.read(info.offset, max(limit, 0), min_one_entry=one_entry, max_offset=partition_log.log_end_offset) \
+                    if limit > 0 or one_entry else (None, 0)
             except OffsetOutOfRangeError:
                 out.append(FetchResult(ErrorCode.OFFSET_OUT_OF_RANGE, hw, start, _EMPTY, 0))
                 continue
@@ -607,5 +701,7 @@ class ReplicaManager:
             if n:
                 remaining -= n
                 min_one_entry = False
+                if allowance is not None and self.throttles is not None:
+                    self.throttles.leader_sent(n)
             out.append(FetchResult(ErrorCode.NONE, hw, start, found if found is not None else _EMPTY, n))
         return out

@@ -37,6 +37,8 @@ class FetchInfo(NamedTuple):
     max_bytes: int
     #: 1: read_committed (KIP-98): read below the last stable offset only
     isolation_level: int = 0
+    #: a follower's log start (Fetch v5+; -1: not said): the leader's low watermark
+    log_start_offset: int = -1
 
 
 class FetchResult(NamedTuple):

@@ -18,7 +18,7 @@ import os
 import threading
 from typing import Any
 
-from hmbclient.broker.log.checkpoint import fsync_dir
+from hmbclient.broker.log.checkpoint import read_json, write_json_atomically
 from hmbclient.errors import StorageError
 
 __all__ = ["TopicConfigStore", "FileTopicConfigs", "ZkTopicConfigs", "TOPIC_CONFIGS_FILE"]
@@ -50,13 +50,7 @@ class FileTopicConfigs(TopicConfigStore):
         self.path = os.path.join(log_dir, TOPIC_CONFIGS_FILE)
         self._lock = threading.Lock()
         self._configs: dict[str, dict[str, str]] = {}
-        try:
-            with open(self.path, encoding="utf-8") as f:
-                data = json.load(f)
-        except FileNotFoundError:
-            data = {}
-        except (OSError, ValueError) as e:
-            raise StorageError(f"cannot read {self.path}: {e}") from e
+        data = read_json(self.path, {})
         if not isinstance(data, dict) or not all(isinstance(v, dict) for v in data.values()):
             raise StorageError(f"{self.path}: expected {{topic: {{name: value}}}}")
         self._configs = {t: {str(k): str(v) for k, v in c.items()} for t, c in data.items()}
@@ -72,16 +66,7 @@ class FileTopicConfigs(TopicConfigStore):
                 new[topic] = dict(configs)
             else:
                 new.pop(topic, None)
-            tmp = self.path + ".tmp"
-            try:
-                with open(tmp, "w", encoding="utf-8") as f:
-                    json.dump(new, f, sort_keys=True)
-                    f.flush()
-                    os.fsync(f.fileno())
-                os.replace(tmp, self.path)
-                fsync_dir(os.path.dirname(self.path))
-            except OSError as e:
-                raise StorageError(f"cannot write {self.path}: {e}") from e
+            write_json_atomically(self.path, new)
             self._configs = new
 
 

@@ -108,7 +108,8 @@ class ConsumerConfig(SecurityConfig):
       for slow or remote ensembles.
     * ``client_id`` defaults to ``group_id`` (as in 0.8), filled in on construction.
 
-    Two ways to balance a group (``group_protocol``): ``zookeeper`` (Kafka 0.8: membership,
+    Two ways to balance a group (``group_coordination``; ``group.protocol`` is accepted as
+    its alias, as 0.8-era code and the API docs spell it): ``zookeeper`` (Kafka 0.8: membership,
     ownership and, by default, offsets in ZooKeeper; needs ``zookeeper_connect``) or
     ``broker`` (the brokers' group coordinator: FindCoordinator, JoinGroup, SyncGroup,
     Heartbeat, LeaveGroup; needs ``metadata_broker_list`` / ``bootstrap.servers``; offsets
@@ -122,7 +123,7 @@ class ConsumerConfig(SecurityConfig):
     zookeeper_connect: str | None = setting(
         None,
         convert=convert_zookeeper_connect,
-        doc="zookeeper.connect: 'host:port,...[/chroot]' of the ensemble (group.protocol=zookeeper)",
+        doc="zookeeper.connect: 'host:port,...[/chroot]' of the ensemble (group.coordination=zookeeper)",
     )
     group_id: str = setting(convert=_group_id, doc="group.id: the consumer group (required)")
     consumer_id: str | None = setting(
@@ -206,14 +207,16 @@ class ConsumerConfig(SecurityConfig):
         (),
         aliases=("bootstrap.servers",),
         convert=parse_broker_list,
-        doc="metadata.broker.list: bootstrap brokers (group.protocol=broker), or brokers for "
+        doc="metadata.broker.list: bootstrap brokers (group.coordination=broker), or brokers for "
         "the Metadata API when they are not in ZooKeeper",
     )
     api_version: ApiVersion = setting("auto", doc="api.version: auto, 0.8, 0.10, 2.1 or hmb")
-    group_protocol: Literal["zookeeper", "broker"] | None = setting(
+    group_coordination: Literal["zookeeper", "broker"] | None = setting(
         None,
-        doc="group.protocol: zookeeper or broker (the brokers' group coordinator); "
-        "None: zookeeper when zookeeper.connect is set, else broker",
+        aliases=("group.protocol",),
+        doc="group.coordination: zookeeper or broker (the brokers' group coordinator); "
+        "None: zookeeper when zookeeper.connect is set, else broker (alias: group.protocol, "
+        "whose name Kafka 4 gives to classic|consumer on the poll Consumer)",
     )
     session_timeout_ms: int = setting(
         10_000,
@@ -235,18 +238,18 @@ class ConsumerConfig(SecurityConfig):
         super()._validate()
         if self.client_id is None:
             self._set("client_id", self.group_id)
-        if self.group_protocol is None:
-            self._set("group_protocol", "zookeeper" if self.zookeeper_connect else "broker")
-        if self.group_protocol == "zookeeper" and not self.zookeeper_connect:
+        if self.group_coordination is None:
+            self._set("group_coordination", "zookeeper" if self.zookeeper_connect else "broker")
+        if self.group_coordination == "zookeeper" and not self.zookeeper_connect:
             self._fail(
-                "'zookeeper.connect' (zookeeper_connect) is required with group.protocol="
+                "'zookeeper.connect' (zookeeper_connect) is required with group.coordination="
                 "zookeeper; for groups balanced by the brokers give 'bootstrap.servers' "
-                "(metadata_broker_list) and group.protocol=broker"
+                "(metadata_broker_list) and group.coordination=broker"
             )
-        if self.group_protocol == "broker":
+        if self.group_coordination == "broker":
             if not self.metadata_broker_list:
                 self._fail(
-                    "group.protocol=broker needs 'bootstrap.servers' (metadata_broker_list); "
+                    "group.coordination=broker needs 'bootstrap.servers' (metadata_broker_list); "
                     "for ZooKeeper groups give 'zookeeper.connect' (zookeeper_connect)"
                 )
             if self.heartbeat_interval_ms >= self.session_timeout_ms:
@@ -323,10 +326,22 @@ class PollConsumerConfig(SecurityConfig):
         45_000, min=1, doc="session.timeout.ms: the coordinator drops a member silent for this long"
     )
     heartbeat_interval_ms: int = setting(3_000, min=1, doc="heartbeat.interval.ms: time between two heartbeats")
-    partition_assignment_strategy: str = setting(
-        "range",
+    partition_assignment_strategy: str | None = setting(
+        None,
         convert=_assignment_strategy,
-        doc="partition.assignment.strategy: the assignor offered first (range, roundrobin, ...)",
+        doc="partition.assignment.strategy: (classic) the assignor offered first (range, roundrobin, "
+        "cooperative-sticky); None: range. Refused with group.protocol=consumer, as Java",
+    )
+    group_protocol: Literal["classic", "consumer"] = setting(
+        "classic",
+        convert=lambda v: v.strip().lower() if isinstance(v, str) else v,
+        doc="group.protocol: classic (JoinGroup/SyncGroup) or consumer (Kafka 4's "
+        "ConsumerGroupHeartbeat, KIP-848: the coordinator assigns)",
+    )
+    group_remote_assignor: Literal["uniform", "range"] | None = setting(
+        None,
+        doc="group.remote.assignor: (consumer) the coordinator's assignor, uniform or range "
+        "(None: the coordinator's default)",
     )
     isolation_level: Literal["read_uncommitted", "read_committed"] = setting(
         "read_uncommitted", doc="isolation.level: read_committed hides aborted transactions' records"
@@ -356,6 +371,19 @@ class PollConsumerConfig(SecurityConfig):
 
     def _validate(self) -> None:
         super()._validate()
+        if self.group_protocol == "consumer":
+            # As Java's: the coordinator assigns (group.remote.assignor), and the session
+            # and heartbeat interval are the group's (the coordinator's settings).
+            if self.partition_assignment_strategy is not None:
+                self._fail(
+                    "'partition.assignment.strategy' is not supported with group.protocol=consumer "
+                    "(the coordinator assigns): use 'group.remote.assignor' (uniform or range)"
+                )
+        else:
+            if self.group_remote_assignor is not None:
+                self._fail("'group.remote.assignor' needs group.protocol=consumer")
+            if self.partition_assignment_strategy is None:
+                self._set("partition_assignment_strategy", "range")
         if self.heartbeat_interval_ms >= self.session_timeout_ms:
             self._fail(
                 f"'heartbeat.interval.ms' ({self.heartbeat_interval_ms}) must be lower than "

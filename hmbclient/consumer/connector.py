@@ -1,7 +1,7 @@
 """The high-level consumer: ``Consumer.create(config) -> ConsumerConnector``, Kafka 0.8's
 ``kafka.consumer.Consumer`` and ``ZookeeperConsumerConnector`` (group membership and partition
 ownership in ZooKeeper, streams per consuming thread), or the same front over a group balanced
-by the brokers' group coordinator (``group.protocol=broker``: Kafka 0.9+, Kafka 4, Tansu).
+by the brokers' group coordinator (``group.coordination=broker``, alias ``group.protocol=broker``: Kafka 0.9+, Kafka 4, Tansu).
 
 Usage::
 
@@ -160,7 +160,7 @@ class Consumer:
 
 class ConsumerConnector:
     """A member of a consumer group, balanced through ZooKeeper or the brokers' coordinator
-    (``group.protocol``). Create it with :meth:`Consumer.create`.
+    (``group.coordination``). Create it with :meth:`Consumer.create`.
 
     Args:
         config: the consumer configuration.
@@ -325,6 +325,12 @@ class ConsumerConnector:
                     done.committed = offset
             self._emit("committed", partitions=len(offsets))
 
+    @property
+    def metrics_registry(self) -> Metrics:
+        """The registry behind :meth:`metrics` (tag ``client-id``): what the exporters of
+        :mod:`hmbclient.metrics_exporters` read."""
+        return self._metrics.registry
+
     def metrics(self) -> dict[str, dict[str, float]]:
         """The consumer's metrics under Kafka's names: ``{"consumer-fetch-manager-metrics":
         {name: value}, "consumer-coordinator-metrics": {...}}`` (see
@@ -477,7 +483,7 @@ class ConsumerConnector:
         self._storage = None
 
     def _start(self, subscription: Subscription) -> None:
-        if self.config.group_protocol == "broker":
+        if self.config.group_coordination == "broker":
             self._start_broker_group(subscription)
         else:
             self._start_zookeeper_group(subscription)

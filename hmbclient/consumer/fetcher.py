@@ -6,8 +6,9 @@ Contract
   connector, finds each one's leader from Metadata and hands it to that broker's
   :class:`_BrokerFetcher`. A broker fetcher sends one Fetch for all its partitions
   (``fetch_min_bytes``, ``fetch_wait_max_ms``, ``fetch_message_max_bytes`` per partition),
-  decodes each partition's records once (CRC checked) and pushes them as one chunk into the
-  partition's stream; a full stream queue blocks it (bounded memory).
+  decodes each partition's records once (CRC checked; as the stream's ``record_class`` when it
+  has one) and pushes them as one chunk into the partition's stream; a full stream queue
+  blocks it (bounded memory).
 * A partition whose position is unknown (nothing committed) or out of range is reset with
   ListOffsets to the earliest (``smallest``) or latest (``largest``) offset, as
   ``auto_offset_reset`` says; its consumed position moves with it.
@@ -392,8 +393,10 @@ class _BrokerFetcher:
         # already moved past them by _advance): decode (CRC checked; read_committed: without
         # the aborted transactions) and queue them as one chunk, or queue the error the
         # stream will raise. Returns how many records were queued.
+        cls = pti.stream.record_class
+        tail = None if cls is None else (cls, (pti.topic, pti.partition))
         try:
-            records = read_committed(raw, aborted) if aborted else decode_records(raw)
+            records = read_committed(raw, aborted, tail) if aborted else decode_records(raw, tail)
         except CorruptRecordError as exc:
             self._drop(pti)
             pti.stream.put_error(pti, exc, self._stop)

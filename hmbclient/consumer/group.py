@@ -57,12 +57,11 @@ A subscribe/poll consumer maps these to ``on_revoke``/``on_lost``/``on_assign`` 
 ``owned`` is the current assignment; ``commit_generation()`` gives the generation and member id
 for OffsetCommit; ``fatal_error`` says why a member stopped for good.
 
-Not here: Kafka 4's consumer group protocol (KIP-848, ConsumerGroupHeartbeat) assigns by topic
-id, which needs topic ids in the broker and Metadata v10+ first. When it comes, Kafka's
-``group.protocol`` (classic | consumer) clashes with the connector's ``group.protocol``
-(zookeeper | broker); the decision recorded for then: the connector's choice becomes
-``group.coordination`` (zookeeper | broker) with ``group.protocol=zookeeper|broker`` accepted as
-its deprecated alias, and ``group.protocol`` takes Kafka's values.
+Kafka 4's consumer group protocol (KIP-848, ``group.protocol=consumer`` on the poll Consumer) is
+:mod:`.group_consumer`'s member, with the same face. Kafka's ``group.protocol`` (classic |
+consumer) clashed with the connector's ``group.protocol`` (zookeeper | broker): the connector's
+choice is ``group.coordination`` (zookeeper | broker), with ``group.protocol=zookeeper|broker``
+accepted as its alias there.
 
 Member states
 -------------

@@ -4,7 +4,9 @@ without ``--zookeeper``): ListGroups, DescribeGroups, committed offsets and lag.
 * :func:`list_broker_groups` asks *every* broker of the cluster (ListGroups answers only for
   the groups that broker coordinates) and merges the answers.
 * :func:`describe_broker_group` asks the group's coordinator (FindCoordinator) for its state,
-  protocol and members (DescribeGroups; a "consumer" member's assignment is decoded), reads
+  protocol and members (a consumer-protocol group, KIP-848, through ConsumerGroupDescribe
+  when the coordinator serves it: protocol ``consumer/<assignor>``, members with their epoch;
+  else DescribeGroups, a "consumer" member's assignment decoded), reads
   the committed offsets (OffsetFetch, topics named explicitly: some brokers, Tansu among
   them, cannot answer "every topic") and the high watermarks from each partition's leader
   (ListOffsets latest); lag is high watermark minus committed offset.
@@ -19,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from hmbclient.errors import CoordinationError, HmbError, for_code
+from hmbclient.errors import CoordinationError, ErrorCode, HmbError, for_code
 from hmbclient.net.client import NetClient
 from hmbclient.net.metadata import Metadata
 from hmbclient.net.security import Security
@@ -87,7 +89,9 @@ def describe_broker_group(
         ``{"state", "protocol_type", "protocol", "members": [{"member_id", "client_id",
         "client_host", "partitions": [(topic, partition), ...]}], "partitions": [{"topic",
         "partition", "owner", "committed", "latest", "lag"}, ...]}``; rows sorted by topic and
-        partition; ``owner`` is a member id or None, ``latest``/``lag`` None when unknown.
+        partition; ``owner`` is a member id or None, ``latest``/``lag`` None when unknown. A
+        consumer-protocol group (KIP-848) has protocol_type ``consumer``, its assignor as
+        ``protocol``, a ``group_epoch`` and each member's ``member_epoch``.
 
     Raises:
         CoordinationError: the coordinator knows no such group (no members, no offsets).
@@ -111,6 +115,9 @@ def describe_group_with(client: NetClient, metadata: Metadata, group: str, timeo
         HmbError: a broker could not be reached or refused a request.
     """
     coordinator = _find_coordinator(client, group, timeout_ms)
+    modern = _consumer_group_describe(client, coordinator, group, timeout_ms)
+    if modern is not None:
+        return _with_offsets(client, metadata, coordinator, group, timeout_ms, *modern)
     described = client.call(
         coordinator,
         lambda v: v.build(ApiKey.DESCRIBE_GROUPS, groups=[group], include_authorized_operations=False),
@@ -120,6 +127,63 @@ def describe_group_with(client: NetClient, metadata: Metadata, group: str, timeo
     if described.error_code:
         raise for_code(described.error_code)(f"DescribeGroups {group!r}")
     members, owners, topics = _members(described)
+    state = {"state": described.group_state, "protocol_type": described.protocol_type, "protocol": described.protocol_data}
+    return _with_offsets(client, metadata, coordinator, group, timeout_ms, state, members, owners, topics)
+
+
+def _consumer_group_describe(
+    client: NetClient, coordinator: int, group: str, timeout_ms: int
+) -> tuple[dict[str, Any], list[dict[str, Any]], dict[TopicPartition, str], set[str]] | None:
+    """A consumer-protocol group (KIP-848) through ConsumerGroupDescribe; None when the
+    coordinator does not serve it or the group is not one (GROUP_ID_NOT_FOUND, or no group
+    epoch)."""
+    versions: BrokerVersions = client.versions(coordinator).result(timeout_ms / 1000)
+    if not versions.has(ApiKey.CONSUMER_GROUP_DESCRIBE):
+        return None
+    described = client.call(
+        coordinator,
+        lambda v: v.build(ApiKey.CONSUMER_GROUP_DESCRIBE, group_ids=[group], include_authorized_operations=False),
+        timeout_ms=timeout_ms,
+        api_key=ApiKey.CONSUMER_GROUP_DESCRIBE,
+    ).groups[0]
+    if described.error_code:
+        if described.error_code == ErrorCode.GROUP_ID_NOT_FOUND:
+            return None
+        raise for_code(described.error_code)(f"ConsumerGroupDescribe {group!r}")
+    if described.group_epoch < 0:
+        return None  # no epoch: not a consumer group (Tansu answers a classic group so)
+    members: list[dict[str, Any]] = []
+    owners: dict[TopicPartition, str] = {}
+    topics: set[str] = set()
+    for member in described.members:
+        share = sorted((tp.topic_name, int(p)) for tp in member.assignment.topic_partitions for p in tp.partitions)
+        topics.update(member.subscribed_topic_names)
+        for tp in share:
+            owners[tp] = member.member_id
+            topics.add(tp[0])
+        members.append({
+            "member_id": member.member_id,
+            "client_id": member.client_id,
+            "client_host": member.client_host,
+            "partitions": share,
+            "member_epoch": member.member_epoch,
+        })
+    state = {"state": described.group_state, "protocol_type": "consumer", "protocol": described.assignor_name,
+             "group_epoch": described.group_epoch}
+    return state, members, owners, topics
+
+
+def _with_offsets(
+    client: NetClient,
+    metadata: Metadata,
+    coordinator: int,
+    group: str,
+    timeout_ms: int,
+    state: dict[str, Any],
+    members: list[dict[str, Any]],
+    owners: dict[TopicPartition, str],
+    topics: set[str],
+) -> dict[str, Any] | None:
     if not topics:
         view = metadata.refresh(None, timeout_ms=timeout_ms)
         topics = {t for t in view.topics if not t.startswith("__")}
@@ -130,7 +194,7 @@ def describe_group_with(client: NetClient, metadata: Metadata, group: str, timeo
     committed = _committed(client, coordinator, group, partitions, timeout_ms)
     rows_for = sorted({tp for tp, offset in committed.items() if offset is not None} | set(owners))
     latest = _latest(client, metadata, rows_for, timeout_ms)
-    if not described.members and not rows_for and described.group_state in ("Dead", "Empty", ""):
+    if not members and not rows_for and state["state"] in ("Dead", "Empty", ""):
         return None
     rows = []
     for tp in rows_for:
@@ -143,13 +207,7 @@ def describe_group_with(client: NetClient, metadata: Metadata, group: str, timeo
             "latest": end,
             "lag": None if c is None or end is None else max(0, end - c),
         })
-    return {
-        "state": described.group_state,
-        "protocol_type": described.protocol_type,
-        "protocol": described.protocol_data,
-        "members": members,
-        "partitions": rows,
-    }
+    return {**state, "members": members, "partitions": rows}
 
 
 def _find_coordinator(client: NetClient, group: str, timeout_ms: int) -> int:

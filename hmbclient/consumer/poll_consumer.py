@@ -66,8 +66,6 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
-from itertools import repeat
-from operator import add
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from hmbclient.clock import monotonic_ms
@@ -94,6 +92,7 @@ from rebalance.rebalancer import Subscription
 
 from .fetcher import FetcherManager
 from .group import BrokerGroupMember
+from .group_consumer import ConsumerProtocolMember
 from .metrics import ConsumerMetrics
 from .offsets import KafkaOffsetStorage
 from .stream import KafkaStream, PartitionTopicInfo
@@ -123,8 +122,9 @@ class ConsumerRecord(NamedTuple):
     ``timestamp``, ``timestamp_type``, ``key``, ``value``, ``headers``, ``leader_epoch``.
 
     Read it by name. As a tuple it is the decoded record's fields followed by where it came
-    from (``offset, timestamp, key, value, headers, topic, partition``): ``poll`` builds each
-    one with a single C-level concatenation, several times faster than a field-by-field build.
+    from (``offset, timestamp, key, value, headers, topic, partition``): without deserializers
+    the decoder builds them directly (``decode_records(..., tail=...)``), else ``poll`` does,
+    one by one.
     ``timestamp_type`` is 0 (CreateTime) when the record has a timestamp and -1 when it has
     none (magic 0); a LogAppendTime topic's records carry the broker's time under type 0 (the
     decoded batch does not keep the type). ``leader_epoch`` is None (the fetcher does not keep
@@ -213,7 +213,7 @@ class Consumer:
             raise ConfigError(f"Consumer expects a PollConsumerConfig or a mapping, not {type(config).__name__}")
         from .assignors import GROUP_ASSIGNORS
 
-        if cfg.partition_assignment_strategy not in GROUP_ASSIGNORS:
+        if cfg.group_protocol == "classic" and cfg.partition_assignment_strategy not in GROUP_ASSIGNORS:
             raise ConfigError(
                 f"partition.assignment.strategy must be one of {sorted(GROUP_ASSIGNORS)}, "
                 f"got {cfg.partition_assignment_strategy!r}"
@@ -238,7 +238,12 @@ class Consumer:
             name=f"hmb-consumer-io-{cfg.client_id}",
         )
         self._metadata = Metadata(self._client, allow_auto_topic_creation=False)
-        self._stream = KafkaStream("poll", queued_max_chunks=cfg.queued_max_message_chunks)
+        # Without deserializers the fetchers decode straight into ConsumerRecords.
+        self._stream = KafkaStream(
+            "poll",
+            queued_max_chunks=cfg.queued_max_message_chunks,
+            record_class=ConsumerRecord if self._key_decode is None and self._value_decode is None else None,
+        )
         self._metrics = ConsumerMetrics(Metrics(tags={"client-id": cfg.client_id or ""}))
         # paused partitions keep their info (and lag) too
         self._metrics.watch_lag(lambda: [(pti.high_watermark, pti.consumed) for pti in self._ptis.values()])
@@ -270,7 +275,7 @@ class Consumer:
                 self._group_client, cfg.group_id, backoff_ms=cfg.retry_backoff_ms, timeout_ms=cfg.request_timeout_ms
             )
         self.consumer_id = make_consumer_id(cfg.group_id or cfg.client_id)
-        self._member: BrokerGroupMember | None = None
+        self._member: BrokerGroupMember | ConsumerProtocolMember | None = None
         self._subscription: Subscription | None = None
         self._manual = False
         # tp -> its PartitionTopicInfo (copy-on-write under _lock); paused ones keep theirs
@@ -354,24 +359,46 @@ class Consumer:
         extra: dict[str, Any] = {}
         if cfg.group_instance_id is not None:
             extra["group_instance_id"] = cfg.group_instance_id
-        member = BrokerGroupMember(
-            client=self._group_client,
-            offsets=self._storage,
-            group=cfg.group_id,  # type: ignore[arg-type]
-            consumer_id=self.consumer_id,
-            subscription=self._subscription,
-            listener=self,
-            metadata_partitions=self._metadata_partitions,
-            assignor=cfg.partition_assignment_strategy,
-            session_timeout_ms=cfg.session_timeout_ms,
-            heartbeat_interval_ms=cfg.heartbeat_interval_ms,
-            rebalance_timeout_ms=cfg.max_poll_interval_ms,
-            request_timeout_ms=cfg.request_timeout_ms,
-            retry_backoff_ms=cfg.retry_backoff_ms,
-            exclude_internal_topics=cfg.exclude_internal_topics,
-            status=self._member_status,
-            **extra,
-        )
+        member: BrokerGroupMember | ConsumerProtocolMember
+        if cfg.group_protocol == "consumer":
+            # Kafka 4's protocol (KIP-848): the coordinator assigns; same listener, fetchers,
+            # stream and offset storage (one engine).
+            member = ConsumerProtocolMember(
+                client=self._group_client,
+                offsets=self._storage,
+                group=cfg.group_id,  # type: ignore[arg-type]
+                consumer_id=self.consumer_id,
+                subscription=self._subscription,
+                listener=self,
+                metadata_partitions=self._metadata_partitions,
+                remote_assignor=cfg.group_remote_assignor,
+                session_timeout_ms=cfg.session_timeout_ms,
+                rebalance_timeout_ms=cfg.max_poll_interval_ms,
+                request_timeout_ms=cfg.request_timeout_ms,
+                retry_backoff_ms=cfg.retry_backoff_ms,
+                exclude_internal_topics=cfg.exclude_internal_topics,
+                status=self._member_status,
+                **extra,
+            )
+        else:
+            member = BrokerGroupMember(
+                client=self._group_client,
+                offsets=self._storage,
+                group=cfg.group_id,  # type: ignore[arg-type]
+                consumer_id=self.consumer_id,
+                subscription=self._subscription,
+                listener=self,
+                metadata_partitions=self._metadata_partitions,
+                assignor=cfg.partition_assignment_strategy or "range",
+                session_timeout_ms=cfg.session_timeout_ms,
+                heartbeat_interval_ms=cfg.heartbeat_interval_ms,
+                rebalance_timeout_ms=cfg.max_poll_interval_ms,
+                request_timeout_ms=cfg.request_timeout_ms,
+                retry_backoff_ms=cfg.retry_backoff_ms,
+                exclude_internal_topics=cfg.exclude_internal_topics,
+                status=self._member_status,
+                **extra,
+            )
         self._storage.generation = member.commit_generation
         self._member = member
         self._last_poll = time.monotonic()
@@ -510,16 +537,19 @@ class Consumer:
         out: list[ConsumerRecord] = []
         key_decode, value_decode = self._key_decode, self._value_decode
         new, cls = _new_record, ConsumerRecord
+        if key_decode is None and value_decode is None:
+            # ConsumerRecords already: the fetcher decoded them so (KafkaStream.record_class)
+            if len(batches) == 1:
+                return batches[0][1]  # a list of its own (take copies out of the chunk)
+            for _, records in batches:
+                out.extend(records)
+            return out
         for pti, records in batches:
             topic, partition = pti.topic, pti.partition
-            if key_decode is None and value_decode is None:
-                # Record (offset, timestamp, key, value, headers) + (topic, partition), in C.
-                out.extend(map(new, repeat(cls), map(add, records, repeat((topic, partition)))))
-            else:
-                for r in records:
-                    key = r[2] if key_decode is None else key_decode(r[2])
-                    value = r[3] if value_decode is None else value_decode(r[3])
-                    out.append(new(cls, (r[0], r[1], key, value, r[4], topic, partition)))
+            for r in records:
+                key = r[2] if key_decode is None else key_decode(r[2])
+                value = r[3] if value_decode is None else value_decode(r[3])
+                out.append(new(cls, (r[0], r[1], key, value, r[4], topic, partition)))
         return out
 
     def __iter__(self) -> Iterator[ConsumerRecord]:
@@ -780,6 +810,12 @@ class Consumer:
         # (group member thread) a status event: completed rebalances feed the metrics.
         if kind == "rebalance_completed":
             self._metrics.rebalanced(float(fields.get("seconds", 0.0)) * 1000.0)
+
+    @property
+    def metrics_registry(self) -> Metrics:
+        """The registry behind :meth:`metrics` (tag ``client-id``): what the exporters of
+        :mod:`hmbclient.metrics_exporters` read."""
+        return self._metrics.registry
 
     def metrics(self) -> dict[str, dict[str, float]]:
         """The consumer's metrics under Kafka's names: ``{"consumer-fetch-manager-metrics":

@@ -33,6 +33,14 @@ the queue is full), :meth:`~KafkaStream.put_error`, :meth:`~KafkaStream.reset_po
 and :meth:`~KafkaStream.close` (shutdown). The subscribe/poll consumer takes batches with
 :meth:`~KafkaStream.take`; its asyncio front registers a one-shot :meth:`~KafkaStream.add_waiter`
 that the next ``put`` (or ``close``) calls from the feeding thread.
+
+(record class) A stream may carry ``record_class``: a NamedTuple whose fields are a decoded
+Record's (``offset, timestamp, key, value, headers``) followed by ``topic, partition``. The
+fetcher then has the decoder build each chunk's records as that class directly
+(``decode_records(..., tail=(record_class, (topic, partition)))``), with no Record made
+first. The subscribe/poll consumer's stream gets its ConsumerRecords that way, and ``poll``
+hands a chunk's records out as they are. Such a record keeps ``offset`` (what
+``next()``/``take()`` read).
 """
 
 from __future__ import annotations
@@ -135,8 +143,11 @@ class KafkaStream:
         consumer_timeout_ms: int = -1,
         key_decoder: Any = None,
         value_decoder: Any = None,
+        record_class: type | None = None,
     ) -> None:
         self.name = name
+        #: (record class) what the fetcher decodes this stream's records as; None: Records.
+        self.record_class = record_class
         self._cap = max(1, queued_max_chunks)
         self._timeout_s = None if consumer_timeout_ms < 0 else consumer_timeout_ms / 1000.0
         self._key_decode = key_decoder.from_message if key_decoder is not None else None

@@ -183,10 +183,12 @@ def resolve_dialect(api_version: str | Dialect) -> Dialect:
     return d
 
 
-#: Versions the codec defines (and the broker serves) that the client does not send yet:
-#: Metadata v9+ (flexible, request topics as entries, topic ids) waits for the client's KIP-848
-#: consumer, the first caller that needs topic ids; until then the client asks with v8.
-CLIENT_MAX: Mapping[int, int] = _frozen({_MD: 8})
+#: Versions the codec defines (and the broker serves) that the client does not pick by itself:
+#: Metadata v9+ (flexible, request topics as entries, topic ids): the client asks with v8; the
+#: KIP-848 member (consumer/group_consumer.py), which needs topic ids, asks for v10-12 by class
+#: (allowed by ``BrokerVersions.supports`` when the broker's probed range covers it).
+#: OffsetFetch v8+ asks by groups (another shape): the client's offset storage sends up to v5.
+CLIENT_MAX: Mapping[int, int] = _frozen({_MD: 8, ApiKey.OFFSET_FETCH: 5})
 
 
 def pick_versions(broker_ranges: Iterable[tuple[int, int, int]]) -> dict[int, int]:
@@ -260,7 +262,11 @@ class BrokerVersions:
         if (api_key, version) in PARTIAL_REQUESTS:  # asked for by class: the probe must cover it
             lo, hi = self.ranges.get(api_key, (0, -1)) if self.ranges is not None else (0, -1)
             return top is not None and lo <= version <= hi
-        if top is None or version > top or (api_key, version) not in REQUESTS:
+        if top is None or (api_key, version) not in REQUESTS:
+            return False
+        if version > top and not (api_key in CLIENT_MAX and self.ranges is not None):
+            # above the negotiated version only for an API the client caps (CLIENT_MAX) and
+            # asks for by class at a higher version, when the broker's probed range covers it
             return False
         if self.ranges is not None:
             lo, hi = self.ranges.get(api_key, (0, -1))

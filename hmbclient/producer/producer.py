@@ -817,6 +817,12 @@ class Producer:
                     raise exc
         return SendFutures(segments)
 
+    @property
+    def metrics_registry(self) -> Metrics:
+        """The registry behind :meth:`metrics` (tag ``client-id``): what the exporters of
+        :mod:`hmbclient.metrics_exporters` read."""
+        return self._metrics
+
     def metrics(self) -> dict[str, dict[str, float]]:
         """The producer's metrics under Kafka's names: ``{"producer-metrics": {name: value}}``
         (``record-send-rate``, ``request-latency-avg``, ``batch-size-avg``... listed in

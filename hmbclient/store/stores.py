@@ -213,7 +213,99 @@ class _Reads:
         return {k: e.value for k, e in self._table.items()}
 
 
-class MasterStore(_Reads):
+def _expiry_ms(expiry_s: float | None) -> int | None:
+    return None if expiry_s is None else int(expiry_s * 1000)
+
+
+class _Commands(_Reads):
+    """The write commands both roles take: the master applies them (in command-topic order,
+    with the clones'), a clone forwards them to the master and sees their effect when the
+    master's update comes back. A role implements ``_command`` (send one command) and
+    ``_unique`` (send a put_unique and wait for the master's answer)."""
+
+    def _command(self, cmd: dict[str, Any]) -> None:
+        raise NotImplementedError
+
+    def _unique(self, cmd: dict[str, Any], timeout_s: float) -> bool:
+        raise NotImplementedError
+
+    def put(self, key: Any, value: Any, expiry_s: float | None = None) -> None:
+        """Set ``key`` to ``value``.
+
+        Args:
+            key: the key.
+            value: the value.
+            expiry_s: erase it after this many seconds (None: never).
+        """
+        self._command({"op": "put", "k": key, "v": value, "x": _expiry_ms(expiry_s)})
+
+    def put_unique(self, key: Any, value: Any, expiry_s: float | None = None, timeout_s: float = 30.0) -> bool:
+        """Insert ``key`` only if absent, as the master decides.
+
+        Args:
+            key: the key.
+            value: the value.
+            expiry_s: as for ``put``.
+            timeout_s: how long to wait for the master's answer.
+
+        Returns:
+            Whether the master inserted it.
+
+        Raises:
+            StoreTimeoutError: no answer in time (the master may still apply it).
+        """
+        return self._unique({"op": "put_unique", "k": key, "v": value, "x": _expiry_ms(expiry_s)}, timeout_s)
+
+    def erase(self, key: Any) -> None:
+        """Remove ``key``.
+
+        Args:
+            key: the key.
+        """
+        self._command({"op": "erase", "k": key})
+
+    def expire(self, key: Any, expiry_s: float) -> None:
+        """Erase ``key`` after ``expiry_s`` seconds (its value as it is now, unchanged meanwhile).
+
+        Args:
+            key: the key.
+            expiry_s: seconds from now.
+        """
+        e = self._table.get(key)
+        if e is not None:
+            self._command({"op": "put", "k": key, "v": e.value, "x": int(expiry_s * 1000)})
+
+    def add(self, key: Any, delta: Any) -> None:
+        """Add to a counter, a set, a table (``(k, v)``) or a list.
+
+        Args:
+            key: the key.
+            delta: what to add.
+
+        Raises:
+            StoreTypeError: the value does not take it (the master raises it; a clone's
+                command is refused by the master and changes nothing).
+        """
+        self._command({"op": "add", "k": key, "d": delta})
+
+    def subtract(self, key: Any, delta: Any) -> None:
+        """The inverse of ``add``.
+
+        Args:
+            key: the key.
+            delta: what to subtract.
+
+        Raises:
+            StoreTypeError: the value does not take it (as for ``add``).
+        """
+        self._command({"op": "subtract", "k": key, "d": delta})
+
+    def clear(self) -> None:
+        """Erase every key."""
+        self._command({"op": "clear"})
+
+
+class MasterStore(_Commands):
     """The master of store ``name``: holds the table and applies every write.
 
     Args:
@@ -406,72 +498,11 @@ class MasterStore(_Reads):
         except TimeoutError as e:
             raise StoreTimeoutError(f"store {self.name}: {cmd['op']} not applied in {timeout_s} s") from e
 
-    def put(self, key: Any, value: Any, expiry_s: float | None = None) -> None:
-        """Set ``key`` to ``value``.
+    def _command(self, cmd: dict[str, Any]) -> None:
+        self._submit(cmd)
 
-        Args:
-            key: the key.
-            value: the value.
-            expiry_s: erase it after this many seconds (None: never).
-        """
-        self._submit({"op": "put", "k": key, "v": value, "x": None if expiry_s is None else int(expiry_s * 1000)})
-
-    def put_unique(self, key: Any, value: Any, expiry_s: float | None = None) -> bool:
-        """Insert ``key`` only if absent.
-
-        Args:
-            key: the key.
-            value: the value.
-            expiry_s: as for ``put``.
-        Returns:
-            Whether it was inserted.
-        """
-        return bool(self._submit({"op": "put_unique", "k": key, "v": value, "x": None if expiry_s is None else int(expiry_s * 1000)}))
-
-    def erase(self, key: Any) -> None:
-        """Remove ``key``.
-
-        Args:
-            key: the key.
-        """
-        self._submit({"op": "erase", "k": key})
-
-    def expire(self, key: Any, expiry_s: float) -> None:
-        """Erase ``key`` after ``expiry_s`` seconds (its value unchanged meanwhile).
-
-        Args:
-            key: the key.
-            expiry_s: seconds from now.
-        """
-        e = self._table.get(key)
-        if e is not None:
-            self._submit({"op": "put", "k": key, "v": e.value, "x": int(expiry_s * 1000)})
-
-    def add(self, key: Any, delta: Any) -> None:
-        """Add to a counter, a set, a table (``(k, v)``) or a list.
-
-        Args:
-            key: the key.
-            delta: what to add.
-        Raises:
-            StoreTypeError: the value does not take it.
-        """
-        self._submit({"op": "add", "k": key, "d": delta})
-
-    def subtract(self, key: Any, delta: Any) -> None:
-        """The inverse of ``add``.
-
-        Args:
-            key: the key.
-            delta: what to subtract.
-        Raises:
-            StoreTypeError: the value does not take it.
-        """
-        self._submit({"op": "subtract", "k": key, "d": delta})
-
-    def clear(self) -> None:
-        """Erase every key."""
-        self._submit({"op": "clear"})
+    def _unique(self, cmd: dict[str, Any], timeout_s: float) -> bool:
+        return bool(self._submit(cmd, timeout_s))
 
     def await_idle(self, timeout_s: float = 30.0) -> bool:
         """Wait until idle (see the module docstring).
@@ -510,7 +541,7 @@ class MasterStore(_Reads):
         self._table.close()
 
 
-class CloneStore(_Reads):
+class CloneStore(_Commands):
     """A clone of store ``name``: mirrors the master's table, forwards writes to it.
 
     Args:
@@ -683,30 +714,11 @@ class CloneStore(_Reads):
         self._send(out)
         return n
 
-    def put(self, key: Any, value: Any, expiry_s: float | None = None) -> None:
-        """Forward a put to the master (applied when the master's update comes back).
+    def _command(self, cmd: dict[str, Any]) -> None:
+        self._write(cmd)
 
-        Args:
-            key: the key.
-            value: the value.
-            expiry_s: erase it after this many seconds (None: never).
-        """
-        self._write({"op": "put", "k": key, "v": value, "x": None if expiry_s is None else int(expiry_s * 1000)})
-
-    def put_unique(self, key: Any, value: Any, expiry_s: float | None = None, timeout_s: float = 30.0) -> bool:
-        """Insert ``key`` only if absent, as the master decides.
-
-        Args:
-            key: the key.
-            value: the value.
-            expiry_s: as for ``put``.
-            timeout_s: how long to wait for the master's answer.
-        Returns:
-            Whether the master inserted it.
-        Raises:
-            StoreTimeoutError: no answer in time (the master may still apply it).
-        """
-        n = self._write({"op": "put_unique", "k": key, "v": value, "x": None if expiry_s is None else int(expiry_s * 1000)})
+    def _unique(self, cmd: dict[str, Any], timeout_s: float) -> bool:
+        n = self._write(cmd)
         deadline = time.monotonic() + timeout_s
         with self._cond:
             while n not in self._results:
@@ -715,47 +727,6 @@ class CloneStore(_Reads):
                     raise StoreTimeoutError(f"store {self.name}: no put_unique answer in {timeout_s} s")
                 self._cond.wait(left)
             return bool(self._results.pop(n))
-
-    def erase(self, key: Any) -> None:
-        """Forward an erase.
-
-        Args:
-            key: the key.
-        """
-        self._write({"op": "erase", "k": key})
-
-    def expire(self, key: Any, expiry_s: float) -> None:
-        """Erase ``key`` after ``expiry_s`` seconds (as its value is now).
-
-        Args:
-            key: the key.
-            expiry_s: seconds from now.
-        """
-        e = self._table.get(key)
-        if e is not None:
-            self._write({"op": "put", "k": key, "v": e.value, "x": int(expiry_s * 1000)})
-
-    def add(self, key: Any, delta: Any) -> None:
-        """Forward an add (see ``MasterStore.add``).
-
-        Args:
-            key: the key.
-            delta: what to add.
-        """
-        self._write({"op": "add", "k": key, "d": delta})
-
-    def subtract(self, key: Any, delta: Any) -> None:
-        """Forward a subtract.
-
-        Args:
-            key: the key.
-            delta: what to subtract.
-        """
-        self._write({"op": "subtract", "k": key, "d": delta})
-
-    def clear(self) -> None:
-        """Forward a clear."""
-        self._write({"op": "clear"})
 
     @property
     def master_available(self) -> bool:

@@ -1,17 +1,21 @@
 """Shared fixtures of the broker tests: a module-scoped embedded broker, a raw protocol client
-(real socket, our sans-IO codec) and helpers to build record sets."""
+(real socket, our sans-IO codec) and helpers to build record sets; for the admin tests, a
+3-broker cluster on a ZooKeeper chroot of the module's own (``chroot``, ``cluster``, ``zk``: a
+module that needs another shape defines its own fixture of the same name, which wins) and
+``unique_topic``."""
 
 from __future__ import annotations
 
 import socket
 import time
+import uuid
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from waiting import wait_until as wait_until  # re-exported for the broker test modules
 
-from hmbclient.broker import EmbeddedBroker
+from hmbclient.broker import EmbeddedBroker, EmbeddedCluster
 from hmbclient.protocol import records
 from hmbclient.protocol.api import FetchRequest, MetadataRequest, ProduceRequest
 from hmbclient.protocol.frame import NEED_DATA, ClientConnection
@@ -98,3 +102,35 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedBroker]
 def client(broker: EmbeddedBroker) -> Iterator[RawClient]:
     with RawClient(broker.host, broker.port) as c:
         yield c
+
+
+def unique_topic(prefix: str) -> str:
+    """``prefix`` and 8 random hex digits: a topic no other test uses."""
+    return f"{prefix}-{uuid.uuid4().hex[:8]}"
+
+
+@pytest.fixture(scope="module")
+def chroot(zookeeper: Any, request: pytest.FixtureRequest) -> str:
+    """A ZooKeeper chroot of this test module's own."""
+    name = request.module.__name__.rsplit(".", 1)[-1].removeprefix("test_")
+    return f"{zookeeper.connect}/{name}-{uuid.uuid4().hex[:8]}"
+
+
+@pytest.fixture(scope="module")
+def cluster(chroot: str) -> Iterator[EmbeddedCluster]:
+    """Three brokers on ``chroot``: one partition and two replicas per topic by default."""
+    with EmbeddedCluster(brokers=3, zookeeper_connect=chroot, num_partitions=1, replication_factor=2,
+                         offsets_topic_replication_factor=1) as c:
+        yield c
+
+
+@pytest.fixture(scope="module")
+def zk(chroot: str) -> Iterator[Any]:
+    """A kazoo client on ``chroot`` (to check what the brokers wrote)."""
+    from kazoo.client import KazooClient
+
+    z = KazooClient(hosts=chroot)
+    z.start(timeout=10)
+    yield z
+    z.stop()
+    z.close()

@@ -135,7 +135,7 @@ def snapshot(ctx: Ctx) -> Any:
     for t in (ctx.topic, ctx.new_topic):
         for p in range(4):
             part = br.replica_manager.partition(t, p)
-            ends.append(None if part is None else part.log.log_end_offset)
+            ends.append(None if part is None else (part.log.log_start_offset, part.log.log_end_offset))
     group = br.group_coordinator.group(ctx.group)
     members = None if group is None else (group.state, group.generation_id, tuple(sorted(group.members)))
     txn = br.transactions.metadata_of(ctx.txn)
@@ -200,6 +200,15 @@ def _joined(ctx: Ctx) -> None:
     assert sync.error_code == E.NONE, sync
 
 
+def _consumer_member(ctx: Ctx) -> None:
+    """A consumer-protocol group (KIP-848) with one member (admin's)."""
+    _create(ctx)
+    join = _req(ApiKey.CONSUMER_GROUP_HEARTBEAT, 1, group_id=ctx.group, member_id="m-admin", member_epoch=0, rebalance_timeout_ms=30_000,
+                subscribed_topic_names=[ctx.topic], topic_partitions=[])
+    resp = _retry_coordinator(lambda: ctx.admin.request(join), lambda r: r.error_code)
+    assert resp.error_code == E.NONE, resp
+
+
 def _empty_group_with_offsets(ctx: Ctx) -> None:
     _committed(ctx)
     assert ctx.group in ctx.b.broker.group_coordinator.group_ids()
@@ -237,6 +246,15 @@ def list_offsets(ctx: Ctx, c: RawClient) -> Any:
 def metadata(ctx: Ctx, c: RawClient) -> Any:
     t = c.request(_req(ApiKey.METADATA, 4, topics=[ctx.topic], allow_auto_topic_creation=False)).topics[0]
     return t.error_code, len(t.partitions)
+
+
+def metadata_by_id(ctx: Ctx, c: RawClient) -> Any:
+    """Metadata v12 asking by topic id (KIP-516): an id the session may not Describe is
+    UNKNOWN_TOPIC_ID with no name, as Kafka (it does not tell that the topic exists)."""
+    tid = ctx.b.broker.topics.topic_id(ctx.topic)
+    assert tid is not None
+    t = c.request(_req(ApiKey.METADATA, 12, topics=[{"topic_id": tid, "topic": None}], allow_auto_topic_creation=False)).topics[0]
+    return t.error_code, t.topic
 
 
 def metadata_all(ctx: Ctx, c: RawClient) -> Any:
@@ -280,6 +298,14 @@ def offset_fetch(ctx: Ctx, c: RawClient) -> Any:
 def offset_fetch_all(ctx: Ctx, c: RawClient) -> Any:
     r = c.request(_req(ApiKey.OFFSET_FETCH, 3, group_id=ctx.group, topics=None))
     return r.error_code, sorted((t.topic, p.offset) for t in r.topics for p in t.partitions)
+
+
+def offset_fetch_v9(ctx: Ctx, c: RawClient) -> Any:
+    """OffsetFetch v9 (several groups per request): the group's error, or the partition's."""
+    r = c.request(_req(ApiKey.OFFSET_FETCH, 9, groups=[{"group_id": ctx.group, "member_id": None, "topics": [(ctx.topic, [0])]}]))
+    g = r.groups[0]
+    p = g.topics[0].partitions[0] if g.topics else None
+    return (g.error_code or (p.error_code if p else -1)), (p.offset if p else None)
 
 
 def find_coordinator(ctx: Ctx, c: RawClient) -> Any:
@@ -334,6 +360,11 @@ def delete_topics(ctx: Ctx, c: RawClient) -> Any:
     return c.request(_req(ApiKey.DELETE_TOPICS, 3, topic_names=[ctx.topic], timeout_ms=10_000)).responses[0].error_code
 
 
+def delete_records(ctx: Ctx, c: RawClient) -> Any:
+    r = c.request(_req(ApiKey.DELETE_RECORDS, 2, topics=[(ctx.topic, [(0, -1)])], timeout_ms=10_000)).topics[0].partitions[0]
+    return r.error_code, r.low_watermark
+
+
 def create_partitions(ctx: Ctx, c: RawClient) -> Any:
     r = c.request(_req(ApiKey.CREATE_PARTITIONS, 1, topics=[(ctx.topic, 2, None)], timeout_ms=10_000, validate_only=False)).results[0]
     return r.error_code
@@ -342,6 +373,17 @@ def create_partitions(ctx: Ctx, c: RawClient) -> Any:
 def elect_leaders(ctx: Ctx, c: RawClient) -> Any:
     r = c.request(_req(ApiKey.ELECT_LEADERS, 1, election_type=0, topic_partitions=[(ctx.topic, [0])], timeout_ms=10_000))
     return r.error_code, r.replica_election_results[0].partition_result[0].error_code
+
+
+def alter_reassignments(ctx: Ctx, c: RawClient) -> Any:
+    # a cancel with nothing in progress: Kafka's answer once authorized, and nothing changes
+    r = c.request(_req(ApiKey.ALTER_PARTITION_REASSIGNMENTS, 0, timeout_ms=10_000, topics=[(ctx.topic, [(0, None)])]))
+    return r.error_code, [p.error_code for t in r.responses for p in t.partitions]
+
+
+def list_reassignments(ctx: Ctx, c: RawClient) -> Any:
+    r = c.request(_req(ApiKey.LIST_PARTITION_REASSIGNMENTS, 0, timeout_ms=10_000, topics=None))
+    return r.error_code, list(r.topics)
 
 
 def alter_configs_topic(ctx: Ctx, c: RawClient) -> Any:
@@ -486,6 +528,12 @@ def list_transactions(ctx: Ctx, c: RawClient) -> Any:
     return r.error_code, ctx.txn in [t.transactional_id for t in r.transaction_states]
 
 
+def consumer_group_describe(ctx: Ctx, c: RawClient) -> Any:
+    """Describe on the group: its members."""
+    g = c.request(_req(ApiKey.CONSUMER_GROUP_DESCRIBE, 1, group_ids=[ctx.group])).groups[0]
+    return g.error_code, [m.member_id for m in g.members]
+
+
 def consumer_group_heartbeat(ctx: Ctx, c: RawClient) -> Any:
     """A KIP-848 join: Group Read and Describe on the subscribed topic (as Kafka)."""
     r = c.request(_req(ApiKey.CONSUMER_GROUP_HEARTBEAT, 1, group_id=ctx.group, member_id="", member_epoch=0, rebalance_timeout_ms=30_000, subscribed_topic_names=[ctx.topic], topic_partitions=[]))
@@ -523,6 +571,8 @@ CASES = [
          E.CLUSTER_AUTHORIZATION_FAILED, E.REPLICA_NOT_AVAILABLE, _with_data),
     Case("list-offsets", ApiKey.LIST_OFFSETS, list_offsets, (("topic", "Describe"),), ("topic", "Describe"), (E.TOPIC_AUTHORIZATION_FAILED, -1), (E.NONE, 1), _with_data),
     Case("metadata", ApiKey.METADATA, metadata, (("topic", "Describe"),), ("topic", "Describe"), (E.TOPIC_AUTHORIZATION_FAILED, 0), (E.NONE, 1)),
+    Case("metadata-by-id", ApiKey.METADATA, metadata_by_id, (("topic", "Describe"),), ("topic", "Describe"), (E.UNKNOWN_TOPIC_ID, None),
+         (E.NONE, "TOPIC")),
     Case("metadata-all", ApiKey.METADATA, metadata_all, (("topic", "Describe"),), ("topic", "Describe"), False, True),
     Case("metadata-auto-create", ApiKey.METADATA, metadata_auto_create, (("new_topic", "Describe"), ("new_topic", "Create")), ("new_topic", "Create"),
          E.TOPIC_AUTHORIZATION_FAILED, E.NONE, changes=True),
@@ -550,6 +600,12 @@ CASES = [
          (E.TOPIC_AUTHORIZATION_FAILED, -1), (E.NONE, 1), _committed),
     Case("offset-fetch-all-topic", ApiKey.OFFSET_FETCH, offset_fetch_all, (("group", "Describe"), ("topic", "Describe")), ("topic", "Describe"),
          (E.NONE, []), (E.NONE, "committed"), _committed),
+    Case("offset-fetch-v9-group", ApiKey.OFFSET_FETCH, offset_fetch_v9, (("group", "Describe"), ("topic", "Describe")), ("group", "Describe"),
+         (E.GROUP_AUTHORIZATION_FAILED, None), (E.NONE, 1), _committed),  # a refused group's answer has no topics, as Kafka
+    Case("offset-fetch-v9-topic", ApiKey.OFFSET_FETCH, offset_fetch_v9, (("group", "Describe"), ("topic", "Describe")), ("topic", "Describe"),
+         (E.TOPIC_AUTHORIZATION_FAILED, -1), (E.NONE, 1), _committed),
+    Case("consumer-group-describe", ApiKey.CONSUMER_GROUP_DESCRIBE, consumer_group_describe, (("group", "Describe"),), ("group", "Describe"),
+         (E.GROUP_AUTHORIZATION_FAILED, []), (E.NONE, ["m-admin"]), _consumer_member),
     Case("find-coordinator", ApiKey.FIND_COORDINATOR, find_coordinator, (("group", "Describe"),), ("group", "Describe"), E.GROUP_AUTHORIZATION_FAILED, E.NONE),
     Case("find-coordinator-transaction", ApiKey.FIND_COORDINATOR, find_coordinator_txn, (("txn", "Describe"),), ("txn", "Describe"),
          E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, E.NONE),
@@ -573,10 +629,16 @@ CASES = [
          (E.CLUSTER_AUTHORIZATION_FAILED, False), (E.NONE, True)),
     Case("delete-topics", ApiKey.DELETE_TOPICS, delete_topics, (("topic", "Delete"),), ("topic", "Delete"), E.TOPIC_AUTHORIZATION_FAILED, E.NONE,
          _with_data, changes=True),
+    Case("delete-records", ApiKey.DELETE_RECORDS, delete_records, (("topic", "Delete"),), ("topic", "Delete"),
+         (E.TOPIC_AUTHORIZATION_FAILED, -1), (E.NONE, 1), _with_data, changes=True),
     Case("create-partitions", ApiKey.CREATE_PARTITIONS, create_partitions, (("topic", "Alter"),), ("topic", "Alter"), E.TOPIC_AUTHORIZATION_FAILED, E.NONE,
          changes=True),
     Case("elect-leaders", ApiKey.ELECT_LEADERS, elect_leaders, (("cluster", "Alter"),), ("cluster", "Alter"),
          (E.CLUSTER_AUTHORIZATION_FAILED, E.CLUSTER_AUTHORIZATION_FAILED), (E.NONE, E.ELECTION_NOT_NEEDED)),
+    Case("alter-partition-reassignments", ApiKey.ALTER_PARTITION_REASSIGNMENTS, alter_reassignments, (("cluster", "Alter"),),
+         ("cluster", "Alter"), (E.CLUSTER_AUTHORIZATION_FAILED, []), (E.NONE, [E.NO_REASSIGNMENT_IN_PROGRESS])),
+    Case("list-partition-reassignments", ApiKey.LIST_PARTITION_REASSIGNMENTS, list_reassignments, (("cluster", "Describe"),),
+         ("cluster", "Describe"), (E.CLUSTER_AUTHORIZATION_FAILED, []), (E.NONE, [])),
     Case("alter-configs-topic", ApiKey.ALTER_CONFIGS, alter_configs_topic, (("topic", "AlterConfigs"),), ("topic", "AlterConfigs"),
          E.TOPIC_AUTHORIZATION_FAILED, E.NONE, changes=True),
     Case("alter-configs-broker", ApiKey.ALTER_CONFIGS, alter_configs_broker, (("cluster", "AlterConfigs"),), ("cluster", "AlterConfigs"),
@@ -654,6 +716,8 @@ def _matches(outcome: Any, expected: Any, ctx: Ctx) -> bool:
         return outcome not in (E.CLUSTER_AUTHORIZATION_FAILED, E.TOPIC_AUTHORIZATION_FAILED, E.GROUP_AUTHORIZATION_FAILED)
     if expected == (E.NONE, "committed"):
         return bool(outcome == (E.NONE, [(ctx.topic, 1)]))
+    if expected == (E.NONE, "TOPIC"):
+        return bool(outcome == (E.NONE, ctx.topic))
     return bool(outcome == expected)
 
 

@@ -17,8 +17,6 @@ ZooKeeper, from hmbclient.admin, kafka-python's KafkaAdminClient and Kafka 4.4's
 from __future__ import annotations
 
 import json
-import uuid
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -31,35 +29,10 @@ from hmbclient.errors import ErrorCode, InvalidConfigError, InvalidRequestError
 from hmbclient.protocol.api.base import ApiKey
 from hmbclient.testing import kafka_java
 
-from .conftest import RawClient, encode, produce
+from .conftest import RawClient, encode, produce, unique_topic
 
 E = ErrorCode
 TIMEOUT_S = 30.0
-
-
-@pytest.fixture(scope="module")
-def chroot(zookeeper: Any) -> str:
-    return f"{zookeeper.connect}/configs-{uuid.uuid4().hex[:8]}"
-
-
-@pytest.fixture(scope="module")
-def cluster(chroot: str) -> Iterator[EmbeddedCluster]:
-    with EmbeddedCluster(brokers=3, zookeeper_connect=chroot, num_partitions=1, replication_factor=2,
-                         offsets_topic_replication_factor=1) as c:
-        yield c
-
-
-@pytest.fixture(scope="module")
-def zk(chroot: str) -> Iterator[KazooClient]:
-    z = KazooClient(hosts=chroot)
-    z.start(timeout=10)
-    yield z
-    z.stop()
-    z.close()
-
-
-def _topic(prefix: str) -> str:
-    return f"{prefix}-{uuid.uuid4().hex[:8]}"
 
 
 def _replica_logs(cluster: EmbeddedCluster, topic: str) -> list[Any]:
@@ -81,7 +54,7 @@ def _produce_code(cluster: EmbeddedCluster, topic: str, value: bytes, acks: int 
 
 
 def test_topic_override_reaches_every_broker_and_applies(cluster: EmbeddedCluster, zk: KazooClient) -> None:
-    topic = _topic("cfg")
+    topic = unique_topic("cfg")
     admin.create_topic(cluster.bootstrap, topic, 1, 2)
     cluster.await_isr(topic, size=2)
     assert _produce_code(cluster, topic, b"x" * 1000) == E.NONE
@@ -113,7 +86,7 @@ def test_topic_override_reaches_every_broker_and_applies(cluster: EmbeddedCluste
 
 
 def test_refusals(cluster: EmbeddedCluster, zk: KazooClient) -> None:
-    topic = _topic("cfg-bad")
+    topic = unique_topic("cfg-bad")
     admin.create_topic(cluster.bootstrap, topic, 1, 2)
     with pytest.raises(InvalidConfigError, match="Unknown topic config name: retention.mss"):
         admin.alter_configs(cluster.bootstrap, "topic", topic, {"retention.mss": "1"})
@@ -136,7 +109,7 @@ def test_refusals(cluster: EmbeddedCluster, zk: KazooClient) -> None:
 
 
 def test_broker_configs_layers_and_restart(cluster: EmbeddedCluster, zk: KazooClient) -> None:
-    topic = _topic("cfg-broker")
+    topic = unique_topic("cfg-broker")
     admin.create_topic(cluster.bootstrap, topic, 1, 2)
     admin.alter_configs(cluster.bootstrap, "broker", "", {"log.retention.ms": "7200000"})
     admin.alter_configs(cluster.bootstrap, "broker", "1", {"log.retention.ms": "3600000"})
@@ -166,7 +139,7 @@ def test_broker_configs_layers_and_restart(cluster: EmbeddedCluster, zk: KazooCl
 def test_kafka_python_and_java_config_tools(cluster: EmbeddedCluster, zk: KazooClient) -> None:
     from kafka.admin import ConfigResource, ConfigResourceType, KafkaAdminClient
 
-    topic = _topic("cfg-peers")
+    topic = unique_topic("cfg-peers")
     admin.create_topic(cluster.bootstrap, topic, 1, 2)
     client = KafkaAdminClient(bootstrap_servers=cluster.bootstrap, client_id="admin-tests", request_timeout_ms=30_000)
     try:
@@ -246,7 +219,7 @@ def test_created_overrides_and_dynamic_ones_combine(cluster: EmbeddedCluster) ->
     dynamic change of another config, and cleanup.policy itself can be altered."""
     from hmbclient.net.client import NetClient
 
-    topic = _topic("cfg-compact")
+    topic = unique_topic("cfg-compact")
     client = NetClient(cluster.bootstrap)
     try:
         resp = client.call(client.bootstrap_ids[0], lambda v: v.build(

@@ -19,9 +19,6 @@ from __future__ import annotations
 
 import json
 import os
-import uuid
-from collections.abc import Iterator
-from typing import Any
 
 import pytest
 from kazoo.client import KazooClient
@@ -32,35 +29,10 @@ from hmbclient.broker import EmbeddedCluster
 from hmbclient.errors import ErrorCode, InvalidPartitionsError
 from hmbclient.testing import kafka_java
 
-from .conftest import RawClient, encode, produce
+from .conftest import RawClient, encode, produce, unique_topic
 
 E = ErrorCode
 TIMEOUT_S = 30.0
-
-
-@pytest.fixture(scope="module")
-def chroot(zookeeper: Any) -> str:
-    return f"{zookeeper.connect}/admin-{uuid.uuid4().hex[:8]}"
-
-
-@pytest.fixture(scope="module")
-def cluster(chroot: str) -> Iterator[EmbeddedCluster]:
-    with EmbeddedCluster(brokers=3, zookeeper_connect=chroot, num_partitions=1, replication_factor=2,
-                         offsets_topic_replication_factor=1) as c:
-        yield c
-
-
-@pytest.fixture(scope="module")
-def zk(chroot: str) -> Iterator[KazooClient]:
-    z = KazooClient(hosts=chroot)
-    z.start(timeout=10)
-    yield z
-    z.stop()
-    z.close()
-
-
-def _topic(prefix: str) -> str:
-    return f"{prefix}-{uuid.uuid4().hex[:8]}"
 
 
 def _log_dirs(cluster: EmbeddedCluster, topic: str) -> list[str]:
@@ -90,7 +62,7 @@ def _produce(cluster: EmbeddedCluster, topic: str, partition: int, n: int) -> No
 
 
 def test_delete_topics_from_hmbclient(cluster: EmbeddedCluster, zk: KazooClient) -> None:
-    topic = _topic("del")
+    topic = unique_topic("del")
     admin.create_topic(cluster.bootstrap, topic, 3, 2)
     _produce(cluster, topic, 1, 5)
     assert len(_log_dirs(cluster, topic)) == 6  # 3 partitions x 2 replicas
@@ -108,7 +80,7 @@ def test_delete_topics_from_hmbclient(cluster: EmbeddedCluster, zk: KazooClient)
 
 
 def test_delete_waits_for_a_stopped_replica(cluster: EmbeddedCluster, zk: KazooClient) -> None:
-    topic = _topic("del-wait")
+    topic = unique_topic("del-wait")
     admin.create_topic(cluster.bootstrap, topic, 3, 3)  # a replica on every broker
     victim = next(b.config.broker_id for b in cluster.brokers if not b.controller.active)
     cluster.stop_broker(victim)
@@ -123,7 +95,7 @@ def test_delete_waits_for_a_stopped_replica(cluster: EmbeddedCluster, zk: KazooC
 
 
 def test_create_partitions_from_hmbclient(cluster: EmbeddedCluster, zk: KazooClient) -> None:
-    topic = _topic("grow")
+    topic = unique_topic("grow")
     admin.create_topic(cluster.bootstrap, topic, 2, 2)
     before = zkpaths.decode_topic_assignment(zk.get(zkpaths.topic_path(topic))[0])
     assert admin.create_partitions(cluster.bootstrap, {topic: 5}) == {topic: (E.NONE, None)}
@@ -160,7 +132,7 @@ def test_create_partitions_from_hmbclient(cluster: EmbeddedCluster, zk: KazooCli
 
 
 def test_preferred_leader_election(cluster: EmbeddedCluster) -> None:
-    topic = _topic("elect")
+    topic = unique_topic("elect")
     admin.create_topic(cluster.bootstrap, topic, 1, 3)
     cluster.await_isr(topic, size=3)
     controller = next(b for b in cluster.brokers if b.controller.active).controller
@@ -176,7 +148,7 @@ def test_preferred_leader_election(cluster: EmbeddedCluster) -> None:
 def test_kafka_python_admin_client(cluster: EmbeddedCluster, zk: KazooClient) -> None:
     from kafka.admin import KafkaAdminClient
 
-    topic = _topic("kp")
+    topic = unique_topic("kp")
     admin.create_topic(cluster.bootstrap, topic, 1, 2)
     client = KafkaAdminClient(bootstrap_servers=cluster.bootstrap, client_id="admin-tests", request_timeout_ms=30_000)
     try:
@@ -198,7 +170,7 @@ def test_kafka_python_admin_client(cluster: EmbeddedCluster, zk: KazooClient) ->
 
 def test_kafka_java_tools(cluster: EmbeddedCluster, zk: KazooClient) -> None:
     """Kafka 4.4's TopicCommand (--alter --partitions, --delete) through its AdminClient."""
-    topic = _topic("java")
+    topic = unique_topic("java")
     admin.create_topic(cluster.bootstrap, topic, 1, 2)
     kafka_java("org.apache.kafka.tools.TopicCommand", "--bootstrap-server", cluster.bootstrap, "--alter", "--topic", topic,
                "--partitions", "3", timeout_s=120)
@@ -213,7 +185,7 @@ def test_describe_cluster_and_log_dirs(cluster: EmbeddedCluster) -> None:
     brokers, then DescribeLogDirs of each)."""
     from kafka.admin import KafkaAdminClient
 
-    topic = _topic("dirs")
+    topic = unique_topic("dirs")
     admin.create_topic(cluster.bootstrap, topic, 2, 2)
     _produce(cluster, topic, 0, 4)
     ids = {b.config.broker_id: ("127.0.0.1", b.port) for b in cluster.brokers}
@@ -285,7 +257,7 @@ def test_auto_leader_rebalance(chroot: str) -> None:
     replica by itself (check every second here; Kafka's default is 300 s)."""
     with EmbeddedCluster(brokers=2, zookeeper_connect=f"{chroot}-rebalance", replication_factor=2, offsets_topic_replication_factor=1,
                          leader_imbalance_check_interval_seconds=1, leader_imbalance_per_broker_percentage=0) as c:
-        topic = _topic("rebalance")
+        topic = unique_topic("rebalance")
         admin.create_topic(c.bootstrap, topic, 1, 2)
         c.await_isr(topic, size=2)
         controller = next(b for b in c.brokers if b.controller.active).controller

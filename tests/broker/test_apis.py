@@ -33,10 +33,11 @@ from .conftest import RawClient, create_topic, encode, fetch, produce
 # DescribeConfigs (32) for Kafka's admin tools. The transaction coordinator serves 22 and
 # 24-28 (WriteTxnMarkers, 27, between brokers), 65 and 66. DeleteTopics (20), CreatePartitions
 # (37), ElectLeaders (43), AlterConfigs (33), IncrementalAlterConfigs (44), DescribeLogDirs (35),
-# DescribeCluster (60), OffsetDelete (47) for Kafka's AdminClient (broker/admin_apis.py).
-# ConsumerGroupHeartbeat (68, KIP-848) for group.protocol=consumer members.
-HANDLED = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 22, 23, 24, 25, 26, 27, 28, 32, 33, 35, 36, 37,
-           42, 43, 44, 47, 48, 49, 60, 65, 66, 68}
+# DescribeCluster (60), OffsetDelete (47), DeleteRecords (21) for Kafka's AdminClient (broker/admin_apis.py).
+# ConsumerGroupHeartbeat (68, KIP-848) for group.protocol=consumer members, ConsumerGroupDescribe
+# (69) for their groups.
+HANDLED = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 32, 33, 35, 36, 37,
+           42, 43, 44, 45, 46, 47, 48, 49, 60, 65, 66, 68, 69}
 
 
 def _expected_versions() -> list[tuple[int, int, int]]:

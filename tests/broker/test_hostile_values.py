@@ -96,6 +96,27 @@ commit_reqs = st.builds(
 )
 offset_fetch_reqs = st.builds(lambda group, topic, part: _req(ApiKey.OFFSET_FETCH, 3, group_id=group, topics=[(topic, [part])]),
                               st.sampled_from(["g-hostile", ""]), TOPIC, I32)
+# KIP-848: OffsetCommit v9 / OffsetFetch v9 with absurd epochs and members, ConsumerGroupHeartbeat
+# with absurd epochs and timeouts, ConsumerGroupDescribe of odd group ids
+commit_v9_reqs = st.builds(
+    lambda group, epoch, member, topic, part, off: _req(ApiKey.OFFSET_COMMIT, 9, group_id=group, generation_id=epoch, member_id=member,
+                                                        topics=[(topic, [(part, off, -1, "")])]),
+    st.sampled_from(["g-hostile-848", ""]), I32, st.sampled_from(["", "nobody", "x" * 1000]), TOPIC, I32, I64,
+)
+offset_fetch_v9_reqs = st.builds(
+    lambda group, member, epoch, topic, part: _req(ApiKey.OFFSET_FETCH, 9, groups=[{"group_id": group, "member_id": member, "member_epoch": epoch,
+                                                                                    "topics": None if part is None else [(topic, [part])]}]),
+    st.sampled_from(["g-hostile-848", ""]), st.sampled_from([None, "", "nobody"]), I32, TOPIC, st.one_of(st.none(), I32),
+)
+cg_heartbeat_reqs = st.builds(
+    lambda member, epoch, timeout, topics, assignor: _req(ApiKey.CONSUMER_GROUP_HEARTBEAT, 1, group_id="g-hostile-848", member_id=member,
+                                                          member_epoch=epoch, rebalance_timeout_ms=timeout, subscribed_topic_names=topics,
+                                                          server_assignor=assignor, topic_partitions=[]),
+    st.sampled_from(["", "nobody", "x" * 1000]), I32, I32, st.one_of(st.none(), st.lists(TOPIC, max_size=3)),
+    st.sampled_from([None, "uniform", "range", "", "sticky"]),
+)
+cg_describe_reqs = st.builds(lambda ids: _req(ApiKey.CONSUMER_GROUP_DESCRIBE, 1, group_ids=ids, include_authorized_operations=True),
+                             st.lists(st.sampled_from(["g-hostile-848", "", "x" * 300]), max_size=3))
 create_reqs = st.builds(
     lambda n, rf, validate, timeout: _req(ApiKey.CREATE_TOPICS, 2, topics=[(f"hostile-{uuid.uuid4().hex[:8]}", n, rf, [], [])],
                                           timeout_ms=timeout, validate_only=validate),
@@ -144,6 +165,12 @@ cluster_reqs = st.builds(lambda ops, kind: _req(ApiKey.DESCRIBE_CLUSTER, 1, incl
                          st.booleans(), st.sampled_from([-128, -1, 0, 1, 2, 127]))
 offset_delete_reqs = st.builds(lambda group, topic, parts: _req(ApiKey.OFFSET_DELETE, 0, group_id=group, topics=[(topic, [(p,) for p in parts])]),
                                st.sampled_from(["g-hostile", "", "g" * 300]), TOPIC, st.lists(I32, max_size=3))
+delete_records_reqs = st.builds(
+    # the seeded partition 0 must keep its records: a valid offset there would delete them
+    lambda topic, parts, timeout: _req(ApiKey.DELETE_RECORDS, 2, topics=[(topic, [(1 if topic == SEEDED else p, off) for p, off in parts])],
+                                       timeout_ms=timeout),
+    TOPIC, st.lists(st.tuples(I32, I64), max_size=3), SMALL_WAIT,
+)
 QUOTA_ENTITY = st.lists(st.tuples(st.sampled_from(["user", "client-id", "ip", "", "x" * 300]),
                                    st.one_of(st.none(), st.sampled_from(["", "a/b", "*", "<default>"]), st.text(max_size=10))), max_size=3)
 describe_quotas_reqs = st.builds(
@@ -158,6 +185,13 @@ alter_quotas_reqs = st.builds(
     st.lists(st.tuples(st.sampled_from(["producer_byte_rate", "consumer_byte_rate", "request_percentage", ""]),
                        st.floats(), st.booleans()), max_size=3),
 )
+alter_reassign_reqs = st.builds(
+    lambda version, topic, parts, timeout: _req(ApiKey.ALTER_PARTITION_REASSIGNMENTS, version, timeout_ms=timeout,
+                                                allow_replication_factor_change=version == 0, topics=[(topic, parts)]),
+    st.sampled_from([0, 1]), TOPIC, st.lists(st.tuples(I32, st.one_of(st.none(), st.lists(I32, max_size=4))), max_size=3), SMALL_WAIT,
+)
+list_reassign_reqs = st.builds(lambda parts, timeout: _req(ApiKey.LIST_PARTITION_REASSIGNMENTS, 0, timeout_ms=timeout, topics=parts),
+                               st.one_of(st.none(), st.lists(st.tuples(TOPIC, st.lists(I32, max_size=3)), max_size=3)), SMALL_WAIT)
 init_pid_reqs = st.builds(lambda timeout: _req(22, 1, transactional_id=None, transaction_timeout_ms=timeout), I32)
 # transactions (KIP-98): hostile ids, producer ids, epochs, timeouts and isolation levels
 I16 = st.sampled_from([-32768, -1, 0, 1, 32767])
@@ -195,12 +229,13 @@ list_txn_reqs = st.builds(
     st.lists(st.sampled_from(["Ongoing", "Empty", "", "nonsense"]), max_size=3), st.lists(I64, max_size=3), I64,
 )
 
-HOSTILE = st.one_of(produce_reqs, fetch_reqs, list_offsets_reqs, metadata_reqs, commit_reqs, offset_fetch_reqs,
+HOSTILE = st.one_of(alter_reassign_reqs, list_reassign_reqs, produce_reqs, fetch_reqs, list_offsets_reqs, metadata_reqs, commit_reqs, offset_fetch_reqs,
                     create_reqs, join_reqs, heartbeat_reqs, epoch_reqs, init_pid_reqs, txn_init_reqs, add_partitions_reqs,
                     add_offsets_reqs, end_txn_reqs, txn_commit_reqs, markers_reqs, committed_fetch_reqs,
                     describe_txn_reqs, list_txn_reqs, delete_topics_reqs, create_partitions_reqs,
                     elect_reqs, alter_configs_reqs, incremental_reqs, log_dirs_reqs, cluster_reqs,
-                    offset_delete_reqs, describe_quotas_reqs, alter_quotas_reqs)
+                    offset_delete_reqs, describe_quotas_reqs, alter_quotas_reqs, delete_records_reqs,
+                    commit_v9_reqs, offset_fetch_v9_reqs, cg_heartbeat_reqs, cg_describe_reqs)
 
 
 class _Errors(logging.Handler):

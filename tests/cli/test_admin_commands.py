@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import datetime
 import os
+import re
 import subprocess
 import sys
 import uuid
@@ -156,3 +157,73 @@ def test_reset_offsets_of_a_zookeeper_group(hmb_broker: Any, zookeeper: Any) -> 
     finally:
         zk.stop()
         zk.close()
+
+
+def test_topics_delete_records(hmb_broker: Any, tmp_path: Any) -> None:
+    import json
+
+    from hmbclient import EARLIEST_TIME, Producer, ProducerData, SimpleConsumer
+
+    b = hmb_broker.bootstrap
+    topic = unique("cli-delrec")
+    admin.create_topic(b, topic, 2, 1)
+    p = Producer(metadata_broker_list=b)
+    for f in [f for i in range(20) for f in p.send(ProducerData(topic, None, [b"v%d" % i]))]:
+        f.result(timeout=30)
+    p.close()
+    ends = admin.latest_offsets(b, topic)
+    busy = max(ends, key=lambda q: ends[q])  # at least 10 of the 20
+
+    def earliest() -> dict[int, int]:
+        c = SimpleConsumer(hmb_broker.host, hmb_broker.port)
+        try:
+            return {q: c.get_offsets_before(topic, q, EARLIEST_TIME, 1)[0] for q in (0, 1)}
+        finally:
+            c.close()
+
+    def run(doc: Any) -> subprocess.CompletedProcess[str]:
+        f = tmp_path / f"{uuid.uuid4().hex}.json"
+        f.write_text(doc if isinstance(doc, str) else json.dumps(doc))
+        return hmb("topics", "-b", b, "--delete-records", "--offset-json-file", str(f))
+
+    # Refused input deletes nothing: past the high watermark, an unknown partition, -2
+    for doc, says in (
+        ({"partitions": [{"topic": topic, "partition": busy, "offset": 1}, {"topic": topic, "partition": 1 - busy, "offset": 99}]},
+         "OffsetOutOfRangeError"),
+        ({"partitions": [{"topic": topic, "partition": busy, "offset": 1}, {"topic": topic, "partition": 7, "offset": 1}]},
+         "UnknownTopicOrPartitionError"),
+        ({"partitions": [{"topic": topic, "partition": busy, "offset": -2}]}, "offset -2"),
+    ):
+        r = run(doc)
+        assert r.returncode == 1 and says in r.stderr and r.stdout == "", (doc, r.stdout, r.stderr)
+    assert earliest() == {0: 0, 1: 0}
+    r = run({"partitions": [{"topic": topic, "partition": busy, "offset": 3}, {"topic": topic, "partition": 1 - busy, "offset": -1}],
+             "version": 1})
+    assert r.returncode == 0, r.stderr
+    assert sorted(r.stdout.splitlines()) == sorted([f"partition: {topic}-{busy}\tlow_watermark: 3",
+                                                    f"partition: {topic}-{1 - busy}\tlow_watermark: {ends[1 - busy]}"])
+    assert earliest() == {busy: 3, 1 - busy: ends[1 - busy]}
+
+
+def test_delete_records_json_is_checked_before_anything_is_sent() -> None:
+    import pytest
+
+    from hmbclient.cli import CliError, _parse_offset_json
+
+    ok = '{"partitions": [{"topic": "t", "partition": 0, "offset": 5}, {"topic": "t", "partition": 1, "offset": -1}], "version": 1}'
+    assert _parse_offset_json(ok, "f") == {("t", 0): 5, ("t", 1): -1}
+    assert _parse_offset_json('{"partitions": [{"topic": "t", "partition": 0, "offset": 0}]}', "f") == {("t", 0): 0}
+    for text, says in (
+        ('{"partitions": [', "f: not JSON"),
+        ('[{"topic": "t"}]', 'expected {"partitions"'),
+        ('{"partitions": [{"topic": "t", "partition": 0, "offset": 1}], "version": 2}', "version 2 is not supported"),
+        ('{"partitions": [{"topic": "t", "partition": 0, "offset": 1}, {"topic": "t", "partition": 0, "offset": 2}]}', "t-0 is named twice"),
+        ('{"partitions": [{"topic": "t", "partition": 0, "offset": "1"}]}', "partitions[0]"),
+        ('{"partitions": [{"topic": "t", "partition": 0, "offset": true}]}', "partitions[0]"),
+        ('{"partitions": [{"topic": "", "partition": 0, "offset": 1}]}', "partitions[0]"),
+        ('{"partitions": [{"topic": "t", "partition": -1, "offset": 1}]}', "partition -1 is negative"),
+        ('{"partitions": [{"topic": "t", "partition": 0, "offset": -2}]}', "offset -2"),
+        ('{"partitions": []}', "no partitions"),
+    ):
+        with pytest.raises(CliError, match=re.escape(says)):
+            _parse_offset_json(text, "f")

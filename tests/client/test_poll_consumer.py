@@ -9,6 +9,7 @@ the next poll joins again), and bad input refused with typed errors.
 
 from __future__ import annotations
 
+import gc
 import re
 import threading
 import time
@@ -134,6 +135,10 @@ def test_subscribe_poll_every_record_then_the_next_member_resumes_at_the_commit(
     assert sorted((r.partition, r.offset) for r in rest) == sorted(
         [(0, o) for o in range(150, 200)] + [(1, o) for o in range(120, 200)] + [(2, o) for o in range(100, 200)]
     )
+    # Without deserializers the fetcher decodes straight into ConsumerRecords, the cyclic GC
+    # paused meanwhile: it is back on.
+    assert gc.isenabled()
+    assert all(type(r) is ConsumerRecord and r.value.startswith(b"v") and r.topic == topic for r in rest)
     # Auto commit is on for c2: close() commits the positions.
     c2.close()
     probe = _consumer(consumers, broker, group_id=group)

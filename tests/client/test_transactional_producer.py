@@ -17,7 +17,7 @@ from collections.abc import Iterator
 import pytest
 from waiting import wait_until
 
-from hmbclient import FetchRequest, Producer, ProducerData, SimpleConsumer
+from hmbclient import Consumer, FetchRequest, Producer, ProducerData, SimpleConsumer
 from hmbclient.broker import EmbeddedBroker
 from hmbclient.consumer.simple import LATEST_TIME
 from hmbclient.errors import (
@@ -55,6 +55,16 @@ def _committed(broker: EmbeddedBroker, topic: str) -> list[bytes]:
         return out
 
 
+def _polled(broker: EmbeddedBroker, topic: str, level: str, last: bytes) -> list[bytes]:
+    """The values the subscribe/poll Consumer (assign()ed, the given isolation.level) hands out
+    until ``last``."""
+    with Consumer({"bootstrap.servers": broker.bootstrap, "isolation.level": level, "auto.offset.reset": "earliest"}) as c:
+        c.assign([(topic, 0)])
+        got: list[bytes] = []
+        wait_until(lambda: got.extend(r.value for r in c.poll(0.2)) or last in got, 10, f"{last!r} polled")
+        return got
+
+
 @pytest.mark.parametrize("ptype", ["sync", "async"])
 def test_abortable_error_then_abort_and_go_on(broker, ptype):
     topic = unique("abortable")
@@ -83,6 +93,11 @@ def test_abortable_error_then_abort_and_go_on(broker, ptype):
     finally:
         p.close()
     assert _committed(broker, topic) == [b"next"]
+    # The poll Consumer: read_committed drops the aborted record, read_uncommitted hands it out
+    # (the sync producer wrote it alone; the async one may have batched it with the refused one).
+    assert _polled(broker, topic, "read_committed", b"next") == [b"next"]
+    if ptype == "sync":
+        assert _polled(broker, topic, "read_uncommitted", b"next") == [b"fine", b"next"]
 
 
 def test_transaction_timed_out_by_the_coordinator(broker):

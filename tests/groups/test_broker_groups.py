@@ -310,14 +310,21 @@ def test_member_state_table() -> None:
 def test_config_picks_the_protocol_and_needs_its_servers() -> None:
     from hmbclient.config import ConsumerConfig
 
-    assert ConsumerConfig(group_id="g", bootstrap_servers="h:1").group_protocol == "broker"
-    assert ConsumerConfig(group_id="g", zookeeper_connect="h:2").group_protocol == "zookeeper"
+    assert ConsumerConfig(group_id="g", bootstrap_servers="h:1").group_coordination == "broker"
+    assert ConsumerConfig(group_id="g", zookeeper_connect="h:2").group_coordination == "zookeeper"
     with pytest.raises(ConfigError, match="bootstrap.servers"):
-        ConsumerConfig(group_id="g", group_protocol="broker", zookeeper_connect="h:2")
+        ConsumerConfig(group_id="g", group_coordination="broker", zookeeper_connect="h:2")
     with pytest.raises(ConfigError, match="zookeeper.connect"):
         ConsumerConfig(group_id="g")
     with pytest.raises(ConfigError, match="heartbeat.interval.ms"):
         ConsumerConfig(group_id="g", bootstrap_servers="h:1", session_timeout_ms=1000, heartbeat_interval_ms=1000)
+    # group.protocol is group.coordination's alias for the connector (Kafka 4 gives the name
+    # to classic|consumer on the poll Consumer); Kafka's values are refused here.
+    props = {"group.id": "g", "bootstrap.servers": "h:1", "zookeeper.connect": "h:2"}
+    assert ConsumerConfig.from_properties({**props, "group.protocol": "broker"}).group_coordination == "broker"
+    assert ConsumerConfig.from_properties({**props, "group.coordination": "zookeeper"}).group_coordination == "zookeeper"
+    with pytest.raises(ConfigError, match="group.coordination"):
+        ConsumerConfig.from_properties({**props, "group.protocol": "consumer"})
 
 
 def test_unreachable_brokers_fail_create_message_streams(unused_port: int) -> None:

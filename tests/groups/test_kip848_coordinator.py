@@ -74,8 +74,11 @@ def test_fencing_unknown_members_leave_and_session_expiry() -> None:
     c = cg.heartbeat(g, _hb("C", 0, [], ["a"]), TOPICS, 5_000, 1_000)
     assert "A" not in g.members and _parts(c) == [0, 1, 2, 3]
     assert cg.validate_commit(g, "C", c.member_epoch) == 0
-    assert cg.validate_commit(g, "C", c.member_epoch + 1) == ErrorCode.ILLEGAL_GENERATION
+    assert cg.validate_commit(g, "C", c.member_epoch + 1) == ErrorCode.STALE_MEMBER_EPOCH
     assert cg.validate_commit(g, "A", 1) == ErrorCode.UNKNOWN_MEMBER_ID
+    assert cg.validate_commit(g, "C", c.member_epoch, api_version=8) == ErrorCode.UNSUPPORTED_VERSION  # v9+ only
+    assert cg.validate_fetch(g, "C", c.member_epoch) == 0 and cg.validate_fetch(g, "C", c.member_epoch - 1) == ErrorCode.STALE_MEMBER_EPOCH
+    assert cg.validate_fetch(g, "A", 1) == ErrorCode.UNKNOWN_MEMBER_ID
 
 
 def test_assignors() -> None:

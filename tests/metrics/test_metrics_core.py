@@ -138,5 +138,13 @@ def test_tagged_metrics_in_snapshots_and_as_prometheus_labels() -> None:
         m.sensor("again").add("topics", "BytesInPerSec-total", Total(), tags={"topic": "a"})
     lines = prometheus_text([m]).splitlines()
     fam = "hmb_topics_BytesInPerSec_total"
-    assert lines.count(f"# TYPE {fam} gauge") == 1
+    assert lines.count(f"# TYPE {fam} counter") == 1  # a Total: cumulative
+    assert lines.count("# TYPE hmb_topics_BytesInPerSec_rate gauge") == 1
     assert f'{fam}{{broker="1",topic="a"}} 10.0' in lines and f'{fam}{{broker="1"}} 15.0' in lines
+    # one name's samples (every tag set), with their kind; names() folds the tag sets
+    one = m.samples("topics", "BytesInPerSec-total")
+    assert sorted((s.tags.get("topic", ""), s.value, s.kind) for s in one) == [
+        ("", 15.0, "counter"), ("a", 10.0, "counter"), ("b", 5.0, "counter")]
+    assert all(s.tags["broker"] == "1" for s in one)
+    assert sorted(m.names()) == [("topics", "BytesInPerSec-rate", "bytes in", "gauge"),
+                                 ("topics", "BytesInPerSec-total", "bytes in", "counter")]

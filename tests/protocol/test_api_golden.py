@@ -447,8 +447,8 @@ def test_every_pair_has_a_peer_version() -> None:
         ApiKey.FETCH: range(0, 11),
         ApiKey.LIST_OFFSETS: range(0, 6),
         ApiKey.METADATA: range(0, 13),
-        ApiKey.OFFSET_COMMIT: range(0, 8),
-        ApiKey.OFFSET_FETCH: range(0, 6),
+        ApiKey.OFFSET_COMMIT: range(0, 10),
+        ApiKey.OFFSET_FETCH: range(0, 10),
         ApiKey.FIND_COORDINATOR: range(0, 3),
         ApiKey.API_VERSIONS: range(0, 3),
         ApiKey.CREATE_TOPICS: range(0, 5),
@@ -476,7 +476,7 @@ def test_every_pair_has_a_peer_version() -> None:
         ApiKey.DESCRIBE_TRANSACTIONS: range(0, 1),
         ApiKey.LIST_TRANSACTIONS: range(0, 2),
         ApiKey.DELETE_TOPICS: range(0, 4),
-        ApiKey.DELETE_RECORDS: range(0, 2),
+        ApiKey.DELETE_RECORDS: range(0, 3),
         ApiKey.DESCRIBE_LOG_DIRS: range(1, 2),  # v0 is gone from Kafka 4 clients (KIP-896)
         ApiKey.CREATE_PARTITIONS: range(0, 2),
         ApiKey.ELECT_LEADERS: range(0, 2),
@@ -487,6 +487,9 @@ def test_every_pair_has_a_peer_version() -> None:
         ApiKey.INCREMENTAL_ALTER_CONFIGS: range(0, 1),
         ApiKey.DESCRIBE_CLUSTER: range(0, 2),
         ApiKey.CONSUMER_GROUP_HEARTBEAT: range(0, 2),
+        ApiKey.CONSUMER_GROUP_DESCRIBE: range(0, 2),
+        ApiKey.ALTER_PARTITION_REASSIGNMENTS: range(0, 2),
+        ApiKey.LIST_PARTITION_REASSIGNMENTS: range(0, 1),
     }
     expected = {(int(k), v) for k, vs in want.items() for v in vs}
     assert set(REQUESTS) == expected
@@ -495,9 +498,14 @@ def test_every_pair_has_a_peer_version() -> None:
     assert {k for k, _v in NO_PEER}.isdisjoint(KP)
     assert FLEXIBLE == {(ApiKey.DESCRIBE_TRANSACTIONS, 0), (ApiKey.LIST_TRANSACTIONS, 0), (ApiKey.LIST_TRANSACTIONS, 1),
                         (ApiKey.DESCRIBE_CLUSTER, 0), (ApiKey.DESCRIBE_CLUSTER, 1),  # DescribeCluster: tests/broker/test_admin_topics.py
-                        (ApiKey.CONSUMER_GROUP_HEARTBEAT, 0), (ApiKey.CONSUMER_GROUP_HEARTBEAT, 1)} | {
+                        (ApiKey.CONSUMER_GROUP_HEARTBEAT, 0), (ApiKey.CONSUMER_GROUP_HEARTBEAT, 1),
+                        (ApiKey.CONSUMER_GROUP_DESCRIBE, 0), (ApiKey.CONSUMER_GROUP_DESCRIBE, 1),
+                        (ApiKey.DELETE_RECORDS, 2),  # DeleteRecords v2: tests/broker/test_delete_records.py (kafka-python's bytes)
+                        # reassignment: tests/protocol/test_frame_flexible.py against kafka-python
+                        (ApiKey.ALTER_PARTITION_REASSIGNMENTS, 0), (ApiKey.ALTER_PARTITION_REASSIGNMENTS, 1),
+                        (ApiKey.LIST_PARTITION_REASSIGNMENTS, 0)} | {
         (ApiKey.METADATA, v) for v in range(9, 13)
-    }
+    } | {(ApiKey.OFFSET_COMMIT, 8), (ApiKey.OFFSET_COMMIT, 9)} | {(ApiKey.OFFSET_FETCH, v) for v in range(6, 10)}
     for k, v in expected - NO_PEER - FLEXIBLE:
         for kind in ("request", "response"):
             assert not _kp(k, v, kind).flexible_version_q(v), "only the flexible-only APIs are flexible"

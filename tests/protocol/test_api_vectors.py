@@ -21,6 +21,8 @@ from hmbclient import errors
 from hmbclient.protocol.api import REQUESTS, RESPONSES, ApiKey, Response
 from hmbclient.protocol.api.consumer_group import (
     ASSIGNMENT,
+    ConsumerGroupDescribeRequest,
+    ConsumerGroupDescribeResponse,
     ConsumerGroupHeartbeatRequest,
     ConsumerGroupHeartbeatResponse,
     NullableStruct,
@@ -195,6 +197,20 @@ VECTORS += [
      kip848.JOIN[:_SPLIT] + kip848._cs(None) + kip848.JOIN[_SPLIT:]),
     *[(ConsumerGroupHeartbeatResponse[v], tuple(ConsumerGroupHeartbeatResponse[v].build(**_ANSWER_FIELDS)), kip848.ANSWER)
       for v in (0, 1)],
+]
+
+
+# ConsumerGroupDescribe (69): the hand-written bytes of tests/protocol/test_kip848_protocol.py.
+_DESCRIBED = {"error_code": 0, "group_id": "g1", "group_state": "Stable", "group_epoch": 7, "assignment_epoch": 7, "assignor_name": "uniform",
+              "members": [{"member_id": "m-1", "rack_id": "rack", "member_epoch": 7, "client_id": "cid", "client_host": "/h",
+                           "subscribed_topic_names": ["t"],
+                           "assignment": {"topic_partitions": [{"topic_id": kip848.TID, "topic_name": "t", "partitions": [0, 2]}]},
+                           "target_assignment": {"topic_partitions": []}, "member_type": 1}]}
+VECTORS += [
+    *[(ConsumerGroupDescribeRequest[v], tuple(ConsumerGroupDescribeRequest[v].build(group_ids=["g1"], include_authorized_operations=True)),
+       kip848.DESCRIBE) for v in (0, 1)],
+    *[(ConsumerGroupDescribeResponse[v], tuple(ConsumerGroupDescribeResponse[v].build(throttle_time_ms=0, groups=[_DESCRIBED])),
+       kip848._described(v)) for v in (0, 1)],
 ]
 
 

@@ -16,6 +16,12 @@ import pytest
 from hmbclient.errors import ProtocolError
 from hmbclient.protocol.api import ApiVersionsRequest, ApiVersionsResponse, MetadataRequest
 from hmbclient.protocol.api.base import REQUESTS, RESPONSES
+from hmbclient.protocol.api.reassign import (
+    AlterPartitionReassignmentsRequest,
+    AlterPartitionReassignmentsResponse,
+    ListPartitionReassignmentsRequest,
+    ListPartitionReassignmentsResponse,
+)
 from hmbclient.protocol.api.txn import (
     DescribeTransactionsRequest,
     DescribeTransactionsResponse,
@@ -38,6 +44,37 @@ _FLEXIBLE_REQUESTS = [
     (DescribeTransactionsRequest[0].build(transactional_ids=["orders-0", "x" * 200]),
      kp_admin.DescribeTransactionsRequest[0](transactional_ids=["orders-0", "x" * 200])),
 ]
+_APR = kp_admin.AlterPartitionReassignmentsRequest
+_APR_T, _APR_P = _APR.ReassignableTopic, _APR.ReassignableTopic.ReassignablePartition
+_LPR = kp_admin.ListPartitionReassignmentsRequest
+_FLEXIBLE_REQUESTS += [
+    (AlterPartitionReassignmentsRequest[0].build(timeout_ms=5000, topics=[("t", [(0, [1, 2]), (1, None)])]),
+     _APR[0](timeout_ms=5000, topics=[_APR_T(name="t", partitions=[_APR_P(partition_index=0, replicas=[1, 2]),
+                                                                   _APR_P(partition_index=1, replicas=None)])])),
+    (AlterPartitionReassignmentsRequest[1].build(timeout_ms=1, allow_replication_factor_change=False, topics=[("u", [(3, [])])]),
+     _APR[1](timeout_ms=1, allow_replication_factor_change=False, topics=[_APR_T(name="u", partitions=[_APR_P(partition_index=3, replicas=[])])])),
+    (ListPartitionReassignmentsRequest[0].build(timeout_ms=100, topics=None), _LPR[0](timeout_ms=100, topics=None)),
+    (ListPartitionReassignmentsRequest[0].build(timeout_ms=100, topics=[("t", [0, 3])]),
+     _LPR[0](timeout_ms=100, topics=[_LPR.ListPartitionReassignmentsTopics(name="t", partition_indexes=[0, 3])])),
+]
+
+
+def test_reassignment_responses_decode_in_kafka_python() -> None:
+    """AlterPartitionReassignments v0-1 / ListPartitionReassignments v0 responses as we encode
+    them read the same in kafka-python's decoder (Kafka's JSON schemas)."""
+    listed = ListPartitionReassignmentsResponse[0].build(throttle_time_ms=3, error_code=0, error_message=None,
+                                                        topics=[("t", [(0, [1, 2, 0], [2], [0])])])
+    kp = kp_admin.ListPartitionReassignmentsResponse[0].decode(listed.encode())
+    p = kp.topics[0].partitions[0]
+    assert (kp.throttle_time_ms, kp.topics[0].name, p.partition_index, p.replicas, p.adding_replicas, p.removing_replicas) == (
+        3, "t", 0, [1, 2, 0], [2], [0])
+    for v in (0, 1):
+        altered = AlterPartitionReassignmentsResponse[v].build(throttle_time_ms=0, allow_replication_factor_change=False, error_code=0,
+                                                              error_message=None, responses=[("t", [(0, 85, "none in progress")])])
+        kp = kp_admin.AlterPartitionReassignmentsResponse[v].decode(altered.encode())
+        q = kp.responses[0].partitions[0]
+        assert (q.partition_index, q.error_code, q.error_message) == (0, 85, "none in progress")
+        assert v == 0 or kp.allow_replication_factor_change is False
 
 
 def _frame(parts: list) -> bytes:

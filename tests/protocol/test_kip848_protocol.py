@@ -13,16 +13,23 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
+import kafka.protocol.consumer as kp_consumer
 import kafka.protocol.metadata as kp_metadata
 import pytest
 
 from hmbclient.errors import ProtocolError
 from hmbclient.protocol.api import (
     ApiKey,
+    ConsumerGroupDescribeRequest,
+    ConsumerGroupDescribeResponse,
     ConsumerGroupHeartbeatRequest,
     ConsumerGroupHeartbeatResponse,
     MetadataRequest,
     MetadataResponse,
+    OffsetCommitRequest,
+    OffsetCommitResponse,
+    OffsetFetchRequest,
+    OffsetFetchResponse,
 )
 from hmbclient.protocol.api.consumer_group import ASSIGNMENT
 from hmbclient.protocol.types import ZERO_UUID, Uuid
@@ -224,3 +231,85 @@ def test_client_keeps_metadata_v8_until_it_needs_topic_ids() -> None:
 
     assert pick_versions([(ApiKey.METADATA, 0, 12), (ApiKey.CONSUMER_GROUP_HEARTBEAT, 0, 1)]) == {ApiKey.METADATA: 8, ApiKey.CONSUMER_GROUP_HEARTBEAT: 1}
     assert pick_versions([(ApiKey.METADATA, 0, 5)]) == {ApiKey.METADATA: 5}
+
+
+# -- OffsetCommit v8-9, OffsetFetch v6-9 (flexible; v9s carry member epochs) ------------------------
+
+_OC = {"group_id": "g", "generation_id": 7, "member_id": "m-✓", "group_instance_id": None,
+       "topics": [{"topic": "events", "partitions": [{"partition": 2, "offset": 99, "committed_leader_epoch": -1, "metadata": ""}]}]}
+_OF_PART = {"partition": 2, "offset": 99, "committed_leader_epoch": -1, "metadata": "", "error_code": 0}
+_OFFSET_CASES = [
+    (OffsetCommitRequest, kp_consumer.OffsetCommitRequest, v, _OC, NAMES[(ApiKey.OFFSET_COMMIT, "request")]) for v in (8, 9)
+] + [
+    (OffsetCommitResponse, kp_consumer.OffsetCommitResponse, v, {"throttle_time_ms": 1, "topics": [{"topic": "events", "partitions": [{"partition": 2, "error_code": 113}]}]},
+     NAMES[(ApiKey.OFFSET_COMMIT, "response")]) for v in (8, 9)
+] + [
+    (OffsetFetchRequest, kp_consumer.OffsetFetchRequest, 6, {"group_id": "g", "topics": None}, NAMES[(ApiKey.OFFSET_FETCH, "request")]),
+    (OffsetFetchRequest, kp_consumer.OffsetFetchRequest, 7, {"group_id": "g", "topics": [{"topic": "events", "partitions": [0, 1]}], "require_stable": True},
+     NAMES[(ApiKey.OFFSET_FETCH, "request")]),
+    (OffsetFetchResponse, kp_consumer.OffsetFetchResponse, 7, {"throttle_time_ms": 0, "topics": [{"topic": "events", "partitions": [_OF_PART]}], "error_code": 0},
+     NAMES[(ApiKey.OFFSET_FETCH, "response")]),
+    (OffsetFetchRequest, kp_consumer.OffsetFetchRequest, 8, {"groups": [{"group_id": "g", "topics": None}, {"group_id": "h", "topics": [{"topic": "events", "partitions": [3]}]}],
+                                                            "require_stable": False},
+     {"groups.topics.topic": "name", "groups.topics.partitions": "partition_indexes"}),
+    (OffsetFetchRequest, kp_consumer.OffsetFetchRequest, 9, {"groups": [{"group_id": "g", "member_id": "m", "member_epoch": 4, "topics": None}], "require_stable": True},
+     {"groups.topics.topic": "name", "groups.topics.partitions": "partition_indexes"}),
+    (OffsetFetchResponse, kp_consumer.OffsetFetchResponse, 9, {"throttle_time_ms": 0, "groups": [{"group_id": "g", "topics": [{"topic": "events", "partitions": [_OF_PART]}], "error_code": 113}]},
+     {"groups.topics.topic": "name", "groups.topics.partitions": "partitions", "groups.topics.partitions.partition": "partition_index",
+      "groups.topics.partitions.offset": "committed_offset"}),
+]
+
+
+@pytest.mark.parametrize("case", _OFFSET_CASES, ids=lambda c: f"{c[0][c[2]].__name__}")
+def test_flexible_offset_versions_match_kafka_python(case: tuple[Any, Any, int, dict[str, Any], dict[str, str]]) -> None:
+    ours_by_v, kp_by_v, v, fields, names = case
+    ours, kp = ours_by_v[v], kp_by_v[v]
+    assert ours.FLEXIBLE and kp.flexible_version_q(v)
+    value = ours.build(**fields)
+    kp_fields = kp._struct.untagged_fields(v)
+    data = ours(*value).encode()
+    assert data == bytes(kp(**to_kp(ours.SCHEMA, kp_fields, value, v, names)).encode())
+    assert plain(ours.SCHEMA, ours.decode(data)) == plain(ours.SCHEMA, value)
+
+
+# -- ConsumerGroupDescribe (69) v0-1, bytes by hand from Kafka's JSON (flexible only) -----------------
+
+DESCRIBE = b"\x02" + _cs("g1") + b"\x01" + b"\x00"  # group_ids ["g1"], include_authorized_operations, tags
+
+
+def _described(v: int) -> bytes:
+    tps = b"\x02" + TID.bytes + _cs("t") + b"\x03" + b"\x00\x00\x00\x00" + b"\x00\x00\x00\x02" + b"\x00"  # [id name [0, 2]]
+    member = (
+        _cs("m-1") + _cs(None) + _cs("rack") + b"\x00\x00\x00\x07" + _cs("cid") + _cs("/h")
+        + b"\x02" + _cs("t")  # subscribed_topic_names
+        + _cs(None)  # subscribed_topic_regex
+        + tps + b"\x00"  # assignment and its tags
+        + b"\x01" + b"\x00"  # target_assignment: no topics, its tags
+        + (b"\x01" if v >= 1 else b"")  # member_type (v1+): consumer
+        + b"\x00"
+    )
+    return (
+        b"\x00\x00\x00\x00"  # throttle_time_ms
+        + b"\x02"  # one group
+        + b"\x00\x00" + _cs(None) + _cs("g1") + _cs("Stable") + b"\x00\x00\x00\x07" + b"\x00\x00\x00\x07" + _cs("uniform")
+        + b"\x02" + member
+        + b"\x80\x00\x00\x00"  # authorized_operations: none asked
+        + b"\x00"  # the group's tags
+        + b"\x00"
+    )
+
+
+@pytest.mark.parametrize("v", [0, 1])
+def test_consumer_group_describe_bytes(v: int) -> None:
+    req = ConsumerGroupDescribeRequest[v]
+    assert req.API_KEY == ApiKey.CONSUMER_GROUP_DESCRIBE == 69 and req.FLEXIBLE
+    assert req.build(group_ids=["g1"], include_authorized_operations=True).encode() == DESCRIBE
+    resp = ConsumerGroupDescribeResponse[v]
+    value = resp.build(throttle_time_ms=0, groups=[{
+        "error_code": 0, "group_id": "g1", "group_state": "Stable", "group_epoch": 7, "assignment_epoch": 7, "assignor_name": "uniform",
+        "members": [{"member_id": "m-1", "rack_id": "rack", "member_epoch": 7, "client_id": "cid", "client_host": "/h", "subscribed_topic_names": ["t"],
+                     "assignment": {"topic_partitions": [{"topic_id": TID, "topic_name": "t", "partitions": [0, 2]}]},
+                     "target_assignment": {"topic_partitions": []}, "member_type": 1}],
+    }])
+    assert value.encode() == _described(v)
+    assert plain(resp.SCHEMA, resp.decode(_described(v))) == plain(resp.SCHEMA, value)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 import pytest
 from hypothesis import HealthCheck, example, given, settings
@@ -37,6 +37,18 @@ DEFAULT_TS = 1_600_000_000_000
 SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
+class _Tailed(NamedTuple):
+    """A consumer's own record tuple: a Record's fields, then where it came from."""
+
+    offset: int
+    timestamp: int
+    key: Any
+    value: Any
+    headers: Any
+    topic: str
+    partition: int
+
+
 def _check(magic: int, codec: int, items: list[tuple[Any, ...]], base_offset: int) -> None:
     buf = encode_records(magic, codec, items, base_offset=base_offset, timestamp_ms=DEFAULT_TS)
     recs = decode_records(buf)
@@ -57,6 +69,11 @@ def _check(magic: int, codec: int, items: list[tuple[Any, ...]], base_offset: in
     assert list(iter_records(buf)) == recs
     assert list(iter_records(memoryview(buf))) == recs
     assert decode_records(bytearray(buf)) == recs
+    # tail: the same records built as the consumer's class, with its trailing fields
+    for data in (buf, bytearray(buf)):
+        tailed = decode_records(data, (_Tailed, ("t", 3)))
+        assert all(type(r) is _Tailed for r in tailed)
+        assert [tuple(r) for r in tailed] == [(*r, "t", 3) for r in recs]
     entries, valid = scan_entries(buf)
     assert valid == len(buf)
     assert entries[0].base_offset == base_offset

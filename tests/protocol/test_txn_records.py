@@ -18,6 +18,7 @@ from crc32c import crc32c
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from hmbclient import ConsumerRecord
 from hmbclient.errors import CorruptRecordError
 from hmbclient.protocol.records import GZIP, NONE, decode_records, scan_entries
 from hmbclient.protocol.records.control import (
@@ -264,6 +265,10 @@ def test_read_committed_drops_aborted_and_control_like_kafka_python() -> None:
     got = [(r.offset, r.value) for r in read_committed(buf, aborted)]
     assert got == want == _kafka_python_read_committed(buf, aborted)
     assert [v for _o, v in got] == [b"p1-0", b"p1-1", b"plain-4", b"p2-11", b"p2-12", b"plain-15"]
+    # tail: the same records as the poll consumer's ConsumerRecords (built by the decoder)
+    tailed = read_committed(buf, aborted, (ConsumerRecord, ("t", 0)))
+    assert all(type(r) is ConsumerRecord for r in tailed)
+    assert [tuple(r) for r in tailed] == [(*r, "t", 0) for r in read_committed(buf, aborted)]
     # read_uncommitted sees everything but the markers
     assert len(decode_records(buf)) == 12
 

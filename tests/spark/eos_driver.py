@@ -18,9 +18,15 @@ MODE is ``eos`` (exactlyOnce=true) or ``alo`` (the default sink).
   worker): the executor is lost with the task's transaction open, and Spark runs the task again
   on an executor the workers start anew.
 * stream: one query per argument, ``hmb`` -> upper(value) through a UDF -> ``hmb``, trigger
-  availableNow, from the checkpoint. The UDF blocks on GATE_VALUE while GATE_MARKER exists
-  (after creating REACHED, which names the executor JVM running the task on a cluster), so the
-  test can kill this process -- or that executor -- with the batch in flight.
+  availableNow, from the checkpoint. While GATE_MARKER exists the UDF holds the partition of
+  GATE_VALUE (``<phase>-<partition>-<row>``) twice: on its first row until GATE_MARKER.go
+  exists (the test's "the batch's other partitions are committed": the exactly-once writer
+  opens its transaction with its first row sent, and an open transaction hides the commits
+  after it in the same partitions from read_committed readers), then on GATE_VALUE, after
+  creating REACHED (which names the executor JVM running the task on a cluster), so the test
+  can kill this process -- or that executor -- with the batch in flight and the rows before
+  GATE_VALUE sent. Output values are padded (after a ':') so those rows fill the buffers
+  between the UDF and the sink and reach the broker.
 """
 
 from __future__ import annotations
@@ -37,6 +43,7 @@ def _session(master: str) -> Any:
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     from pyspark.sql import SparkSession
 
+    from hmbclient.testing.spark import DAEMON_JAVA_OPTIONS
     from spark_integration import register
 
     builder = SparkSession.builder
@@ -53,9 +60,14 @@ def _session(master: str) -> Any:
         .config("spark.sql.shuffle.partitions", "2")
         .config("spark.driver.memory", "512m")
         .config("spark.ui.showConsoleProgress", "false")
-        # small batches: rows reach the sink before the UDF has seen the partition's last one
+        # small batches and buffers: rows reach the sink before the UDF has seen the partition's
+        # last one (a Python worker's output sits in a buffer of spark.buffer.size until full)
         .config("spark.sql.execution.python.udf.maxRecordsPerBatch", "10")
         .config("spark.sql.execution.arrow.maxRecordsPerBatch", "10")
+        .config("spark.buffer.size", "4096")
+        # short-lived JVMs: the test daemons' options (less JIT and GC work on a loaded machine)
+        .config("spark.driver.extraJavaOptions", DAEMON_JAVA_OPTIONS)
+        .config("spark.executor.extraJavaOptions", DAEMON_JAVA_OPTIONS)
         .getOrCreate()
     )
     session.sparkContext.setLogLevel("ERROR")
@@ -137,6 +149,14 @@ def batch(bootstrap: str, specs: list[str], master: str = "local[2,3]") -> None:
     spark.stop()
 
 
+def _hold_while(cond: Any, limit_s: float = 150) -> None:
+    """Block the task while ``cond()``: a file the test creates or removes (at most ``limit_s``;
+    the held Python worker dies with its executor or driver JVM anyway)."""
+    deadline = time.monotonic() + limit_s
+    while cond() and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+
 def stream(bootstrap: str, specs: list[str], master: str = "local[8]") -> None:
     from pyspark.sql.functions import col, udf
 
@@ -145,18 +165,21 @@ def stream(bootstrap: str, specs: list[str], master: str = "local[8]") -> None:
     for spec in specs:
         mode, src, dst, ckpt, gate_value, gate_marker, reached = spec.split("|")
 
-        def gate(value: bytes, gate_value: str = gate_value, gate_marker: str = gate_marker, reached: str = reached) -> str:
+        first = gate_value.rsplit("-", 1)[0] + "-0"
+
+        def gate(value: bytes, gate_value: str = gate_value, gate_marker: str = gate_marker, reached: str = reached,
+                 first: str = first) -> str:
             text = value.decode()
+            if text == first and os.path.exists(gate_marker):
+                _hold_while(lambda: not os.path.exists(gate_marker + ".go"))
             if text == gate_value and os.path.exists(gate_marker):
                 executor = _my_executor()
                 with open(reached + ".tmp", "w") as out:
                     out.write("" if executor is None else str(executor))
                 os.replace(reached + ".tmp", reached)
-                deadline = time.monotonic() + 60
-                while os.path.exists(gate_marker) and time.monotonic() < deadline:
-                    time.sleep(0.05)  # the test kills the driver meanwhile
+                _hold_while(lambda: os.path.exists(gate_marker))  # the test kills the driver meanwhile
                 raise RuntimeError("gate: the driver should have been killed")
-            return text.upper()
+            return text.upper() + ":" + "x" * 1000  # padding: the rows before the gate fill the buffers
 
         df = (
             spark.readStream.format("hmb").option("metadata.broker.list", bootstrap).option("topic", src)

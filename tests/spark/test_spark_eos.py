@@ -9,14 +9,19 @@ without it.
   first rows reached the broker; Spark retries it. The failed attempt's writer saw its input end
   early and committed a prefix of the partition; the retry sends only the rest (eos E2/E3).
 * streaming ``hmb`` -> UDF -> ``hmb`` (trigger availableNow, 4 input partitions): the driver is
-  killed with SIGKILL twice while partition 0's task of a micro-batch is held in the UDF (the
-  other three tasks of the batch have written), and restarted from its checkpoint each time; the
-  replayed batch's finished partitions write nothing (eos E2), the held one's open transaction is
-  aborted by the next attempt's init_transactions (eos E1).
+  killed with SIGKILL twice while partition 3's task of a micro-batch is held in the UDF (the
+  other three tasks of the batch have committed; the held one has sent its first rows: its
+  transaction is open), and restarted from its checkpoint each time; the replayed batch's
+  finished partitions write nothing (eos E2), the held one's open transaction is aborted by the
+  next attempt's init_transactions (eos E1).
 * the same batch write on the standalone cluster, the failure a SIGKILL of the executor running
-  partition 2's task (its transaction open), and the streaming scenario on a standalone cluster
-  of its own with the held tasks' executors killed before the first driver kill (``chaos``
-  marker: ``make chaos``, about three minutes).
+  partition 2's task (its transaction open).
+* the streaming scenario on the shared standalone cluster, bounded (one micro-batch, 2 input
+  partitions): the executor holding the exactly-once query's held task is killed with SIGKILL,
+  its transaction open, then the driver; the restart fences the lost attempt.
+* the streaming scenario on a standalone cluster of its own, two micro-batches, the held tasks'
+  executors killed (and the tasks held again on new executors) before the first driver kill
+  (``chaos`` marker: ``make chaos``, about three minutes).
 """
 
 from __future__ import annotations
@@ -187,7 +192,7 @@ def test_batch_write_on_the_standalone_cluster_with_an_executor_killed(broker: A
         marker = tmp_path / f"kill-{mode}"
         marker.touch()
         specs[mode] = (topic, marker)
-    before = _executor_pids()
+    before = _executor_pids(spark_cluster)
     proc = _driver("batch-cluster", spark_cluster.master_url, broker.bootstrap,
                    *("|".join((m, t, str(f))) for m, (t, f) in specs.items()))
     _finish(proc, timeout=280)
@@ -197,47 +202,60 @@ def test_batch_write_on_the_standalone_cluster_with_an_executor_killed(broker: A
         assert not marker.exists() and not _alive(killed), "the executor was killed"
         got[mode] = _values(broker, topic)
         assert set(got[mode]) == want, "every row arrived"
-    wait_until(lambda: not _executor_pids() - before, 60, "the application's executors gone with its driver")
+    wait_until(lambda: not _executor_pids(spark_cluster) - before, 60, "the application's executors gone with its driver")
     assert all(n == 1 for n in got["eos"].values()), "exactly once: no duplicate visible to read_committed"
     assert got["alo"]["r4000"] >= 2, "at-least-once: the lost executor's rows are there twice"
 
 
-def _executor_pids() -> set[int]:
+def _executor_pids(cluster: Any) -> set[int]:
+    """The executor JVMs the workers of ``cluster`` run (their children; not another test
+    process's cluster's)."""
     out = set()
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/cmdline", "rb") as f:
-                    if b"CoarseGrainedExecutorBackend" in f.read():
-                        out.add(int(entry))
-            except OSError:
-                pass
+    for pid in (c for w in cluster.worker_pids if w is not None for c in _children(w)):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                if b"CoarseGrainedExecutorBackend" in f.read():
+                    out.add(pid)
+        except OSError:
+            pass
     return out
 
 
 def test_streaming_killed_twice_and_restarted(broker: Any, tmp_path: Path) -> None:
-    _streaming_scenario(broker, tmp_path, ("stream",), None)
+    _streaming_scenario(broker, tmp_path, ("stream",))
+
+
+def test_streaming_on_the_standalone_cluster_executor_then_driver_killed(broker: Any, spark_cluster: Any, tmp_path: Path) -> None:
+    """The streaming scenario, bounded, on the shared standalone cluster (2 workers of 1 core):
+    one micro-batch of 2 input partitions per query; once both queries hold partition 1 (the
+    other written), the executor holding the exactly-once query's task is killed with SIGKILL,
+    its transaction open with rows in it, then the driver; the restarted query's attempt of
+    the partition fences the lost one (eos E1)."""
+    before = _executor_pids(spark_cluster)
+    _streaming_scenario(broker, tmp_path, ("stream-cluster", spark_cluster.master_url), kill_executors=("eos",),
+                        batches=1, partitions=2, rehold=False)
+    wait_until(lambda: not _executor_pids(spark_cluster) - before, 60, "the application's executors gone with its driver")
 
 
 @pytest.mark.chaos
 def test_streaming_on_the_standalone_cluster_executor_and_driver_killed(broker: Any, tmp_path: Path) -> None:
-    """The streaming scenario on a standalone cluster of its own (2 workers of 4 cores, so the
-    two queries' held tasks do not starve the others): in the first micro-batch the executor
-    running each query's held task is killed with SIGKILL (Spark runs the task again on a new
-    executor, which holds it again), then the driver; in the second, the driver."""
+    """The streaming scenario on a standalone cluster of its own (2 workers of 4 cores): in the
+    first micro-batch the executor running each query's held task is killed with SIGKILL
+    (Spark runs the task again on a new executor, which holds it again), then the driver; in
+    the second, the driver."""
     from hmbclient.testing.spark import LocalSparkCluster
 
     with LocalSparkCluster(workers=2, cores_per_worker=4, worker_memory="1g", executor_memory="512m") as cluster:
         os.environ["EOS_WORKER_CORES"] = "4"
         try:
-            _streaming_scenario(broker, tmp_path, ("stream-cluster", cluster.master_url), _kill_held_executors)
+            _streaming_scenario(broker, tmp_path, ("stream-cluster", cluster.master_url), kill_executors=("eos", "alo"))
         finally:
             os.environ.pop("EOS_WORKER_CORES", None)
 
 
-def _kill_held_executors(reached: list[Path]) -> None:
-    """SIGKILL the executors named in the ``reached`` files (each a held task's executor), then
-    wait until each task runs again elsewhere and is held again (the file rewritten)."""
+def _kill_held_executors(reached: list[Path], rehold: bool) -> None:
+    """SIGKILL the executors named in the ``reached`` files (each a held task's executor); with
+    ``rehold``, wait until each task runs again elsewhere and is held again (the file rewritten)."""
     victims = {int(r.read_text()) for r in reached}
     assert victims, "the held tasks name their executors"
     for r in reached:
@@ -245,21 +263,34 @@ def _kill_held_executors(reached: list[Path]) -> None:
     for pid in victims:
         os.kill(pid, signal.SIGKILL)
     wait_until(lambda: not any(_alive(p) for p in victims), 30, "the executors are gone")
-    for r in reached:
+    for r in reached if rehold else ():
         wait_until(lambda r=r: r.exists() and r.read_text() and int(r.read_text()) not in victims, 180,
                    f"{r.name}: the task held again on a new executor")
 
 
-def _streaming_scenario(broker: Any, tmp_path: Path, driver: tuple[str, ...], kill_executors: Any) -> None:
+def _streaming_scenario(broker: Any, tmp_path: Path, driver: tuple[str, ...], kill_executors: tuple[str, ...] = (),
+                        batches: int = 2, partitions: int = 4, rehold: bool = True) -> None:
+    """Two queries, ``exactlyOnce`` and at-least-once, each ``hmb`` (``partitions`` input
+    partitions) -> UDF -> ``hmb``; ``batches`` micro-batches of 50 rows per input partition,
+    each interrupted by a kill -9 of the driver while the task of the last input partition is
+    held in the UDF (its rows before the gate sent: eos has its transaction open) and the
+    batch's other partitions are written. The held task is the last one so that it never
+    keeps the others from a core. In the first batch the executors of the held tasks of the
+    ``kill_executors`` modes are killed before the driver (with ``rehold``: once each task is
+    held again on a new executor). The driver is restarted from the checkpoint after each kill
+    and finally runs to the end. The output read ``read_committed`` holds every input row
+    exactly once with ``exactlyOnce``; the at-least-once sink holds the rewritten partitions
+    twice."""
     modes = ("eos", "alo")
     topics = {m: (_topic(f"eos-in-{m}"), _topic(f"eos-out-{m}")) for m in modes}
     for src, dst in topics.values():
-        create_topic(broker.bootstrap, src)
+        create_topic(broker.bootstrap, src, partitions)
         create_topic(broker.bootstrap, dst)
+    held, parts = partitions - 1, range(partitions)
 
     def feed(phase: str) -> None:
         for src, _ in topics.values():
-            produce(broker.bootstrap, src, [(p, f"k{p}-{i}".encode(), f"{phase}-{p}-{i}".encode()) for p in range(4) for i in range(50)])
+            produce(broker.bootstrap, src, [(p, f"k{p}-{i}".encode(), f"{phase}-{p}-{i}".encode()) for p in parts for i in range(50)])
 
     def run(gate: str | None) -> subprocess.Popen[bytes]:
         specs = []
@@ -272,41 +303,55 @@ def _streaming_scenario(broker: Any, tmp_path: Path, driver: tuple[str, ...], ki
         started.append(_driver(*driver, broker.bootstrap, *specs))
         return started[-1]
 
-    def rows(phases: str, parts: range) -> set[str]:
+    def rows(phases: str, parts: Any) -> set[str]:
         return {f"{ph}-{p}-{i}".upper() for ph in phases for p in parts for i in range(50)}
 
-    def kill_at(proc: subprocess.Popen[bytes], gate: str, written: set[str], executors: bool = False) -> None:
-        """Wait until both queries hold partition 0 at ``gate`` and ``written`` (the batch's
-        other three partitions) is visible to read_committed, then kill -9 the driver."""
+    def transaction_open(phase: str) -> bool:
+        """Rows the held eos task sent before its gate are in the output, none committed."""
+        sent = {f"{phase}-{held}-{i}".upper() for i in range(25)}
+        return bool(sent & set(_values(broker, topics["eos"][1], "read_uncommitted"))) and \
+            not sent & set(_values(broker, topics["eos"][1]))
+
+    def kill_at(proc: subprocess.Popen[bytes], phase: str, written: set[str], executors: bool) -> None:
+        """Wait until ``written`` (the batch's other partitions) is visible to read_committed
+        while partition ``held`` waits on its first row, let it go on to the gate, wait until
+        both queries hold it there (eos's transaction open with rows), then kill -9 the driver
+        (first the held tasks' executors, when ``executors``)."""
+        gate = f"{phase}-{held}-25"
+        for m in modes:
+            wait_until(lambda m=m: written <= set(_values(broker, topics[m][1])) or proc.poll() is not None, 120,
+                       f"{m}: the batch's other partitions written before the kill")
+            assert proc.poll() is None, proc.communicate()[0].decode(errors="replace")[-3000:]
+            (tmp_path / f"gate-{m}-{gate}.go").touch()  # the held partition goes on to the gate
         for m in modes:
             wait_until(lambda m=m: (tmp_path / f"reached-{m}-{gate}").exists() or proc.poll() is not None,
-                       120, f"{m} query reaches {gate}")
+                       60, f"{m} query reaches {gate}")
             assert proc.poll() is None, proc.communicate()[0].decode(errors="replace")[-3000:]
-            wait_until(lambda m=m: written <= set(_values(broker, topics[m][1])), 60,
-                       f"{m}: the batch's other partitions written before the kill")
-        if executors and kill_executors is not None:
-            kill_executors([tmp_path / f"reached-{m}-{gate}" for m in modes])
+        wait_until(lambda: transaction_open(phase), 30, "the held eos task's transaction open, with rows")
+        if executors and kill_executors:
+            _kill_held_executors([tmp_path / f"reached-{m}-{gate}" for m in kill_executors], rehold)
         _kill9(proc)
         for m in modes:
             (tmp_path / f"gate-{m}-{gate}").unlink()
 
     started: list[subprocess.Popen[bytes]] = []
+    phases = "ab"[:batches]
     try:
-        feed("a")
-        # batch 0: partitions 1-3 written, 0 held (its executor killed first, on a cluster)
-        kill_at(run("a-0-25"), "a-0-25", rows("a", range(1, 4)), executors=True)
-        feed("b")
-        # batch 0 replayed, batch 1: partitions 1-3 written, 0 held
-        kill_at(run("b-0-25"), "b-0-25", rows("a", range(4)) | rows("b", range(1, 4)))
-        _finish(run(None))  # batch 1 replayed; done
+        done: set[str] = set()
+        for n, phase in enumerate(phases):
+            feed(phase)
+            # the batch (and the previous one, replayed): the other partitions written, `held` held
+            kill_at(run(f"{phase}-{held}-25"), phase, done | rows(phase, parts[:held]), executors=n == 0)
+            done |= rows(phase, parts)
+        _finish(run(None))  # the last batch replayed; done
     finally:
         for proc in started:  # a failed step leaves no driver behind
             if proc.poll() is None:
                 _kill9(proc)
 
-    want = rows("ab", range(4))
+    want = rows(phases, parts)
     eos, alo = _values(broker, topics["eos"][1]), _values(broker, topics["alo"][1])
     assert set(eos) == want and set(alo) == want, "every input row is in the output"
     assert all(n == 1 for n in eos.values()), f"exactly once: {sum(eos.values()) - len(want)} duplicates"
-    # at-least-once: both replayed batches rewrote the three partitions written before each kill
-    assert sum(alo.values()) - len(want) >= 300, "at-least-once duplicates the replayed batches' rows"
+    # at-least-once: each replayed batch rewrote the partitions written before its kill
+    assert sum(alo.values()) - len(want) >= 50 * held * batches, "at-least-once duplicates the replayed batches' rows"

@@ -27,6 +27,18 @@ everything (LeaderAndIsr to the replicas, UpdateMetadata to all). From then on i
   replica is live and in sync move their leadership to it (decisions Case K); with
   ``auto_rebalance`` the active controller does the same every ``rebalance_interval_s`` for
   the partitions of brokers over the imbalance percentage (decisions Case N).
+* Case I — partition reassignment (AlterPartitionReassignments, KIP-455; the decisions are
+  :mod:`.reassignment`'s): (1) the topic znode gets the partition's full replica set (target
+  ++ original) with its adding/removing replicas, (2) its state a new leader epoch (ISR and
+  leader restricted to the full set), (3) LeaderAndIsr to the full set: new replicas start
+  fetching. Whenever the ISRs change (Case C), brokers change (Case A) and after a fail-over,
+  a reassignment whose target replicas are all in the ISR completes: (4) the state restricted
+  to the target (leader moved off a removed replica), LeaderAndIsr to the target and
+  UpdateMetadata, (5) StopReplica(delete) to the live removed replicas, (6) the topic znode
+  with the target and no reassignment. Each step is in ZooKeeper before the next starts, so a
+  controller that takes over reads the ongoing reassignments back and repeats from where the
+  last one stopped (steps 4-6 are idempotent). A cancel writes the original back (1-3) and
+  stops and deletes the adding replicas.
 
 Every state write is conditional on the version this controller read and fenced by the
 controller epoch (see the store); on a version conflict (a leader changed the ISR meanwhile)
@@ -47,8 +59,9 @@ from typing import Any
 from kazoo.exceptions import ConnectionClosedError, ConnectionLoss, SessionExpiredError
 
 from hmbclient.broker.channel import BrokerChannel, ChannelSecurity
-from hmbclient.broker.controller import decisions
+from hmbclient.broker.controller import decisions, reassignment
 from hmbclient.broker.controller.decisions import Change, ClusterState, LeaderIsr
+from hmbclient.broker.controller.reassignment import Ongoing
 from hmbclient.broker.controller.store import CoordinationStore
 from hmbclient.broker.metadata import LEADER_DURING_DELETE, NO_LEADER, BrokerEndpoint
 from hmbclient.errors import ErrorCode, HmbError
@@ -152,6 +165,8 @@ class Controller:
         self.endpoints: dict[int, BrokerEndpoint] = {}
         self._broker_epochs: dict[int, int] = {}
         self._pending_deletion: set[str] = set()
+        #: partitions being reassigned (Case I), as the topic znodes record them
+        self.reassigning: dict[TP, Ongoing] = {}
         self._senders: dict[int, _Sender] = {}
         # What this broker knows of the current controller (any broker): (id, epoch).
         self.known_controller: tuple[int, int] = (-1, 0)
@@ -276,6 +291,7 @@ class Controller:
         self.active = False
         self.state = None
         self.versions = {}
+        self.reassigning = {}
         for s in self._senders.values():
             s.stop()
         self._senders = {}
@@ -301,6 +317,7 @@ class Controller:
         state = ClusterState(controller_epoch=self.epoch, live_brokers=set(live), assignments={}, states={})
         self.state = state
         self.versions = {}
+        self.reassigning = {}
         for topic in self.store.topics(watch=self._watch_topics):
             self._load_topic(topic)
         for b in live.values():
@@ -321,6 +338,7 @@ class Controller:
         self._send_update_metadata(all_tps, set(live))
         self.store.isr_changes(watch=self._watch_isr)
         self._delete_ready_topics()
+        self._check_reassignments()
 
     def _state(self) -> ClusterState:
         assert self.state is not None
@@ -336,6 +354,9 @@ class Controller:
             found = self.store.partition_state(topic, p)
             if found is not None:
                 state.states[(topic, p)], self.versions[(topic, p)] = found
+        for p, (adding, removing) in self.store.reassignments(topic).items():
+            if p < len(assignment):
+                self.reassigning[(topic, p)] = Ongoing(adding, removing)
 
     def _reload_partition(self, tp: TP) -> None:
         found = self.store.partition_state(*tp)
@@ -493,6 +514,8 @@ class Controller:
             self._announce(changes)
             self._send_update_metadata(everything, set(state.live_brokers) - (new | moved))
             self._delete_ready_topics()
+        if dead or new or moved:
+            self._check_reassignments()
 
     # -- Case B: topics appear ------------------------------------------------------------------------
     def _watch_topics(self) -> None:
@@ -539,6 +562,7 @@ class Controller:
             for tp in tps:
                 state.states.pop(tp, None)
                 self.versions.pop(tp, None)
+                self.reassigning.pop(tp, None)
             if gone:
                 req = UpdateMetadataRequest[3](controller_id=self.broker_id, controller_epoch=self.epoch, ungrouped_partition_states=gone,
                                                live_brokers=self._live_broker_entries())
@@ -627,6 +651,7 @@ class Controller:
             self._reload_partition(tp)
         if tps:
             self._send_update_metadata(tps, set(self._state().live_brokers))
+            self._check_reassignments(tps)
 
     # -- Case D: controlled shutdown -------------------------------------------------------------------
     def controlled_shutdown(self, broker_id: int) -> Future[tuple[int, list[TP]]]:
@@ -655,6 +680,139 @@ class Controller:
             fut.set_result((ErrorCode.NONE, remaining))
         except Exception as e:
             fut.set_exception(e)
+
+    # -- Case I: partition reassignment ---------------------------------------------------------------
+    def alter_reassignments(self, requested: dict[TP, tuple[int, ...] | None], allow_replication_factor_change: bool = True,
+                            ) -> Future[dict[TP, tuple[int, str | None]]]:
+        """Start (target replicas) or cancel (None) the reassignment of each partition;
+        resolves to partition -> (error, message) once the moves are started (not finished)."""
+        fut: Future[dict[TP, tuple[int, str | None]]] = Future()
+        self._put(self._alter_reassignments, dict(requested), allow_replication_factor_change, fut)
+        return fut
+
+    def list_reassignments(self, partitions: list[TP] | None) -> Future[dict[TP, tuple[tuple[int, ...], Ongoing]] | None]:
+        """The ongoing reassignments (of ``partitions``; all when None): partition -> (full
+        replicas, Ongoing); None when this broker is not the controller."""
+        fut: Future[dict[TP, tuple[tuple[int, ...], Ongoing]] | None] = Future()
+        self._put(self._list_reassignments, partitions, fut)
+        return fut
+
+    def _list_reassignments(self, partitions: list[TP] | None, fut: Future[dict[TP, tuple[tuple[int, ...], Ongoing]] | None]) -> None:
+        if not self.active:
+            fut.set_result(None)
+            return
+        state = self._state()
+        wanted = set(self.reassigning) if partitions is None else set(partitions) & set(self.reassigning)
+        fut.set_result({tp: (tuple(state.assignments[tp[0]][tp[1]]), self.reassigning[tp]) for tp in sorted(wanted)})
+
+    def _full(self, tp: TP) -> tuple[int, ...] | None:
+        assignment = self._state().assignments.get(tp[0])
+        if assignment is None or tp[0] in self._pending_deletion or not 0 <= tp[1] < len(assignment):
+            return None
+        return tuple(assignment[tp[1]])
+
+    def _alter_reassignments(self, requested: dict[TP, tuple[int, ...] | None], allow_rf: bool,
+                             fut: Future[dict[TP, tuple[int, str | None]]]) -> None:
+        try:
+            if not self.active:
+                fut.set_result({tp: (ErrorCode.NOT_CONTROLLER, None) for tp in requested})
+                return
+            state = self._state()
+            registered = state.live_brokers | state.shutting_down
+            out: dict[TP, tuple[int, str | None]] = {}
+            started: list[TP] = []
+            for tp, target in sorted(requested.items()):
+                full = self._full(tp)
+                ongoing = self.reassigning.get(tp)
+                code, msg = reassignment.check(full, ongoing, target, registered, allow_replication_factor_change=allow_rf)
+                if code or full is None:
+                    out[tp] = (code, msg)
+                    continue
+                plan = reassignment.cancel(full, ongoing) if target is None else reassignment.start(full, ongoing, target)  # type: ignore[arg-type]
+                out[tp] = self._carry_out(tp, plan)
+                if out[tp][0] == ErrorCode.NONE:
+                    started.append(tp)
+            fut.set_result(out)
+            if started:
+                self._check_reassignments(started)
+        except Exception as e:
+            fut.set_exception(e)
+
+    def _carry_out(self, tp: TP, plan: reassignment.Plan) -> tuple[int, str | None]:
+        """Steps 1-3 of a start or cancel (or 4-6 with the completion's plan, see
+        :meth:`_complete`)."""
+        state = self._state()
+        if reassignment.restrict(state.states.get(tp), plan.replicas, state.live_brokers, self.epoch) is None:
+            return ErrorCode.INVALID_REPLICA_ASSIGNMENT, "No replica of the new replica set is in sync and alive to lead the partition."
+        ongoing = plan.ongoing
+        if not self.store.write_reassignment(tp[0], tp[1], plan.replicas, ongoing.adding if ongoing else (), ongoing.removing if ongoing else ()):
+            return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "The topic is gone."
+        self._set_replicas(tp, plan.replicas, ongoing)
+
+        def decide() -> list[Change]:
+            st = reassignment.restrict(self._state().states.get(tp), plan.replicas, self._state().live_brokers, self.epoch)
+            return [] if st is None else [Change(tp[0], tp[1], st, plan.replicas)]
+
+        written = self._write(decide(), decide, create=tp not in self.versions)
+        self._announce(written)
+        self._stop_removed(tp, plan.stop)
+        log.info("controller %d: %s-%d reassignment %s: replicas %s", self.broker_id, tp[0], tp[1],
+                 "started" if ongoing else "ended", list(plan.replicas))
+        return ErrorCode.NONE, None
+
+    def _set_replicas(self, tp: TP, replicas: tuple[int, ...], ongoing: Ongoing | None) -> None:
+        state = self._state()
+        assignment = list(state.assignments[tp[0]])
+        assignment[tp[1]] = replicas
+        state.assignments[tp[0]] = assignment
+        if ongoing is None:
+            self.reassigning.pop(tp, None)
+        else:
+            self.reassigning[tp] = ongoing
+
+    def _stop_removed(self, tp: TP, removed: tuple[int, ...]) -> None:
+        # A removed replica that is down keeps its log until it is deleted by hand (Kafka
+        # retries the deletion when it comes back; see the README).
+        for r in removed:
+            if r in self._state().live_brokers:
+                self._send_stop_replica(r, [tp], delete=True)
+
+    def _check_reassignments(self, tps: Iterable[TP] | None = None) -> None:
+        """Complete the reassignments (of ``tps``; all when None) whose target is in sync."""
+        if not self.active:
+            return
+        for tp in sorted(set(self.reassigning) if tps is None else set(tps) & set(self.reassigning)):
+            self._complete(tp)
+
+    def _complete(self, tp: TP) -> None:
+        state = self._state()
+        ongoing = self.reassigning.get(tp)
+        full = self._full(tp)
+        if ongoing is None or full is None:
+            return
+
+        def decide() -> list[Change]:
+            st = self._state()
+            done = reassignment.completion(full, ongoing, st.states.get(tp), st.live_brokers, self.epoch)
+            return [] if done is None else [Change(tp[0], tp[1], done[1], done[0].replicas)]
+
+        changes = decide()
+        if not changes:
+            return
+        plan = reassignment.Plan(changes[0].replicas, None, tuple(r for r in full if r not in changes[0].replicas))
+        # (4) the state first, with the target as the replica set the brokers learn.
+        self._set_replicas(tp, plan.replicas, ongoing)
+        written = self._write(changes, decide)
+        if not written:
+            self._set_replicas(tp, full, ongoing)
+            return
+        self._announce(written)
+        # (5) the removed replicas stop and delete their logs, (6) the znode forgets the move.
+        self._stop_removed(tp, plan.stop)
+        self.store.write_reassignment(tp[0], tp[1], plan.replicas, (), ())
+        self.reassigning.pop(tp, None)
+        self._send_update_metadata([tp], set(state.live_brokers))
+        log.info("controller %d: %s-%d reassignment complete: replicas %s", self.broker_id, tp[0], tp[1], list(plan.replicas))
 
     # -- admin: move a leadership (tests, tools) ---------------------------------------------------------
     def move_leader(self, topic: str, partition: int, broker_id: int) -> Future[bool]:

@@ -23,6 +23,10 @@ Two implementations of one contract:
     controller, which re-reads those states and sends UpdateMetadata.
   - ``/admin/delete_topics/<t>`` — a topic marked for deletion by DeleteTopics (any broker);
     the controller deletes the topic's znodes and then the marker (``finish_topic_deletion``).
+  - ``/brokers/topics/<t>``'s ``"adding_replicas"`` / ``"removing_replicas"`` (KIP-455, as
+    Kafka 2.4+ writes them) — the partitions being reassigned; the controller rewrites a
+    partition's replicas and these maps together (``write_reassignment``, conditional on the
+    version read) and reads them back after a fail-over (``reassignments``).
   - ``/brokers/topics/<t>`` rewritten with more partitions by CreatePartitions
     (``add_partitions``, conditional on the version read); the controller watches each topic's
     assignment (``assignment(topic, watch)``) and starts the new partitions.
@@ -41,6 +45,14 @@ Two implementations of one contract:
   Topic ids persist in ``<log dir>/topic-ids.json`` (``{"<topic>": "<id>"}``, Kafka's string
   form; written to a temporary file, fsynced, renamed) when the store is given that path: a
   topic keeps its id across restarts, one found without an id gets one and it is written.
+  Dynamic configs (AlterConfigs / IncrementalAlterConfigs of topics and brokers, client
+  quotas: every ``set_entity_config``) persist in ``<log dir>/dynamic-configs.json``
+  (``{"version": 1, "configs": {"<entity type>/<name>": {key: value}}}``, the entity paths of
+  ``/config/changes``; written the same atomic way, before the write is seen in memory) when
+  the store is given that path, and are read back at start, so a restarted standalone broker
+  keeps them as a ZooKeeper one does; a file that cannot be read or has another shape stops
+  the start with a StorageError (never a guess). A topic's configs go with the topic's
+  deletion.
   It has no ZooKeeper group offsets: ``offsets_in_zookeeper`` is False, ``read_offset`` answers
   None and ``write_offset`` raises :class:`NoZooKeeperError`, so a standalone broker serves
   OffsetCommit/OffsetFetch v0 from its own offsets topic like v1+.
@@ -54,7 +66,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import threading
 import uuid
 from collections.abc import Callable
@@ -71,14 +82,17 @@ from kazoo.exceptions import (
 
 from hmbclient import zkpaths as paths
 from hmbclient.broker.controller.decisions import LeaderIsr
-from hmbclient.broker.log.checkpoint import fsync_dir
+from hmbclient.broker.log.checkpoint import read_json, write_json_atomically
 from hmbclient.broker.metadata import BrokerEndpoint
 from hmbclient.errors import CoordinationError, StorageError
 
-__all__ = ["CoordinationStore", "ZkStore", "MemoryStore", "ISR_CHANGE_PATH", "NoZooKeeperError", "TOPIC_IDS_FILE"]
+__all__ = ["CoordinationStore", "ZkStore", "MemoryStore", "ISR_CHANGE_PATH", "NoZooKeeperError", "TOPIC_IDS_FILE",
+           "DYNAMIC_CONFIGS_FILE"]
 
 #: a standalone broker's topic ids, in its log directory
 TOPIC_IDS_FILE = "topic-ids.json"
+#: a standalone broker's dynamic configs (topics, brokers, client quotas), in its log directory
+DYNAMIC_CONFIGS_FILE = "dynamic-configs.json"
 
 log = logging.getLogger("hmbclient.broker.store")
 
@@ -114,6 +128,9 @@ class CoordinationStore(Protocol):
     def assignment(self, topic: str, watch: Watch | None = None) -> list[tuple[int, ...]] | None: ...
     def create_topic(self, topic: str, assignment: list[tuple[int, ...]]) -> bool: ...
     def add_partitions(self, topic: str, assignment: list[tuple[int, ...]], current: int) -> bool: ...
+    def reassignments(self, topic: str) -> dict[int, tuple[tuple[int, ...], tuple[int, ...]]]: ...
+    def write_reassignment(self, topic: str, partition: int, replicas: tuple[int, ...], adding: tuple[int, ...],
+                           removing: tuple[int, ...]) -> bool: ...
     def mark_topic_for_deletion(self, topic: str) -> None: ...
     def topics_to_delete(self, watch: Watch | None = None) -> list[str]: ...
     def finish_topic_deletion(self, topic: str) -> None: ...
@@ -372,12 +389,44 @@ class ZkStore:
             return False
         if len(paths.decode_topic_assignment(data)) != current:
             return False
-        body = paths.encode_topic_assignment({p: list(r) for p, r in enumerate(assignment)})
+        # The other fields stay (the topic id, the ongoing reassignments of existing partitions).
+        body = paths.encode_topic_assignment({p: list(r) for p, r in enumerate(assignment)}, paths.decode_topic_id(data))
+        extra = {k: v for k, v in json.loads(data).items() if k not in ("partitions", "topic_id", "version")}
+        if extra:
+            body = json.dumps({**json.loads(body), **extra, "version": max(2, int(json.loads(data).get("version", 1)))},
+                              separators=(",", ":")).encode()
         try:
             self.zk.set(paths.topic_path(topic), body, version=stat.version)
         except (BadVersionError, NoNodeError):
             return False
         return True
+
+    def reassignments(self, topic: str) -> dict[int, tuple[tuple[int, ...], tuple[int, ...]]]:
+        """partition -> (adding, removing) of the topic's ongoing reassignments (KIP-455)."""
+        try:
+            data, _ = self.zk.get(paths.topic_path(topic))
+        except NoNodeError:
+            return {}
+        return paths.decode_topic_reassignments(data)
+
+    def write_reassignment(self, topic: str, partition: int, replicas: tuple[int, ...], adding: tuple[int, ...],
+                           removing: tuple[int, ...]) -> bool:
+        """Set one partition's replicas and ongoing reassignment in the topic znode (the rest
+        kept), conditional on the version read, re-read on a lost race. False: no such topic."""
+        path = paths.topic_path(topic)
+        while True:
+            try:
+                data, stat = self.zk.get(path)
+            except NoNodeError:
+                return False
+            body = paths.with_reassignment(data, partition, replicas, adding, removing)
+            try:
+                self.zk.set(path, body, version=stat.version)
+            except BadVersionError:
+                continue
+            except NoNodeError:
+                return False
+            return True
 
     def mark_topic_for_deletion(self, topic: str) -> None:
         try:
@@ -592,20 +641,31 @@ class ZkStore:
 
 
 class MemoryStore:
-    """The store of a standalone broker: one broker, its own controller, nothing persisted
-    (topics are rebuilt from the log directory at start-up by the caller)."""
+    """The store of a standalone broker: one broker, its own controller; topic ids and dynamic
+    configs persisted when given their files (topics are rebuilt from the log directory at
+    start-up by the caller).
 
-    def __init__(self, topic_ids_path: str | None = None) -> None:
+    Args:
+        topic_ids_path: ``topic-ids.json`` (None: ids in memory only).
+        configs_path: ``dynamic-configs.json`` (None: dynamic configs in memory only).
+
+    Raises:
+        StorageError: one of the files exists but cannot be read or has another shape.
+    """
+
+    def __init__(self, topic_ids_path: str | None = None, configs_path: str | None = None) -> None:
         self._lock = threading.RLock()
         self._ids_path = topic_ids_path
         self._ids: dict[str, uuid.UUID] = _load_topic_ids(topic_ids_path) if topic_ids_path else {}
+        self._configs_path = configs_path
         self._brokers: dict[int, BrokerEndpoint] = {}
         self._controller = -1
         self._epoch = 0
         self._topics: dict[str, list[tuple[int, ...]]] = {}
         self._states: dict[TP, tuple[LeaderIsr, int]] = {}
         self._deleting: set[str] = set()
-        self._configs: dict[tuple[str, str], dict[str, str]] = {}
+        self._reassignments: dict[str, dict[int, tuple[tuple[int, ...], tuple[int, ...]]]] = {}
+        self._configs: dict[tuple[str, str], dict[str, str]] = _load_configs(configs_path) if configs_path else {}
         self._changes: list[str] = []
         self._watches: dict[str, list[Watch]] = {}
         self.broker_epochs: dict[int, int] = {}
@@ -684,6 +744,27 @@ class MemoryStore:
         self._fire(f"assignment:{topic}")
         return True
 
+    def reassignments(self, topic: str) -> dict[int, tuple[tuple[int, ...], tuple[int, ...]]]:
+        with self._lock:
+            return dict(self._reassignments.get(topic, {}))
+
+    def write_reassignment(self, topic: str, partition: int, replicas: tuple[int, ...], adding: tuple[int, ...],
+                           removing: tuple[int, ...]) -> bool:
+        with self._lock:
+            a = self._topics.get(topic)
+            if a is None or not 0 <= partition < len(a):
+                return False
+            a = list(a)
+            a[partition] = tuple(replicas)
+            self._topics[topic] = a
+            ongoing = self._reassignments.setdefault(topic, {})
+            if adding or removing:
+                ongoing[partition] = (tuple(adding), tuple(removing))
+            else:
+                ongoing.pop(partition, None)
+        self._fire(f"assignment:{topic}")
+        return True
+
     def mark_topic_for_deletion(self, topic: str) -> None:
         with self._lock:
             self._deleting.add(topic)
@@ -705,7 +786,9 @@ class MemoryStore:
     def set_entity_config(self, entity_type: str, name: str, config: dict[str, str]) -> None:
         paths.config_path(entity_type, name)  # the same names as in ZooKeeper are legal
         with self._lock:
-            self._configs[(entity_type, name)] = dict(config)
+            configs = {**self._configs, (entity_type, name): dict(config)}
+            self._save_configs(configs)  # on disk first: a failed write changes nothing
+            self._configs = configs
             self._changes.append(f"{entity_type}/{name}")
         self._fire("config_changes")
 
@@ -716,8 +799,13 @@ class MemoryStore:
 
     def finish_topic_deletion(self, topic: str) -> None:
         with self._lock:
-            self._configs.pop(("topics", topic), None)
+            if ("topics", topic) in self._configs:
+                configs = dict(self._configs)
+                del configs[("topics", topic)]
+                self._save_configs(configs)
+                self._configs = configs
             self._topics.pop(topic, None)
+            self._reassignments.pop(topic, None)
             for tp in [tp for tp in self._states if tp[0] == topic]:
                 del self._states[tp]
             self._deleting.discard(topic)
@@ -742,17 +830,13 @@ class MemoryStore:
     def _save_ids(self) -> None:
         if self._ids_path is None:
             return
-        body = {t: paths.topic_id_str(u) for t, u in sorted(self._ids.items())}
-        tmp = self._ids_path + ".tmp"
-        try:
-            with open(tmp, "w", encoding="utf-8") as f:
-                json.dump(body, f, sort_keys=True)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, self._ids_path)
-            fsync_dir(os.path.dirname(self._ids_path) or ".")
-        except OSError as e:
-            raise StorageError(f"cannot write {self._ids_path}: {e}") from e
+        write_json_atomically(self._ids_path, {t: paths.topic_id_str(u) for t, u in sorted(self._ids.items())})
+
+    def _save_configs(self, configs: dict[tuple[str, str], dict[str, str]]) -> None:
+        if self._configs_path is None:
+            return
+        body = {f"{t}/{n}": c for (t, n), c in configs.items()}
+        write_json_atomically(self._configs_path, {"version": _CONFIGS_VERSION, "configs": body})
 
     def partition_state(self, topic: str, partition: int) -> tuple[LeaderIsr, int] | None:
         with self._lock:
@@ -789,15 +873,25 @@ class MemoryStore:
 
 
 
+_CONFIGS_VERSION = 1
+
+
+def _load_configs(path: str) -> dict[tuple[str, str], dict[str, str]]:
+    """``dynamic-configs.json`` of a standalone broker ({} when there is none yet)."""
+    data = read_json(path, {"version": _CONFIGS_VERSION, "configs": {}})
+    configs = data.get("configs") if isinstance(data, dict) and data.get("version") == _CONFIGS_VERSION else None
+    if not isinstance(configs, dict) or not all(isinstance(c, dict) and "/" in e for e, c in configs.items()):
+        raise StorageError(f'{path}: expected {{"version": {_CONFIGS_VERSION}, "configs": {{"<type>/<name>": {{key: value}}}}}}')
+    out: dict[tuple[str, str], dict[str, str]] = {}
+    for entity, config in configs.items():
+        entity_type, _, name = entity.partition("/")
+        out[(entity_type, name)] = {str(k): str(v) for k, v in config.items()}
+    return out
+
+
 def _load_topic_ids(path: str) -> dict[str, uuid.UUID]:
     """``topic-ids.json`` of a standalone broker ({} when there is none yet)."""
-    try:
-        with open(path, encoding="utf-8") as f:
-            data = json.load(f)
-    except FileNotFoundError:
-        return {}
-    except (OSError, ValueError) as e:
-        raise StorageError(f"cannot read {path}: {e}") from e
+    data = read_json(path, {})
     if not isinstance(data, dict):
         raise StorageError(f"{path}: expected {{topic: id}}")
     try:

@@ -39,8 +39,18 @@ Assignors (``server_assignor``, default the first of ``group.consumer.assignors`
 to their share) and ``range`` (per topic, contiguous ranges over the members subscribed to it,
 in member id order).
 
+Offsets of a consumer group's members (:func:`validate_commit`, :func:`validate_fetch`):
+
+* C1 an empty member id with a negative epoch (an admin's commit): accepted.
+* C2 an unknown member id: UNKNOWN_MEMBER_ID.
+* C3 OffsetCommit below v9 from a member: UNSUPPORTED_VERSION (as Kafka: v9+ carries epochs).
+* C4 an epoch other than the member's (or its previous one, committed while the answer that
+  bumped it was on its way): STALE_MEMBER_EPOCH.
+* C5 OffsetFetch v9 naming a member: unknown -> UNKNOWN_MEMBER_ID; an epoch other than the
+  member's -> STALE_MEMBER_EPOCH.
+
 Not here: persistence of consumer groups in ``__consumer_offsets`` (a coordinator move loses
-the members, who get UNKNOWN_MEMBER_ID and rejoin), regex subscriptions, ConsumerGroupDescribe.
+the members, who get UNKNOWN_MEMBER_ID and rejoin), regex subscriptions.
 """
 
 from __future__ import annotations
@@ -51,7 +61,18 @@ from typing import Any
 
 from hmbclient.errors import ErrorCode
 
-__all__ = ["ASSIGNORS", "ConsumerGroup", "ConsumerMember", "HeartbeatAnswer", "assign", "expire", "heartbeat"]
+__all__ = [
+    "ASSIGNORS",
+    "ConsumerGroup",
+    "ConsumerMember",
+    "HeartbeatAnswer",
+    "assign",
+    "expire",
+    "heartbeat",
+    "state_of",
+    "validate_commit",
+    "validate_fetch",
+]
 
 ASSIGNORS = ("uniform", "range")
 
@@ -72,6 +93,9 @@ class ConsumerMember:
     rebalance_timeout_ms: int = 300_000
     current: Assignment = field(default_factory=dict)
     deadline_ms: int = 0
+    #: who the member is (ConsumerGroupDescribe); set by the shell from the request
+    client_id: str = ""
+    client_host: str = ""
 
 
 @dataclass(eq=False)
@@ -83,6 +107,8 @@ class ConsumerGroup:
     target: dict[str, Assignment] = field(default_factory=dict)
     #: the partition counts of the subscribed topics the target was computed from
     layout: tuple[tuple[str, int], ...] = ()
+    #: the assignor of the current target
+    assignor: str = ""
 
 
 @dataclass(frozen=True)
@@ -168,6 +194,7 @@ def _refresh_target(group: ConsumerGroup, topics: Topics, default_assignor: str)
         return
     assignor = next((m.server_assignor for m in group.members.values() if m.server_assignor), None) or default_assignor
     counts = dict(layout)
+    group.assignor = assignor
     group.target = assign(assignor, {m: mem.subscribed for m, mem in group.members.items()}, counts, group.target)
     group.assignment_epoch = group.group_epoch
 
@@ -218,7 +245,6 @@ def heartbeat(
             member = ConsumerMember(mid, instance_id=req.instance_id)
             group.members[mid] = member
         member.member_epoch, member.previous_epoch, member.current = 0, -1, {}
-        group.group_epoch += 1
     elif member is None:
         # H3
         return HeartbeatAnswer(ErrorCode.UNKNOWN_MEMBER_ID, error_message="unknown member id")
@@ -232,11 +258,16 @@ def heartbeat(
         member.instance_id = req.instance_id
     if req.rebalance_timeout_ms >= 0:
         member.rebalance_timeout_ms = req.rebalance_timeout_ms
+    # one group epoch bump per heartbeat that changed the group (a join, a subscription, an
+    # assignor), as Kafka's: the join and the fields it carries are one change
+    changed = epoch == 0
     if req.subscribed_topic_names is not None and tuple(sorted(set(req.subscribed_topic_names))) != member.subscribed:
         member.subscribed = tuple(sorted(set(req.subscribed_topic_names)))
-        group.group_epoch += 1
+        changed = True
     if req.server_assignor is not None and req.server_assignor != member.server_assignor:
         member.server_assignor = req.server_assignor
+        changed = True
+    if changed:
         group.group_epoch += 1
     _refresh_target(group, topics, default_assignor)
     # H5 reconcile
@@ -266,15 +297,39 @@ def _reported(req: Any, names_by_id: dict[uuid.UUID, str]) -> set[tuple[str, int
     return {(names_by_id[tp.topic_id], p) for tp in req.topic_partitions if tp.topic_id in names_by_id for p in tp.partitions}
 
 
-def validate_commit(group: ConsumerGroup, member_id: str, epoch: int) -> int:
-    """OffsetCommit from a member of a consumer group (classic versions: generation = member
-    epoch): UNKNOWN_MEMBER_ID / ILLEGAL_GENERATION as Kafka; -1 with an empty member id is an
-    admin's commit (Kafka accepts those when no member is active; here: always)."""
+def state_of(group: ConsumerGroup) -> str:
+    """Kafka's name of a consumer group's state (ConsumerGroupDescribe, ListGroups): Empty
+    without members, Assigning while the target lags the group epoch, Reconciling while a
+    member's epoch or assignment is not the target's, else Stable."""
+    if not group.members:
+        return "Empty"
+    if group.assignment_epoch != group.group_epoch:
+        return "Assigning"
+    for m, member in group.members.items():
+        if member.member_epoch != group.assignment_epoch or _owned(member.current) != _owned(group.target.get(m, {})):
+            return "Reconciling"
+    return "Stable"
+
+
+def validate_commit(group: ConsumerGroup, member_id: str, epoch: int, api_version: int = 9) -> int:
+    """OffsetCommit from a member of a consumer group (cases C1-C4 of the module docstring)."""
     if not member_id and epoch < 0:
-        return ErrorCode.NONE
+        return ErrorCode.NONE  # C1 an admin's (or a group-less consumer's) commit
+    member = group.members.get(member_id)
+    if member is None:
+        return ErrorCode.UNKNOWN_MEMBER_ID  # C2
+    if api_version < 9:
+        return ErrorCode.UNSUPPORTED_VERSION  # C3 consumer-protocol members commit with v9+
+    if epoch not in (member.member_epoch, member.previous_epoch) or epoch > member.member_epoch:
+        return ErrorCode.STALE_MEMBER_EPOCH  # C4
+    return ErrorCode.NONE
+
+
+def validate_fetch(group: ConsumerGroup, member_id: str, epoch: int) -> int:
+    """OffsetFetch v9+ naming its member (C5): UNKNOWN_MEMBER_ID / STALE_MEMBER_EPOCH."""
     member = group.members.get(member_id)
     if member is None:
         return ErrorCode.UNKNOWN_MEMBER_ID
-    if epoch not in (member.member_epoch, member.previous_epoch) or epoch > member.member_epoch:
-        return ErrorCode.ILLEGAL_GENERATION
+    if epoch != member.member_epoch:
+        return ErrorCode.STALE_MEMBER_EPOCH
     return ErrorCode.NONE

@@ -170,14 +170,14 @@ class GroupCoordinator:
             self._run(group_id, group, state.unload_group(group, ErrorCode.NOT_COORDINATOR, now))
         log.info("unloaded the groups of offsets partition %d", partition)
 
-    def validate_offset_commit(self, group_id: str, generation_id: int, member_id: str, group_instance_id: str | None = None) -> int:
+    def validate_offset_commit(self, group_id: str, generation_id: int, member_id: str, group_instance_id: str | None = None, *, api_version: int = 9) -> int:
         with self._lock:
             if not self._owns(group_id):
                 return ErrorCode.NOT_COORDINATOR
             cgroup = self._consumer_groups.get(group_id)
             if cgroup is not None:
                 cg.expire(cgroup, self._now_ms())
-                return cg.validate_commit(cgroup, member_id, generation_id)
+                return cg.validate_commit(cgroup, member_id, generation_id, api_version)
             group = self._groups.get(group_id)
             error, found, effects = state.validate_offset_commit(group, group_id, generation_id, member_id, self._now_ms(), group_instance_id)
             if group is None and found is not None:
@@ -185,6 +185,17 @@ class GroupCoordinator:
             if found is not None:
                 self._run(group_id, found, effects)
             return error
+
+    def validate_offset_fetch(self, group_id: str, member_id: str, member_epoch: int) -> int:
+        """OffsetFetch v9+ naming its member: checked for consumer-protocol groups only."""
+        with self._lock:
+            if not self._owns(group_id):
+                return ErrorCode.NOT_COORDINATOR
+            cgroup = self._consumer_groups.get(group_id)
+            if cgroup is None:
+                return ErrorCode.NONE
+            cg.expire(cgroup, self._now_ms())
+            return cg.validate_fetch(cgroup, member_id, member_epoch)
 
     # -- inspection (tests, tools) ---------------------------------------------------------------------
     def group(self, group_id: str) -> Group | None:
@@ -403,6 +414,9 @@ class GroupCoordinator:
                     answer = cg.heartbeat(
                         group, req, topics, self._now_ms(), self.config.consumer_session_timeout_ms, self.config.consumer_assignors[0], _new_member_id()
                     )
+                    member = group.members.get(answer.member_id or "")
+                    if member is not None:
+                        member.client_id, member.client_host = header.client_id or "", self._client_host(channel)
                     if not group.members:
                         del self._consumer_groups[req.group_id]
         if answer is None:
@@ -426,6 +440,49 @@ class GroupCoordinator:
                 assignment=assignment,
             )
         )
+
+    # -- ConsumerGroupDescribe (KIP-848) ----------------------------------------------------------------
+    def handle_consumer_group_describe(self, header: Any, req: Any, channel: Any) -> None:
+        """Consumer-protocol groups as Kafka describes them; a group id that is no consumer
+        group (unknown, or a classic group) is answered GROUP_ID_NOT_FOUND."""
+        resp_cls = type(req).RESPONSE_TYPE
+        topics = self.consumer_topics()
+        out = []
+        for group_id in req.group_ids:
+            error = self._group_error(group_id, empty_ok=True)
+            described: dict[str, Any] = {"group_id": group_id, "group_state": "", "assignor_name": "", "members": []}
+            if not error:
+                with self._lock:
+                    group = self._consumer_groups.get(group_id) if self._owns(group_id) else None
+                    if not self._owns(group_id):
+                        error = ErrorCode.NOT_COORDINATOR
+                    elif group is None:
+                        error = ErrorCode.GROUP_ID_NOT_FOUND
+                        described["error_message"] = f"Group {group_id} not found."
+                    else:
+                        cg.expire(group, self._now_ms())
+                        described.update(
+                            group_state=cg.state_of(group),
+                            group_epoch=group.group_epoch,
+                            assignment_epoch=group.assignment_epoch,
+                            assignor_name=group.assignor,
+                            members=[
+                                {
+                                    "member_id": m.member_id,
+                                    "instance_id": m.instance_id,
+                                    "member_epoch": m.member_epoch,
+                                    "client_id": m.client_id,
+                                    "client_host": m.client_host,
+                                    "subscribed_topic_names": list(m.subscribed),
+                                    "assignment": {"topic_partitions": _described(m.current, topics)},
+                                    "target_assignment": {"topic_partitions": _described(group.target.get(m.member_id, {}), topics)},
+                                    "member_type": 1,
+                                }
+                                for m in sorted(group.members.values(), key=lambda m: m.member_id)
+                            ],
+                        )
+            out.append({**described, "error_code": error, "authorized_operations": _NO_AUTHORIZED_OPERATIONS})
+        channel.send(resp_cls.build(throttle_time_ms=0, groups=out))
 
     def consumer_group(self, group_id: str) -> cg.ConsumerGroup | None:
         """A consumer-protocol group (tests, tools)."""
@@ -467,6 +524,9 @@ class GroupCoordinator:
         error = ErrorCode.COORDINATOR_LOAD_IN_PROGRESS if self.store.is_loading() else ErrorCode.NONE
         with self._lock:
             groups = [(g.group_id, g.protocol_type or "") for _, g in sorted(self._groups.items()) if g.state is not GroupState.DEAD]
+            # consumer-protocol (KIP-848) groups, protocol type "consumer" as Kafka lists them
+            groups += [(gid, "consumer") for gid in sorted(self._consumer_groups) if gid not in self._groups]
+            groups.sort()
         channel.send(resp_cls.build(throttle_time_ms=0, error_code=error, groups=groups))
 
     def handle_describe_groups(self, header: Any, req: Any, channel: Any) -> None:
@@ -548,6 +608,13 @@ class GroupCoordinator:
                     # created after.
                     self.store.delete_group(group_id, tombstoned(group_id))
         one_done()
+
+
+def _described(assignment: Mapping[str, Any], topics: Mapping[str, tuple[uuid.UUID, int]]) -> list[dict[str, Any]]:
+    return [
+        {"topic_id": topics[t][0], "topic_name": t, "partitions": sorted(ps)}
+        for t, ps in sorted(assignment.items()) if ps and t in topics
+    ]
 
 
 def _new_member_id() -> str:

@@ -24,6 +24,11 @@ Contract:
   fields or a field that does not parse -- is a StorageError naming the file and the line: a
   checkpoint is never guessed at.
 
+:func:`write_json_atomically` and :func:`read_json` are the same discipline for the broker's
+small JSON files (``topic-ids.json``, ``topic-configs.json``, ``dynamic-configs.json``): the
+whole new file or the old one after any crash, a missing file read as a default, an unreadable
+one a StorageError.
+
 An ``entry_format`` is one parser per field (``int_field``, ``str_field``); entries are tuples of
 the parsed values, written back with ``str``. Parsers are strict (``int_field`` accepts only an
 optional minus and decimal digits), so what ``read`` accepts is exactly what ``write`` produces.
@@ -31,6 +36,7 @@ optional minus and decimal digits), so what ``read`` accepts is exactly what ``w
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from collections.abc import Callable, Iterable, Sequence
@@ -39,6 +45,8 @@ from typing import Any
 from hmbclient.errors import StorageError
 
 __all__ = [
+    "read_json",
+    "write_json_atomically",
     "CheckpointFile",
     "EntryFormat",
     "int_field",
@@ -85,6 +93,52 @@ def fsync_dir(directory: str) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def write_json_atomically(path: str, body: Any) -> None:
+    """Replace ``path`` with ``body`` as JSON (keys sorted): written to ``<path>.tmp``, fsynced,
+    renamed over ``path``, the folder fsynced. A crash at any point leaves the old file or the
+    new one, never half of one; a leftover ``.tmp`` is overwritten by the next write.
+
+    Args:
+        path: the file (its folder must exist).
+        body: anything ``json.dump`` takes.
+
+    Raises:
+        StorageError: the file could not be written (the old content is still in place).
+    """
+    tmp = path + TMP_SUFFIX
+    try:
+        with open(tmp, "w", encoding="utf-8") as f:
+            json.dump(body, f, sort_keys=True)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+        fsync_dir(os.path.dirname(path))
+    except OSError as e:
+        raise StorageError(f"cannot write {path}: {e}") from e
+
+
+def read_json(path: str, default: Any) -> Any:
+    """The JSON value in ``path``, or ``default`` when there is no such file.
+
+    Args:
+        path: the file.
+        default: what a missing file reads as.
+
+    Returns:
+        The parsed value (its shape is the caller's to check).
+
+    Raises:
+        StorageError: the file exists but cannot be read or is not JSON.
+    """
+    try:
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+    except FileNotFoundError:
+        return default
+    except (OSError, ValueError) as e:
+        raise StorageError(f"cannot read {path}: {e}") from e
 
 
 class CheckpointFile:

@@ -329,7 +329,9 @@ def clean_log(
     cfg = lg.config
     segs = lg.segments
     infos = [_info(s) for s in segs]
-    first_dirty = max(first_dirty, infos[0].base_offset)
+    # Kafka's rule: nothing below the log start is dirty (DeleteRecords may have put the start
+    # inside the first segment; the records there are unreadable and only ever removed here).
+    first_dirty = max(first_dirty, infos[0].base_offset, lg.log_start_offset)
     # KIP-98: never past the last stable offset (a record of an open transaction may yet be
     # aborted, and must not cost the committed one it would supersede)
     end = cleanable_end(infos, lg.last_stable_offset, now, cfg.min_compaction_lag_ms)
@@ -548,7 +550,7 @@ class LogCleaner:
                     continue
                 segs = lg.segments
                 infos = [_info(s) for s in segs]
-                fd = max(self._first_dirty.get(key, 0), infos[0].base_offset)
+                fd = max(self._first_dirty.get(key, 0), infos[0].base_offset, lg.log_start_offset)
                 end = cleanable_end(infos, lg.high_watermark, now_ms, lg.config.min_compaction_lag_ms)
                 if end <= fd:
                     continue

@@ -33,6 +33,8 @@ class LogConfig:
             per key (see ``cleaner``); retention still applies when set (``compact,delete``).
         min_cleanable_dirty_ratio: clean a compact log once this share of its cleanable bytes
             is dirty (``min.cleanable.dirty.ratio``).
+        delete: ``cleanup.policy`` has ``delete``; a ``compact``-only log refuses DeleteRecords
+            (POLICY_VIOLATION, as Kafka).
         min_compaction_lag_ms: a record stays uncompacted at least this long
             (``min.compaction.lag.ms``).
         delete_retention_ms: how long a tombstone outlives its cleaning (``delete.retention.ms``).
@@ -49,6 +51,7 @@ class LogConfig:
     max_message_bytes: int = 1_000_012
     compact: bool = False
     min_cleanable_dirty_ratio: float = 0.5
+    delete: bool = True
     min_compaction_lag_ms: int = 0
     delete_retention_ms: int = 86_400_000
     producer_id_expiration_ms: int = 86_400_000

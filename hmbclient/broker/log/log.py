@@ -18,6 +18,13 @@ Contract:
   The one exception keeps callers that predate replication working: ``append`` without a
   ``leader_epoch`` treats the log as its own only replica and moves it to the log end. Retention
   and compaction never touch offsets at or past it.
+* Log start offset: the first segment's base, or past it inside that segment after DeleteRecords
+  (``increment_log_start_offset``: never past the high watermark; whole segments below it are
+  deleted with retention's rule; a follower takes its leader's). Reads below it are
+  OffsetOutOfRangeError, ``offsets_before``/``offset_for_timestamp`` answer nothing below it,
+  and the last stable offset never is below it. It lives in memory; the LogManager checkpoints
+  it (``log-start-offset-checkpoint``) and gives it back at start-up
+  (``restore_log_start_offset``). A truncation below it moves it back to the new end.
 * ``truncate_to(offset)`` drops every entry holding an offset >= ``offset`` (a follower whose
   tail the leader does not have); ``truncate_fully_and_start_at(offset)`` empties the log.
 * ``leader_epochs`` (``LeaderEpochCache``, ``leader-epoch-checkpoint`` in the folder) learns from
@@ -330,6 +337,9 @@ class Log:
         self._segments: tuple[Segment, ...] = ()
         self._bases: tuple[int, ...] = ()
         self._view: tuple[tuple[Segment, ...], tuple[int, ...]] = ((), ())
+        #: the log start offset: the first segment's base, or past it after DeleteRecords
+        #: (``increment_log_start_offset``); ``_set_segments`` keeps it >= that base
+        self._start = 0
         #: where a damaged closed segment's first bad entry starts (the log is cut there)
         self._corrupt_from: int | None = None
         self._load()
@@ -516,7 +526,10 @@ class Log:
         seg.mark_known_empty()
         return seg
 
-    def _set_segments(self, segs: tuple[Segment, ...]) -> None:
+    def _set_segments(self, segs: tuple[Segment, ...], start: int | None = None) -> None:
+        # The log start stays where DeleteRecords put it unless segments below it went (then
+        # it is the new first base), or a truncation names it (``start``).
+        self._start = max(self._start, segs[0].base_offset) if start is None else start
         # Readers that need both take ``_view``, one object: the cleaner replaces segments in
         # the middle, so a ``_segments`` and a ``_bases`` read apart may not match.
         self._bases = bases = tuple(s.base_offset for s in segs)
@@ -530,7 +543,7 @@ class Log:
 
     @property
     def log_start_offset(self) -> int:
-        return self._segments[0].base_offset
+        return self._start
 
     @property
     def log_end_offset(self) -> int:
@@ -545,7 +558,9 @@ class Log:
     def last_stable_offset(self) -> int:
         """How far a ``read_committed`` consumer reads: the high watermark, or the first offset
         of the oldest open transaction if lower (KIP-98)."""
-        return self.txns.last_stable_offset(self._hw)
+        # Kafka's rule: an open transaction whose first records DeleteRecords removed keeps
+        # the LSO at the log start (it stays open until its marker), never below it.
+        return max(self.txns.last_stable_offset(self._hw), self._start)
 
     def aborted_transactions(self, fetch_offset: int, upper_bound: int) -> list[tuple[int, int]]:
         """(producer id, first offset) of the aborted transactions with records in
@@ -559,7 +574,7 @@ class Log:
     # -- high watermark --------------------------------------------------------------------
     def _clamp(self, offset: int) -> int:
         segs = self._segments
-        return max(segs[0].base_offset, min(offset, segs[-1].next_offset))
+        return max(self._start, min(offset, segs[-1].next_offset))
 
     def _set_hw_locked(self, hw: int) -> None:
         # The mark is what lets a consumer read stop at the high watermark without a header
@@ -851,6 +866,8 @@ class Log:
             for s in gone:
                 s.delete()
             seg.truncate_to(cut, new_end)
+            # Kafka's rule: a truncation below the log start moves it back to the new end.
+            self._start = min(self._start, new_end)
             self.leader_epochs.truncate_from_end(new_end)
             self._set_hw_locked(min(self._hw, new_end))
             # The state of the batches cut away must go too: reload from the newest snapshot
@@ -879,7 +896,7 @@ class Log:
         # their handles), so the new segment never reopens an old file with the same base offset.
         for s in self._segments:
             s.delete()
-        self._set_segments((self._new_segment(offset),))
+        self._set_segments((self._new_segment(offset),), start=offset)
         self.leader_epochs.clear()
         self.producer_state.clear(offset)
         self.txns.clear()
@@ -956,14 +973,88 @@ class Log:
             if not drop:
                 return 0
             gone = segs[:drop]
-            self._set_segments(segs[drop:])
-            self.leader_epochs.truncate_from_start(self.log_start_offset)
-            self.producer_state.truncate_head(self.log_start_offset)
-            self.txns.segments_changed(self._bases, self.log_start_offset, self.log_end_offset)
+            self._drop_head_locked(drop)
         for s in gone:
             s.delete()
             log.info("%s: retention deleted segment %d", self.directory, s.base_offset)
         return drop
+
+    def _drop_head_locked(self, drop: int) -> None:
+        """Forget the first ``drop`` segments (the caller deletes their files after the lock,
+        retention's rule: a reader holding a handle keeps reading, one without retries on the
+        new tuple) and what went with them."""
+        if drop:
+            self._set_segments(self._segments[drop:])
+            self.producer_state.truncate_head(self._segments[0].base_offset)
+        self.leader_epochs.truncate_from_start(self._start)
+        self.txns.segments_changed(self._bases, self._start, self.log_end_offset)
+
+    def increment_log_start_offset(self, offset: int) -> bool:
+        """Move the log start up to ``offset`` (DeleteRecords on the leader; a follower taking
+        its leader's log start), and delete the whole segments below it. Returns True if it
+        moved (the caller checkpoints it: ``LogManager.checkpoint_log_start_offsets``).
+
+        Cases: (a) ``offset`` past the high watermark: OffsetOutOfRangeError, nothing changes
+        (a follower caps the leader's value at its own high watermark first); (b) at or below
+        the log start: nothing to do, False; (c) otherwise the start moves, segments whose
+        next segment starts at or below it are deleted (never the active one), the epoch
+        cache, the producer state (retention's rule: producers whose last batch went) and the
+        aborted-transaction index forget what is below it. Records of the first kept segment
+        below the new start stay in the file, unreadable (``read`` refuses offsets below the
+        start), as in Kafka. An open transaction that started below it stays open; the LSO is
+        the log start until its marker (``last_stable_offset``).
+
+        Raises:
+            OffsetOutOfRangeError: case (a).
+            StorageError: the log was deleted, or a segment file could not be removed.
+        """
+        with self._lock:
+            self._check_open()
+            if offset > self._hw:  # (a)
+                raise OffsetOutOfRangeError(f"offset {offset} is past the high watermark {self._hw} of {self.directory}")
+            if offset <= self._start:  # (b)
+                return False
+            self._start = offset  # (c)
+            segs = self._segments
+            drop = 0
+            while drop < len(segs) - 1 and segs[drop + 1].base_offset <= offset:
+                drop += 1
+            gone = segs[:drop]
+            self._drop_head_locked(drop)
+        for s in gone:
+            s.delete()
+        log.info("%s: log start offset moved to %d (%d segments deleted)", self.directory, offset, len(gone))
+        return True
+
+    def restore_log_start_offset(self, offset: int) -> None:
+        """Start-up: the log start from ``log-start-offset-checkpoint`` (the LogManager, before
+        the high watermark). Below the first segment's base it is that base; past the log end
+        (the tail was lost in a crash) the log is emptied and starts there: what was below it
+        was deleted on purpose.
+
+        Raises:
+            StorageError: the files could not be deleted or created.
+        """
+        with self._lock:
+            self._check_open()
+            if offset <= self._start:
+                return
+            if offset > self.log_end_offset:
+                log.warning("%s: checkpointed log start %d is past the recovered log end %d: starting empty there",
+                            self.directory, offset, self.log_end_offset)
+                self._truncate_fully_locked(offset)
+                return
+            self._start = offset
+            if self._hw < offset:
+                self._set_hw_locked(offset)
+            segs = self._segments
+            drop = 0
+            while drop < len(segs) - 1 and segs[drop + 1].base_offset <= offset:
+                drop += 1
+            gone = segs[:drop]
+            self._drop_head_locked(drop)
+        for s in gone:
+            s.delete()
 
     def compact(self) -> int:
         """Clean the whole cleanable range now, as one pass of the log cleaner from the log
@@ -1008,7 +1099,7 @@ class Log:
 
     # -- reads -----------------------------------------------------------------------------
     def _check_offset(self, offset: int, segs: tuple[Segment, ...]) -> None:
-        start, end = segs[0].base_offset, segs[-1].next_offset
+        start, end = max(self._start, segs[0].base_offset), segs[-1].next_offset
         if offset < start or offset > end:
             raise OffsetOutOfRangeError(f"offset {offset} is outside [{start}, {end}] of {self.directory}")
 
@@ -1100,6 +1191,7 @@ class Log:
         was last written at or before ``timestamp``, newest first; -1 = latest, -2 = earliest."""
         segs = self._segments
         points = [(s.base_offset, s.mtime_ms()) for s in segs]
+        points[0] = (max(points[0][0], self._start), points[0][1])
         if segs[-1].size > 0:
             points.append((segs[-1].next_offset, now_ms))
         if timestamp == -1:
@@ -1117,16 +1209,25 @@ class Log:
 
     def offset_for_timestamp(self, timestamp: int) -> tuple[int, int] | None:
         """``(offset, timestamp)`` of the first message with timestamp >= ``timestamp``, or None."""
+        start = self._start
         for seg in self._segments:
-            if seg.max_timestamp < timestamp:
+            if seg.max_timestamp < timestamp or seg.next_offset <= start:
                 continue
             h = seg.find_timestamp(timestamp)
             if h is None:
                 continue
-            data = seg.store.read(h.position, h.size)
-            for rec in records.decode_records(data):
-                if rec.timestamp >= timestamp:
-                    return rec.offset, rec.timestamp
+            pos, size = h.position, seg.size
+            if seg.base_offset < start:
+                # The segment the log start is in: begin no earlier than the entry holding it.
+                at = seg.locate(start, size)
+                if at is not None and at.position > pos:
+                    pos = at.position
+            while pos + 12 <= size:  # usually one entry: the first whose max timestamp is late enough
+                n = 12 + int.from_bytes(seg.store.read(pos + 8, 4), "big")
+                for rec in records.decode_records(seg.store.read(pos, n)):
+                    if rec.timestamp >= timestamp and rec.offset >= start:
+                        return rec.offset, rec.timestamp
+                pos += n
         return None
 
     # -- lifecycle -------------------------------------------------------------------------

@@ -3,7 +3,14 @@
 Layout: ``<log_dir>/<topic>-<partition>/`` per partition (the topic name is validated before it
 reaches here, so it cannot contain a path separator), plus ``replication-offset-checkpoint``: the
 high watermark of every log (Kafka's checkpoint format, entries ``topic partition hw``), written
-by ``checkpoint_high_watermarks`` (the replica manager's periodic task, and ``close``).
+by ``checkpoint_high_watermarks`` (the replica manager's periodic task, and ``close``), and
+``log-start-offset-checkpoint`` (Kafka's name and format, ``topic partition log_start``): the log
+start of every log whose start is past its first segment's base (DeleteRecords moved it inside a
+segment; otherwise the segments say it), written by ``checkpoint_log_start_offsets`` when a
+start moved (before DeleteRecords answers, so a kill -9 keeps it; Kafka writes it only
+periodically), when a log is deleted (a topic created again under the name must not inherit
+it), periodically and at ``close``. Start-up gives each log its start back before its high
+watermark (``Log.restore_log_start_offset``).
 
 Start-up loads every partition folder; a folder whose name is not ``<valid topic>-<number>`` is a
 StorageError, as is any segment problem (see ``Log``) or a malformed high-watermark checkpoint.
@@ -42,13 +49,14 @@ from hmbclient.broker.log.store import DEFAULT_MAX_OPEN_READ_HANDLES, HandleCach
 from hmbclient.errors import StorageError
 from hmbclient.zkpaths import TOPIC_NAME_PATTERN
 
-__all__ = ["LogManager", "partition_dir_name", "HW_CHECKPOINT", "CLEAN_SHUTDOWN_FILE"]
+__all__ = ["LogManager", "partition_dir_name", "HW_CHECKPOINT", "LOG_START_CHECKPOINT", "CLEAN_SHUTDOWN_FILE"]
 
 log = logging.getLogger("hmbclient.broker.log")
 
 _PARTITION_DIR = re.compile(rf"^({TOPIC_NAME_PATTERN})-(\d{{1,9}})$")
 _DELETED_DIR = re.compile(rf"^({TOPIC_NAME_PATTERN})-(\d{{1,9}})\.[0-9a-f]{{32}}{re.escape(DELETE_SUFFIX)}$")
 HW_CHECKPOINT = "replication-offset-checkpoint"
+LOG_START_CHECKPOINT = "log-start-offset-checkpoint"
 CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
 
 
@@ -89,6 +97,11 @@ class LogManager:
         self._checkpoint_lock = threading.Lock()
         self._closed = False
         self._hw_checkpoint = CheckpointFile(os.path.join(log_dir, HW_CHECKPOINT), HW_ENTRY_FORMAT)
+        self._start_checkpoint = CheckpointFile(os.path.join(log_dir, LOG_START_CHECKPOINT), HW_ENTRY_FORMAT)
+        #: what ``log-start-offset-checkpoint`` holds now (read at start-up: a write happens
+        #: only when this changes)
+        self._starts_written: list[tuple[str, int, int]] = []
+        self._start_lock = threading.Lock()
         try:
             os.makedirs(log_dir, exist_ok=True)
             names = sorted(os.listdir(log_dir))
@@ -109,6 +122,12 @@ class LogManager:
                 raise StorageError(f"{log_dir}: folder {name!r} is not <topic>-<partition>")
             topic, part = m.group(1), int(m.group(2))
             self._logs[(topic, part)] = Log(path, self._config(topic), cache=self.handles, clean_shutdown=clean)
+        # The log starts first: a high watermark is clamped to its log's start.
+        self._starts_written = sorted(self._start_checkpoint.read())
+        for topic, part, start in self._starts_written:
+            lg = self._logs.get((topic, part))
+            if lg is not None:
+                lg.restore_log_start_offset(start)
         for topic, part, hw in self._hw_checkpoint.read():
             lg = self._logs.get((topic, part))
             if lg is not None:
@@ -178,6 +197,7 @@ class LogManager:
         if lg is None:
             return False
         lg.delete()
+        self.checkpoint_log_start_offsets()
         return True
 
     def checkpoint_high_watermarks(self) -> None:
@@ -193,6 +213,24 @@ class LogManager:
         entries = sorted((topic, part, lg.high_watermark) for (topic, part), lg in self.all_logs())
         with self._checkpoint_lock:
             self._hw_checkpoint.write(entries)
+
+    def checkpoint_log_start_offsets(self) -> None:
+        """Write ``log-start-offset-checkpoint`` (atomically, fsynced) if what it should hold
+        changed since the last write: every log whose start is past its first segment's base.
+
+        Raises:
+            StorageError: the file could not be written (the previous one stays).
+        """
+        if self._closed:
+            return
+        with self._start_lock:
+            entries = sorted(
+                (topic, part, lg.log_start_offset) for (topic, part), lg in self.all_logs() if lg.log_start_offset > lg.segments[0].base_offset
+            )
+            if entries == self._starts_written:
+                return
+            self._start_checkpoint.write(entries)
+            self._starts_written = entries
 
     def run_retention(self, now_ms: int) -> int:
         n = 0
@@ -226,8 +264,9 @@ class LogManager:
         clean = True
         try:
             self.checkpoint_high_watermarks()
+            self.checkpoint_log_start_offsets()
         except StorageError as e:
-            log.error("high watermark checkpoint at close: %s", e)
+            log.error("high watermark / log start checkpoint at close: %s", e)
             clean = False
         self._closed = True
         with self._lock:

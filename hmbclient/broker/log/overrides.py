@@ -100,6 +100,7 @@ def log_config_with(base: LogConfig, overrides: Mapping[str, str]) -> LogConfig:
     if "cleanup.policy" in overrides:
         compact, delete = parse_cleanup_policy(overrides["cleanup.policy"])
         changes["compact"] = compact
+        changes["delete"] = delete
         if not delete:
             changes["retention_ms"] = None
             changes["retention_bytes"] = None

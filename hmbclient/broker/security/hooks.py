@@ -120,13 +120,19 @@ class _MergeChannel:
         self.channel.close(reason)
 
 
-_MULTI_GROUP = {ApiKey.LIST_GROUPS, ApiKey.DESCRIBE_GROUPS, ApiKey.DELETE_GROUPS}
+_MULTI_GROUP = {ApiKey.LIST_GROUPS, ApiKey.DESCRIBE_GROUPS, ApiKey.DELETE_GROUPS, ApiKey.CONSUMER_GROUP_DESCRIBE}
+#: (request field, answer field, operation) of the APIs naming several groups
+_GROUP_FIELDS = {
+    ApiKey.DESCRIBE_GROUPS: ("groups", "groups", "Describe"),
+    ApiKey.CONSUMER_GROUP_DESCRIBE: ("group_ids", "groups", "Describe"),
+    ApiKey.DELETE_GROUPS: ("groups_names", "results", "Delete"),
+}
 
 
 def _split_groups(authorizer: Authorizer, header: Any, req: Any, channel: Any, handler: Any) -> bool:
     """ListGroups shows the groups the session may Describe (all with Describe on the
-    Cluster); DescribeGroups and DeleteGroups (Describe / Delete on each Group) serve the
-    allowed groups and answer GROUP_AUTHORIZATION_FAILED for the rest."""
+    Cluster); DescribeGroups, ConsumerGroupDescribe and DeleteGroups (Describe / Delete on each
+    Group) serve the allowed groups and answer GROUP_AUTHORIZATION_FAILED for the rest."""
     key = header.api_key
     resp_cls = type(req).RESPONSE_TYPE
     if key == ApiKey.LIST_GROUPS:
@@ -142,7 +148,7 @@ def _split_groups(authorizer: Authorizer, header: Any, req: Any, channel: Any, h
 
         handler(header, req, _MergeChannel(channel, [], "groups", lambda g: allowed(authorizer, channel, "Describe", "Group", group_of(g))))
         return True
-    field, out_field, op = ("groups", "groups", "Describe") if key == ApiKey.DESCRIBE_GROUPS else ("groups_names", "results", "Delete")
+    field, out_field, op = _GROUP_FIELDS[key]
     names = list(getattr(req, field) or ())
     ok = [g for g in names if allowed(authorizer, channel, op, "Group", g)]
     if len(ok) == len(names):
@@ -153,6 +159,94 @@ def _split_groups(authorizer: Authorizer, header: Any, req: Any, channel: Any, h
         channel.send(resp_cls.build(throttle_time_ms=0, **{out_field: denied}))
     else:
         handler(header, req._replace(**{field: ok}), _MergeChannel(channel, denied, out_field))
+    return True
+
+
+def _topic_of(entry: Any) -> str:
+    # Handlers may build entries as namedtuples, dicts or plain tuples (field order).
+    if isinstance(entry, dict):
+        return str(entry["topic"])
+    return str(entry.topic if hasattr(entry, "topic") else entry[0])
+
+
+class _GroupsChannel:
+    """OffsetFetch v8+: the handler's answer for the allowed groups, with the refused groups
+    (GROUP_AUTHORIZATION_FAILED) and refused topics (TOPIC_AUTHORIZATION_FAILED) put back in
+    the order asked."""
+
+    def __init__(self, channel: Any, asked: list[Any], refused_groups: set[str], refused_topics: dict[str, list[Any]]) -> None:
+        self.channel = channel
+        self.asked = asked
+        self.refused_groups = refused_groups
+        self.refused_topics = refused_topics
+        self.session = getattr(channel, "session", None)
+
+    def send(self, response: Any) -> None:
+        if response is None:
+            self.channel.send(response)
+            return
+        resp_cls = type(response)
+        part = resp_cls.nested("groups", "topics", "partitions")
+        served = {(g["group_id"] if isinstance(g, dict) else g.group_id): g for g in response.groups}
+        groups = []
+        for g in self.asked:
+            if g.group_id in self.refused_groups:
+                groups.append({"group_id": g.group_id, "topics": [], "error_code": ErrorCode.GROUP_AUTHORIZATION_FAILED})
+                continue
+            got = served[g.group_id]
+            if isinstance(got, dict):
+                got = resp_cls.nested("groups").build(**got)
+            denied = [
+                (t.topic, [part.build(partition=p, offset=-1, committed_leader_epoch=-1, metadata="", error_code=ErrorCode.TOPIC_AUTHORIZATION_FAILED)
+                           for p in t.partitions])
+                for t in self.refused_topics.get(g.group_id, [])
+            ]
+            groups.append({"group_id": g.group_id, "topics": list(got.topics) + denied, "error_code": got.error_code})
+        self.channel.send(resp_cls.build(throttle_time_ms=response.throttle_time_ms, groups=groups))
+
+    def close(self, reason: str) -> None:
+        self.channel.close(reason)
+
+
+def _split_offset_fetch_groups(authorizer: Authorizer, header: Any, req: Any, channel: Any, handler: Any) -> bool:
+    """OffsetFetch v8+ (several groups): Describe on each Group (else the group's error is
+    GROUP_AUTHORIZATION_FAILED) and on each named Topic (else TOPIC_AUTHORIZATION_FAILED);
+    "all topics" lists only the topics the session may Describe."""
+
+    def described(topic: str) -> bool:
+        return allowed(authorizer, channel, "Describe", "Topic", topic)
+
+    refused_groups = {g.group_id for g in req.groups if not allowed(authorizer, channel, "Describe", "Group", g.group_id)}
+    refused_topics: dict[str, list[Any]] = {}
+    kept = []
+    for g in req.groups:
+        if g.group_id in refused_groups:
+            continue
+        if g.topics is not None:
+            refused_topics[g.group_id] = [t for t in g.topics if not described(t.topic)]
+            g = g._replace(topics=[t for t in g.topics if described(t.topic)])
+        kept.append(g)
+    wrapped = _GroupsChannel(channel, list(req.groups), refused_groups, refused_topics)
+    if not any(g.topics is None for g in kept) and not refused_groups and not any(refused_topics.values()):
+        return False
+    if any(g.topics is None for g in kept):
+        inner = wrapped
+
+        class _Keep:
+            session = wrapped.session
+
+            def send(self, response: Any) -> None:
+                if response is not None:
+                    response = response._replace(groups=[g._replace(topics=[t for t in g.topics if described(_topic_of(t))]) for g in response.groups])
+                inner.send(response)
+
+            def close(self, reason: str) -> None:
+                inner.close(reason)
+
+        out: Any = _Keep()
+    else:
+        out = wrapped
+    handler(header, req._replace(groups=kept), out)
     return True
 
 
@@ -216,6 +310,8 @@ def refuse_request(authorizer: Authorizer | None, header: Any, req: Any, channel
             return False
         channel.send(refusal(req, ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED))
         return True
+    if key == ApiKey.OFFSET_FETCH and header.api_version >= 8:
+        return _split_offset_fetch_groups(authorizer, header, req, channel, handler)
     gid = _group_id(req) if key != ApiKey.METADATA and key not in _HANDLER_CHECKED else None
     if gid is None:
         return False

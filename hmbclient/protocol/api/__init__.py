@@ -6,8 +6,9 @@ Modern set (Kafka 2.1 - 4.x, Tansu; non-flexible versions only): Produce v3-7, F
 ListOffsets v1-5, Metadata v1-8, OffsetCommit v2-7, OffsetFetch v1-5, FindCoordinator v0-2.
 CreateTopics v0-4 for admin/test use; InitProducerId v0-1 for idempotent clients;
 DescribeConfigs v1-2, AlterConfigs v0-1, IncrementalAlterConfigs v0 (:mod:`.configs`) for admin
-tools; DeleteTopics v0-3, DeleteRecords v0-1, DescribeLogDirs v1, CreatePartitions v0-1,
-ElectLeaders v0-1, OffsetDelete v0 and DescribeCluster v0-1 (flexible) in :mod:`.admin`.
+tools; DeleteTopics v0-3, DeleteRecords v0-2, DescribeLogDirs v1, CreatePartitions v0-1,
+ElectLeaders v0-1, OffsetDelete v0 and DescribeCluster v0-1 (flexible) in :mod:`.admin`;
+AlterPartitionReassignments v0-1 and ListPartitionReassignments v0 (flexible) in :mod:`.reassign`.
 Inter-broker (:mod:`.cluster`): LeaderAndIsr v0-1, StopReplica v0, UpdateMetadata v0-5,
 ControlledShutdown v1-2, OffsetForLeaderEpoch v0-3.
 Group membership (:mod:`.group`): JoinGroup v0-5, Heartbeat v0-3, LeaveGroup v0-3, SyncGroup
@@ -22,6 +23,9 @@ Each module maps version -> class, e.g. ``FetchRequest[4]``.
 
 from hmbclient.protocol.api import (
     quotas as quotas,  # registers DescribeClientQuotas / AlterClientQuotas
+)
+from hmbclient.protocol.api import (
+    reassign as reassign,  # registers AlterPartitionReassignments / ListPartitionReassignments
 )
 from hmbclient.protocol.api.admin import (
     ApiVersionsRequest,
@@ -55,6 +59,8 @@ from hmbclient.protocol.api.cluster import (
 )
 from hmbclient.protocol.api.configs import DescribeConfigsRequest, DescribeConfigsResponse
 from hmbclient.protocol.api.consumer_group import (
+    ConsumerGroupDescribeRequest,
+    ConsumerGroupDescribeResponse,
     ConsumerGroupHeartbeatRequest,
     ConsumerGroupHeartbeatResponse,
 )
@@ -123,6 +129,8 @@ from hmbclient.protocol.api.txn import (
 )
 
 __all__ = [
+    "ConsumerGroupDescribeRequest",
+    "ConsumerGroupDescribeResponse",
     "ConsumerGroupHeartbeatRequest",
     "ConsumerGroupHeartbeatResponse",
     "DescribeConfigsRequest",

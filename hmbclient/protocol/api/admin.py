@@ -1,6 +1,6 @@
 """ApiVersions (18) v0-2, CreateTopics (19) v0-4, InitProducerId (22) v0-1 and the admin APIs
-of Kafka's AdminClient (all non-flexible versions): DeleteTopics (20) v0-3, DeleteRecords (21)
-v0-1, DescribeLogDirs (35) v1, CreatePartitions (37) v0-1, ElectLeaders (43) v0-1 and
+of Kafka's AdminClient: DeleteTopics (20) v0-3, DeleteRecords (21) v0-2 (v2 flexible, the
+same fields), DescribeLogDirs (35) v1, CreatePartitions (37) v0-1, ElectLeaders (43) v0-1 and
 OffsetDelete (47) v0.
 
 ApiVersions: empty request; response error_code + [api_key min_version max_version], v1 adds
@@ -125,8 +125,8 @@ _dr_resp: list[FieldSpec] = [
 ]
 DeleteRecordsRequest = {}
 DeleteRecordsResponse = {}
-for _v in (0, 1):
-    DeleteRecordsRequest[_v], DeleteRecordsResponse[_v] = define(ApiKey.DELETE_RECORDS, _v, _dr_req, _dr_resp)
+for _v in (0, 1, 2):
+    DeleteRecordsRequest[_v], DeleteRecordsResponse[_v] = define(ApiKey.DELETE_RECORDS, _v, _dr_req, _dr_resp, flexible=_v >= 2)
 
 _dld_req: list[FieldSpec] = [("topics", Array(("topic", String), ("partitions", Array(Int32)), name="topics", nullable=True))]
 _dld_resp: list[FieldSpec] = [

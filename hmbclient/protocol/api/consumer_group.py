@@ -17,6 +17,16 @@ on the wire an int8 marker (-1 null, 1 present) before
 the struct (:class:`NullableStruct`); null means "unchanged since the last answer".
 v1 adds ``subscribed_topic_regex`` (nullable string) after ``subscribed_topic_names`` (the
 version librdkafka 2.16 and Kafka 4's Java consumer send); the response is unchanged.
+
+ConsumerGroupDescribe (api key 69) v0-1, flexible only (Kafka's ConsumerGroupDescribe JSON)::
+
+    request:  group_ids [string], include_authorized_operations
+    response: throttle_time_ms, groups [error_code, error_message?, group_id, group_state,
+              group_epoch, assignment_epoch, assignor_name, members [member_id, instance_id?,
+              rack_id?, member_epoch, client_id, client_host, subscribed_topic_names,
+              subscribed_topic_regex?, assignment, target_assignment, member_type (v1+)],
+              authorized_operations]
+    assignment: topic_partitions [topic_id, topic_name, partitions [int32]]
 """
 
 from __future__ import annotations
@@ -27,7 +37,9 @@ from hmbclient.errors import ProtocolError
 from hmbclient.protocol.api.base import ApiKey, define
 from hmbclient.protocol.types import (
     Array,
+    Boolean,
     FieldSpec,
+    Int8,
     Int16,
     Int32,
     NullableString,
@@ -38,7 +50,14 @@ from hmbclient.protocol.types import (
     flexible_struct,
 )
 
-__all__ = ["ASSIGNMENT", "ConsumerGroupHeartbeatRequest", "ConsumerGroupHeartbeatResponse", "NullableStruct"]
+__all__ = [
+    "ASSIGNMENT",
+    "ConsumerGroupDescribeRequest",
+    "ConsumerGroupDescribeResponse",
+    "ConsumerGroupHeartbeatRequest",
+    "ConsumerGroupHeartbeatResponse",
+    "NullableStruct",
+]
 
 
 class NullableStruct(Type):
@@ -107,3 +126,45 @@ ConsumerGroupHeartbeatResponse = {}
 _req_v1: list[FieldSpec] = [*_req[:7], ("subscribed_topic_regex", NullableString), *_req[7:]]
 ConsumerGroupHeartbeatRequest[0], ConsumerGroupHeartbeatResponse[0] = define(ApiKey.CONSUMER_GROUP_HEARTBEAT, 0, _req, _resp, flexible=True)
 ConsumerGroupHeartbeatRequest[1], ConsumerGroupHeartbeatResponse[1] = define(ApiKey.CONSUMER_GROUP_HEARTBEAT, 1, _req_v1, _resp, flexible=True)
+
+# --- ConsumerGroupDescribe (69) ------------------------------------------------------------------
+_described_tps = Array(("topic_id", Uuid), ("topic_name", String), ("partitions", Array(Int32)), name="topic_partitions")
+_cgd_member: list[FieldSpec] = [
+    ("member_id", String),
+    ("instance_id", NullableString),
+    ("rack_id", NullableString),
+    ("member_epoch", Int32),
+    ("client_id", String),
+    ("client_host", String),
+    ("subscribed_topic_names", Array(String)),
+    ("subscribed_topic_regex", NullableString),
+    ("assignment", Struct("assignment", [("topic_partitions", _described_tps)])),
+    ("target_assignment", Struct("target_assignment", [("topic_partitions", _described_tps)])),
+]
+
+
+def _cgd_resp(member: list[FieldSpec]) -> list[FieldSpec]:
+    return [
+        ("throttle_time_ms", Int32),
+        ("groups", Array(
+            ("error_code", Int16),
+            ("error_message", NullableString),
+            ("group_id", String),
+            ("group_state", String),
+            ("group_epoch", Int32),
+            ("assignment_epoch", Int32),
+            ("assignor_name", String),
+            ("members", Array(*member, name="members")),
+            ("authorized_operations", Int32, -(2**31)),
+            name="groups",
+        )),
+    ]
+
+
+_cgd_req: list[FieldSpec] = [("group_ids", Array(String)), ("include_authorized_operations", Boolean)]
+ConsumerGroupDescribeRequest = {}
+ConsumerGroupDescribeResponse = {}
+ConsumerGroupDescribeRequest[0], ConsumerGroupDescribeResponse[0] = define(ApiKey.CONSUMER_GROUP_DESCRIBE, 0, _cgd_req, _cgd_resp(_cgd_member), flexible=True)
+ConsumerGroupDescribeRequest[1], ConsumerGroupDescribeResponse[1] = define(
+    ApiKey.CONSUMER_GROUP_DESCRIBE, 1, _cgd_req, _cgd_resp([*_cgd_member, ("member_type", Int8, -1)]), flexible=True
+)

@@ -7,12 +7,16 @@ tables trade a little memory (a few hundred KB) for one list index instead of a 
 
 from __future__ import annotations
 
+import gc
 import struct
-from typing import NamedTuple
+from collections.abc import Iterable, Iterator
+from itertools import repeat
+from operator import add
+from typing import Any, NamedTuple
 
 from hmbclient.errors import CorruptRecordError
 
-__all__ = ["Record", "Entry", "Headers", "NO_TIMESTAMP"]
+__all__ = ["Record", "Entry", "Headers", "NO_TIMESTAMP", "GcPaused", "Tail", "with_tail"]
 
 Headers = tuple[tuple[str, bytes | None], ...]
 
@@ -34,6 +38,47 @@ CODEC_MASK = 0x07
 TIMESTAMP_TYPE_MASK = 0x08  # 1 = LogAppendTime
 TRANSACTIONAL_MASK = 0x10  # v2 only
 CONTROL_MASK = 0x20  # v2 only
+
+
+#: ``(cls, fields)``: decode each record as ``cls`` built from ``(offset, timestamp, key, value,
+#: headers) + fields`` -- a consumer's own record tuple (the poll consumer's ConsumerRecord:
+#: ``fields`` = ``(topic, partition)``) made by the decoder itself, with no Record in between.
+Tail = tuple[type, tuple[Any, ...]]
+
+_new_tuple = tuple.__new__
+
+
+def with_tail(records: Iterable[Record], tail: Tail) -> Iterator[Any]:
+    """Records rebuilt as ``tail`` says (the decoders' paths that build Records first), each by
+    one C-level concatenation."""
+    cls, fields = tail
+    return map(_new_tuple, repeat(cls), map(add, records, repeat(fields)))
+
+
+class GcPaused:
+    """``with GcPaused():`` -- the cyclic garbage collector paused for a bulk build of records.
+
+    Records (and the consumers' record tuples built from them) are tuple subclasses, which the
+    cyclic GC tracks for life. Creating thousands of them in a row triggers a collection every
+    700 allocations, each walking (and ageing) every record just made and still held -- ~25%
+    of a decode, more when chunks of records wait in a queue and so reach the older
+    generations, whose collections walk them all again -- and it can never free anything:
+    records hold only bytes, ints, str, None and tuples. So the collector pauses while one
+    window decodes (or one batch of records is built); the collection that follows walks the
+    new records once. Only the thread that paused it resumes it (the pause is process-wide),
+    so concurrent builders leave it as they found it.
+    """
+
+    __slots__ = ("_paused",)
+
+    def __enter__(self) -> None:
+        self._paused = paused = gc.isenabled()
+        if paused:
+            gc.disable()
+
+    def __exit__(self, *exc: object) -> None:
+        if self._paused:
+            gc.enable()
 
 
 class Record(NamedTuple):

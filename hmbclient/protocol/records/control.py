@@ -35,7 +35,7 @@ from crc32c import crc32c
 from hmbclient.errors import CorruptRecordError
 
 from . import v2
-from .base import CODEC_MASK, CONTROL_MASK, TIMESTAMP_TYPE_MASK, TRANSACTIONAL_MASK, Record
+from .base import CODEC_MASK, CONTROL_MASK, TIMESTAMP_TYPE_MASK, TRANSACTIONAL_MASK, Record, Tail
 from .records import decode_records, scan_entries
 
 __all__ = [
@@ -223,7 +223,7 @@ def control_record(data: Any, pos: int = 0) -> tuple[Any, Any]:
     return records[0].key, records[0].value
 
 
-def read_committed(buf: Any, aborted: Any) -> list[Record]:
+def read_committed(buf: Any, aborted: Any, tail: Tail | None = None) -> list[Record]:
     """The records a ``read_committed`` consumer returns from a fetched record set.
 
     Args:
@@ -231,6 +231,7 @@ def read_committed(buf: Any, aborted: Any) -> list[Record]:
             the last stable offset.
         aborted: the answer's aborted transactions, as (producer_id, first_offset) pairs (or
             objects with those attributes); None when there are none.
+        tail: as :func:`decode_records`'s (the records' class and trailing fields).
 
     Returns:
         The records in order, without control records and without the records of aborted
@@ -250,7 +251,7 @@ def read_committed(buf: Any, aborted: Any) -> list[Record]:
     out: list[Record] = []
     for e in entries:
         if e.magic < 2:
-            out.extend(decode_records(bytes(mv[e.position : e.position + e.size])))
+            out.extend(decode_records(bytes(mv[e.position : e.position + e.size]), tail))
             continue
         hdr = batch_header(mv, e.position)
         if hdr.producer_id >= 0:
@@ -267,7 +268,7 @@ def read_committed(buf: Any, aborted: Any) -> list[Record]:
                 continue
         if hdr.is_control:
             continue
-        out.extend(decode_records(bytes(mv[e.position : e.position + e.size])))
+        out.extend(decode_records(bytes(mv[e.position : e.position + e.size]), tail))
     if valid < len(buf):
         # a corrupt entry raises here; a partial trailing one decodes to nothing
         decode_records(bytes(mv[valid:]))

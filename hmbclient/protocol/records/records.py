@@ -15,7 +15,6 @@ path, MessageSizeTooLargeError leave this module for malformed input; scanning s
 
 from __future__ import annotations
 
-import gc
 import struct
 from bisect import bisect_left
 from collections.abc import Iterable, Iterator
@@ -28,7 +27,7 @@ from hmbclient.clock import wall_ms
 from hmbclient.errors import CorruptRecordError, MessageSizeTooLargeError, ProtocolError
 
 from . import codecs, legacy, v2
-from .base import CODEC_MASK, I32, I64, NO_TIMESTAMP, Entry, Record
+from .base import CODEC_MASK, I32, I64, NO_TIMESTAMP, Entry, GcPaused, Record, Tail, with_tail
 from .uniform import UniformRun, run_records
 
 _offset = attrgetter("offset")
@@ -100,31 +99,21 @@ def encode_records(
 
 
 def _decode_into(
-    data: bytes, pos: int, end: int, out: list[Any], keep_runs: bool = False
+    data: bytes, pos: int, end: int, out: list[Any], tail: Tail | None = None,
+    keep_runs: bool = False,
 ) -> tuple[int, CorruptRecordError | None]:
     """Decode the complete entries of ``data[pos:end]`` into ``out``.
 
     Returns where decoding stopped (``end`` or the start of a partial entry) and the error that
     stopped it, if any: the records of every entry before the bad one are in ``out``.
     """
-    # Records are tuple subclasses, which the cyclic GC tracks for life. Creating thousands of
-    # them in a row triggers collections that walk (and age) every record just made, ~25% of
-    # the decode time, and can never free anything: records hold only bytes, ints, None and
-    # tuples. So the collector pauses while one window decodes; consumers usually drop the
-    # records before the next collection, which then never sees them. Only the thread that
-    # paused it resumes it, so concurrent decoders leave it as they found it.
-    paused = gc.isenabled()
-    if paused:
-        gc.disable()
-    try:
-        return _decode_entries(data, pos, end, out, keep_runs)
-    finally:
-        if paused:
-            gc.enable()
+    with GcPaused():  # records are built in bulk (see GcPaused)
+        return _decode_entries(data, pos, end, out, tail, keep_runs)
 
 
 def _decode_entries(
-    data: bytes, pos: int, end: int, out: list[Any], keep_runs: bool = False
+    data: bytes, pos: int, end: int, out: list[Any], tail: Tail | None = None,
+    keep_runs: bool = False,
 ) -> tuple[int, CorruptRecordError | None]:
     unpack_i32 = I32.unpack_from
     try:
@@ -136,11 +125,18 @@ def _decode_entries(
                 break
             magic = data[pos + 16]
             if magic == 2:
-                new_pos = v2.decode_run(data, pos, end, out, keep_runs)
+                new_pos = v2.decode_run(data, pos, end, out, tail, keep_runs)
             elif magic < 2:
                 if type(data) is not bytes:
                     break  # v0/v1 decoding slices bytes: decode_records copies the rest
-                new_pos = legacy.decode_run(data, pos, end, out)
+                if tail is None:
+                    new_pos = legacy.decode_run(data, pos, end, out)
+                else:
+                    decoded: list[Record] = []
+                    try:
+                        new_pos = legacy.decode_run(data, pos, end, decoded)
+                    finally:  # the records before a corrupt entry too
+                        out.extend(with_tail(decoded, tail))
             else:
                 raise CorruptRecordError(f"entry at {pos} has unknown magic {magic}")
             if new_pos == pos:  # cannot happen: the entry is complete and of that magic
@@ -153,13 +149,16 @@ def _decode_entries(
     return pos, None
 
 
-def decode_records(buf: Buffer) -> list[Record]:
+def decode_records(buf: Buffer, tail: Tail | None = None) -> list[Record]:
     """Every record in a record set, as a list (the bulk path of :func:`iter_records`).
 
     Args:
         buf: a record set (bytes, bytearray or memoryview). A non-``bytes`` input is copied
             one v2 batch at a time (batches of large records are read in place; keys and values
             are always ``bytes`` copies) and, from its first v0/v1 message on, once.
+        tail: ``(cls, fields)``: each record built as ``cls`` from the Record's fields followed
+            by ``fields`` (a consumer's own record tuple, with no Record made first); None:
+            Records.
 
     Returns:
         The records in order, compressed wrappers and batches expanded with absolute offsets,
@@ -169,7 +168,7 @@ def decode_records(buf: Buffer) -> list[Record]:
         CorruptRecordError: a CRC mismatch, an impossible size, an unknown magic, malformed
             records or data that does not decompress.
     """
-    return _decode_all(buf, False)
+    return _decode_all(buf, tail, False)
 
 
 def decode_segments(buf: Buffer) -> list[Record | UniformRun]:
@@ -186,7 +185,7 @@ def decode_segments(buf: Buffer) -> list[Record | UniformRun]:
     Raises:
         CorruptRecordError: as :func:`decode_records`.
     """
-    return _decode_all(buf, True)
+    return _decode_all(buf, None, True)
 
 
 def expand_segments(segments: Iterable[Record | UniformRun]) -> list[Record]:
@@ -223,21 +222,21 @@ def cut_segments(
     return out
 
 
-def _decode_all(buf: Buffer, keep_runs: bool) -> list[Any]:
+def _decode_all(buf: Buffer, tail: Tail | None, keep_runs: bool) -> list[Any]:
     out: list[Any] = []
     if type(buf) is bytes:
-        _, err = _decode_into(buf, 0, len(buf), out, keep_runs)
+        _, err = _decode_into(buf, 0, len(buf), out, tail, keep_runs)
     else:
         view = memoryview(buf)
         if view.format != "B" or view.ndim != 1:
             view = view.cast("B")
         n = len(view)
-        stop, err = _decode_into(view, 0, n, out, keep_runs)  # type: ignore[arg-type]
+        stop, err = _decode_into(view, 0, n, out, tail, keep_runs)  # type: ignore[arg-type]
         # Stopped before the end: a v0/v1 entry, which needs bytes (copy the rest once), or a
         # partial trailing entry (a fetch answer cut at its size; dropped, not copied).
         if err is None and stop + 12 <= n and stop + 12 + I32.unpack_from(view, stop + 8)[0] <= n:
             rest = bytes(view[stop:])
-            _, err = _decode_into(rest, 0, len(rest), out, keep_runs)
+            _, err = _decode_into(rest, 0, len(rest), out, tail, keep_runs)
     if err is not None:
         raise err
     return out

@@ -32,7 +32,7 @@ from itertools import repeat
 from operator import itemgetter
 from typing import Any, NamedTuple
 
-from .base import ZIGZAG, Record
+from .base import ZIGZAG, Record, Tail
 
 __all__ = ["read_uniform", "find_run", "run_records", "UniformRun", "MIN_RUN"]
 
@@ -262,7 +262,14 @@ def find_run(
 
 
 def read_uniform(
-    data: bytes | memoryview, pos: int, end: int, left: int, base_offset: int, base_ts: int, out: list[Record]
+    data: bytes | memoryview,
+    pos: int,
+    end: int,
+    left: int,
+    base_offset: int,
+    base_ts: int,
+    out: list[Record],
+    tail: Tail | None = None,
 ) -> tuple[int, int]:
     """Decode the run of records at ``data[pos:end]`` that share the first one's layout.
 
@@ -270,18 +277,20 @@ def read_uniform(
     either as ``bytes``). ``left`` bounds how many records may be read (the rest of the
     batch's record count).
     Returns ``(records appended to out, position after them)``; ``(0, pos)`` when the record
-    at ``pos`` does not start a run this path takes (see :func:`find_run`).
+    at ``pos`` does not start a run this path takes (see :func:`find_run`). ``tail`` (see
+    ``base.Tail``): the records are built as that class with those fields after the decoded
+    ones.
     """
     run = find_run(data, pos, end, left, base_offset, base_ts)
     if run is None:
         return 0, pos
-    out.extend(run_records(run))
+    out.extend(run_records(run, tail))
     return run.records, run.pos + run.records * run.stride
 
 
-def run_records(run: UniformRun) -> Iterator[Record]:
+def run_records(run: UniformRun, tail: Tail | None = None) -> Iterator[Record]:
     """The records of ``run``, in order, built with C-level ``map``/``zip`` over its columns
-    (keys and values are ``bytes`` copies)."""
+    (keys and values are ``bytes`` copies; as ``tail`` says, see ``base.Tail``)."""
     data, pos, done, stride = run.data, run.pos, run.records, run.stride
     key_at, key_len, value_at, value_len = run.key_at, run.key_len, run.value_at, run.value_len
     base_ts = run.base_ts
@@ -332,10 +341,15 @@ def run_records(run: UniformRun) -> Iterator[Record]:
         keys = repeat(None, done)
         values = repeat(None, done)  # not the same iterator: zip takes one item from each
     first_offset = run.offset
+    cls, extra = (Record, ()) if tail is None else tail
     return iter(
         map(
             _new,
-            repeat(Record, done),
-            zip(range(first_offset, first_offset + done), timestamps, keys, values, repeat(_NO_HEADERS, done), strict=True),
+            repeat(cls, done),
+            zip(
+                range(first_offset, first_offset + done), timestamps, keys, values, repeat(_NO_HEADERS, done),
+                *[repeat(field, done) for field in extra],
+                strict=True,
+            ),
         )
     )

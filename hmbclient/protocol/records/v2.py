@@ -49,11 +49,13 @@ from .base import (
     ZIGZAG,
     Headers,
     Record,
+    Tail,
     encode_varint,
     read_uvarint,
     read_varint,
+    with_tail,
 )
-from .uniform import MIN_RUN, find_run, read_uniform
+from .uniform import MIN_RUN, UniformRun, find_run, read_uniform
 
 __all__ = ["encode", "encode_batches", "decode_run", "read_records", "HEADER", "MIN_SIZE"]
 
@@ -627,6 +629,7 @@ def read_runs(
     base_offset: int,
     base_ts: int,
     out: list[Any],
+    tail: Tail | None = None,
     keep_runs: bool = False,
 ) -> int:
     """Decode ``count`` records at ``data[pos:end]`` into ``out``; returns the end position.
@@ -654,7 +657,7 @@ def read_runs(
                 general = _GENERAL_FIRST
                 continue
         elif left >= MIN_RUN:
-            n, new_pos = read_uniform(data, pos, end, left, base_offset, base_ts, out)
+            n, new_pos = read_uniform(data, pos, end, left, base_offset, base_ts, out, tail)
             if n:
                 done += n
                 pos = new_pos
@@ -666,7 +669,12 @@ def read_runs(
             shift += pos
             end -= pos
             pos = 0
-        pos = read_records(data, pos, n, base_offset, base_ts, out)
+        if tail is None:
+            pos = read_records(data, pos, n, base_offset, base_ts, out)
+        else:
+            decoded: list[Record] = []
+            pos = read_records(data, pos, n, base_offset, base_ts, decoded)
+            out.extend(with_tail(decoded, tail))
         done += n
         if general < _GENERAL_MAX:
             general *= 2
@@ -678,9 +686,11 @@ _IN_PLACE_MIN_RECORD = 2048
 
 
 def batch_records(
-    data: Any, pos: int, bend: int, header: tuple[Any, ...], keep_runs: bool = False
+    data: Any, pos: int, bend: int, header: tuple[Any, ...], tail: Tail | None = None,
+    keep_runs: bool = False,
 ) -> list[Any]:
-    """The records of the (CRC-checked) batch at ``data[pos:bend]`` whose header is given.
+    """The records of the (CRC-checked) batch at ``data[pos:bend]`` whose header is given
+    (built as ``tail`` says, see ``base.Tail``).
 
     Control batches give ``[]``. Raises CorruptRecordError on any malformation. With
     ``keep_runs``, runs of one layout come as ``uniform.UniformRun`` values over a ``bytes``
@@ -717,21 +727,25 @@ def batch_records(
         rend = len(rdata)
     out: list[Any] = []
     try:
-        rpos = read_runs(rdata, rpos, rend, count, base, base_ts, out, keep_runs)
+        rpos = read_runs(rdata, rpos, rend, count, base, base_ts, out, tail, keep_runs)
     except (IndexError, UnicodeDecodeError) as e:
         raise CorruptRecordError(f"batch at offset {base}: malformed record: {e}") from None
     if rpos != rend:
         raise CorruptRecordError(f"batch at offset {base}: records do not fill the batch")
     if attrs & TIMESTAMP_TYPE_MASK:
         out = [
-            r._replace(timestamp=max_ts) if type(r) is Record else r._replace(append_ts=max_ts)
+            r._replace(append_ts=max_ts) if type(r) is UniformRun else r._replace(timestamp=max_ts)
             for r in out
         ]
     return out
 
 
-def decode_run(data: bytes, pos: int, end: int, out: list[Any], keep_runs: bool = False) -> int:
-    """Decode consecutive complete v2 batches of ``data[pos:end]`` into ``out``.
+def decode_run(
+    data: bytes, pos: int, end: int, out: list[Any], tail: Tail | None = None,
+    keep_runs: bool = False,
+) -> int:
+    """Decode consecutive complete v2 batches of ``data[pos:end]`` into ``out`` (built as
+    ``tail`` says, see ``base.Tail``; with ``keep_runs`` see :func:`batch_records`).
 
     Returns the position of the first batch not decoded: ``end``, a partial entry, or an entry
     of another magic (the caller dispatches on it).
@@ -758,7 +772,7 @@ def decode_run(data: bytes, pos: int, end: int, out: list[Any], keep_runs: bool 
             header = unpack(data, pos)
             if crc32c(mv[pos + ATTRIBUTES_OFFSET : bend]) != header[4]:
                 raise CorruptRecordError(f"record batch at offset {header[0]}: CRC mismatch")
-            extend(batch_records(data, pos, bend, header, keep_runs))
+            extend(batch_records(data, pos, bend, header, tail, keep_runs))
             pos = bend
     except struct.error as e:
         raise CorruptRecordError(f"malformed record batch at {pos}: {e}") from None
