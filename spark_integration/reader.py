@@ -26,6 +26,14 @@ Columns: the timestamp type of each record (Spark's ``timestampType``: 0 CreateT
 holding it (:func:`timestamp_types`, a walk over entry headers); ``headers`` is added when
 ``include_headers`` is set.
 
+Columnar path: fetches are decoded with ``decode_segments`` (hmbclient's record decoder with
+runs of records that share one layout -- what producers write -- left unbuilt), and
+:func:`read_range_arrow` takes such a run's keys, values and timestamp deltas as strided
+slices of its bytes straight into Arrow arrays (``pyarrow.compute.binary_slice`` over the run
+viewed as fixed-size rows): no Python object per record. Other records (headers, mixed layouts,
+v0/v1, read_committed sets with aborted transactions) go through ``Record`` values as before;
+:func:`read_chunks` builds every run's records.
+
 Retries, each per fetch and through tenacity:
 
 * a moved leader or a lost connection (:func:`~spark_integration.settings.is_transient`):
@@ -41,11 +49,17 @@ from __future__ import annotations
 import logging
 import struct
 from bisect import bisect_left
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any, NoReturn
 
 import tenacity
 
+from hmbclient.consumer import (
+    UniformRun,
+    cut_segments,
+    expand_segments,
+    last_offset,
+)
 from hmbclient.errors import (
     BrokerError,
     HmbError,
@@ -69,6 +83,7 @@ __all__ = [
     "read_chunks",
     "read_range",
     "read_range_arrow",
+    "arrow_batches",
     "arrow_schema",
     "timestamp_types",
     "ddl_schema",
@@ -141,7 +156,8 @@ class _EmptyFetch(Exception):
 
 
 def _offset_of(record: Any) -> int:
-    # Records are (offset, timestamp, key, value, headers) tuples.
+    # Records are (offset, timestamp, key, value, headers) tuples; a UniformRun starts with
+    # its first offset too.
     return record[0]
 
 
@@ -186,9 +202,9 @@ class _RangeReader:
         # The message set already dropped records below ``offset`` except inside compressed
         # wrappers and v2 batches, which start early: cut with a binary search, not a scan.
         if records and _offset_of(records[0]) < offset:
-            records = records[bisect_left(records, offset, key=_offset_of) :]
+            records = cut_segments(records, offset, None)
         if records:
-            return records, max(next_offset, _offset_of(records[-1]) + 1)
+            return records, max(next_offset, last_offset(records[-1]) + 1)
         if next_offset > offset:
             return records, next_offset  # only markers (or aborted records) up to there
         if high_watermark < 0 or high_watermark > offset:
@@ -233,7 +249,7 @@ class _RangeReader:
         max_bytes = self.settings.fetch_message_max_bytes
         try:
             message_set = self.consumer.fetch(FetchRequest(topic, partition, offset, max_bytes))
-            records = message_set.messages()
+            records = message_set.segments()
         except OffsetOutOfRangeError as exc:
             raise _DataGone(
                 f"offset range {self.range}: the broker answered OffsetOutOfRange for offset "
@@ -313,14 +329,15 @@ def read_chunks(
             OffsetOutOfRange, a single message is larger than ``fetch_message_max_bytes``, or
             the leader stayed unreachable after ``max_retries`` attempts. Names the range.
     """
-    for records, _ in _typed_chunks(settings, offset_range, leader):
-        yield records
+    for segments, _ in _typed_chunks(settings, offset_range, leader):
+        yield expand_segments(segments)
 
 
 def _typed_chunks(
     settings: ReadSettings, offset_range: OffsetRange, leader: Leader | None
 ) -> Iterator[tuple[list[Any], list[tuple[int, int]]]]:
-    """:func:`read_chunks` with each fetch's :func:`timestamp_types`."""
+    """:func:`read_chunks` with each fetch's :func:`timestamp_types`, as ``decode_segments``
+    lists (runs of one layout not built)."""
     if offset_range.count == 0:
         return
     until = offset_range.until_offset
@@ -339,8 +356,8 @@ def _typed_chunks(
                     return
                 offset = resume
                 continue
-            if records and _offset_of(records[-1]) >= until:
-                records = records[: bisect_left(records, until, key=_offset_of)]
+            if records and last_offset(records[-1]) >= until:
+                records = cut_segments(records, None, until)
                 if records:
                     yield records, reader.types
                 # Everything below ``until`` that the log holds has been read: the broker
@@ -393,29 +410,61 @@ def read_range_arrow(
         ``pyarrow.RecordBatch`` with columns key, value, topic, partition, offset, timestamp,
         timestampType (and headers with ``settings.include_headers``), at most ``rows`` rows.
     """
+    return arrow_batches(
+        _typed_chunks(settings, offset_range, leader), offset_range.topic,
+        offset_range.partition, include_headers=settings.include_headers, rows=rows,
+    )
+
+
+def arrow_batches(
+    chunks: Iterable[tuple[list[Any], list[tuple[int, int]]]],
+    topic: str,
+    partition: int,
+    *,
+    include_headers: bool = False,
+    rows: int = ARROW_BATCH_ROWS,
+) -> Iterator[Any]:
+    """Fetched messages as Arrow record batches of the data source schema, at most ``rows``
+    rows each (the part of :func:`read_range_arrow` without I/O).
+
+    Args:
+        chunks: Per fetch, its ``decode_segments`` list (``Record`` values and
+            ``UniformRun`` values, in offset order) and its :func:`timestamp_types`.
+        topic: The topic column's value.
+        partition: The partition column's value.
+        include_headers: Add the ``headers`` column.
+        rows: The most rows per batch.
+
+    Yields:
+        ``pyarrow.RecordBatch`` values; a run's columns are strided slices of its bytes.
+    """
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    schema = arrow_schema(settings.include_headers)
+    schema = arrow_schema(include_headers)
     timestamp_type = schema.field("timestamp").type
-    headers_type = schema.field("headers").type if settings.include_headers else None
+    headers_type = schema.field("headers").type if include_headers else None
 
-    def to_batch(records: list[Any], types: list[int]) -> Any:
+    def micros(millis: Any) -> Any:
+        # Kafka's NO_TIMESTAMP (-1, magic 0 messages) becomes SQL NULL; ms -> us for Spark.
+        return pc.if_else(
+            pc.less(millis, 0), pa.scalar(None, pa.int64()), pc.multiply(millis, 1000)
+        ).cast(timestamp_type)
+
+    def constant(value: Any, type_: Any, count: int) -> Any:
+        return pa.repeat(pa.scalar(value, type_), count)
+
+    def records_batch(records: list[Any], types: list[int]) -> Any:
         count = len(records)
         # Records are (offset, timestamp, key, value, headers) tuples: transpose once.
         offsets, stamps, keys, values, headers = zip(*records, strict=True)
-        millis = pa.array(stamps, pa.int64())
-        # Kafka's NO_TIMESTAMP (-1, magic 0 messages) becomes SQL NULL; ms -> us for Spark.
-        micros = pc.if_else(
-            pc.less(millis, 0), pa.scalar(None, pa.int64()), pc.multiply(millis, 1000)
-        )
         columns = [
             pa.array(keys, pa.binary()),
             pa.array(values, pa.binary()),
-            pa.array([offset_range.topic] * count, pa.string()),
-            pa.array([offset_range.partition] * count, pa.int32()),
+            constant(topic, pa.string(), count),
+            constant(partition, pa.int32(), count),
             pa.array(offsets, pa.int64()),
-            micros.cast(timestamp_type),
+            micros(pa.array(stamps, pa.int64())),
             pa.array(types, pa.int32()),
         ]
         if headers_type is not None:
@@ -425,21 +474,87 @@ def read_range_arrow(
             ))
         return pa.RecordBatch.from_arrays(columns, schema=schema)
 
+    def run_batch(run: UniformRun, type_: int) -> Any:
+        # The run as ``count`` fixed-size rows of ``stride`` bytes: each field is one strided
+        # slice (binary_slice), in C, however many records.
+        count = run.records
+        rows = pa.Array.from_buffers(
+            pa.binary(run.stride), count,
+            [None, pa.py_buffer(run.data).slice(run.pos, count * run.stride)],
+        )
+
+        def field(at: int, length: int) -> Any:
+            if length < 0:
+                return pa.nulls(count, pa.binary())
+            if length == 0:
+                return constant(b"", pa.binary(), count)
+            return pc.binary_slice(rows, at, at + length).cast(pa.binary())
+
+        if run.append_ts is not None:
+            millis = constant(run.append_ts, pa.int64(), count)
+        else:  # timestamp deltas: one byte each (< 0x80, checked), zigzag-decoded
+            deltas = pa.Array.from_buffers(
+                pa.uint8(), count, [None, pc.binary_slice(rows, run.ts_at, run.ts_at + 1).buffers()[1]]
+            ).cast(pa.int64())
+            zigzag = pc.bit_wise_xor(
+                pc.shift_right(deltas, 1), pc.negate(pc.bit_wise_and(deltas, 1))
+            )
+            millis = pc.add(zigzag, run.base_ts)
+        columns = [
+            field(run.key_at, run.key_len),
+            field(run.value_at, run.value_len),
+            constant(topic, pa.string(), count),
+            constant(partition, pa.int32(), count),
+            pa.array(range(run.offset, run.offset + count), pa.int64()),
+            micros(millis),
+            constant(type_, pa.int32(), count),
+        ]
+        if headers_type is not None:
+            columns.append(pa.nulls(count, headers_type))
+        return pa.RecordBatch.from_arrays(columns, schema=schema)
+
+    def batches(segments: list[Any], spans: list[tuple[int, int]]) -> Iterator[Any]:
+        """One record batch per run, and per stretch of records between runs."""
+        plain: list[Any] = []
+        for seg in segments:
+            if type(seg) is UniformRun:
+                if plain:
+                    yield records_batch(plain, _types_of(plain, spans))
+                    plain = []
+                yield run_batch(seg, _type_at(spans, seg.offset))
+            else:
+                plain.append(seg)
+        if plain:
+            yield records_batch(plain, _types_of(plain, spans))
+
     pending: list[Any] = []
-    pending_types: list[int] = []
-    for chunk, spans in _typed_chunks(settings, offset_range, leader):
-        pending.extend(chunk)
-        pending_types.extend(_types_of(chunk, spans))
-        while len(pending) >= rows:
-            yield to_batch(pending[:rows], pending_types[:rows])
-            del pending[:rows]
-            del pending_types[:rows]
+    pending_rows = 0
+    for segments, spans in chunks:
+        for batch in batches(segments, spans):
+            pending.append(batch)
+            pending_rows += batch.num_rows
+            while pending_rows >= rows:
+                merged = pa.concat_batches(pending) if len(pending) > 1 else pending[0]
+                yield merged.slice(0, rows)
+                rest = merged.slice(rows)
+                pending = [rest] if rest.num_rows else []
+                pending_rows -= rows
     if pending:
-        yield to_batch(pending, pending_types)
+        yield pa.concat_batches(pending) if len(pending) > 1 else pending[0]
 
 
 def _text(key: Any) -> str:
     return key.decode("utf-8", "replace") if isinstance(key, (bytes, bytearray)) else str(key)
+
+
+def _type_at(spans: list[tuple[int, int]], offset: int) -> int:
+    """The timestamp type of the record at ``offset``, from its fetch's entries."""
+    at = bisect_left(spans, offset, key=_first)
+    return spans[at][1] if at < len(spans) else -1
+
+
+def _first(pair: tuple[int, int]) -> int:
+    return pair[0]
 
 
 def _types_of(records: list[Any], spans: list[tuple[int, int]]) -> list[int]:

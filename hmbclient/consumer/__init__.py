@@ -2,7 +2,9 @@
 
 * :class:`SimpleConsumer` — the low-level, stateless consumer of one broker (Kafka 0.8's API),
   with :class:`FetchRequest`, ``LATEST_TIME`` / ``EARLIEST_TIME`` and the lazily decoded
-  :class:`ByteBufferMessageSet` of :data:`MessageAndOffset` values.
+  :class:`ByteBufferMessageSet` of :data:`MessageAndOffset` values (its ``segments()``, with
+  ``UniformRun``, ``cut_segments``, ``expand_segments`` and ``last_offset``, serve columnar
+  readers such as the Spark data source).
 * :class:`Consumer` / :class:`ConsumerConnector` — the high-level consumer of groups balanced
   through ZooKeeper or the brokers' group coordinator (:mod:`.connector`, :mod:`.group`), with :class:`KafkaStream`, :class:`MessageAndMetadata` and the topic
   filters :class:`Whitelist` / :class:`Blacklist`; imported on first use (they load kazoo).
@@ -15,7 +17,14 @@
 
 from typing import Any
 
-from hmbclient.consumer.message_set import ByteBufferMessageSet, MessageAndOffset
+from hmbclient.consumer.message_set import (
+    ByteBufferMessageSet,
+    MessageAndOffset,
+    UniformRun,
+    cut_segments,
+    expand_segments,
+    last_offset,
+)
 from hmbclient.consumer.simple import EARLIEST_TIME, LATEST_TIME, FetchRequest, SimpleConsumer
 
 __all__ = [
@@ -25,6 +34,10 @@ __all__ = [
     "EARLIEST_TIME",
     "ByteBufferMessageSet",
     "MessageAndOffset",
+    "UniformRun",
+    "cut_segments",
+    "expand_segments",
+    "last_offset",
     "Consumer",
     "ConsumerConnector",
     "ConsumerRebalanceListener",
@@ -37,7 +50,7 @@ __all__ = [
     "KafkaOffsetStorage",
 ]
 
-_HIGH_LEVEL = frozenset(__all__[6:-1])
+_HIGH_LEVEL = frozenset(__all__[__all__.index("Consumer") : -1])
 
 
 def __getattr__(name: str) -> Any:

@@ -33,8 +33,25 @@ from typing import Any
 from hmbclient.errors import BrokerError
 from hmbclient.protocol.records import Record, decode_records
 from hmbclient.protocol.records.control import read_committed
+from hmbclient.protocol.records.records import (
+    cut_segments,
+    decode_segments,
+    expand_segments,
+    last_offset,
+)
+from hmbclient.protocol.records.uniform import UniformRun
 
-__all__ = ["MessageAndOffset", "ByteBufferMessageSet", "last_offset_of", "first_entry_incomplete"]
+__all__ = [
+    "MessageAndOffset",
+    "ByteBufferMessageSet",
+    "last_offset_of",
+    "first_entry_incomplete",
+    # segments() helpers, for columnar readers (spark_integration) that may not import protocol
+    "UniformRun",
+    "cut_segments",
+    "expand_segments",
+    "last_offset",
+]
 
 #: One message and its offset (Kafka 0.8's ``MessageAndOffset``): an alias of ``Record``.
 MessageAndOffset = Record
@@ -91,7 +108,7 @@ class ByteBufferMessageSet:
 
     __slots__ = (
         "topic", "partition", "fetch_offset", "high_watermark", "error", "buffer", "_records",
-        "aborted", "last_stable_offset",
+        "aborted", "last_stable_offset", "_segments",
     )
 
     def __init__(
@@ -117,9 +134,12 @@ class ByteBufferMessageSet:
         self.error = error
         self.buffer = buffer if buffer is not None else b""
         self._records: list[Record] | None = None
+        self._segments: list[Record | UniformRun] | None = None
 
     def _decode(self) -> list[Record]:
         recs = self._records
+        if recs is None and self._segments is not None:
+            recs = self._records = expand_segments(self._segments)
         if recs is None:
             if self.error is not None:
                 raise self.error
@@ -152,6 +172,29 @@ class ByteBufferMessageSet:
         """All decoded messages as a list (decodes on first use)."""
         return self._decode()
 
+    def segments(self) -> list[Record | UniformRun]:
+        """The messages as ``decode_segments`` gives them (runs of one layout left unbuilt, for
+        columnar readers), from ``fetch_offset`` on; decodes once (``messages()`` afterwards
+        builds the runs' records from them). A read_committed set with aborted transactions
+        gives records only.
+
+        Raises:
+            BrokerError: The partition's error (e.g. OffsetOutOfRangeError), as iterating does.
+            CorruptRecordError: A CRC mismatch or malformed records.
+        """
+        segs = self._segments
+        if segs is None:
+            if self._records is not None or self.aborted:
+                segs = list(self._decode())
+            elif self.error is not None:
+                raise self.error
+            else:
+                segs = decode_segments(self.buffer) if len(self.buffer) else []
+                if segs and segs[0].offset < self.fetch_offset:
+                    segs = cut_segments(segs, self.fetch_offset, None)
+            self._segments = segs
+        return segs
+
     def __len__(self) -> int:
         """Number of messages (decodes on first use)."""
         return len(self._decode())
@@ -178,9 +221,13 @@ class ByteBufferMessageSet:
         """Where the next fetch should start: after the last complete entry, messages or not
         (control batches, aborted transactions), never before ``fetch_offset`` (decodes on
         first use, so a corrupt set raises here too)."""
-        recs = self._decode()
+        if self._records is None and self._segments is not None:
+            segs = self._segments
+            nxt = last_offset(segs[-1]) + 1 if segs else self.fetch_offset
+        else:
+            recs = self._decode()
+            nxt = recs[-1].offset + 1 if recs else self.fetch_offset
         last = last_offset_of(self.buffer)
-        nxt = recs[-1].offset + 1 if recs else self.fetch_offset
         if last is not None and last + 1 > nxt:
             nxt = last + 1
         return nxt

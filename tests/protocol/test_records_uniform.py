@@ -4,6 +4,9 @@ loop gives, on every layout it may meet, and refuses what the general loop refus
 The reference is ``v2.read_records`` (the general loop) applied to the whole batch, with the
 same end-of-batch check ``batch_records`` makes; the path under test is the public
 ``decode_records`` (which goes through ``v2.read_runs`` and so through the fast path).
+Every case also checks ``decode_segments`` (runs left as ``UniformRun``, for columnar
+readers): its records built with ``expand_segments`` are the same, and ``cut_segments`` at
+any offsets keeps exactly the records in between.
 """
 
 from __future__ import annotations
@@ -28,6 +31,12 @@ from hmbclient.protocol.records import (
     v2,
 )
 from hmbclient.protocol.records.base import encode_varint
+from hmbclient.protocol.records.records import (
+    cut_segments,
+    decode_segments,
+    expand_segments,
+    last_offset,
+)
 from hmbclient.protocol.records.uniform import DELTA_COLUMNS, read_uniform
 
 TS = 1_700_000_000_000
@@ -86,8 +95,30 @@ def _fast(buf: bytes) -> list[tuple[Any, ...]] | type[Exception]:
             results.append(got)
         except CorruptRecordError:
             results.append(CorruptRecordError)
+        if type(source) is not bytearray:  # bytes, and a view: runs copy it
+            _same_segments(source, results[-1], cuts=type(source) is bytes)
     assert results[1] == results[0] and results[2] == results[0]
     return results[0]
+
+
+def _same_segments(source: Any, expected: list[tuple[Any, ...]] | type[Exception], cuts: bool) -> None:
+    """decode_segments agrees with decode_records (``expected``), and cuts keep the right part."""
+    try:
+        segments = decode_segments(source)
+    except CorruptRecordError:
+        assert expected is CorruptRecordError
+        return
+    assert not isinstance(expected, type)
+    assert [tuple(r) for r in expand_segments(segments)] == expected
+    offsets = [r[0] for r in expected]
+    if not cuts or not offsets or offsets != sorted(set(offsets)):
+        return  # a malformed (CRC-valid) batch may decode to offsets out of order: no cuts
+    first, last = offsets[0], offsets[-1]
+    assert last_offset(segments[-1]) == last
+    for lo, hi in ((first + 1, None), (None, last), (first + 3, first + 9), (last, last + 1),
+                   (first + len(offsets) // 2, last - 2), (last + 1, None)):
+        want = [r for r in expected if (lo is None or r[0] >= lo) and (hi is None or r[0] < hi)]
+        assert [tuple(r) for r in expand_segments(cut_segments(segments, lo, hi))] == want
 
 
 def _same(buf: bytes) -> list[tuple[Any, ...]] | type[Exception]:

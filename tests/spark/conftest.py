@@ -61,3 +61,15 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
         port=0, log_dir=str(tmp_path_factory.mktemp("spark-broker")), num_partitions=4
     ) as b:
         yield b
+
+
+@pytest.fixture(scope="module")
+def small_segments(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """A broker that keeps about 2 KiB per partition in ~500-byte segments, checked often."""
+    from hmbclient.broker import EmbeddedBroker
+
+    with EmbeddedBroker(
+        port=0, log_dir=str(tmp_path_factory.mktemp("spark-loss")), num_partitions=1,
+        log_segment_bytes=500, log_index_interval_bytes=100, log_retention_bytes=2000, log_retention_check_interval_ms=100,
+    ) as b:
+        yield b

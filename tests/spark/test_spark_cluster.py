@@ -1,8 +1,9 @@
 """Spark on a real standalone cluster (hmbclient's ``spark_cluster`` fixture): a master and two
 workers on 127.0.0.1, so every task runs in an executor JVM other than the driver's, with its own
 Python workers. Covers create_rdd (one partition per offset range, each preferring its leader's
-host), the "hmb" source (batch count and content) and the sink (write, read back: every row,
-duplicates counted), and proves where the tasks ran.
+host), the "hmb" source (batch count and content), the source options that act in the tasks
+(``option_cases.EXECUTOR``, the same cases the local option test runs) and the sink (write,
+read back: every row, duplicates counted), and proves where the tasks ran.
 
 PySpark runs one SparkContext per process, and the other Spark modules share a local[2] one for
 the whole session (tests/spark/conftest.py): this module's session is module-scoped and the
@@ -18,6 +19,7 @@ from collections import Counter
 from typing import Any
 
 import pytest
+from option_cases import EXECUTOR, fill_option_topic
 from spark_helpers import create_topic, produce
 
 from spark_integration import OffsetRange, create_rdd, get_latest_offsets, offset_ranges
@@ -107,6 +109,15 @@ def test_source_batch_read_count_and_content(spark: Any, broker: Any) -> None:
     assert df.count() == 3000
     got = sorted((r.partition, r.offset, r.value) for r in df.select("partition", "offset", "value").collect())
     assert got == sorted((p, o, v) for p, o, _, v in produced)
+
+
+@pytest.mark.parametrize(("case", "on"), [(c, b) for _, c, b in EXECUTOR],
+                         ids=[n for n, _, _ in EXECUTOR])
+def test_executor_side_option(spark: Any, request: pytest.FixtureRequest, case: Any, on: str) -> None:
+    broker = request.getfixturevalue(on)
+    if on == "broker":  # the shared broker holds the BATCH cases' topic
+        fill_option_topic(broker.bootstrap)
+    case(spark, broker)
 
 
 def test_sink_writes_every_row_from_executors(spark: Any, broker: Any) -> None:

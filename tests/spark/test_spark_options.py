@@ -1,21 +1,30 @@
 """Spark's Kafka source option table, walked option by option against the "hmb" source.
 
-Each row of :data:`BATCH` names a Spark option (or Spark's spelling of one) and checks what it
-does on a real embedded broker through ``spark.read.format("hmb")`` on the shared local
-SparkSession; the streaming options get their own tests (a query each); :data:`BAD` gives each
-option a bad value and checks the error names the option, as Spark's do. Data: one topic of 4
-partitions x 20 messages, message i of every partition stamped ``BASE + i * 1000`` ms
-(CreateTime), the even ones with a header.
+Each row of ``option_cases.BATCH`` names a Spark option (or Spark's spelling of one) and
+checks what it does on a real embedded broker through ``spark.read.format("hmb")`` on the
+shared local SparkSession (the executor-side ones run on the standalone cluster too:
+test_spark_cluster.py); the streaming options get their own tests (a query each); :data:`BAD`
+gives each option a bad value and checks the error names the option, as Spark's do. Data: one
+topic of 4 partitions x 20 messages, message i of every partition stamped
+``BASE + i * 1000`` ms (CreateTime), the even ones with a header.
 """
 
 from __future__ import annotations
 
-import json
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
+from option_cases import (
+    BATCH,
+    PER,
+    TOPIC,
+    earliest_offset,
+    fill_option_topic,
+    produce_stamped,
+    read_source,
+)
 from spark_helpers import create_topic
 from waiting import wait_until
 
@@ -25,125 +34,9 @@ from spark_integration.options import parse_options
 
 pytestmark = pytest.mark.timeout(300)
 
-TOPIC = "opt-a"
-BASE = 1_700_000_000_000
-PER = 20
-
-
-def _produce(bootstrap: str, topic: str, partitions: int, per: int, stamped: bool = True,
-             batch_size: int = 16384) -> None:
-    from kafka import KafkaProducer
-
-    producer = KafkaProducer(bootstrap_servers=bootstrap, acks=1, linger_ms=5,
-                             batch_size=batch_size)
-    try:
-        for i in range(per):
-            for p in range(partitions):
-                producer.send(
-                    topic, key=f"k{i}".encode(), value=f"{topic}-{p}-{i}".encode(), partition=p,
-                    timestamp_ms=BASE + i * 1000 if stamped else None,
-                    headers=[("h", f"v{i}".encode())] if i % 2 == 0 else None,
-                )
-        producer.flush(timeout=30)
-    finally:
-        producer.close(timeout=10)
-
-
 @pytest.fixture(scope="module")
 def topic(broker: Any) -> str:
-    create_topic(broker.bootstrap, TOPIC, 4)
-    _produce(broker.bootstrap, TOPIC, 4, PER)
-    return TOPIC
-
-
-def _read(spark: Any, broker: Any, **options: Any) -> Any:
-    reader = spark.read.format("hmb").option("kafka.bootstrap.servers", broker.bootstrap)
-    for k, v in options.items():
-        reader = reader.option(k, v)
-    return reader.load()
-
-
-def _offsets(df: Any) -> set[tuple[int, int]]:
-    return {(r.partition, r.offset) for r in df.select("partition", "offset").collect()}
-
-
-def _every(lo: int, hi: int, parts: range | list[int] = range(4)) -> set[tuple[int, int]]:
-    return {(p, o) for p in parts for o in range(lo, hi)}
-
-
-def _headers(spark: Any, broker: Any) -> None:
-    rows = _read(spark, broker, subscribe=TOPIC, includeHeaders="true").collect()
-    assert len(rows) == 4 * PER
-    for r in rows:
-        want = [("h", f"v{r.offset}".encode())] if r.offset % 2 == 0 else None
-        got = [(h.key, bytes(h.value)) for h in r.headers] if r.headers is not None else None
-        assert got == want, r
-    assert "headers" not in _read(spark, broker, subscribe=TOPIC).columns
-
-
-def _timestamp_type(spark: Any, broker: Any) -> None:
-    rows = _read(spark, broker, subscribe=TOPIC).select("timestamp", "timestampType", "offset").collect()
-    assert {r.timestampType for r in rows} == {0}  # CreateTime
-    assert {int(r.timestamp.timestamp() * 1000) - r.offset * 1000 for r in rows} == {BASE}
-
-
-def _starting_ending_timestamp(spark: Any, broker: Any) -> None:
-    df = _read(spark, broker, subscribe=TOPIC, startingTimestamp=BASE + 5000 - 1,
-               endingTimestamp=BASE + 15000)
-    assert _offsets(df) == _every(5, 15)
-
-
-def _by_timestamp_json(spark: Any, broker: Any) -> None:
-    start = {TOPIC: {"0": BASE, "1": BASE + 3000, "2": BASE + 19_000, "3": BASE + 7500}}
-    end = {TOPIC: {"0": BASE + 2000, "1": BASE + 99_000, "2": BASE + 99_000, "3": BASE + 9000}}
-    df = _read(spark, broker, subscribe=TOPIC, startingOffsetsByTimestamp=json.dumps(start),
-               endingOffsetsByTimestamp=json.dumps(end))
-    assert _offsets(df) == (_every(0, 2, [0]) | _every(3, PER, [1]) | _every(19, PER, [2])
-                            | _every(8, 9, [3]))
-
-
-def _strategy(spark: Any, broker: Any) -> None:
-    late = BASE + 10 * PER * 1000
-    with pytest.raises(Exception, match="no offset at or after the timestamp in opt-a-0"):
-        _read(spark, broker, subscribe=TOPIC, startingTimestamp=late).collect()
-    df = _read(spark, broker, subscribe=TOPIC, startingTimestamp=late,
-               startingOffsetsByTimestampStrategy="latest")
-    assert df.count() == 0
-
-
-def _assign(spark: Any, broker: Any) -> None:
-    df = _read(spark, broker, assign=json.dumps({TOPIC: [1, 3]}))
-    assert _offsets(df) == _every(0, PER, [1, 3])
-    with pytest.raises(Exception, match="assign names partitions that do not exist: opt-a-7"):
-        _read(spark, broker, assign=json.dumps({TOPIC: [7]})).collect()
-
-
-def _min_partitions(spark: Any, broker: Any) -> None:
-    plain = _read(spark, broker, subscribePattern="opt-a")
-    df = _read(spark, broker, subscribePattern="opt-a", minPartitions=10)
-    assert plain.rdd.getNumPartitions() == 4
-    assert df.rdd.getNumPartitions() >= 10
-    assert sorted(_offsets(df)) == sorted(_every(0, PER))
-    assert df.count() == 4 * PER  # each offset once across the pieces
-
-
-def _max_records(spark: Any, broker: Any) -> None:
-    df = _read(spark, broker, subscribe=TOPIC, maxRecordsPerPartition=6)
-    assert df.rdd.getNumPartitions() == 4 * 4  # 20 offsets per partition in pieces of <= 6
-    assert df.count() == 4 * PER and _offsets(df) == _every(0, PER)
-
-
-#: (Spark option, what it does) for batch reads.
-BATCH: list[tuple[str, Callable[[Any, Any], None]]] = [
-    ("includeHeaders", _headers),
-    ("timestampType column", _timestamp_type),
-    ("startingTimestamp / endingTimestamp", _starting_ending_timestamp),
-    ("startingOffsetsByTimestamp / endingOffsetsByTimestamp", _by_timestamp_json),
-    ("startingOffsetsByTimestampStrategy", _strategy),
-    ("assign", _assign),
-    ("minPartitions", _min_partitions),
-    ("maxRecordsPerPartition", _max_records),
-]
+    return fill_option_topic(broker.bootstrap)
 
 
 @pytest.mark.parametrize("check", [c for _, c in BATCH], ids=[n for n, _ in BATCH])
@@ -236,7 +129,7 @@ def test_stream_min_offsets_per_trigger_waits_for_max_trigger_delay(
     from datetime import datetime
 
     create_topic(broker.bootstrap, "opt-min", 1)
-    _produce(broker.bootstrap, "opt-min", 1, 10)
+    produce_stamped(broker.bootstrap, "opt-min", 1, 10)
     df = _stream(spark, broker.bootstrap, topic="opt-min", startingOffsets="earliest",
                  minOffsetsPerTrigger=1000, maxTriggerDelay="3s")
     started = datetime.now().astimezone()
@@ -300,29 +193,6 @@ def test_stream_progress_committed_to_the_broker_group(spark: Any, broker: Any, 
     assert "opt-none" not in _groups(broker.bootstrap)
 
 
-@pytest.fixture(scope="module")
-def small_segments(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    """A broker that keeps about 2 KiB per partition in ~500-byte segments, checked often."""
-    from hmbclient.broker import EmbeddedBroker
-
-    with EmbeddedBroker(
-        port=0, log_dir=str(tmp_path_factory.mktemp("spark-loss")), num_partitions=1,
-        log_segment_bytes=500, log_index_interval_bytes=100, log_retention_bytes=2000, log_retention_check_interval_ms=100,
-    ) as b:
-        yield b
-
-
-def _earliest(bootstrap: str, topic: str) -> int:
-    from kafka import KafkaConsumer, TopicPartition
-
-    consumer = KafkaConsumer(bootstrap_servers=bootstrap)
-    try:
-        tp = TopicPartition(topic, 0)
-        return int(consumer.beginning_offsets([tp])[tp])
-    finally:
-        consumer.close()
-
-
 def test_stream_fail_on_data_loss(spark: Any, small_segments: Any, tmp_path: Path) -> None:
     """Retention deletes offsets a stopped query had not read. failOnDataLoss=true (default):
     the query fails naming topic, partition and the lost offsets; false: it goes on from the
@@ -330,11 +200,11 @@ def test_stream_fail_on_data_loss(spark: Any, small_segments: Any, tmp_path: Pat
     bootstrap = small_segments.bootstrap
     create_topic(bootstrap, "opt-loss", 1)
     # Batches of at most 300 bytes: a batch larger than a segment is refused.
-    _produce(bootstrap, "opt-loss", 1, 5, stamped=False, batch_size=300)
+    produce_stamped(bootstrap, "opt-loss", 1, 5, stamped=False, batch_size=300)
     out = tmp_path / "q"
     _run_available_now(_stream(spark, bootstrap, topic="opt-loss", startingOffsets="earliest"), out)
-    _produce(bootstrap, "opt-loss", 1, 200, stamped=False, batch_size=300)
-    earliest = wait_until(lambda: (e := _earliest(bootstrap, "opt-loss")) > 5 and e,
+    produce_stamped(bootstrap, "opt-loss", 1, 200, stamped=False, batch_size=300)
+    earliest = wait_until(lambda: (e := earliest_offset(bootstrap, "opt-loss")) > 5 and e,
                           timeout_s=30, what="retention to delete offsets 5 and up")
 
     query = _to_parquet(_stream(spark, bootstrap, topic="opt-loss"), out) \
@@ -361,7 +231,7 @@ def test_stream_update_output_mode(spark: Any, broker: Any, tmp_path: Path) -> N
 
     create_topic(broker.bootstrap, "opt-upd-in", 1)
     create_topic(broker.bootstrap, "opt-upd-out", 1)
-    _produce(broker.bootstrap, "opt-upd-in", 1, 6, stamped=False)
+    produce_stamped(broker.bootstrap, "opt-upd-in", 1, 6, stamped=False)
     counts = (_stream(spark, broker.bootstrap, topic="opt-upd-in", startingOffsets="earliest")
               .selectExpr("CAST(offset % 2 AS STRING) AS key").groupBy("key").count()
               .selectExpr("key", "CAST(count AS STRING) AS value"))
@@ -374,5 +244,5 @@ def test_stream_update_output_mode(spark: Any, broker: Any, tmp_path: Path) -> N
              .option("checkpointLocation", str(tmp_path / "ok")).trigger(availableNow=True).start())
     assert query.awaitTermination(120) and query.exception() is None
     got = {(bytes(r.key), bytes(r.value))
-           for r in _read(spark, broker, topic="opt-upd-out").collect()}
+           for r in read_source(spark, broker, topic="opt-upd-out").collect()}
     assert got == {(b"0", b"3"), (b"1", b"3")}

@@ -13,9 +13,9 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from waiting import wait_until
+from option_cases import fill_transactions
 
-from hmbclient import LATEST_TIME, Producer, ProducerData, SimpleConsumer
+from hmbclient import Producer, ProducerData
 from hmbclient.broker import EmbeddedBroker
 from spark_integration import OffsetRange
 from spark_integration.offsets import LATEST
@@ -30,19 +30,7 @@ TOPIC = "txn-source"
 @pytest.fixture(scope="module")
 def broker() -> Iterator[EmbeddedBroker]:
     with EmbeddedBroker(port=0, num_partitions=1) as b:
-        p = Producer(metadata_broker_list=b.bootstrap, transactional_id="spark-source", request_required_acks=-1)
-        p.init_transactions(10)
-        for name, commit in (("c1", True), ("a", False), ("c2", True)):
-            p.begin_transaction()
-            p.send(ProducerData(TOPIC, None, [f"{name}-{i}".encode() for i in range(3)]))
-            if commit:
-                p.commit_transaction(10)
-            else:
-                p.abort_transaction(10)
-        p.close()
-        # EndTxn is answered before the coordinator writes the markers: wait for the last one
-        with SimpleConsumer(b.host, b.port, isolation_level="read_committed") as rc:
-            wait_until(lambda: rc.get_offsets_before(TOPIC, 0, LATEST_TIME, 1)[0] == 12, 10, "the last marker")
+        fill_transactions(b.bootstrap, TOPIC)
         yield b  # offsets: c1 0-2, marker 3, a 4-6, marker 7, c2 8-10, marker 11; end 12
 
 

@@ -2,6 +2,7 @@
 
     encode_records(magic, codec, items, base_offset=0, timestamp_ms=None) -> bytes
     iter_records(buf) / decode_records(buf)        -> Record(offset, timestamp, key, value, headers)
+    records.decode_segments(buf)                   -> Records and uniform.UniformRun   columnar readers
     scan_entries(buf, verify_crc=True)             -> (entries, valid_bytes)     log recovery, index
     assign_offsets(buf, next_offset, *, max_message_bytes=None)
                                                    -> (bytes, count, last_offset, max_ts, magic)

@@ -16,7 +16,9 @@ path, MessageSizeTooLargeError leave this module for malformed input; scanning s
 from __future__ import annotations
 
 import struct
+from bisect import bisect_left
 from collections.abc import Iterable, Iterator
+from operator import attrgetter
 from typing import Any
 
 from crc32c import crc32c
@@ -26,11 +28,18 @@ from hmbclient.errors import CorruptRecordError, MessageSizeTooLargeError, Proto
 
 from . import codecs, legacy, v2
 from .base import CODEC_MASK, I32, I64, NO_TIMESTAMP, Entry, GcPaused, Record, Tail, with_tail
+from .uniform import UniformRun, run_records
+
+_offset = attrgetter("offset")
 
 __all__ = [
     "encode_records",
     "iter_records",
     "decode_records",
+    "decode_segments",
+    "expand_segments",
+    "cut_segments",
+    "last_offset",
     "scan_entries",
     "assign_offsets",
     "convert_records",
@@ -90,7 +99,8 @@ def encode_records(
 
 
 def _decode_into(
-    data: bytes, pos: int, end: int, out: list[Record], tail: Tail | None = None
+    data: bytes, pos: int, end: int, out: list[Any], tail: Tail | None = None,
+    keep_runs: bool = False,
 ) -> tuple[int, CorruptRecordError | None]:
     """Decode the complete entries of ``data[pos:end]`` into ``out``.
 
@@ -98,11 +108,12 @@ def _decode_into(
     stopped it, if any: the records of every entry before the bad one are in ``out``.
     """
     with GcPaused():  # records are built in bulk (see GcPaused)
-        return _decode_entries(data, pos, end, out, tail)
+        return _decode_entries(data, pos, end, out, tail, keep_runs)
 
 
 def _decode_entries(
-    data: bytes, pos: int, end: int, out: list[Record], tail: Tail | None = None
+    data: bytes, pos: int, end: int, out: list[Any], tail: Tail | None = None,
+    keep_runs: bool = False,
 ) -> tuple[int, CorruptRecordError | None]:
     unpack_i32 = I32.unpack_from
     try:
@@ -114,7 +125,7 @@ def _decode_entries(
                 break
             magic = data[pos + 16]
             if magic == 2:
-                new_pos = v2.decode_run(data, pos, end, out, tail)
+                new_pos = v2.decode_run(data, pos, end, out, tail, keep_runs)
             elif magic < 2:
                 if type(data) is not bytes:
                     break  # v0/v1 decoding slices bytes: decode_records copies the rest
@@ -157,20 +168,75 @@ def decode_records(buf: Buffer, tail: Tail | None = None) -> list[Record]:
         CorruptRecordError: a CRC mismatch, an impossible size, an unknown magic, malformed
             records or data that does not decompress.
     """
+    return _decode_all(buf, tail, False)
+
+
+def decode_segments(buf: Buffer) -> list[Record | UniformRun]:
+    """:func:`decode_records`, with each run of v2 records that share one layout left as one
+    :class:`~hmbclient.protocol.records.uniform.UniformRun` (checked exactly as
+    :func:`decode_records` checks it, its records not built): for columnar readers, which can
+    take a run's keys, values and timestamps as strided slices of its bytes. Other records come
+    as ``Record`` values; the list is in offset order and sorts by ``.offset`` (a run's first).
+    :func:`expand_segments` gives :func:`decode_records`' list.
+
+    Args:
+        buf: a record set, as for :func:`decode_records`.
+
+    Raises:
+        CorruptRecordError: as :func:`decode_records`.
+    """
+    return _decode_all(buf, None, True)
+
+
+def expand_segments(segments: Iterable[Record | UniformRun]) -> list[Record]:
+    """The records of :func:`decode_segments`' list, as :func:`decode_records` gives them."""
     out: list[Record] = []
+    for seg in segments:
+        if type(seg) is UniformRun:
+            out.extend(run_records(seg))
+        else:
+            out.append(seg)  # type: ignore[arg-type]
+    return out
+
+
+def last_offset(segment: Record | UniformRun) -> int:
+    """The last offset of a :func:`decode_segments` element (a record's own offset)."""
+    return segment.offset + segment.records - 1 if type(segment) is UniformRun else segment.offset
+
+
+def cut_segments(
+    segments: list[Record | UniformRun], lo: int | None, hi: int | None
+) -> list[Record | UniformRun]:
+    """The part of a :func:`decode_segments` list with ``lo <= offset < hi`` (None: no bound):
+    whole elements found by binary search, a run that straddles a bound cut inside."""
+    first = 0 if lo is None else bisect_left(segments, lo, key=_offset)
+    stop = len(segments) if hi is None else bisect_left(segments, hi, key=_offset)
+    out = segments[first:stop]
+    if lo is not None and first > 0 and type(segments[first - 1]) is UniformRun:
+        head = segments[first - 1].cut(lo, hi)  # type: ignore[union-attr]
+        if head is not None:
+            out.insert(0, head)
+    if hi is not None and out and type(out[-1]) is UniformRun and last_offset(out[-1]) >= hi:
+        tail = out[-1].cut(lo, hi)
+        out[-1:] = [] if tail is None else [tail]
+    return out
+
+
+def _decode_all(buf: Buffer, tail: Tail | None, keep_runs: bool) -> list[Any]:
+    out: list[Any] = []
     if type(buf) is bytes:
-        _, err = _decode_into(buf, 0, len(buf), out, tail)
+        _, err = _decode_into(buf, 0, len(buf), out, tail, keep_runs)
     else:
         view = memoryview(buf)
         if view.format != "B" or view.ndim != 1:
             view = view.cast("B")
         n = len(view)
-        stop, err = _decode_into(view, 0, n, out, tail)  # type: ignore[arg-type]
+        stop, err = _decode_into(view, 0, n, out, tail, keep_runs)  # type: ignore[arg-type]
         # Stopped before the end: a v0/v1 entry, which needs bytes (copy the rest once), or a
         # partial trailing entry (a fetch answer cut at its size; dropped, not copied).
         if err is None and stop + 12 <= n and stop + 12 + I32.unpack_from(view, stop + 8)[0] <= n:
             rest = bytes(view[stop:])
-            _, err = _decode_into(rest, 0, len(rest), out, tail)
+            _, err = _decode_into(rest, 0, len(rest), out, tail, keep_runs)
     if err is not None:
         raise err
     return out

@@ -27,13 +27,14 @@ checks that the records end exactly where the batch does.
 from __future__ import annotations
 
 import struct
+from collections.abc import Iterator
 from itertools import repeat
 from operator import itemgetter
-from typing import Any
+from typing import Any, NamedTuple
 
 from .base import ZIGZAG, Record, Tail
 
-__all__ = ["read_uniform", "MIN_RUN"]
+__all__ = ["read_uniform", "find_run", "run_records", "UniformRun", "MIN_RUN"]
 
 # A run shorter than this is not worth the layout check: the general loop decodes it.
 MIN_RUN = 8
@@ -170,32 +171,57 @@ def _layout(data: bytes | memoryview, pos: int, end: int, left: int) -> tuple[An
     )  # fmt: skip
 
 
-def read_uniform(
-    data: bytes | memoryview,
-    pos: int,
-    end: int,
-    left: int,
-    base_offset: int,
-    base_ts: int,
-    out: list[Record],
-    tail: Tail | None = None,
-) -> tuple[int, int]:
-    """Decode the run of records at ``data[pos:end]`` that share the first one's layout.
+class UniformRun(NamedTuple):
+    """A verified run of records that share one layout, not yet made into ``Record`` values
+    (what :func:`find_run` accepts; :func:`run_records` makes them).
 
-    ``data`` is ``bytes`` or a byte-format ``memoryview`` (keys and values are copied out of
-    either as ``bytes``). ``left`` bounds how many records may be read (the rest of the
-    batch's record count).
-    Returns ``(records appended to out, position after them)``; ``(0, pos)`` when the record
-    at ``pos`` does not start a run this path takes. ``tail`` (see ``base.Tail``): the records
-    are built as that class with those fields after the decoded ones. Never raises for malformed input: it
-    only accepts what it has checked (see the module docstring).
+    Record ``j`` (``0 <= j < records``) starts at ``data[pos + j * stride]``; its offset is
+    ``offset + j``, its timestamp ``base_ts`` plus the zigzag of the byte at ``ts_at`` (or
+    ``append_ts`` for a LogAppendTime batch), its key ``key_len`` bytes at ``key_at`` and its
+    value ``value_len`` bytes at ``value_at`` (``-1``: null); it has no headers. The field order
+    starts with ``offset`` like ``Record``'s, so a list mixing both sorts and bisects by
+    ``offset`` (the first record's); the last offset is ``offset + records - 1``.
+    """
+
+    offset: int
+    data: bytes | memoryview
+    pos: int
+    records: int
+    stride: int
+    base_ts: int
+    ts_at: int
+    key_at: int
+    key_len: int
+    value_at: int
+    value_len: int
+    append_ts: int | None = None
+
+    def cut(self, lo: int | None, hi: int | None) -> UniformRun | None:
+        """The part of this run with ``lo <= offset < hi`` (None: no bound), or None if empty."""
+        first = self.offset if lo is None else max(self.offset, lo)
+        stop = self.offset + self.records if hi is None else min(self.offset + self.records, hi)
+        if stop <= first:
+            return None
+        skip = first - self.offset
+        return self._replace(offset=first, pos=self.pos + skip * self.stride, records=stop - first)
+
+
+def find_run(
+    data: bytes | memoryview, pos: int, end: int, left: int, base_offset: int, base_ts: int
+) -> UniformRun | None:
+    """The run of records at ``data[pos:end]`` that share the first one's layout, checked, or
+    None when the record at ``pos`` does not start a run this path takes.
+
+    ``left`` bounds how many records may be read (the rest of the batch's record count).
+    Never raises for malformed input: it only accepts what it has checked (see the module
+    docstring).
     """
     try:
         layout = _layout(data, pos, end, left)
     except IndexError:  # a truncated first record: the general loop reports it
-        return 0, pos
+        return None
     if layout is None:
-        return 0, pos
+        return None
     (
         stride, count, template, const, ts_at, off_at, delta_columns, delta_pos,
         first_delta, key_at, key_len, value_at, value_len,
@@ -228,22 +254,64 @@ def read_uniform(
         done += chunk
         chunk = min(done, count - done)
     if done < MIN_RUN:
-        return 0, pos
+        return None
+    return UniformRun(
+        base_offset + first_delta, data, pos, done, stride, base_ts, ts_at,
+        key_at, key_len, value_at, value_len,
+    )  # fmt: skip
 
+
+def read_uniform(
+    data: bytes | memoryview,
+    pos: int,
+    end: int,
+    left: int,
+    base_offset: int,
+    base_ts: int,
+    out: list[Record],
+    tail: Tail | None = None,
+) -> tuple[int, int]:
+    """Decode the run of records at ``data[pos:end]`` that share the first one's layout.
+
+    ``data`` is ``bytes`` or a byte-format ``memoryview`` (keys and values are copied out of
+    either as ``bytes``). ``left`` bounds how many records may be read (the rest of the
+    batch's record count).
+    Returns ``(records appended to out, position after them)``; ``(0, pos)`` when the record
+    at ``pos`` does not start a run this path takes (see :func:`find_run`). ``tail`` (see
+    ``base.Tail``): the records are built as that class with those fields after the decoded
+    ones.
+    """
+    run = find_run(data, pos, end, left, base_offset, base_ts)
+    if run is None:
+        return 0, pos
+    out.extend(run_records(run, tail))
+    return run.records, run.pos + run.records * run.stride
+
+
+def run_records(run: UniformRun, tail: Tail | None = None) -> Iterator[Record]:
+    """The records of ``run``, in order, built with C-level ``map``/``zip`` over its columns
+    (keys and values are ``bytes`` copies; as ``tail`` says, see ``base.Tail``)."""
+    data, pos, done, stride = run.data, run.pos, run.records, run.stride
+    key_at, key_len, value_at, value_len = run.key_at, run.key_len, run.value_at, run.value_len
+    base_ts = run.base_ts
+    view = type(data) is not bytes
     run_end = pos + done * stride
-    stamps: Any = data[pos + ts_at : run_end : stride]
-    if view:
-        stamps = stamps.tobytes()
-    first_stamp = stamps[0]
     timestamps: Any
-    if stamps.count(first_stamp) == done:
-        timestamps = repeat(base_ts + ZIGZAG[first_stamp], done)
-    elif done >= 256:
-        # one int per distinct delta instead of one per record
-        table = [base_ts + z for z in ZIGZAG[:128]]
-        timestamps = map(table.__getitem__, stamps)
+    if run.append_ts is not None:  # LogAppendTime: the batch's max timestamp for every record
+        timestamps = repeat(run.append_ts, done)
     else:
-        timestamps = map(base_ts.__add__, map(ZIGZAG.__getitem__, stamps))
+        stamps: Any = data[pos + run.ts_at : run_end : stride]
+        if view:
+            stamps = stamps.tobytes()
+        first_stamp = stamps[0]
+        if stamps.count(first_stamp) == done:
+            timestamps = repeat(base_ts + ZIGZAG[first_stamp], done)
+        elif done >= 256:
+            # one int per distinct delta instead of one per record
+            table = [base_ts + z for z in ZIGZAG[:128]]
+            timestamps = map(table.__getitem__, stamps)
+        else:
+            timestamps = map(base_ts.__add__, map(ZIGZAG.__getitem__, stamps))
     keys: Any
     values: Any
     if key_len >= 0 and value_len >= 0:
@@ -272,9 +340,9 @@ def read_uniform(
     else:
         keys = repeat(None, done)
         values = repeat(None, done)  # not the same iterator: zip takes one item from each
-    first_offset = base_offset + first_delta
+    first_offset = run.offset
     cls, extra = (Record, ()) if tail is None else tail
-    out.extend(
+    return iter(
         map(
             _new,
             repeat(cls, done),
@@ -285,4 +353,3 @@ def read_uniform(
             ),
         )
     )
-    return done, run_end

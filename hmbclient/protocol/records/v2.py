@@ -55,7 +55,7 @@ from .base import (
     read_varint,
     with_tail,
 )
-from .uniform import MIN_RUN, read_uniform
+from .uniform import MIN_RUN, UniformRun, find_run, read_uniform
 
 __all__ = ["encode", "encode_batches", "decode_run", "read_records", "HEADER", "MIN_SIZE"]
 
@@ -628,8 +628,9 @@ def read_runs(
     count: int,
     base_offset: int,
     base_ts: int,
-    out: list[Record],
+    out: list[Any],
     tail: Tail | None = None,
+    keep_runs: bool = False,
 ) -> int:
     """Decode ``count`` records at ``data[pos:end]`` into ``out``; returns the end position.
 
@@ -638,13 +639,24 @@ def read_runs(
     without Python code per record), the rest through :func:`read_records`. ``data`` may be a
     byte-format ``memoryview``: runs are read from it in place, and the first record the
     general loop needs has the rest of the records copied into ``bytes`` once.
+
+    With ``keep_runs`` (``data`` must then be ``bytes``, which the runs keep) each run is
+    appended as one ``uniform.UniformRun`` instead of its records.
     """
     done = 0
     shift = 0  # where ``data`` starts in the caller's buffer, once the rest was copied
     general = _GENERAL_FIRST
     while done < count:
         left = count - done
-        if left >= MIN_RUN:
+        if left >= MIN_RUN and keep_runs:
+            run = find_run(data, pos, end, left, base_offset, base_ts)
+            if run is not None:
+                out.append(run)
+                done += run.records
+                pos += run.records * run.stride
+                general = _GENERAL_FIRST
+                continue
+        elif left >= MIN_RUN:
             n, new_pos = read_uniform(data, pos, end, left, base_offset, base_ts, out, tail)
             if n:
                 done += n
@@ -673,11 +685,16 @@ def read_runs(
 _IN_PLACE_MIN_RECORD = 2048
 
 
-def batch_records(data: Any, pos: int, bend: int, header: tuple[Any, ...], tail: Tail | None = None) -> list[Record]:
+def batch_records(
+    data: Any, pos: int, bend: int, header: tuple[Any, ...], tail: Tail | None = None,
+    keep_runs: bool = False,
+) -> list[Any]:
     """The records of the (CRC-checked) batch at ``data[pos:bend]`` whose header is given
     (built as ``tail`` says, see ``base.Tail``).
 
-    Control batches give ``[]``. Raises CorruptRecordError on any malformation.
+    Control batches give ``[]``. Raises CorruptRecordError on any malformation. With
+    ``keep_runs``, runs of one layout come as ``uniform.UniformRun`` values over a ``bytes``
+    copy of the records (never a reused decompression buffer), the others as records.
     """
     base, _, _, _, _, attrs, _, base_ts, max_ts, _, _, _, count = header
     if attrs & CONTROL_MASK:
@@ -704,21 +721,31 @@ def batch_records(data: Any, pos: int, bend: int, header: tuple[Any, ...], tail:
         rend = len(rdata)
     if count < 0 or count * MIN_RECORD_SIZE > rend - rpos:
         raise CorruptRecordError(f"batch at offset {base}: record count {count}")
-    out: list[Record] = []
+    if keep_runs and type(rdata) is not bytes:
+        rdata = bytes(rdata[rpos:rend])
+        rpos = 0
+        rend = len(rdata)
+    out: list[Any] = []
     try:
-        rpos = read_runs(rdata, rpos, rend, count, base, base_ts, out, tail)
+        rpos = read_runs(rdata, rpos, rend, count, base, base_ts, out, tail, keep_runs)
     except (IndexError, UnicodeDecodeError) as e:
         raise CorruptRecordError(f"batch at offset {base}: malformed record: {e}") from None
     if rpos != rend:
         raise CorruptRecordError(f"batch at offset {base}: records do not fill the batch")
     if attrs & TIMESTAMP_TYPE_MASK:
-        out = [r._replace(timestamp=max_ts) for r in out]
+        out = [
+            r._replace(append_ts=max_ts) if type(r) is UniformRun else r._replace(timestamp=max_ts)
+            for r in out
+        ]
     return out
 
 
-def decode_run(data: bytes, pos: int, end: int, out: list[Record], tail: Tail | None = None) -> int:
+def decode_run(
+    data: bytes, pos: int, end: int, out: list[Any], tail: Tail | None = None,
+    keep_runs: bool = False,
+) -> int:
     """Decode consecutive complete v2 batches of ``data[pos:end]`` into ``out`` (built as
-    ``tail`` says, see ``base.Tail``).
+    ``tail`` says, see ``base.Tail``; with ``keep_runs`` see :func:`batch_records`).
 
     Returns the position of the first batch not decoded: ``end``, a partial entry, or an entry
     of another magic (the caller dispatches on it).
@@ -745,7 +772,7 @@ def decode_run(data: bytes, pos: int, end: int, out: list[Record], tail: Tail | 
             header = unpack(data, pos)
             if crc32c(mv[pos + ATTRIBUTES_OFFSET : bend]) != header[4]:
                 raise CorruptRecordError(f"record batch at offset {header[0]}: CRC mismatch")
-            extend(batch_records(data, pos, bend, header, tail))
+            extend(batch_records(data, pos, bend, header, tail, keep_runs))
             pos = bend
     except struct.error as e:
         raise CorruptRecordError(f"malformed record batch at {pos}: {e}") from None
