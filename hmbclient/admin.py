@@ -384,7 +384,8 @@ class ConfigEntry(NamedTuple):
 
     ``source`` is Kafka's: ``TOPIC_CONFIG``, ``DYNAMIC_BROKER_CONFIG``,
     ``DYNAMIC_DEFAULT_BROKER_CONFIG``, ``STATIC_BROKER_CONFIG``, ``DEFAULT_CONFIG`` (or
-    ``UNKNOWN``); ``value`` is None for a sensitive config.
+    ``UNKNOWN``); ``value`` is None for a sensitive config. ``synonyms`` (when asked for):
+    ``(name, value, source)`` of each layer that sets it, most specific first.
     """
 
     name: str
@@ -392,6 +393,7 @@ class ConfigEntry(NamedTuple):
     source: str
     read_only: bool
     sensitive: bool
+    synonyms: tuple[tuple[str, str | None, str], ...] = ()
 
 
 _SOURCES = {1: "TOPIC_CONFIG", 2: "DYNAMIC_BROKER_CONFIG", 3: "DYNAMIC_DEFAULT_BROKER_CONFIG", 4: "STATIC_BROKER_CONFIG",
@@ -407,7 +409,7 @@ def _resource(kind: str) -> int:
 
 
 def describe_configs(brokers: str, kind: str, name: str, *, api_version: str = "auto", timeout_ms: float = _TIMEOUT_MS,
-                     security: Any = None) -> dict[str, ConfigEntry]:
+                     security: Any = None, include_synonyms: bool = False) -> dict[str, ConfigEntry]:
     """The configs of one topic or broker (DescribeConfigs), by name.
 
     A broker resource is asked of that broker (its id as ``name``; "" for the default of every
@@ -420,6 +422,7 @@ def describe_configs(brokers: str, kind: str, name: str, *, api_version: str = "
         api_version: the version dialect (``auto`` probes).
         timeout_ms: how long to wait for the answer.
         security: TLS / SASL, or None.
+        include_synonyms: also ask for each config's synonyms (``ConfigEntry.synonyms``).
 
     Raises:
         BrokerError: the answer's error (UnknownTopicOrPartitionError, InvalidRequestError, ...).
@@ -427,11 +430,13 @@ def describe_configs(brokers: str, kind: str, name: str, *, api_version: str = "
     """
     rtype = _resource(kind)
     resp = _to_resource(brokers, api_version, timeout_ms, security, ApiKey.DESCRIBE_CONFIGS, kind, name,
-                        lambda v: v.build(ApiKey.DESCRIBE_CONFIGS, resources=[(rtype, name, None)], include_synonyms=False))
+                        lambda v: v.build(ApiKey.DESCRIBE_CONFIGS, resources=[(rtype, name, None)],
+                                                  include_synonyms=include_synonyms))
     r = resp.results[0]
     if r.error_code:
         raise for_code(r.error_code)(r.error_message or f"describing {kind} {name!r} failed")
-    return {c.name: ConfigEntry(c.name, c.value, _SOURCES.get(c.config_source, "UNKNOWN"), bool(c.read_only), bool(c.is_sensitive))
+    return {c.name: ConfigEntry(c.name, c.value, _SOURCES.get(c.config_source, "UNKNOWN"), bool(c.read_only), bool(c.is_sensitive),
+                                tuple((s.name, s.value, _SOURCES.get(s.source, "UNKNOWN")) for s in (getattr(c, "synonyms", None) or ())))
             for c in r.configs}
 
 

@@ -417,7 +417,7 @@ class Broker:
                 controller_guard=self._check_controller,
                 controlled_shutdown=self._serve_controlled_shutdown,
                 group_coordinator=groups,
-                configs=ConfigDescriber(cfg, metadata.has_topic, dynamic.layers),
+                configs=ConfigDescriber(cfg, metadata.has_topic, dynamic.layers, self._topic_overrides),
                 transactions=txns,
                 admin=AdminApis(cfg, metadata, topics, controller, dynamic, logs, groups, rm),
             )
