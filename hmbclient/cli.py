@@ -827,23 +827,22 @@ def cmd_reassign(args: argparse.Namespace) -> int:
                     print(f"{t}-{p}: {msg or _error_class(code).message}")
             clear_throttles()
             return 0
-        ongoing = list_partition_reassignments(args.brokers, list(proposed), **kw)
+        # As Kafka's tool: every reassignment of the cluster counts (throttles are cleared only
+        # once none is left), and --verify exits 0 either way, having said what is in progress.
+        ongoing = list_partition_reassignments(args.brokers, None, **kw)
         now = current()
-        pending = 0
         print("Status of partition reassignment:")
         for tp in sorted(proposed):
             t, p = tp
             if tp in ongoing:
-                pending += 1
                 print(f"Reassignment of partition {t}-{p} is still in progress.")
             elif list(now.get(tp, ())) == proposed[tp]:
                 print(f"Reassignment of partition {t}-{p} is completed.")
             else:
-                pending += 1
-                print(f"There is no active reassignment of partition {t}-{p}, but replica set is {list(now.get(tp, ()))} rather than {proposed[tp]}.")
-        if pending:
-            return 1
-        clear_throttles()
+                print(f"There is no active reassignment of partition {t}-{p}, but replica set is "
+                      f"{','.join(map(str, now.get(tp, ())))} rather than {','.join(map(str, proposed[tp]))}.")
+        if not ongoing:
+            clear_throttles()
         return 0
     except BrokerError as e:
         raise CliError(f"reassignment refused: {_describe(e)}") from e
@@ -1148,8 +1147,8 @@ def _add_inspect_commands(sub: Subparsers) -> None:
     p = sub.add_parser("reassign", help="move partitions between brokers (kafka-reassign-partitions.sh's JSON; KIP-455)",
                        description="--execute starts the moves of the JSON file ({\"version\":1,\"partitions\":[{\"topic\":...,"
                        "\"partition\":...,\"replicas\":[...]}]}), with --throttle BYTES holding their replication to "
-                       "BYTES/s; --verify reports each move and, once all are done, removes the throttles (exit code 1 "
-                       "while any is in progress); --cancel stops them, back to the original replicas, and removes the throttles.")
+                       "BYTES/s; --verify reports each move and, once no reassignment is left in the cluster, removes the "
+                       "throttles (exit code 0 while moves are in progress, as Kafka's tool); --cancel stops them, back to the original replicas, and removes the throttles.")
     _client_opts(p)
     g = p.add_mutually_exclusive_group(required=True)
     g.add_argument("--execute", action="store_true", help="start the reassignment")

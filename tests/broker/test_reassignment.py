@@ -287,6 +287,7 @@ def _broker_throttle(cluster: EmbeddedCluster, broker: int) -> str | None:
 
 def test_hmb_reassign_cli_execute_verify_cancel(cluster: EmbeddedCluster, zk: KazooClient, tmp_path: Any, capsys: Any) -> None:
     from hmbclient.cli import main as hmb
+    from hmbclient.testing import kafka_java
 
     topic = _topic("cli")
     admin.create_topic(cluster.bootstrap, topic, 1, 2)
@@ -302,8 +303,15 @@ def test_hmb_reassign_cli_execute_verify_cancel(cluster: EmbeddedCluster, zk: Ka
     assert described["follower.replication.throttled.rate"].value == str(RATE)
     assert json_config(zk, topic) == {"leader.replication.throttled.replicas": f"0:{a},0:{b}",
                                       "follower.replication.throttled.replicas": f"0:{c}"}
-    assert hmb(["reassign", "-b", cluster.bootstrap, "--verify", "--reassignment-json-file", moves]) == 1
-    assert "is still in progress" in capsys.readouterr().out
+    # In progress: exit 0 and the same report as Kafka's own tool; the throttles stay.
+    assert hmb(["reassign", "-b", cluster.bootstrap, "--verify", "--reassignment-json-file", moves]) == 0
+    ours = capsys.readouterr().out
+    theirs = kafka_java("org.apache.kafka.tools.reassign.ReassignPartitionsCommand", "--bootstrap-server", cluster.bootstrap,
+                        "--verify", "--reassignment-json-file", moves, timeout_s=120, check=False)
+    lines = [line for line in theirs.stdout.splitlines() if line]  # (its log-dir moves section: empty)
+    assert theirs.returncode == 0 and ours.splitlines() == lines, (ours, theirs.stdout, theirs.stderr[-2000:])
+    assert ours == f"Status of partition reassignment:\nReassignment of partition {topic}-0 is still in progress.\n"
+    assert described["follower.replication.throttled.rate"].value == str(RATE) and json_config(zk, topic) != {}
     assert hmb(["reassign", "-b", cluster.bootstrap, "--cancel", "--reassignment-json-file", moves]) == 0
     assert f"Successfully cancelled partition reassignment(s) for: {topic}-0" in capsys.readouterr().out
     assert set(_replicas(zk, topic)) == {a, b} and json_config(zk, topic) == {}
