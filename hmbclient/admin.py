@@ -54,6 +54,8 @@ __all__ = [
     "describe_configs",
     "alter_configs",
     "incremental_alter_configs",
+    "describe_client_quotas",
+    "alter_client_quotas",
     "describe_topics",
     "list_groups",
     "describe_group",
@@ -384,7 +386,8 @@ class ConfigEntry(NamedTuple):
 
     ``source`` is Kafka's: ``TOPIC_CONFIG``, ``DYNAMIC_BROKER_CONFIG``,
     ``DYNAMIC_DEFAULT_BROKER_CONFIG``, ``STATIC_BROKER_CONFIG``, ``DEFAULT_CONFIG`` (or
-    ``UNKNOWN``); ``value`` is None for a sensitive config.
+    ``UNKNOWN``); ``value`` is None for a sensitive config. ``synonyms`` (when asked for):
+    ``(name, value, source)`` of each layer that sets it, most specific first.
     """
 
     name: str
@@ -392,6 +395,7 @@ class ConfigEntry(NamedTuple):
     source: str
     read_only: bool
     sensitive: bool
+    synonyms: tuple[tuple[str, str | None, str], ...] = ()
 
 
 _SOURCES = {1: "TOPIC_CONFIG", 2: "DYNAMIC_BROKER_CONFIG", 3: "DYNAMIC_DEFAULT_BROKER_CONFIG", 4: "STATIC_BROKER_CONFIG",
@@ -407,7 +411,7 @@ def _resource(kind: str) -> int:
 
 
 def describe_configs(brokers: str, kind: str, name: str, *, api_version: str = "auto", timeout_ms: float = _TIMEOUT_MS,
-                     security: Any = None) -> dict[str, ConfigEntry]:
+                     security: Any = None, include_synonyms: bool = False) -> dict[str, ConfigEntry]:
     """The configs of one topic or broker (DescribeConfigs), by name.
 
     A broker resource is asked of that broker (its id as ``name``; "" for the default of every
@@ -420,6 +424,7 @@ def describe_configs(brokers: str, kind: str, name: str, *, api_version: str = "
         api_version: the version dialect (``auto`` probes).
         timeout_ms: how long to wait for the answer.
         security: TLS / SASL, or None.
+        include_synonyms: also ask for each config's synonyms (``ConfigEntry.synonyms``).
 
     Raises:
         BrokerError: the answer's error (UnknownTopicOrPartitionError, InvalidRequestError, ...).
@@ -427,11 +432,13 @@ def describe_configs(brokers: str, kind: str, name: str, *, api_version: str = "
     """
     rtype = _resource(kind)
     resp = _to_resource(brokers, api_version, timeout_ms, security, ApiKey.DESCRIBE_CONFIGS, kind, name,
-                        lambda v: v.build(ApiKey.DESCRIBE_CONFIGS, resources=[(rtype, name, None)], include_synonyms=False))
+                        lambda v: v.build(ApiKey.DESCRIBE_CONFIGS, resources=[(rtype, name, None)],
+                                                  include_synonyms=include_synonyms))
     r = resp.results[0]
     if r.error_code:
         raise for_code(r.error_code)(r.error_message or f"describing {kind} {name!r} failed")
-    return {c.name: ConfigEntry(c.name, c.value, _SOURCES.get(c.config_source, "UNKNOWN"), bool(c.read_only), bool(c.is_sensitive))
+    return {c.name: ConfigEntry(c.name, c.value, _SOURCES.get(c.config_source, "UNKNOWN"), bool(c.read_only), bool(c.is_sensitive),
+                                tuple((s.name, s.value, _SOURCES.get(s.source, "UNKNOWN")) for s in (getattr(c, "synonyms", None) or ())))
             for c in r.configs}
 
 
@@ -507,6 +514,83 @@ def incremental_alter_configs(brokers: str, kind: str, name: str, set_configs: d
         **kwargs: as :func:`alter_configs`.
     """
     alter_configs(brokers, kind, name, set_configs, incremental=True, delete=delete, **kwargs)
+
+
+#: the name of a default quota entity (``<default>``, as ZooKeeper and kafka-configs spell it)
+QUOTA_DEFAULT = "<default>"
+
+
+def _quota_entity(user: str | None, client_id: str | None) -> list[tuple[str, str | None]]:
+    parts = [(t, None if n == QUOTA_DEFAULT else n) for t, n in (("user", user), ("client-id", client_id)) if n is not None]
+    if not parts:
+        raise ValueError("a quota entity names a user and/or a client id")
+    return parts
+
+
+def describe_client_quotas(brokers: str, *, user: str | None = None, client_id: str | None = None, api_version: str = "auto",
+                           timeout_ms: float = _TIMEOUT_MS, security: Any = None) -> dict[tuple[str | None, str | None], dict[str, float]]:
+    """The client quotas (DescribeClientQuotas), by ``(user, client_id)`` entity (None: the
+    entity does not name that part; ``<default>``: the default).
+
+    With neither ``user`` nor ``client_id``: every entity. With one or both: only the entity
+    naming exactly those (Kafka's ``ClientQuotaFilter.containsOnly``, what ``kafka-configs
+    --describe --entity-type users --entity-name alice`` asks).
+
+    Args:
+        brokers: bootstrap "host:port[,host:port]".
+        user: the user (``<default>``: the default user entity), or None.
+        client_id: the client id (``<default>``: the default), or None.
+        api_version: the version dialect (``auto`` probes).
+        timeout_ms: how long to wait for the answer.
+        security: TLS / SASL, or None.
+
+    Raises:
+        BrokerError: the answer's error (ClusterAuthorizationFailedError, InvalidRequestError, ...).
+    """
+    from hmbclient.protocol.api.quotas import MATCH_DEFAULT, MATCH_EXACT
+
+    comps = [(t, MATCH_DEFAULT if n is None else MATCH_EXACT, n) for t, n in _quota_entity(user, client_id)] \
+        if user is not None or client_id is not None else []
+    resp = _any_broker(brokers, api_version, timeout_ms, security, ApiKey.DESCRIBE_CLIENT_QUOTAS,
+                       lambda v: v.build(ApiKey.DESCRIBE_CLIENT_QUOTAS, components=comps, strict=bool(comps)))
+    if resp.error_code:
+        raise for_code(resp.error_code)(resp.error_message or "describing client quotas failed")
+    out: dict[tuple[str | None, str | None], dict[str, float]] = {}
+    for e in resp.entries or ():
+        named = {x.entity_type: (QUOTA_DEFAULT if x.entity_name is None else x.entity_name) for x in e.entity}
+        out[(named.get("user"), named.get("client-id"))] = {v.key: v.value for v in e.values}
+    return out
+
+
+def alter_client_quotas(brokers: str, *, user: str | None = None, client_id: str | None = None,
+                        set_quotas: Mapping[str, float] | None = None, remove: Iterable[str] = (), validate_only: bool = False,
+                        api_version: str = "auto", timeout_ms: float = _TIMEOUT_MS, security: Any = None) -> None:
+    """Set and remove quotas of one entity (AlterClientQuotas); the other quotas of the
+    entity are kept. Applied by the brokers without a restart.
+
+    Args:
+        brokers: bootstrap "host:port[,host:port]".
+        user: the user (``<default>``: the default user entity), or None.
+        client_id: the client id (``<default>``: the default), or None.
+        set_quotas: ``producer_byte_rate`` / ``consumer_byte_rate`` -> bytes/s.
+        remove: quota keys to remove.
+        validate_only: only check.
+        api_version: the version dialect (``auto`` probes).
+        timeout_ms: how long to wait for the answer.
+        security: TLS / SASL, or None.
+
+    Raises:
+        BrokerError: refused, with the broker's message (InvalidRequestError for an unknown key
+            or a bad rate, ClusterAuthorizationFailedError, ...).
+        ValueError: the entity names neither a user nor a client id.
+    """
+    entity = _quota_entity(user, client_id)
+    ops = [(k, float(v), False) for k, v in (set_quotas or {}).items()] + [(k, 0.0, True) for k in remove]
+    resp = _any_broker(brokers, api_version, timeout_ms, security, ApiKey.ALTER_CLIENT_QUOTAS,
+                       lambda v: v.build(ApiKey.ALTER_CLIENT_QUOTAS, entries=[(entity, ops)], validate_only=validate_only))
+    for e in resp.entries:
+        if e.error_code:
+            raise for_code(e.error_code)(e.error_message or "altering client quotas failed")
 
 
 def describe_topics(brokers: str, topics: Iterable[str] | None = None, *, api_version: str = "auto",

@@ -156,8 +156,31 @@ def cmd_users(args: argparse.Namespace) -> int:
     return 0
 
 
+def _quota_line(user: str | None, client: str | None, quota: dict[str, float]) -> str:
+    rates = ", ".join(f"{k}={int(v) if float(v).is_integer() else v}" for k, v in sorted(quota.items()))
+    return f"user={user or ''}\tclient-id={client or ''}\t{rates}"
+
+
 def cmd_quotas(args: argparse.Namespace) -> int:
-    """Client quotas in ZooKeeper (/config/clients, /config/users), as kafka-configs does."""
+    """Client quotas, as ``kafka-configs --entity-type users/clients`` handles them: with
+    ``--zookeeper`` in ZooKeeper (/config/clients, /config/users); with ``--bootstrap-server``
+    through the brokers (AlterClientQuotas / DescribeClientQuotas; a standalone broker keeps
+    them in its dynamic-configs.json). Listing with ``--user``/``--client-id`` shows only the
+    entity naming exactly those (Kafka's containsOnly filter); without, every entity."""
+    if (args.zookeeper is None) == (not args.brokers_given):
+        raise CliError("give one of --zookeeper HOST:PORT or --bootstrap-server HOST:PORT")
+    altering = args.add is not None or bool(args.delete)
+    if altering and args.user is None and args.client_id is None:
+        raise CliError("name the entity: --user USER and/or --client-id ID (<default> for the default)")
+    sets: dict[str, str] = {}
+    for item in args.add or ():
+        k, eq, v = item.partition("=")
+        if not eq:
+            raise CliError(f"--add takes KEY=BYTES_PER_SECOND, not {item!r}")
+        sets[k.strip()] = v.strip()
+    selected = args.user is not None or args.client_id is not None
+    if args.zookeeper is None:
+        return _quotas_over_the_wire(args, altering, sets)
     from hmbclient.broker.controller.store import ZkStore
     from hmbclient.broker.quota_configs import read_quota_configs, write_quota
 
@@ -166,15 +189,7 @@ def cmd_quotas(args: argparse.Namespace) -> int:
     except Exception as e:
         raise CliError(f"ZooKeeper {args.zookeeper}: {e}") from None
     try:
-        if args.add is not None or args.delete:
-            if args.user is None and args.client_id is None:
-                raise CliError("name the entity: --user USER and/or --client-id ID (<default> for the default)")
-            sets: dict[str, str] = {}
-            for item in args.add or ():
-                k, eq, v = item.partition("=")
-                if not eq:
-                    raise CliError(f"--add takes KEY=BYTES_PER_SECOND, not {item!r}")
-                sets[k.strip()] = v.strip()
+        if altering:
             current = {k: v for k, v in read_quota_configs(store).entities.get((args.user, args.client_id), {}).items()}
             config = {k: str(int(v)) for k, v in current.items() if k not in args.delete}
             config.update(sets)
@@ -185,10 +200,36 @@ def cmd_quotas(args: argparse.Namespace) -> int:
             print(f"quota of user={args.user} client-id={args.client_id}: " + (", ".join(f"{k}={v}" for k, v in sorted(config.items())) or "none"))
             return 0
         for (user, client), quota in sorted(read_quota_configs(store).entities.items(), key=lambda kv: (kv[0][0] or "", kv[0][1] or "")):
-            rates = ", ".join(f"{k}={int(v)}" for k, v in sorted(quota.items()))
-            print(f"user={user or ''}\tclient-id={client or ''}\t{rates}")
+            if not selected or (user, client) == (args.user, args.client_id):
+                print(_quota_line(user, client, quota))
     finally:
         store.close()
+    return 0
+
+
+def _quotas_over_the_wire(args: argparse.Namespace, altering: bool, sets: dict[str, str]) -> int:
+    from hmbclient.admin import alter_client_quotas, describe_client_quotas
+
+    kw: dict[str, Any] = {"api_version": args.api_version, "security": _security(args)}
+    entity = {"user": args.user, "client_id": args.client_id}
+    try:
+        if altering:
+            rates: dict[str, float] = {}
+            for k, v in sets.items():
+                try:
+                    rates[k] = float(v)
+                except ValueError:
+                    raise CliError(f"{k}: {v!r} is not a rate in bytes per second") from None
+            alter_client_quotas(args.brokers, set_quotas=rates, remove=args.delete, **entity, **kw)
+            # (the brokers apply it on their own time, as Kafka's: what was asked, not a re-read)
+            print(f"altered quota of user={args.user} client-id={args.client_id}: "
+                  + ", ".join([f"{k}={v}" for k, v in sets.items()] + [f"-{k}" for k in args.delete]))
+            return 0
+        found = describe_client_quotas(args.brokers, **entity, **kw)
+    except BrokerError as e:
+        raise CliError(f"client quotas: {_describe(e)}") from e
+    for (user, client), quota in sorted(found.items(), key=lambda kv: (kv[0][0] or "", kv[0][1] or "")):
+        print(_quota_line(user, client, quota))
     return 0
 
 
@@ -786,23 +827,22 @@ def cmd_reassign(args: argparse.Namespace) -> int:
                     print(f"{t}-{p}: {msg or _error_class(code).message}")
             clear_throttles()
             return 0
-        ongoing = list_partition_reassignments(args.brokers, list(proposed), **kw)
+        # As Kafka's tool: every reassignment of the cluster counts (throttles are cleared only
+        # once none is left), and --verify exits 0 either way, having said what is in progress.
+        ongoing = list_partition_reassignments(args.brokers, None, **kw)
         now = current()
-        pending = 0
         print("Status of partition reassignment:")
         for tp in sorted(proposed):
             t, p = tp
             if tp in ongoing:
-                pending += 1
                 print(f"Reassignment of partition {t}-{p} is still in progress.")
             elif list(now.get(tp, ())) == proposed[tp]:
                 print(f"Reassignment of partition {t}-{p} is completed.")
             else:
-                pending += 1
-                print(f"There is no active reassignment of partition {t}-{p}, but replica set is {list(now.get(tp, ()))} rather than {proposed[tp]}.")
-        if pending:
-            return 1
-        clear_throttles()
+                print(f"There is no active reassignment of partition {t}-{p}, but replica set is "
+                      f"{','.join(map(str, now.get(tp, ())))} rather than {','.join(map(str, proposed[tp]))}.")
+        if not ongoing:
+            clear_throttles()
         return 0
     except BrokerError as e:
         raise CliError(f"reassignment refused: {_describe(e)}") from e
@@ -1107,8 +1147,8 @@ def _add_inspect_commands(sub: Subparsers) -> None:
     p = sub.add_parser("reassign", help="move partitions between brokers (kafka-reassign-partitions.sh's JSON; KIP-455)",
                        description="--execute starts the moves of the JSON file ({\"version\":1,\"partitions\":[{\"topic\":...,"
                        "\"partition\":...,\"replicas\":[...]}]}), with --throttle BYTES holding their replication to "
-                       "BYTES/s; --verify reports each move and, once all are done, removes the throttles (exit code 1 "
-                       "while any is in progress); --cancel stops them, back to the original replicas, and removes the throttles.")
+                       "BYTES/s; --verify reports each move and, once no reassignment is left in the cluster, removes the "
+                       "throttles (exit code 0 while moves are in progress, as Kafka's tool); --cancel stops them, back to the original replicas, and removes the throttles.")
     _client_opts(p)
     g = p.add_mutually_exclusive_group(required=True)
     g.add_argument("--execute", action="store_true", help="start the reassignment")
@@ -1170,16 +1210,25 @@ def _add_security_commands(sub: Subparsers) -> None:
     p.set_defaults(func=cmd_users)
 
     p = sub.add_parser("quotas", help="client quotas (producer/consumer byte rates): list, --add, --delete",
-                       description="Kafka's client quotas in ZooKeeper: /config/users/<user>/clients/<client-id>,"
-                       " /config/users/<user>, /config/clients/<client-id> (<default> for the defaults), applied by"
-                       " the brokers without a restart. Without --add/--delete: list them.")
+                       description="Kafka's client quotas (kafka-configs --entity-type users/clients): with --zookeeper"
+                       " in ZooKeeper (/config/users/<user>/clients/<client-id>, /config/users/<user>,"
+                       " /config/clients/<client-id>); with --bootstrap-server through the brokers"
+                       " (AlterClientQuotas / DescribeClientQuotas; standalone brokers too). <default> names the"
+                       " defaults; applied by the brokers without a restart. Without --add/--delete: list them (with"
+                       " --user/--client-id: only that entity).")
     p.add_argument("--user", default=None, help="the user the quota is about (<default>: every user without one)")
     p.add_argument("--client-id", default=None, help="the client id the quota is about (<default>: every client id without one)")
     p.add_argument("--add", action="append", default=None, metavar="KEY=BYTES",
                    help="producer_byte_rate=N or consumer_byte_rate=N (repeatable)")
     p.add_argument("--delete", action="append", default=[], choices=["producer_byte_rate", "consumer_byte_rate"],
                    help="remove that rate from the entity (repeatable)")
-    p.add_argument("--zookeeper", required=True, metavar="HOST:PORT[/CHROOT]", help="the ZooKeeper of the brokers")
+    p.add_argument("--zookeeper", default=None, metavar="HOST:PORT[/CHROOT]", help="the ZooKeeper of the brokers")
+    p.add_argument("-b", "--bootstrap-server", "--brokers", dest="brokers", default=None, metavar="HOST:PORT[,HOST:PORT]",
+                   help="the brokers (instead of --zookeeper)")
+    p.add_argument("--api-version", default="auto", choices=["auto", "0.8", "0.10", "2.1", "hmb"],
+                   help="protocol versions: auto probes ApiVersions")
+    p.add_argument("-X", dest="client_settings", action="append", default=[], metavar="NAME=VALUE",
+                   help="a client security setting by its Kafka property name (repeatable)")
     p.set_defaults(func=cmd_quotas)
 
     p = sub.add_parser("acls", help="Kafka ACLs: add, remove, list",

@@ -46,7 +46,11 @@ controller-routing of Kafka's clients is not needed here):
   resource naming another broker: INVALID_REQUEST (Kafka's "Unexpected broker id"; "" is
   every broker's default); (d) another resource type: INVALID_REQUEST; (e) the configs'
   own refusals (``configs.check_alter``, ``configs.apply_incremental``); (f) validate_only:
-  checked, nothing stored; (g) stored: NONE.
+  checked, nothing stored; (g) stored: NONE. A topic's configs set at creation count as its
+  dynamic config, as in Kafka (one ``/config/topics/<t>``): standalone, where they are kept
+  apart (``topic-configs.json``), they are merged into the dynamic config on its first
+  change, so an IncrementalAlterConfigs DELETE or an AlterConfigs that leaves them out removes
+  them.
 * DescribeLogDirs: this broker's one log directory with the size of each local replica's log
   (offset_lag 0: no future replicas here); (a) no Describe on the cluster: no results (v1 has
   no top-level error, as Kafka answers); (b) named partitions not held here are left out.
@@ -85,6 +89,7 @@ from typing import Any
 from hmbclient.broker.config import BrokerConfig
 from hmbclient.broker.configs import apply_incremental, check_alter
 from hmbclient.broker.metadata import MetadataCache, is_internal_topic
+from hmbclient.broker.topic_configs import FileTopicConfigs
 from hmbclient.broker.topics import TopicManager
 from hmbclient.errors import ErrorCode
 from hmbclient.protocol.api.base import ApiKey
@@ -308,7 +313,8 @@ class AdminApis:
             entity = ("brokers", name or DEFAULT_BROKER_ENTITY)
         else:  # (d)
             return ErrorCode.INVALID_REQUEST, f"resource type {kind} is not supported"
-        current = self.dynamic.store.entity_config(*entity)
+        stored = self._creation_configs(name) if kind == RESOURCE_TOPIC else {}
+        current = {**stored, **self.dynamic.store.entity_config(*entity)}
         props: dict[str, str | None]
         if incremental:
             code, msg, props = apply_incremental(current, [(c.name, c.config_operation, c.value) for c in r.configs])
@@ -322,9 +328,20 @@ class AdminApis:
         code, msg = check_alter(kind, props, self.config)
         if code or validate_only:  # (e), (f)
             return code, msg
-        self.dynamic.set_local(entity[0], entity[1], {k: str(v) for k, v in props.items()})  # (g)
+        new = {k: str(v) for k, v in props.items()}
+        if stored:  # the dynamic layer takes them over before they are dropped (a crash keeps both)
+            self.dynamic.store.set_entity_config(entity[0], entity[1], new)
+            assert self.topics.config_store is not None
+            self.topics.config_store.set(name, {})
+        self.dynamic.set_local(entity[0], entity[1], new)  # (g)
         log.info("dynamic config of %s/%s set to %s", entity[0], entity[1], props)
         return ErrorCode.NONE, None
+
+    def _creation_configs(self, topic: str) -> dict[str, str]:
+        """A standalone topic's configs kept apart since its creation (in a cluster they are
+        the dynamic config's own znode already)."""
+        store = self.topics.config_store
+        return store.get(topic) if isinstance(store, FileTopicConfigs) else {}
 
     # -- DeleteTopics ------------------------------------------------------------------------------
     def handle_delete_topics(self, header: Any, req: Any, channel: Any, allowed: Allowed) -> None:

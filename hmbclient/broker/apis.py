@@ -599,7 +599,7 @@ class KafkaApis:
         for t in req.topics:
             code: int
             msg: str | None
-            assignment = {a.partition_index: list(a.broker_ids) for a in t.assignments} if t.assignments else None
+            assignment = {a.partition: list(a.broker_ids) for a in t.assignments} if t.assignments else None
             if t.topic in seen:
                 code, msg = ErrorCode.INVALID_REQUEST, "topic named twice in one request"
             elif not self._may_create(channel, t.topic):

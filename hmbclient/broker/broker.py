@@ -34,6 +34,7 @@ from hmbclient.broker.config import BrokerConfig
 from hmbclient.broker.configs import ConfigDescriber
 from hmbclient.broker.controller.controller import Controller
 from hmbclient.broker.controller.decisions import LeaderIsr
+from hmbclient.broker.controller.reassignment import stray_replicas
 from hmbclient.broker.controller.store import (
     DYNAMIC_CONFIGS_FILE,
     TOPIC_IDS_FILE,
@@ -80,7 +81,7 @@ from hmbclient.broker.transaction.markers import MarkerWriter
 from hmbclient.broker.transaction.state import TxnConfig
 from hmbclient.clock import monotonic_ms, wall_ms
 from hmbclient.config import NEVER
-from hmbclient.errors import ErrorCode, HmbError
+from hmbclient.errors import ErrorCode, HmbError, StorageError
 from hmbclient.metrics import Metrics
 from hmbclient.protocol.api.cluster import ControlledShutdownRequest
 
@@ -318,6 +319,8 @@ class Broker:
         self.logs = logs = make_log_manager(cfg, log_dir, self._topic_overrides)
         try:
             store = self._open_store(logs)
+            if cfg.zookeeper_connect:
+                self._delete_stray_logs(store, logs)  # before registering (reassignment Case R6)
             if self.topic_configs is None:
                 self.topic_configs = ZkTopicConfigs(store.zk)  # type: ignore[attr-defined]
                 logs.reconfigure()
@@ -417,7 +420,7 @@ class Broker:
                 controller_guard=self._check_controller,
                 controlled_shutdown=self._serve_controlled_shutdown,
                 group_coordinator=groups,
-                configs=ConfigDescriber(cfg, metadata.has_topic, dynamic.layers),
+                configs=ConfigDescriber(cfg, metadata.has_topic, dynamic.layers, self._topic_overrides),
                 transactions=txns,
                 admin=AdminApis(cfg, metadata, topics, controller, dynamic, logs, groups, rm),
             )
@@ -474,6 +477,23 @@ class Broker:
             raise
         self.running = True
         log.info("broker %d serving on %s:%d (log dir %s)", cfg.broker_id, cfg.host, self._port, logs.log_dir)
+
+    def _delete_stray_logs(self, store: CoordinationStore, logs: LogManager) -> None:
+        """Delete the logs of partitions this broker stopped being a replica of while it was
+        down (``controller.reassignment`` Case R6); best effort: trouble is logged, the logs kept."""
+        local = [tp for tp, _lg in logs.all_logs()]
+        try:
+            assignments = {t: store.assignment(t) for t in sorted({t for t, _p in local})}
+        except Exception as e:
+            log.warning("broker %d: stray replicas not checked (%r)", self.config.broker_id, e)
+            return
+        for topic, partition in stray_replicas(self.config.broker_id, local, assignments):
+            log.warning("broker %d: %s-%d is no longer assigned here (moved away while this broker was down): its log is deleted",
+                        self.config.broker_id, topic, partition)
+            try:
+                logs.delete_log(topic, partition)
+            except StorageError as e:
+                log.error("broker %d: deleting %s-%d failed: %s", self.config.broker_id, topic, partition, e)
 
     def _start_metrics(self, rm: ReplicaManager, controller: Controller) -> None:
         """The broker's registry and sensors (see broker/metrics.py), and its endpoint when

@@ -10,7 +10,16 @@ Contract:
   every broker's default (``/config/brokers/<default>``, DYNAMIC_DEFAULT_BROKER_CONFIG 3) over
   the static BrokerConfig (STATIC_BROKER_CONFIG 4, or DEFAULT_CONFIG 5 when it has its default
   value). A topic config is the broker property it overrides under its topic name
-  (``retention.ms`` <- ``log.retention.ms``, ...).
+  (``retention.ms`` <- ``log.retention.ms``, ``cleanup.policy`` <- ``log.cleanup.policy``, ...).
+* A topic's configs are every topic config our logs honour (:data:`DESCRIBED_TOPIC_CONFIGS`:
+  the broker-backed ones, the log overrides of ``log.overrides`` and the replication throttles),
+  as Kafka lists them: the topic's override (stored at creation or set by AlterConfigs,
+  source TOPIC_CONFIG) else the broker layers; a config without a broker property (the
+  throttled replica lists) is ``""`` from DEFAULT_CONFIG. Internal topics report the
+  ``cleanup.policy=compact`` their logs have as an override, as Kafka creates them.
+* Synonyms (``include_synonyms``) are Kafka's: the topic override, then the broker property
+  from each layer that sets it (DYNAMIC_BROKER, DYNAMIC_DEFAULT_BROKER, STATIC_BROKER) and its
+  DEFAULT_CONFIG value, most specific first; the entry's source is the first synonym's.
 * Alterable topic configs: :data:`ALTERABLE_TOPIC_CONFIGS` (read_only false); dynamic broker
   configs: :data:`DYNAMIC_BROKER_CONFIGS`. Refusals (labelled in :func:`check_alter`):
   (g) a null value: INVALID_REQUEST; (h) an unknown topic config: INVALID_CONFIG "Unknown topic
@@ -45,6 +54,7 @@ from typing import Any
 
 from hmbclient.broker.config import BrokerConfig
 from hmbclient.broker.log.overrides import TOPIC_CONFIGS, validate_topic_configs
+from hmbclient.broker.metadata import is_internal_topic
 from hmbclient.broker.replication_quota import (
     FOLLOWER_RATE,
     FOLLOWER_REPLICAS,
@@ -52,7 +62,7 @@ from hmbclient.broker.replication_quota import (
     LEADER_REPLICAS,
     parse_throttled_replicas,
 )
-from hmbclient.errors import ConfigError, ErrorCode
+from hmbclient.errors import ConfigError, ErrorCode, StorageError
 from hmbclient.protocol.api.configs import (
     OP_APPEND,
     OP_DELETE,
@@ -71,6 +81,8 @@ __all__ = [
     "ConfigDescriber",
     "TOPIC_CONFIG_FROM_BROKER",
     "TOPIC_TO_BROKER_PROP",
+    "LOG_OVERRIDE_FROM_BROKER",
+    "DESCRIBED_TOPIC_CONFIGS",
     "ALTERABLE_TOPIC_CONFIGS",
     "DYNAMIC_BROKER_CONFIGS",
     "Layers",
@@ -80,7 +92,8 @@ __all__ = [
     "effective_config",
 ]
 
-#: topic config name -> the BrokerConfig field whose value every topic has
+#: topic config name -> the BrokerConfig field whose value every topic has (and whose layers
+#: AlterConfigs' topic overrides are applied through, ``effective_config``)
 TOPIC_CONFIG_FROM_BROKER: dict[str, str] = {
     "retention.ms": "log_retention_ms",
     "retention.bytes": "log_retention_bytes",
@@ -107,7 +120,26 @@ DYNAMIC_BROKER_CONFIGS: frozenset[str] = frozenset(
     {TOPIC_TO_BROKER_PROP[n] for n in ALTERABLE_TOPIC_CONFIGS if n in TOPIC_TO_BROKER_PROP}
     | {"unclean.leader.election.enable", LEADER_RATE, FOLLOWER_RATE})
 
-Entry = tuple[str, str | None, int, bool, bool]  # name, value, source, sensitive, read_only
+#: log overrides (``log.overrides.TOPIC_CONFIGS``) -> the BrokerConfig field of their default
+#: (applied by ``log.overrides.log_config_with``, not through the BrokerConfig)
+LOG_OVERRIDE_FROM_BROKER: dict[str, str] = {
+    "cleanup.policy": "log_cleanup_policy",
+    "min.cleanable.dirty.ratio": "log_cleaner_min_cleanable_ratio",
+    "min.compaction.lag.ms": "log_cleaner_min_compaction_lag_ms",
+    "delete.retention.ms": "log_cleaner_delete_retention_ms",
+}
+#: every config DescribeConfigs lists for a topic (name -> BrokerConfig field, or None: no
+#: broker property, default "")
+DESCRIBED_TOPIC_CONFIGS: dict[str, str | None] = {
+    **TOPIC_CONFIG_FROM_BROKER,
+    **{n: f for n, f in LOG_OVERRIDE_FROM_BROKER.items() if n not in TOPIC_CONFIG_FROM_BROKER},
+    **{n: None for n in TOPIC_CONFIGS if n not in TOPIC_CONFIG_FROM_BROKER and n not in LOG_OVERRIDE_FROM_BROKER},
+    LEADER_REPLICAS: None,
+    FOLLOWER_REPLICAS: None,
+}
+
+Synonym = tuple[str, str | None, int]  # name, value, source
+Entry = tuple[str, str | None, int, bool, bool, list[Synonym]]  # name, value, source, sensitive, read_only, synonyms
 
 
 @dataclasses.dataclass(frozen=True)
@@ -193,52 +225,67 @@ def _render(value: Any) -> str:
     return str(value)
 
 
-def _entries(config: BrokerConfig, topic: str | None, layers: Layers) -> list[Entry]:
+def _broker_synonyms(config: BrokerConfig, info: Any, layers: Layers) -> list[Synonym]:
+    """The layers that give broker property ``info`` a value, most specific first."""
+    out: list[Synonym] = []
+    if info.prop in layers.broker:
+        out.append((info.prop, layers.broker[info.prop], SOURCE_DYNAMIC_BROKER))
+    if info.prop in layers.default:
+        out.append((info.prop, layers.default[info.prop], SOURCE_DYNAMIC_DEFAULT_BROKER))
+    value = getattr(config, info.name)
+    if value != info.default and value is not None:
+        out.append((info.prop, _render(value), SOURCE_STATIC_BROKER))
+    if info.default is not None:
+        out.append((info.prop, _render(info.default), SOURCE_DEFAULT))
+    return out
+
+
+def _entries(config: BrokerConfig, topic: str | None, layers: Layers,
+             stored: Mapping[str, str] | None = None, internal: bool = False) -> list[Entry]:
     infos = {i.name: i for i in BrokerConfig.settings()}
     out: list[Entry] = []
-
-    def dynamic(prop: str) -> tuple[str, int] | None:
-        if prop in layers.broker:
-            return layers.broker[prop], SOURCE_DYNAMIC_BROKER
-        if prop in layers.default:
-            return layers.default[prop], SOURCE_DYNAMIC_DEFAULT_BROKER
-        return None
-
     if topic is not None:
-        overrides = layers.topics.get(topic, {})
-        for name, field in TOPIC_CONFIG_FROM_BROKER.items():
-            info = infos.get(field)
-            if info is None:
+        overrides: dict[str, str] = {"cleanup.policy": "compact"} if internal else {}
+        overrides.update(stored or {})
+        overrides.update(layers.topics.get(topic, {}))
+        for name, field in DESCRIBED_TOPIC_CONFIGS.items():
+            info = infos.get(field) if field is not None else None
+            if field is not None and info is None:
                 continue
             read_only = name not in ALTERABLE_TOPIC_CONFIGS
-            found = (overrides[name], SOURCE_TOPIC) if name in overrides else dynamic(info.prop)
-            if found is not None:
-                out.append((name, found[0], found[1], False, read_only))
-                continue
-            value = getattr(config, field)
-            out.append((name, _render(value), SOURCE_DEFAULT if value == info.default else SOURCE_STATIC_BROKER, False, read_only))
+            synonyms: list[Synonym] = [(name, overrides[name], SOURCE_TOPIC)] if name in overrides else []
+            if info is not None:
+                synonyms += _broker_synonyms(config, info, layers)
+            if synonyms:
+                out.append((name, synonyms[0][1], synonyms[0][2], False, read_only, synonyms))
+            else:  # (no broker property: Kafka's empty default)
+                out.append((name, "", SOURCE_DEFAULT, False, read_only, []))
         return out
     for info in infos.values():
         value = getattr(config, info.name)
         read_only = info.prop not in DYNAMIC_BROKER_CONFIGS
-        found = dynamic(info.prop)
         if info.secret:
-            out.append((info.prop, None, SOURCE_STATIC_BROKER, True, True))
-        elif found is not None:
-            out.append((info.prop, found[0], found[1], False, read_only))
+            out.append((info.prop, None, SOURCE_STATIC_BROKER, True, True, []))
+            continue
+        synonyms = _broker_synonyms(config, info, layers)
+        if synonyms and synonyms[0][2] in (SOURCE_DYNAMIC_BROKER, SOURCE_DYNAMIC_DEFAULT_BROKER):
+            out.append((info.prop, synonyms[0][1], synonyms[0][2], False, read_only, synonyms))
         elif value is not None and isinstance(value, (str, int, float, bool, tuple, list)):
-            out.append((info.prop, _render(value), SOURCE_DEFAULT if value == info.default else SOURCE_STATIC_BROKER, False, read_only))
+            out.append((info.prop, _render(value), SOURCE_DEFAULT if value == info.default else SOURCE_STATIC_BROKER, False,
+                        read_only, synonyms))
     return out
 
 
 def describe_resource(resource_type: int, name: str, keys: list[str] | None, config: BrokerConfig,
-                      topic_exists: bool, layers: Layers | None = None) -> tuple[int, str | None, list[Entry]]:
-    """(error code, error message, entries) for one resource (cases (a)-(e) above)."""
+                      topic_exists: bool, layers: Layers | None = None,
+                      stored: Mapping[str, str] | None = None) -> tuple[int, str | None, list[Entry]]:
+    """(error code, error message, entries) for one resource (cases (a)-(e) above); ``stored``:
+    the topic's overrides stored at creation (``topic_configs``), under its dynamic ones."""
     layers = layers or Layers()
     if resource_type == RESOURCE_TOPIC:
         if not topic_exists:  # (b)
             return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic {name} does not exist", []
-        entries = _entries(config, name, layers)  # (a)
+        entries = _entries(config, name, layers, stored, is_internal_topic(name))  # (a)
     elif resource_type == RESOURCE_BROKER:
         if name not in ("", str(config.broker_id)):  # (d)
             return ErrorCode.INVALID_REQUEST, f"unexpected broker id, expected {config.broker_id} or empty, got {name}", []
@@ -254,10 +301,12 @@ def describe_resource(resource_type: int, name: str, keys: list[str] | None, con
 class ConfigDescriber:
     """Serves DescribeConfigs for one broker."""
 
-    def __init__(self, config: BrokerConfig, topic_exists: Callable[[str], bool], layers: Callable[[], Layers] | None = None) -> None:
+    def __init__(self, config: BrokerConfig, topic_exists: Callable[[str], bool], layers: Callable[[], Layers] | None = None,
+                 stored: Callable[[str], Mapping[str, str]] | None = None) -> None:
         self.config = config
         self.topic_exists = topic_exists
         self.layers = layers or Layers
+        self.stored = stored
 
     def handle_describe_configs(self, header: Any, req: Any, channel: Any,
                                 allowed: Callable[[Any, str, str, str], bool]) -> None:
@@ -274,9 +323,15 @@ class ConfigDescriber:
             elif r.resource_type == RESOURCE_BROKER and not allowed(channel, "DescribeConfigs", "Cluster", "kafka-cluster"):
                 code, msg, entries = ErrorCode.CLUSTER_AUTHORIZATION_FAILED, "Authorization failed.", []  # (f)
             else:
+                exists = r.resource_type == RESOURCE_TOPIC and self.topic_exists(r.resource_name)
+                try:
+                    stored = self.stored(r.resource_name) if exists and self.stored is not None else None
+                except StorageError:  # unreadable (another tool wrote it): what the logs apply, none
+                    stored = None
                 code, msg, entries = describe_resource(
-                    r.resource_type, r.resource_name, r.configuration_keys, self.config,
-                    r.resource_type == RESOURCE_TOPIC and self.topic_exists(r.resource_name), self.layers())
+                    r.resource_type, r.resource_name, r.configuration_keys, self.config, exists, self.layers(), stored)
+            synonyms = bool(getattr(req, "include_synonyms", False))
             results.append(result_shape(code, msg, r.resource_type, r.resource_name,
-                                        [config_shape(n, v, ro, src, sens, []) for n, v, src, sens, ro in entries]))
+                                        [config_shape(n, v, ro, src, sens, syn if synonyms else [])
+                                         for n, v, src, sens, ro, syn in entries]))
         channel.send(resp_cls.build(throttle_time_ms=0, results=results))

@@ -18,8 +18,8 @@ Contract:
 * :class:`ClientQuotaApis` serves DescribeClientQuotas (48) v0 (Cluster DescribeConfigs) and
   AlterClientQuotas (49) v0 (Cluster AlterConfigs) over the same store, as Kafka's
   ZooKeeper-mode brokers do (KIP-546): entity types ``user`` and ``client-id`` (a null name
-  is the default), anything else INVALID_REQUEST; an unknown quota key or a bad value
-  INVALID_REQUEST for that entry only; ``validate_only`` writes nothing; a write is applied
+  is the default), anything else INVALID_REQUEST; an unknown quota key or a bad value (a
+  fractional byte rate too, as Kafka) INVALID_REQUEST for that entry only; ``validate_only`` writes nothing; a write is applied
   here at once and announced to the other brokers.
 * :func:`write_quota` stores one entity's quota (an empty config removes the rates) and
   announces it under ``/config/changes``, as Kafka's ``kafka-configs --entity-type clients``.
@@ -222,6 +222,8 @@ class ClientQuotaApis:
                 if op.remove:
                     current.pop(op.key, None)
                 else:
+                    if not float(op.value).is_integer():  # Kafka's byte rates are longs
+                        return ErrorCode.INVALID_REQUEST, f"{op.key} cannot be a fractional value."
                     parse_quota_config({op.key: op.value})
                     current[op.key] = op.value
             config = {k: str(int(v)) if float(v).is_integer() else str(v) for k, v in current.items()}

@@ -322,10 +322,14 @@ class PollConsumerConfig(SecurityConfig):
         min=1,
         doc="max.poll.interval.ms: longest time between two polls before the member leaves the group",
     )
-    session_timeout_ms: int = setting(
-        45_000, min=1, doc="session.timeout.ms: the coordinator drops a member silent for this long"
+    session_timeout_ms: int | None = setting(
+        None, min=1, doc="session.timeout.ms: (classic) the coordinator drops a member silent for this long "
+        "(None: 45000). Refused with group.protocol=consumer, as Java (the coordinator's setting)"
     )
-    heartbeat_interval_ms: int = setting(3_000, min=1, doc="heartbeat.interval.ms: time between two heartbeats")
+    heartbeat_interval_ms: int | None = setting(
+        None, min=1, doc="heartbeat.interval.ms: (classic) time between two heartbeats (None: 3000). "
+        "Refused with group.protocol=consumer, as Java (the coordinator's setting)"
+    )
     partition_assignment_strategy: str | None = setting(
         None,
         convert=_assignment_strategy,
@@ -379,16 +383,31 @@ class PollConsumerConfig(SecurityConfig):
                     "'partition.assignment.strategy' is not supported with group.protocol=consumer "
                     "(the coordinator assigns): use 'group.remote.assignor' (uniform or range)"
                 )
-        else:
-            if self.group_remote_assignor is not None:
-                self._fail("'group.remote.assignor' needs group.protocol=consumer")
-            if self.partition_assignment_strategy is None:
-                self._set("partition_assignment_strategy", "range")
+            given = [p for p, v in (("heartbeat.interval.ms", self.heartbeat_interval_ms),
+                                    ("session.timeout.ms", self.session_timeout_ms)) if v is not None]
+            if given:  # Java: "<names> cannot be set when group.protocol=CONSUMER"
+                self._fail(
+                    f"{', '.join(given)} cannot be set when group.protocol=consumer: the group coordinator's "
+                    "group.consumer.session.timeout.ms / group.consumer.heartbeat.interval.ms apply (KIP-848)"
+                )
+            return self._validate_common()
+        if self.group_remote_assignor is not None:
+            self._fail("'group.remote.assignor' needs group.protocol=consumer")
+        if self.partition_assignment_strategy is None:
+            self._set("partition_assignment_strategy", "range")
+        if self.session_timeout_ms is None:
+            self._set("session_timeout_ms", 45_000)
+        if self.heartbeat_interval_ms is None:
+            self._set("heartbeat_interval_ms", 3_000)
+        assert self.session_timeout_ms is not None and self.heartbeat_interval_ms is not None
         if self.heartbeat_interval_ms >= self.session_timeout_ms:
             self._fail(
                 f"'heartbeat.interval.ms' ({self.heartbeat_interval_ms}) must be lower than "
                 f"'session.timeout.ms' ({self.session_timeout_ms})"
             )
+        self._validate_common()
+
+    def _validate_common(self) -> None:
         if self.fetch_max_wait_ms > self.request_timeout_ms:
             self._fail(
                 f"'request.timeout.ms' ({self.request_timeout_ms}) must be at least "

@@ -372,7 +372,9 @@ class Consumer:
                 listener=self,
                 metadata_partitions=self._metadata_partitions,
                 remote_assignor=cfg.group_remote_assignor,
-                session_timeout_ms=cfg.session_timeout_ms,
+                # (the session is the coordinator's, unknown here: partitions count as lost after
+                # its default group.consumer.session.timeout.ms without an answered heartbeat)
+                session_timeout_ms=45_000,
                 rebalance_timeout_ms=cfg.max_poll_interval_ms,
                 request_timeout_ms=cfg.request_timeout_ms,
                 retry_backoff_ms=cfg.retry_backoff_ms,
@@ -390,8 +392,8 @@ class Consumer:
                 listener=self,
                 metadata_partitions=self._metadata_partitions,
                 assignor=cfg.partition_assignment_strategy or "range",
-                session_timeout_ms=cfg.session_timeout_ms,
-                heartbeat_interval_ms=cfg.heartbeat_interval_ms,
+                session_timeout_ms=cfg.session_timeout_ms or 45_000,  # (set by the config for classic)
+                heartbeat_interval_ms=cfg.heartbeat_interval_ms or 3_000,
                 rebalance_timeout_ms=cfg.max_poll_interval_ms,
                 request_timeout_ms=cfg.request_timeout_ms,
                 retry_backoff_ms=cfg.retry_backoff_ms,

@@ -604,8 +604,13 @@ CASES = [
          (E.GROUP_AUTHORIZATION_FAILED, None), (E.NONE, 1), _committed),  # a refused group's answer has no topics, as Kafka
     Case("offset-fetch-v9-topic", ApiKey.OFFSET_FETCH, offset_fetch_v9, (("group", "Describe"), ("topic", "Describe")), ("topic", "Describe"),
          (E.TOPIC_AUTHORIZATION_FAILED, -1), (E.NONE, 1), _committed),
-    Case("consumer-group-describe", ApiKey.CONSUMER_GROUP_DESCRIBE, consumer_group_describe, (("group", "Describe"),), ("group", "Describe"),
+    Case("consumer-group-describe", ApiKey.CONSUMER_GROUP_DESCRIBE, consumer_group_describe, (("group", "Describe"), ("topic", "Describe")),
+         ("group", "Describe"),
          (E.GROUP_AUTHORIZATION_FAILED, []), (E.NONE, ["m-admin"]), _consumer_member),
+    # Kafka 4.0+ (KAFKA-18813): Describe on each topic of the members' assignments, else the
+    # group is answered TOPIC_AUTHORIZATION_FAILED without its members (no topic name leaks)
+    Case("consumer-group-describe-topics", ApiKey.CONSUMER_GROUP_DESCRIBE, consumer_group_describe, (("group", "Describe"), ("topic", "Describe")),
+         ("topic", "Describe"), (E.TOPIC_AUTHORIZATION_FAILED, []), (E.NONE, ["m-admin"]), _consumer_member),
     Case("find-coordinator", ApiKey.FIND_COORDINATOR, find_coordinator, (("group", "Describe"),), ("group", "Describe"), E.GROUP_AUTHORIZATION_FAILED, E.NONE),
     Case("find-coordinator-transaction", ApiKey.FIND_COORDINATOR, find_coordinator_txn, (("txn", "Describe"),), ("txn", "Describe"),
          E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, E.NONE),

@@ -176,13 +176,13 @@ def test_layers_describe_with_kafka_sources() -> None:
     layers = Layers(default={"log.retention.ms": "1000", "log.segment.bytes": "100000"}, broker={"log.retention.ms": "2000"},
                     topics={"t": {"max.message.bytes": "500"}})
     _, _, entries = describe_resource(RESOURCE_TOPIC, "t", None, static, True, layers)
-    by_name = {n: (v, src, ro) for n, v, src, _, ro in entries}
+    by_name = {n: (v, src, ro) for n, v, src, _, ro, _ in entries}
     assert by_name["max.message.bytes"] == ("500", SOURCE_TOPIC, False)
     assert by_name["retention.ms"] == ("2000", SOURCE_DYNAMIC_BROKER, False)
     assert by_name["segment.bytes"] == ("100000", SOURCE_DYNAMIC_DEFAULT_BROKER, False)
     assert by_name["unclean.leader.election.enable"][2] is True  # not a per-topic setting here
     _, _, entries = describe_resource(RESOURCE_BROKER, "3", ["log.retention.ms", "num.partitions"], static, False, layers)
-    assert sorted((n, v, src, ro) for n, v, src, _, ro in entries) == [
+    assert sorted((n, v, src, ro) for n, v, src, _, ro, _ in entries) == [
         ("log.retention.ms", "2000", SOURCE_DYNAMIC_BROKER, False), ("num.partitions", "1", 5, True)]
     eff = effective_config(static, layers, "t")
     assert (eff.message_max_bytes, eff.log_retention_ms, eff.log_segment_bytes) == (500, 2000, 100000)

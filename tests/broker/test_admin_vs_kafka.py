@@ -16,6 +16,11 @@ from waiting import wait_until
 
 from hmbclient import admin
 from hmbclient.broker import EmbeddedBroker
+from hmbclient.broker.configs import (
+    ALTERABLE_TOPIC_CONFIGS,
+    DESCRIBED_TOPIC_CONFIGS,
+    LOG_OVERRIDE_FROM_BROKER,
+)
 from hmbclient.errors import BrokerError
 
 
@@ -75,3 +80,47 @@ def test_same_answers_as_kafka_4(ours: EmbeddedBroker, apache_kafka: Any) -> Non
     # ... and the script saw refusals, not only successes
     assert (theirs["same count"], theirs["fewer"], theirs["assignment count"], theirs["unknown config"]) == (37, 37, 39, 40)
     assert theirs["described"] == ("3600000", "TOPIC_CONFIG", False) and theirs["delete"] == [(False, 3), (True, 0)]
+
+
+def describe_topic_script(bootstrap: str) -> dict[str, Any]:
+    """A topic with overrides set at creation and by IncrementalAlterConfigs, described with synonyms."""
+    topic = f"cfg-{uuid.uuid4().hex[:8]}"
+    admin.create_topic(bootstrap, topic, 1, 1, configs={"cleanup.policy": "compact", "min.compaction.lag.ms": "1000"})
+    wait_until(lambda: admin.list_topics(bootstrap).get(topic) == 1, 30, "topic served")
+    admin.alter_configs(bootstrap, "topic", topic, {"retention.ms": "3600000", "leader.replication.throttled.replicas": "0:1"})
+    described = admin.describe_configs(bootstrap, "topic", topic, include_synonyms=True)
+    # a config set at creation is the topic's like any other: removed by a DELETE, and by an
+    # AlterConfigs that leaves it out
+    admin.alter_configs(bootstrap, "topic", topic, {}, delete=["cleanup.policy"])
+    after = admin.describe_configs(bootstrap, "topic", topic)
+    described["after delete"] = after["cleanup.policy"]._replace(name="after delete")
+    admin.alter_configs(bootstrap, "topic", topic, {"retention.ms": "7200000"}, incremental=False)
+    after = admin.describe_configs(bootstrap, "topic", topic)
+    described["after replace"] = after["min.compaction.lag.ms"]._replace(name="after replace")
+    admin.delete_topics(bootstrap, [topic])
+    return described
+
+
+def test_a_topic_lists_its_configs_as_kafka_4(apache_kafka: Any) -> None:
+    theirs = describe_topic_script(apache_kafka.bootstrap)
+    with EmbeddedBroker(log_segment_bytes=64 << 20) as b:  # Kafka's fixture sets log.segment.bytes too
+        mine = describe_topic_script(b.bootstrap)
+    common = set(DESCRIBED_TOPIC_CONFIGS) & (set(theirs) - {"after delete", "after replace"})
+    assert common == set(DESCRIBED_TOPIC_CONFIGS), set(DESCRIBED_TOPIC_CONFIGS) - set(theirs)  # Kafka has them all
+    assert mine.pop("after delete") == theirs.pop("after delete") == ("after delete", "delete", "DEFAULT_CONFIG", False, False, ())
+    assert mine.pop("after replace") == theirs.pop("after replace") == ("after replace", "0", "DEFAULT_CONFIG", False, False, ())
+    assert set(mine) == common  # ... and so do we
+    # where each value comes from and how it is flagged (KRaft formats its cluster with a dynamic
+    # default min.insync.replicas, for KIP-966: not a default of ours to copy)
+    assert theirs["min.insync.replicas"].source == "DYNAMIC_DEFAULT_BROKER_CONFIG"
+    sourced = common - {"min.insync.replicas"}
+    assert {n: (mine[n].source, mine[n].sensitive) for n in sourced} == {n: (theirs[n].source, theirs[n].sensitive) for n in sourced}
+    assert {n: mine[n].read_only for n in common & ALTERABLE_TOPIC_CONFIGS} == {n: theirs[n].read_only for n in common & ALTERABLE_TOPIC_CONFIGS}
+    same_defaults = common - {"max.message.bytes"}  # (our default message size is Kafka 0.8's)
+    assert {n: mine[n].value for n in same_defaults} == {n: theirs[n].value for n in same_defaults}
+    # synonyms where the broker properties have Kafka's names (retention.ms's is log.retention.hours there)
+    named_alike = [*LOG_OVERRIDE_FROM_BROKER, "segment.bytes", "leader.replication.throttled.replicas",
+                   "follower.replication.throttled.replicas"]
+    assert {n: mine[n].synonyms for n in named_alike} == {n: theirs[n].synonyms for n in named_alike}
+    assert theirs["cleanup.policy"].synonyms[0] == ("cleanup.policy", "compact", "TOPIC_CONFIG")
+    assert theirs["retention.ms"][:3] == ("retention.ms", "3600000", "TOPIC_CONFIG")

@@ -287,6 +287,7 @@ def _broker_throttle(cluster: EmbeddedCluster, broker: int) -> str | None:
 
 def test_hmb_reassign_cli_execute_verify_cancel(cluster: EmbeddedCluster, zk: KazooClient, tmp_path: Any, capsys: Any) -> None:
     from hmbclient.cli import main as hmb
+    from hmbclient.testing import kafka_java
 
     topic = _topic("cli")
     admin.create_topic(cluster.bootstrap, topic, 1, 2)
@@ -302,8 +303,15 @@ def test_hmb_reassign_cli_execute_verify_cancel(cluster: EmbeddedCluster, zk: Ka
     assert described["follower.replication.throttled.rate"].value == str(RATE)
     assert json_config(zk, topic) == {"leader.replication.throttled.replicas": f"0:{a},0:{b}",
                                       "follower.replication.throttled.replicas": f"0:{c}"}
-    assert hmb(["reassign", "-b", cluster.bootstrap, "--verify", "--reassignment-json-file", moves]) == 1
-    assert "is still in progress" in capsys.readouterr().out
+    # In progress: exit 0 and the same report as Kafka's own tool; the throttles stay.
+    assert hmb(["reassign", "-b", cluster.bootstrap, "--verify", "--reassignment-json-file", moves]) == 0
+    ours = capsys.readouterr().out
+    theirs = kafka_java("org.apache.kafka.tools.reassign.ReassignPartitionsCommand", "--bootstrap-server", cluster.bootstrap,
+                        "--verify", "--reassignment-json-file", moves, timeout_s=120, check=False)
+    lines = [line for line in theirs.stdout.splitlines() if line]  # (its log-dir moves section: empty)
+    assert theirs.returncode == 0 and ours.splitlines() == lines, (ours, theirs.stdout, theirs.stderr[-2000:])
+    assert ours == f"Status of partition reassignment:\nReassignment of partition {topic}-0 is still in progress.\n"
+    assert described["follower.replication.throttled.rate"].value == str(RATE) and json_config(zk, topic) != {}
     assert hmb(["reassign", "-b", cluster.bootstrap, "--cancel", "--reassignment-json-file", moves]) == 0
     assert f"Successfully cancelled partition reassignment(s) for: {topic}-0" in capsys.readouterr().out
     assert set(_replicas(zk, topic)) == {a, b} and json_config(zk, topic) == {}
@@ -388,3 +396,38 @@ def test_create_partitions_keeps_topic_id_and_ongoing_moves(cluster: EmbeddedClu
     finally:
         _throttle(cluster, topic, None)
     wait_until(lambda: _replicas(zk, topic) == (b, c), TIMEOUT_S, "the move done")
+
+
+def test_a_removed_replica_down_at_the_end_is_deleted_when_its_broker_returns(
+        cluster: EmbeddedCluster, chroot: str, zk: KazooClient, tmp_path: Any) -> None:
+    """Case R6: a fourth broker, a real process, holds a replica; it is killed (SIGKILL), the
+    partition moves away from it and completes without it; restarted, it deletes that log
+    itself before registering, and serves on."""
+    from kafka.admin import KafkaAdminClient, NewTopic
+
+    from hmbclient.broker.process import BrokerProcess
+
+    topic = _topic("stray")
+    with BrokerProcess(str(tmp_path / "b3"), broker_id=3, zookeeper_connect=chroot, num_partitions=1,
+                       offsets_topic_replication_factor=1) as b3:
+        wait_until(lambda: 3 in admin.describe_cluster(cluster.bootstrap)["brokers"], TIMEOUT_S, "broker 3 registered")
+        client = KafkaAdminClient(bootstrap_servers=cluster.bootstrap, client_id="reassign-tests", request_timeout_ms=30_000)
+        try:
+            client.create_topics([NewTopic(topic, -1, -1, replica_assignments={0: [3, 0]})])
+        finally:
+            client.close()
+        wait_until(lambda: set(_state(zk, topic).isr) == {3, 0}, TIMEOUT_S, "both replicas in sync")
+        _fill(cluster, topic, 20_000)
+        folder = tmp_path / "b3" / f"{topic}-0"
+        assert folder.is_dir()
+        b3.kill()
+        wait_until(lambda: 3 not in _state(zk, topic).isr, TIMEOUT_S, "broker 3 out of the ISR")
+        assert admin.alter_partition_reassignments(cluster.bootstrap, {(topic, 0): [0, 1]})[(topic, 0)][0] == E.NONE
+        wait_until(lambda: _replicas(zk, topic) == (0, 1), TIMEOUT_S, "the move done without broker 3")
+        assert folder.is_dir()  # nobody could tell the dead broker
+        b3.start()
+        wait_until(lambda: not folder.exists(), TIMEOUT_S, "the stray log deleted")
+        wait_until(lambda: 3 in admin.describe_cluster(cluster.bootstrap)["brokers"], TIMEOUT_S, "broker 3 back")
+        assert _values(cluster, 0, topic) and _values(cluster, 1, topic) == _values(cluster, 0, topic)
+        b3.terminate()
+    wait_until(lambda: 3 not in admin.describe_cluster(cluster.bootstrap)["brokers"], TIMEOUT_S, "broker 3 gone")

@@ -97,3 +97,13 @@ def test_throttled_replicas_and_quota() -> None:
     q.record(1500, 0)
     assert q.allowance(1000, 100) == 0  # EXCEEDED: 1500 B over at least 1 s
     assert q.allowance(1000, 2500) == 1000  # the window moved on
+
+
+def test_r6_stray_replicas_are_the_partitions_assigned_elsewhere() -> None:
+    from hmbclient.broker.controller.reassignment import stray_replicas
+
+    local = [("moved", 0), ("moved", 1), ("kept", 0), ("gone", 0), ("shrunk", 3)]
+    assignments = {"moved": [(1, 2), (0, 1)], "kept": [(2, 0)], "gone": None, "shrunk": [(1, 2)]}
+    # moved-0 no longer names broker 0; an unknown topic or partition is topic deletion's business
+    assert stray_replicas(0, local, assignments) == [("moved", 0)]
+    assert stray_replicas(2, local, assignments) == [("moved", 1)]

@@ -12,6 +12,7 @@ case by case first.
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 import threading
@@ -23,6 +24,7 @@ from confluent_kafka import Producer as RdProducer
 
 from hmbclient import Consumer
 from hmbclient.broker import EmbeddedBroker
+from hmbclient.consumer.config import PollConsumerConfig
 from hmbclient.consumer.group_consumer import Answer, MemberState, decide
 from hmbclient.errors import ConfigError, ErrorCode
 from tests.waiting import wait_until
@@ -56,6 +58,27 @@ def test_config_refuses_classic_settings_with_the_consumer_protocol() -> None:
         Consumer({**base, "group.remote.assignor": "uniform"})
     with pytest.raises(ConfigError):
         Consumer({**base, "group.protocol": "consumer", "group.remote.assignor": "sticky"})
+
+
+@pytest.mark.parametrize("given", [{"session.timeout.ms": "10000"}, {"heartbeat.interval.ms": "100"},
+                                   {"session.timeout.ms": "10000", "heartbeat.interval.ms": "100"}])
+def test_session_and_heartbeat_are_the_coordinators_with_the_consumer_protocol(given: dict[str, str]) -> None:
+    """Refused as Java's KafkaConsumer refuses them (the same names, in its order), before
+    connecting; fine with the classic protocol, whose defaults are Java's."""
+    from hmbclient.testing import kafka_java
+
+    base = {"bootstrap.servers": "127.0.0.1:1", "group.id": "g"}
+    with pytest.raises(ConfigError, match="cannot be set when group.protocol=consumer") as refused:
+        Consumer({**base, "group.protocol": "consumer", **given})
+    props = [a for k, v in {"group.protocol": "consumer", **given}.items() for a in ("--consumer-property", f"{k}={v}")]
+    java = kafka_java("org.apache.kafka.tools.consumer.ConsoleConsumer", "--bootstrap-server", base["bootstrap.servers"],
+                      "--topic", "t", "--group", "g", *props, "--timeout-ms", "1000", check=False, timeout_s=60)
+    said = re.search(r"ConfigException: (.*) cannot be set when group.protocol=CONSUMER", java.stdout + java.stderr)
+    assert java.returncode != 0 and said, java.stderr[-2000:]
+    assert str(refused.value).split(": ", 1)[1].startswith(said.group(1) + " cannot be set")
+    cfg = PollConsumerConfig.from_properties({**base, "group.protocol": "classic"})
+    assert (cfg.session_timeout_ms, cfg.heartbeat_interval_ms) == (45_000, 3_000)
+    assert PollConsumerConfig.from_properties({**base, **given, "heartbeat.interval.ms": "100"}).heartbeat_interval_ms == 100
 
 
 @pytest.fixture

@@ -771,8 +771,8 @@ class Controller:
             self.reassigning[tp] = ongoing
 
     def _stop_removed(self, tp: TP, removed: tuple[int, ...]) -> None:
-        # A removed replica that is down keeps its log until it is deleted by hand (Kafka
-        # retries the deletion when it comes back; see the README).
+        # A removed replica that is down gets no StopReplica: its broker deletes the log itself
+        # when it starts again (reassignment Case R6), as Kafka 4's brokers do with stray replicas.
         for r in removed:
             if r in self._state().live_brokers:
                 self._send_stop_replica(r, [tp], delete=True)

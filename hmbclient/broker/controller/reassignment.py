@@ -45,17 +45,24 @@ The cases, labelled in the code:
 * Case R5 (complete): every target replica is in the ISR: replicas = target, the state
   restricted to the target (Case R4, leader moves off a removed replica), and the removing
   replicas are stopped and deleted.
+* Case R6 (stray replica): a removed (or cancelled adding) replica whose broker was down when
+  the move ended got no StopReplica, and the controller does not remember it (nor would a new
+  one). As Kafka 4's brokers do with stray replicas, the broker decides at start-up, before it
+  registers (so no controller can be making it a replica meanwhile: a reassignment may only
+  add a registered broker): a local log of a partition whose assignment exists and does not
+  name this broker is deleted (:func:`stray_replicas`). A topic or partition missing from the
+  assignments is left alone (topic deletion has its own path, Case F of the controller).
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from hmbclient.broker.controller.decisions import NO_LEADER, LeaderIsr
 from hmbclient.errors import ErrorCode
 
-__all__ = ["Ongoing", "Plan", "check", "start", "cancel", "restrict", "completion", "target_of", "original_of"]
+__all__ = ["Ongoing", "Plan", "check", "start", "cancel", "restrict", "completion", "target_of", "original_of", "stray_replicas"]
 
 
 @dataclass(frozen=True)
@@ -179,3 +186,17 @@ def completion(full: Sequence[int], ongoing: Ongoing, current: LeaderIsr | None,
     if state is None:
         return None
     return Plan(target, None, tuple(r for r in full if r not in target)), state
+
+
+def stray_replicas(broker_id: int, local: Iterable[tuple[str, int]],
+                   assignments: Mapping[str, Sequence[Sequence[int]] | None]) -> list[tuple[str, int]]:
+    """Case R6: the local partitions ``broker_id`` is no longer a replica of (their logs go),
+    given each topic's full replica sets (None: the topic is unknown, kept)."""
+    out = []
+    for topic, partition in sorted(local):
+        replicas = assignments.get(topic)
+        if replicas is None or not 0 <= partition < len(replicas):
+            continue
+        if broker_id not in replicas[partition]:
+            out.append((topic, partition))
+    return out

@@ -21,7 +21,10 @@ TransactionalId when it names one (TRANSACTIONAL_ID_AUTHORIZATION_FAILED), else
 IdempotentWrite on the Cluster or Write on some Topic; ListGroups shows
 only the groups the session may Describe, DescribeGroups/DeleteGroups need Describe/Delete on
 each Group; ConsumerGroupHeartbeat (KIP-848) needs Read on the Group and Describe on each
-subscribed Topic (TOPIC_AUTHORIZATION_FAILED).
+subscribed Topic (TOPIC_AUTHORIZATION_FAILED); ConsumerGroupDescribe also needs Describe on
+every topic of its members' assignments and target assignments: a group naming one the session
+may not see is answered TOPIC_AUTHORIZATION_FAILED without its members (Kafka 4.0+, KAFKA-18813:
+per group, so no topic name leaks; the other groups are answered).
 """
 
 from __future__ import annotations
@@ -114,6 +117,45 @@ class _MergeChannel:
         if response is not None:
             entries = [e for e in getattr(response, self.field) or () if self.keep is None or self.keep(e)]
             response = response._replace(**{self.field: entries + self.denied})
+        self.channel.send(response)
+
+    def close(self, reason: str) -> None:
+        self.channel.close(reason)
+
+
+def _field(entry: Any, name: str) -> Any:
+    # Handlers may build entries as dicts or structs.
+    return entry.get(name) if isinstance(entry, dict) else getattr(entry, name, None)
+
+
+#: Kafka's message for a consumer group whose assignments name a topic the session may not Describe
+TOPICS_NOT_DESCRIBABLE = "The group has described topic(s) that the client is not authorized to describe."
+
+
+class _AssignedTopicsChannel:
+    """ConsumerGroupDescribe: each described group whose members' assignment or target
+    assignment names a topic the session may not Describe becomes TOPIC_AUTHORIZATION_FAILED,
+    without its members (KAFKA-18813)."""
+
+    def __init__(self, channel: Any, authorizer: Authorizer) -> None:
+        self.channel = channel
+        self.authorizer = authorizer
+        self.session = getattr(channel, "session", None)
+
+    def _hidden(self, group: Any) -> bool:
+        topics = {_field(tp, "topic_name")
+                  for m in _field(group, "members") or ()
+                  for part in ("assignment", "target_assignment")
+                  for tp in _field(_field(m, part) or {}, "topic_partitions") or ()}
+        return not all(allowed(self.authorizer, self.channel, "Describe", "Topic", t) for t in topics)
+
+    def send(self, response: Any) -> None:
+        if response is not None:
+            shape = type(response).nested("groups")
+            groups = [shape.build(group_id=_field(g, "group_id"), error_code=ErrorCode.TOPIC_AUTHORIZATION_FAILED,
+                                  error_message=TOPICS_NOT_DESCRIBABLE)
+                      if not _field(g, "error_code") and self._hidden(g) else g for g in response.groups]
+            response = response._replace(groups=groups)
         self.channel.send(response)
 
     def close(self, reason: str) -> None:
@@ -302,6 +344,11 @@ def refuse_request(authorizer: Authorizer | None, header: Any, req: Any, channel
         ):
             return False
         channel.send(refusal(req, ErrorCode.CLUSTER_AUTHORIZATION_FAILED))
+        return True
+    if key == ApiKey.CONSUMER_GROUP_DESCRIBE:
+        channel = _AssignedTopicsChannel(channel, authorizer)
+        if not _split_groups(authorizer, header, req, channel, handler):
+            handler(header, req, channel)
         return True
     if key in _MULTI_GROUP:
         return _split_groups(authorizer, header, req, channel, handler)
