@@ -55,7 +55,9 @@ group. Its subscription is decoded from the ConsumerProtocol metadata of its fir
 the server-side assignor assigns for everyone, and its *generation* is its member epoch:
 
 * K1 join (:func:`classic_join`): v4+ without a member id -> MEMBER_ID_REQUIRED and a new id
-  (the member is not added); otherwise the member is created or updated (subscription, session
+  (the member is not added); a member sharing no protocol name with every other classic
+  member -> INCONSISTENT_GROUP_PROTOCOL (as Kafka: the group must be able to go back to
+  classic); otherwise the member is created or updated (subscription, session
   and rebalance timeouts, protocols; a changed subscription bumps the group epoch), then
   reconciled as H5 with what its metadata says it owns (``owned_partitions``, v1+; an eager
   member, v0 or none listed, owns nothing when it joins): it keeps ``current & target`` and
@@ -450,9 +452,13 @@ def classic_join(
     if sub is None:
         return ClassicJoinAnswer(ErrorCode.INCONSISTENT_GROUP_PROTOCOL, member_id)
     subscribed, owned = sub
+    mid = member_id or new_member_id
+    others = [m.classic for m in group.members.values() if m.classic is not None and m.member_id != mid]
+    if others and not any(all(any(n == name for n, _ in o.protocols) for o in others) for name, _ in protocols):
+        # as Kafka: the classic members share a protocol, so that the group can go back to classic
+        return ClassicJoinAnswer(ErrorCode.INCONSISTENT_GROUP_PROTOCOL, member_id)
     if not member_id and instance_id is None and require_known_member_id:
         return ClassicJoinAnswer(ErrorCode.MEMBER_ID_REQUIRED, new_member_id)
-    mid = member_id or new_member_id
     changed = False
     if instance_id is not None:
         # a static member's restart replaces the member that had its instance id

@@ -521,7 +521,7 @@ class GroupCoordinator:
                                     "subscribed_topic_names": list(m.subscribed),
                                     "assignment": {"topic_partitions": _described(m.current, topics)},
                                     "target_assignment": {"topic_partitions": _described(group.target.get(m.member_id, {}), topics)},
-                                    "member_type": 1,
+                                    "member_type": 0 if m.classic is not None else 1,  # KIP-1099: 0 classic, 1 consumer
                                 }
                                 for m in sorted(group.members.values(), key=lambda m: m.member_id)
                             ],
