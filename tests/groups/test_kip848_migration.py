@@ -1,6 +1,8 @@
 """Classic and consumer-protocol members in one group (KIP-848's online migration, issue #24).
 
-The pure cases first (K1-K5, U, D of :mod:`hmbclient.broker.coordinator.consumer_group`), then
+The pure cases first (K1-K5, U, D of :mod:`hmbclient.broker.coordinator.consumer_group`), the
+coordinator's handlers under each ``group.consumer.migration.policy`` (with an in-memory store
+and clock), then
 one group on the embedded broker mixing hmbclient's ``Consumer`` (``group.protocol=consumer``),
 confluent-kafka with ``group.protocol=consumer``, confluent-kafka classic cooperative-sticky,
 kafka-python and aiokafka (classic, eager). The group starts classic (confluent-kafka
@@ -157,3 +159,113 @@ def test_one_group_mixing_every_client_and_both_protocols(broker: Any) -> None:
     assert ledger.overlaps == [], ledger.overlaps
     assert ledger.below_committed == [], ledger.below_committed[:10]
     assert time.monotonic() - started < 60
+
+
+# -- the shell: the migration policy, upgrade and downgrade through the handlers -------------------
+
+
+class _Store:
+    """An in-memory GroupStore (the coordinator's only I/O besides the channels)."""
+
+    def __init__(self) -> None:
+        self.records: list[Any] = []
+
+    def group_status(self, group: str) -> int:
+        return ErrorCode.NONE
+
+    def partition_for(self, group: str) -> int:
+        return 0
+
+    def is_loading(self) -> bool:
+        return False
+
+    def store_group(self, group: str, record: Any, callback: Any) -> None:
+        self.records.append(record)
+        callback(ErrorCode.NONE)
+
+    def delete_group(self, group: str, callback: Any) -> None:
+        callback(ErrorCode.NONE)
+
+
+class _Channel:
+    def __init__(self) -> None:
+        self.answers: list[Any] = []
+
+    def send(self, response: Any) -> None:
+        self.answers.append(response)
+
+
+class _Header:
+    def __init__(self, version: int) -> None:
+        self.api_version, self.client_id = version, "test"
+
+
+@pytest.mark.parametrize("policy", ["disabled", "downgrade", "bidirectional"])
+def test_the_migration_policy_through_the_coordinator(policy: str) -> None:
+    from hmbclient.broker.coordinator.coordinator import GroupCoordinator
+    from hmbclient.broker.coordinator.state import GroupConfig
+    from hmbclient.protocol.api import (
+        ConsumerGroupHeartbeatRequest,
+        HeartbeatRequest,
+        JoinGroupRequest,
+        SyncGroupRequest,
+    )
+    from hmbclient.protocol.api.consumer_protocol import ConsumerProtocolMemberAssignment
+
+    clock = [1_000]
+    coordinator = GroupCoordinator(_Store(), GroupConfig(1_000, 30_000, 0, consumer_migration_policy=policy), now_ms=lambda: clock[0])
+    coordinator.consumer_topics = lambda: TOPICS
+    coordinator.start(reapers=False)
+    coordinator.load_partition(0, {})
+
+    def join(member_id: str) -> Any:
+        ch = _Channel()
+        req = JoinGroupRequest[5].build(group_id="g", session_timeout_ms=6_000, rebalance_timeout_ms=9_000, member_id=member_id,
+                                        group_instance_id=None, protocol_type="consumer", protocols=list(_meta()))
+        coordinator.handle_join_group(_Header(5), JoinGroupRequest[5].decode(req.encode()), ch)
+        clock[0] += 1
+        coordinator.advance_clock()
+        return ch.answers[0]
+
+    def heartbeat(member_id: str, generation: int) -> int:
+        ch = _Channel()
+        req = HeartbeatRequest[3].build(group_id="g", generation_id=generation, member_id=member_id, group_instance_id=None)
+        coordinator.handle_heartbeat(_Header(3), HeartbeatRequest[3].decode(req.encode()), ch)
+        return int(ch.answers[0].error_code)
+
+    def consumer_heartbeat(member_id: str, epoch: int) -> Any:
+        ch = _Channel()
+        req = ConsumerGroupHeartbeatRequest[1].build(group_id="g", member_id=member_id, member_epoch=epoch, subscribed_topic_names=[TOPIC] if epoch == 0 else None)
+        coordinator.handle_consumer_group_heartbeat(_Header(1), ConsumerGroupHeartbeatRequest[1].decode(req.encode()), ch)
+        return type(ch.answers[0]).decode(ch.answers[0].encode())  # as the member reads it
+
+    try:
+        a_id = join("").member_id
+        joined = join(a_id)
+        assert joined.error_code == 0 and joined.leader == a_id  # a classic group, A leads
+        everything = ConsumerProtocolMemberAssignment[0](assigned_partitions=[(TOPIC, [0, 1, 2, 3])], user_data=None).encode()
+        ch = _Channel()
+        req = SyncGroupRequest[3].build(group_id="g", generation_id=joined.generation_id, member_id=a_id, group_instance_id=None,
+                                        assignments=[(a_id, everything)])
+        coordinator.handle_sync_group(_Header(3), SyncGroupRequest[3].decode(req.encode()), ch)
+        assert ch.answers[0].error_code == 0
+        b = consumer_heartbeat("", 0)
+        if policy in ("disabled", "downgrade"):  # no upgrade
+            assert b.error_code == ErrorCode.INCONSISTENT_GROUP_PROTOCOL and coordinator.consumer_group("g") is None
+            return
+        # U: the group is a consumer group; B gets nothing A still holds, A is asked to rejoin
+        group = coordinator.consumer_group("g")
+        assert b.error_code == 0 and group is not None and coordinator.group("g") is None and len(group.members) == 2
+        assert b.assignment.topic_partitions == []
+        assert heartbeat(a_id, joined.generation_id) == ErrorCode.REBALANCE_IN_PROGRESS
+        again = join(a_id)  # an eager member rejoins owning nothing: no leader, generation = member epoch
+        assert (again.error_code, again.leader, again.generation_id) == (0, "", group.members[a_id].member_epoch)
+        b = consumer_heartbeat(b.member_id, b.member_epoch)
+        assert len(b.assignment.topic_partitions[0].partitions) == 2
+        # D: B leaves; A alone, classic: the group is classic again and rebalances
+        assert consumer_heartbeat(b.member_id, -1).error_code == 0
+        classic = coordinator.group("g")
+        assert coordinator.consumer_group("g") is None and classic is not None and classic.state.name == "PREPARING_REBALANCE"
+        assert set(classic.members) == {a_id}
+    finally:
+        coordinator.shutdown()
