@@ -360,6 +360,7 @@ class Broker:
                 cfg.group_consumer_session_timeout_ms,
                 cfg.group_consumer_heartbeat_interval_ms,
                 tuple(a.strip() for a in cfg.group_consumer_assignors.split(",") if a.strip()),
+                cfg.group_consumer_migration_policy,
             )
             self.group_coordinator = groups = GroupCoordinator(om, group_config, name=name)
             groups.consumer_topics = _served_topics(metadata, topics)

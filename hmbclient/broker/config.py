@@ -274,6 +274,10 @@ class BrokerConfig(ConfigBase):
     group_consumer_assignors: str = setting(
         "uniform,range", doc="group.consumer.assignors: server-side assignors (uniform, range), the first is the default"
     )
+    group_consumer_migration_policy: str = setting(
+        "bidirectional",
+        doc="group.consumer.migration.policy: classic <-> consumer group conversions (disabled, upgrade, downgrade, bidirectional)",
+    )
     group_min_session_timeout_ms: int = setting(
         6_000, min=0, doc="group.min.session.timeout.ms: smallest session timeout a group member may ask for"
     )
@@ -398,6 +402,8 @@ class BrokerConfig(ConfigBase):
         assignors = [a.strip() for a in self.group_consumer_assignors.split(",") if a.strip()]
         if not assignors or any(a not in ("uniform", "range") for a in assignors):
             self._fail("'group.consumer.assignors' must name uniform and/or range")
+        if self.group_consumer_migration_policy not in ("disabled", "upgrade", "downgrade", "bidirectional"):
+            self._fail("'group.consumer.migration.policy' must be disabled, upgrade, downgrade or bidirectional")
         if self.group_min_session_timeout_ms > self.group_max_session_timeout_ms:
             self._fail("'group.min.session.timeout.ms' can't be larger than 'group.max.session.timeout.ms'")
         if any(parse_listener(x)[0] in ("SSL", "SASL_SSL") for x in self.listeners) and not self.ssl_certfile:

@@ -49,6 +49,40 @@ Offsets of a consumer group's members (:func:`validate_commit`, :func:`validate_
 * C5 OffsetFetch v9 naming a member: unknown -> UNKNOWN_MEMBER_ID; an epoch other than the
   member's -> STALE_MEMBER_EPOCH.
 
+Classic members (KIP-848's online migration, ``group.consumer.migration.policy``): a member
+speaking JoinGroup/SyncGroup/Heartbeat with protocol type "consumer" may live in a consumer
+group. Its subscription is decoded from the ConsumerProtocol metadata of its first protocol,
+the server-side assignor assigns for everyone, and its *generation* is its member epoch:
+
+* K1 join (:func:`classic_join`): v4+ without a member id -> MEMBER_ID_REQUIRED and a new id
+  (the member is not added); a member sharing no protocol name with every other classic
+  member -> INCONSISTENT_GROUP_PROTOCOL (as Kafka: the group must be able to go back to
+  classic); otherwise the member is created or updated (subscription, session
+  and rebalance timeouts, protocols; a changed subscription bumps the group epoch), then
+  reconciled as H5 with what its metadata says it owns (``owned_partitions``, v1+; an eager
+  member, v0 or none listed, owns nothing when it joins): it keeps ``current & target`` and
+  revokes the rest (its epoch unchanged), or, with nothing to revoke, gets every target
+  partition no other member holds and the assignment epoch. The answer: generation = member
+  epoch, the member's first protocol name, no leader (every classic member is a follower).
+* K2 sync (:func:`classic_sync`): unknown member -> UNKNOWN_MEMBER_ID, a generation other than
+  its epoch -> ILLEGAL_GENERATION, else what K1 gave it (ConsumerProtocol Assignment bytes).
+* K3 heartbeat (:func:`classic_heartbeat`): the same checks, the session moves on; the member
+  must rejoin (REBALANCE_IN_PROGRESS; its deadline then allows its rebalance timeout) when its
+  epoch is below the group epoch, it still holds partitions to revoke, or target partitions it
+  lacks are free now (Kafka's three conditions).
+* K4 leave (:func:`classic_leave`): removed, group epoch bumped.
+* K5 commit: a classic member commits with any OffsetCommit version; generation other than its
+  epoch -> ILLEGAL_GENERATION.
+* U upgrade (:func:`upgrade`): a ConsumerGroupHeartbeat joining a classic group whose members
+  all use protocol type "consumer" (policy ``upgrade`` or ``bidirectional``) turns it into a
+  consumer group: each member keeps its id, its last assignment as its current one and the
+  generation as its epoch (group and assignment epochs = the generation). The shell answers the
+  classic group's parked requests REBALANCE_IN_PROGRESS.
+* D downgrade (:func:`should_downgrade`, :func:`downgrade_record`): when the last
+  consumer-protocol member leaves (policy ``downgrade`` or ``bidirectional``) and classic
+  members remain, the group becomes a classic group (generation = group epoch, each member's
+  protocols and current assignment) that rebalances at once.
+
 Not here: persistence of consumer groups in ``__consumer_offsets`` (a coordinator move loses
 the members, who get UNKNOWN_MEMBER_ID and rejoin), regex subscriptions.
 """
@@ -59,10 +93,26 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
-from hmbclient.errors import ErrorCode
+from hmbclient.errors import ErrorCode, ProtocolError
+from hmbclient.protocol.api.consumer_protocol import (
+    PROTOCOL_TYPE,
+    ConsumerProtocolMemberAssignment,
+    decode_member_assignment,
+    decode_member_metadata,
+)
 
 __all__ = [
     "ASSIGNORS",
+    "MIGRATION_POLICIES",
+    "ClassicInfo",
+    "ClassicJoinAnswer",
+    "classic_heartbeat",
+    "classic_join",
+    "classic_leave",
+    "classic_sync",
+    "downgrade_record",
+    "should_downgrade",
+    "upgrade",
     "ConsumerGroup",
     "ConsumerMember",
     "HeartbeatAnswer",
@@ -75,11 +125,25 @@ __all__ = [
 ]
 
 ASSIGNORS = ("uniform", "range")
+#: ``group.consumer.migration.policy`` values (Kafka's)
+MIGRATION_POLICIES = ("disabled", "upgrade", "downgrade", "bidirectional")
 
 #: topic name -> (topic id, partition count), the topics the broker serves
 Topics = dict[str, tuple[uuid.UUID, int]]
 #: topic name -> partitions
 Assignment = dict[str, frozenset[int]]
+
+
+@dataclass(eq=False)
+class ClassicInfo:
+    """What a classic member (JoinGroup/SyncGroup/Heartbeat) of a consumer group adds."""
+
+    session_timeout_ms: int
+    rebalance_timeout_ms: int
+    #: (name, metadata) in the member's order of preference
+    protocols: tuple[tuple[str, bytes], ...]
+    #: what the last join gave it (its SyncGroup answer)
+    given: Assignment = field(default_factory=dict)
 
 
 @dataclass(eq=False)
@@ -96,6 +160,8 @@ class ConsumerMember:
     #: who the member is (ConsumerGroupDescribe); set by the shell from the request
     client_id: str = ""
     client_host: str = ""
+    #: set for a member speaking the classic protocol (K1-K5)
+    classic: ClassicInfo | None = None
 
 
 @dataclass(eq=False)
@@ -271,7 +337,13 @@ def heartbeat(
         group.group_epoch += 1
     _refresh_target(group, topics, default_assignor)
     # H5 reconcile
-    reported = _reported(req, names_by_id)
+    given = _reconcile(group, member, _reported(req, names_by_id))
+    return HeartbeatAnswer(ErrorCode.NONE, member.member_id, member.member_epoch, given)
+
+
+def _reconcile(group: ConsumerGroup, member: ConsumerMember, reported: set[tuple[str, int]] | None) -> Assignment:
+    """H5 (and K1): what ``member`` may own now; its epoch moves to the assignment epoch once it
+    has nothing left to revoke."""
     if reported is not None:
         member.current = _as_assignment(_owned(member.current) & reported)
     target = _owned(group.target.get(member.member_id, {}))
@@ -288,7 +360,7 @@ def heartbeat(
         member.current = given = _as_assignment(current | (target - held))
         if member.member_epoch != group.assignment_epoch:
             member.previous_epoch, member.member_epoch = member.member_epoch, group.assignment_epoch
-    return HeartbeatAnswer(ErrorCode.NONE, member.member_id, member.member_epoch, given)
+    return given
 
 
 def _reported(req: Any, names_by_id: dict[uuid.UUID, str]) -> set[tuple[str, int]] | None:
@@ -318,6 +390,9 @@ def validate_commit(group: ConsumerGroup, member_id: str, epoch: int, api_versio
     member = group.members.get(member_id)
     if member is None:
         return ErrorCode.UNKNOWN_MEMBER_ID  # C2
+    if member.classic is not None:
+        # K5 a classic member's generation is its member epoch
+        return ErrorCode.NONE if epoch == member.member_epoch else ErrorCode.ILLEGAL_GENERATION
     if api_version < 9:
         return ErrorCode.UNSUPPORTED_VERSION  # C3 consumer-protocol members commit with v9+
     if epoch not in (member.member_epoch, member.previous_epoch) or epoch > member.member_epoch:
@@ -333,3 +408,189 @@ def validate_fetch(group: ConsumerGroup, member_id: str, epoch: int) -> int:
     if epoch != member.member_epoch:
         return ErrorCode.STALE_MEMBER_EPOCH
     return ErrorCode.NONE
+
+
+# -- classic members (K1-K5), upgrade (U) and downgrade (D) ---------------------------------------
+
+
+@dataclass(frozen=True)
+class ClassicJoinAnswer:
+    error_code: int
+    member_id: str
+    generation_id: int = -1
+    protocol_name: str = ""
+
+
+def _subscription(protocols: tuple[tuple[str, bytes], ...]) -> tuple[tuple[str, ...], set[tuple[str, int]]] | None:
+    """(topics, owned partitions) from the first protocol's ConsumerProtocol metadata."""
+    if not protocols:
+        return None
+    try:
+        meta = decode_member_metadata(protocols[0][1])
+    except (ProtocolError, ValueError, IndexError, TypeError):
+        return None
+    owned = {(e.topic, int(p)) for e in (getattr(meta, "owned_partitions", None) or ()) for p in e.partitions}
+    return tuple(sorted(set(meta.topics or ()))), owned
+
+
+def classic_join(
+    group: ConsumerGroup,
+    member_id: str,
+    instance_id: str | None,
+    protocols: tuple[tuple[str, bytes], ...],
+    session_timeout_ms: int,
+    rebalance_timeout_ms: int,
+    require_known_member_id: bool,
+    topics: Topics,
+    now_ms: int,
+    default_assignor: str = "uniform",
+    new_member_id: str = "",
+) -> ClassicJoinAnswer:
+    """K1: a classic member's JoinGroup in a consumer group."""
+    expire(group, now_ms)
+    sub = _subscription(protocols)
+    if sub is None:
+        return ClassicJoinAnswer(ErrorCode.INCONSISTENT_GROUP_PROTOCOL, member_id)
+    subscribed, owned = sub
+    mid = member_id or new_member_id
+    others = [m.classic for m in group.members.values() if m.classic is not None and m.member_id != mid]
+    if others and not any(all(any(n == name for n, _ in o.protocols) for o in others) for name, _ in protocols):
+        # as Kafka: the classic members share a protocol, so that the group can go back to classic
+        return ClassicJoinAnswer(ErrorCode.INCONSISTENT_GROUP_PROTOCOL, member_id)
+    if not member_id and instance_id is None and require_known_member_id:
+        return ClassicJoinAnswer(ErrorCode.MEMBER_ID_REQUIRED, new_member_id)
+    changed = False
+    if instance_id is not None:
+        # a static member's restart replaces the member that had its instance id
+        for other in [m for m in group.members.values() if m.instance_id == instance_id and m.member_id != mid]:
+            del group.members[other.member_id]
+            group.target.pop(other.member_id, None)
+            changed = True
+    member = group.members.get(mid)
+    if member is None:
+        member = group.members[mid] = ConsumerMember(mid, instance_id=instance_id)
+        changed = True
+    member.instance_id = instance_id
+    member.rebalance_timeout_ms = rebalance_timeout_ms
+    member.server_assignor = None
+    member.classic = ClassicInfo(session_timeout_ms, rebalance_timeout_ms, tuple(protocols))
+    member.deadline_ms = now_ms + max(session_timeout_ms, 1)
+    if subscribed != member.subscribed:
+        member.subscribed = subscribed
+        changed = True
+    if changed:
+        group.group_epoch += 1
+    _refresh_target(group, topics, default_assignor)
+    # K1 reconcile with what it says it owns (an eager member revoked everything before joining)
+    member.classic.given = _reconcile(group, member, owned)
+    return ClassicJoinAnswer(ErrorCode.NONE, mid, member.member_epoch, protocols[0][0])
+
+
+def _classic_member(group: ConsumerGroup, member_id: str, generation_id: int) -> tuple[int, ConsumerMember | None]:
+    member = group.members.get(member_id)
+    if member is None or member.classic is None:
+        return ErrorCode.UNKNOWN_MEMBER_ID, None
+    if generation_id != member.member_epoch:
+        return ErrorCode.ILLEGAL_GENERATION, None
+    return ErrorCode.NONE, member
+
+
+def classic_sync(group: ConsumerGroup, member_id: str, generation_id: int, now_ms: int) -> tuple[int, bytes]:
+    """K2: the SyncGroup answer (error, ConsumerProtocol Assignment bytes)."""
+    expire(group, now_ms)
+    error, member = _classic_member(group, member_id, generation_id)
+    if member is None or member.classic is None:
+        return error, b""
+    member.deadline_ms = now_ms + member.classic.session_timeout_ms
+    assigned = [(t, sorted(ps)) for t, ps in sorted(member.classic.given.items()) if ps]
+    return ErrorCode.NONE, ConsumerProtocolMemberAssignment[0](assigned_partitions=assigned, user_data=None).encode()
+
+
+def classic_heartbeat(group: ConsumerGroup, member_id: str, generation_id: int, now_ms: int) -> int:
+    """K3: NONE, or REBALANCE_IN_PROGRESS when the member must rejoin."""
+    expire(group, now_ms)
+    error, member = _classic_member(group, member_id, generation_id)
+    if member is None or member.classic is None:
+        return error
+    member.deadline_ms = now_ms + member.classic.session_timeout_ms
+    current = _owned(member.current)
+    target = _owned(group.target.get(member_id, {}))
+    held: set[tuple[str, int]] = set()
+    for m, other in group.members.items():
+        if m != member_id:
+            held |= _owned(other.current)
+    if member.member_epoch < group.group_epoch or current - target or (target - current) - held:
+        member.deadline_ms = now_ms + max(member.classic.session_timeout_ms, member.classic.rebalance_timeout_ms)
+        return ErrorCode.REBALANCE_IN_PROGRESS
+    return ErrorCode.NONE
+
+
+def classic_leave(group: ConsumerGroup, member_id: str, topics: Topics, now_ms: int, default_assignor: str = "uniform") -> int:
+    """K4: a classic member leaves (UNKNOWN_MEMBER_ID if it is no member)."""
+    expire(group, now_ms)
+    if member_id not in group.members:
+        return ErrorCode.UNKNOWN_MEMBER_ID
+    del group.members[member_id]
+    group.target.pop(member_id, None)
+    group.group_epoch += 1
+    _refresh_target(group, topics, default_assignor)
+    return ErrorCode.NONE
+
+
+def upgrade(group_id: str, generation_id: int, members: list[tuple[Any, bytes]], topics: Topics, now_ms: int) -> ConsumerGroup | None:
+    """U: a consumer group from a classic group's members (``(member, metadata)`` pairs, the
+    member as :class:`.state.Member`); None when a member's metadata or assignment is not the
+    consumer protocol's (the upgrade is refused)."""
+    group = ConsumerGroup(group_id, group_epoch=max(generation_id, 0), assignment_epoch=max(generation_id, 0))
+    for m, metadata in members:
+        if m.protocol_type != PROTOCOL_TYPE:
+            return None
+        sub = _subscription(((m.protocols[0][0] if m.protocols else "", metadata),))
+        if sub is None:
+            return None
+        current: set[tuple[str, int]] = set()
+        if m.assignment:
+            try:
+                assigned = decode_member_assignment(m.assignment)
+            except (ProtocolError, ValueError, IndexError, TypeError):
+                return None
+            current = {(e.topic, int(p)) for e in assigned.assigned_partitions or () for p in e.partitions}
+        member = ConsumerMember(
+            m.member_id,
+            member_epoch=group.group_epoch,
+            instance_id=m.group_instance_id,
+            subscribed=sub[0],
+            rebalance_timeout_ms=m.rebalance_timeout_ms,
+            current=_as_assignment(current),
+            deadline_ms=now_ms + m.session_timeout_ms,
+            client_id=m.client_id,
+            client_host=m.client_host,
+            classic=ClassicInfo(m.session_timeout_ms, m.rebalance_timeout_ms, tuple(m.protocols), _as_assignment(current)),
+        )
+        group.members[m.member_id] = member
+        group.target[m.member_id] = member.current
+    subscribed = sorted({t for mem in group.members.values() for t in mem.subscribed if t in topics})
+    group.layout = tuple((t, topics[t][1]) for t in subscribed)
+    return group
+
+
+def should_downgrade(group: ConsumerGroup, policy: str) -> bool:
+    """D: members remain and every one of them speaks the classic protocol."""
+    return policy in ("downgrade", "bidirectional") and bool(group.members) and all(m.classic is not None for m in group.members.values())
+
+
+def downgrade_record(group: ConsumerGroup) -> tuple[int, str, list[tuple[ConsumerMember, bytes, bytes]]]:
+    """D: (generation, protocol name, [(member, its metadata for that protocol, its current
+    assignment as ConsumerProtocol bytes)]) of the classic group replacing ``group``; the
+    protocol is the first of the first member's that every member supports."""
+    members = sorted(group.members.values(), key=lambda m: m.member_id)
+    infos = [m.classic for m in members if m.classic is not None]
+    common = [name for name, _ in infos[0].protocols if all(any(n == name for n, _ in i.protocols) for i in infos)] if infos else []
+    protocol = common[0] if common else (infos[0].protocols[0][0] if infos and infos[0].protocols else "")
+    out = []
+    for m in members:
+        assert m.classic is not None
+        meta = next((b for n, b in m.classic.protocols if n == protocol), m.classic.protocols[0][1] if m.classic.protocols else b"")
+        assigned = [(t, sorted(ps)) for t, ps in sorted(m.current.items()) if ps]
+        out.append((m, meta, ConsumerProtocolMemberAssignment[0](assigned_partitions=assigned, user_data=None).encode()))
+    return group.group_epoch, protocol, out

@@ -3,7 +3,11 @@ Heartbeat, LeaveGroup, ListGroups, DescribeGroups, DeleteGroups, and the group s
 OffsetCommit), and around Kafka 4's consumer groups (ConsumerGroupHeartbeat, KIP-848, decided by
 :mod:`.consumer_group`; a group id is either kind: JoinGroup for a consumer group and
 ConsumerGroupHeartbeat for a classic group with members answer INCONSISTENT_GROUP_PROTOCOL;
-OffsetCommit from a consumer group's member is checked against its member epoch).
+OffsetCommit from a consumer group's member is checked against its member epoch). With
+``group.consumer.migration.policy`` (KIP-848's online migration) classic members whose protocol
+type is "consumer" join consumer groups (JoinGroup, SyncGroup, Heartbeat and LeaveGroup are
+decided by :mod:`.consumer_group`'s K1-K4), a classic group is upgraded when a consumer-protocol
+member joins it, and a consumer group left with classic members only is downgraded.
 
 The coordinator of a group is the leader of the group's partition of ``__consumer_offsets``
 (``offset_manager.partition_for_group``). The offset manager tells this shell which partitions'
@@ -322,14 +326,42 @@ class GroupCoordinator:
             )
 
         error = self._group_error(req.group_id)
-        if not error and req.group_id in self._consumer_groups:
-            error = ErrorCode.INCONSISTENT_GROUP_PROTOCOL  # a consumer-protocol group (KIP-848)
         if error:
             reply(JoinResult(error, req.member_id))
             return
         client_id = header.client_id or ""
         instance_id = req.group_instance_id if v >= 5 else None
         rebalance_timeout_ms = req.rebalance_timeout_ms if v >= 1 and req.rebalance_timeout_ms > 0 else req.session_timeout_ms
+        if req.group_id in self._consumer_groups:
+            # a classic member joining a consumer-protocol group (KIP-848 migration, K1)
+            topics = self.consumer_topics()
+            with self._lock:
+                cgroup = self._consumer_groups.get(req.group_id)
+                if cgroup is not None:
+                    if not self._owns(req.group_id):
+                        reply(JoinResult(ErrorCode.NOT_COORDINATOR, req.member_id))
+                        return
+                    if req.protocol_type != "consumer":
+                        reply(JoinResult(ErrorCode.INCONSISTENT_GROUP_PROTOCOL, req.member_id))
+                        return
+                    answer = cg.classic_join(
+                        cgroup,
+                        req.member_id,
+                        instance_id,
+                        tuple((p.name, bytes(p.metadata)) for p in req.protocols),
+                        req.session_timeout_ms,
+                        rebalance_timeout_ms,
+                        v >= 4,
+                        topics,
+                        self._now_ms(),
+                        self.config.consumer_assignors[0],
+                        _new_member_id(),
+                    )
+                    member = cgroup.members.get(answer.member_id)
+                    if member is not None:
+                        member.client_id, member.client_host = client_id, self._client_host(channel)
+                    reply(JoinResult(answer.error_code, answer.member_id, answer.generation_id, answer.protocol_name, ""))
+                    return
         join = JoinRequest(
             member_id=req.member_id,
             client_id=client_id,
@@ -374,6 +406,13 @@ class GroupCoordinator:
             if not self._owns(req.group_id):
                 reply(SyncResult(ErrorCode.NOT_COORDINATOR))
                 return
+            cgroup = self._consumer_groups.get(req.group_id)
+            if cgroup is not None:
+                # K2 a classic member of a consumer-protocol group
+                error, assignment = cg.classic_sync(cgroup, req.member_id, req.generation_id, self._now_ms())
+                self._maybe_downgrade(req.group_id)
+                reply(SyncResult(error, assignment))
+                return
             group = self._groups.get(req.group_id)
             self._run(req.group_id, group, state.sync_group(group, sync, self._now_ms()))
 
@@ -387,6 +426,10 @@ class GroupCoordinator:
             with self._lock:
                 if not self._owns(req.group_id):
                     error = ErrorCode.NOT_COORDINATOR
+                elif req.group_id in self._consumer_groups:
+                    # K3 a classic member of a consumer-protocol group
+                    error = cg.classic_heartbeat(self._consumer_groups[req.group_id], req.member_id, req.generation_id, self._now_ms())
+                    self._maybe_downgrade(req.group_id)
                 else:
                     group = self._groups.get(req.group_id)
                     error, effects = state.heartbeat(group, req.member_id, req.generation_id, self._now_ms(), getattr(req, "group_instance_id", None))
@@ -405,7 +448,7 @@ class GroupCoordinator:
                 classic = self._groups.get(req.group_id)
                 if not self._owns(req.group_id):
                     error = ErrorCode.NOT_COORDINATOR
-                elif classic is not None and classic.members:
+                elif classic is not None and classic.members and not (req.member_epoch == 0 and self._upgrade(req.group_id, classic, topics)):
                     error = ErrorCode.INCONSISTENT_GROUP_PROTOCOL
                 else:
                     group = self._consumer_groups.get(req.group_id)
@@ -419,6 +462,8 @@ class GroupCoordinator:
                         member.client_id, member.client_host = header.client_id or "", self._client_host(channel)
                     if not group.members:
                         del self._consumer_groups[req.group_id]
+                    else:
+                        self._maybe_downgrade(req.group_id)
         if answer is None:
             channel.send(resp_cls.build(throttle_time_ms=0, error_code=error, member_epoch=-1))
             return
@@ -476,13 +521,69 @@ class GroupCoordinator:
                                     "subscribed_topic_names": list(m.subscribed),
                                     "assignment": {"topic_partitions": _described(m.current, topics)},
                                     "target_assignment": {"topic_partitions": _described(group.target.get(m.member_id, {}), topics)},
-                                    "member_type": 1,
+                                    "member_type": 0 if m.classic is not None else 1,  # KIP-1099: 0 classic, 1 consumer
                                 }
                                 for m in sorted(group.members.values(), key=lambda m: m.member_id)
                             ],
                         )
             out.append({**described, "error_code": error, "authorized_operations": _NO_AUTHORIZED_OPERATIONS})
         channel.send(resp_cls.build(throttle_time_ms=0, groups=out))
+
+    # -- KIP-848 online migration (upgrade U, downgrade D of consumer_group.py) ------------------------
+    def _upgrade(self, group_id: str, classic: Group, topics: dict[str, tuple[uuid.UUID, int]]) -> bool:
+        """U: ``classic`` becomes a consumer group if the policy and its members allow (under the lock)."""
+        if self.config.consumer_migration_policy not in ("upgrade", "bidirectional") or classic.protocol_type != "consumer":
+            return False
+        now = self._now_ms()
+        pairs = [(m, m.metadata(classic.protocol_name) if classic.protocol_name else (m.protocols[0][1] if m.protocols else b"")) for m in classic.members.values()]
+        upgraded = cg.upgrade(group_id, classic.generation_id, pairs, topics, now)
+        if upgraded is None:
+            return False
+        # the classic group's parked requests are answered REBALANCE_IN_PROGRESS: they rejoin
+        # the consumer group; its delayed operations find it Dead
+        del self._groups[group_id]
+        self._run(group_id, classic, state.unload_group(classic, ErrorCode.REBALANCE_IN_PROGRESS, now))
+        self._consumer_groups[group_id] = upgraded
+        # the stored classic group ends here (a reload finds it Empty, as Kafka's tombstones)
+        empty = GroupRecord(classic.protocol_type or "", classic.generation_id, None, None, wall_ms(), ())
+        self.store.store_group(group_id, empty, lambda error: None)
+        log.info("group %s: upgraded from classic (generation %d) to a consumer group", group_id, classic.generation_id)
+        return True
+
+    def _maybe_downgrade(self, group_id: str) -> None:
+        """D: the consumer group has classic members only: back to a classic group that
+        rebalances (under the lock)."""
+        cgroup = self._consumer_groups.get(group_id)
+        if cgroup is None:
+            return
+        cg.expire(cgroup, self._now_ms())
+        if not cgroup.members:
+            del self._consumer_groups[group_id]
+            return
+        if not cg.should_downgrade(cgroup, self.config.consumer_migration_policy):
+            return
+        generation, protocol, members = cg.downgrade_record(cgroup)
+        now = self._now_ms()
+        record = GroupRecord(
+            "consumer",
+            generation,
+            protocol,
+            members[0][0].member_id,
+            wall_ms(),
+            tuple(
+                state.MemberRecord(m.member_id, m.instance_id, m.client_id, m.client_host, m.rebalance_timeout_ms, m.classic.session_timeout_ms, meta, assigned)
+                for m, meta, assigned in members
+                if m.classic is not None
+            ),
+        )
+        group, effects = state.load_group(group_id, record, now)
+        for m, _meta, _assigned in members:
+            if m.classic is not None and m.member_id in group.members:
+                group.members[m.member_id].protocols = m.classic.protocols
+        del self._consumer_groups[group_id]
+        self._groups[group_id] = group
+        self._run(group_id, group, effects + state.rebalance(group, now))
+        log.info("group %s: downgraded to a classic group (generation %d)", group_id, generation)
 
     def consumer_group(self, group_id: str) -> cg.ConsumerGroup | None:
         """A consumer-protocol group (tests, tools)."""
@@ -503,6 +604,15 @@ class GroupCoordinator:
             with self._lock:
                 if not self._owns(req.group_id):
                     error = ErrorCode.NOT_COORDINATOR
+                elif req.group_id in self._consumer_groups:
+                    # K4 classic members of a consumer-protocol group
+                    cgroup = self._consumer_groups[req.group_id]
+                    topics = self.consumer_topics()
+                    for member_id, instance_id in leaving:
+                        if not member_id and instance_id is not None:
+                            member_id = next((m.member_id for m in cgroup.members.values() if m.instance_id == instance_id), "")
+                        member_errors.append(cg.classic_leave(cgroup, member_id, topics, self._now_ms(), self.config.consumer_assignors[0]))
+                    self._maybe_downgrade(req.group_id)
                 else:
                     group = self._groups.get(req.group_id)
                     error, member_errors, effects = state.leave_group(group, leaving, self._now_ms())

@@ -114,6 +114,7 @@ __all__ = [
     "delete_group",
     "unload_group",
     "load_group",
+    "rebalance",
     "group_record",
     "MemberSummary",
     "GroupSummary",
@@ -166,6 +167,8 @@ class GroupConfig:
     consumer_session_timeout_ms: int = 45_000
     consumer_heartbeat_interval_ms: int = 5_000
     consumer_assignors: tuple[str, ...] = ("uniform", "range")
+    #: group.consumer.migration.policy: classic <-> consumer group conversions allowed
+    consumer_migration_policy: str = "bidirectional"
 
 
 @dataclass(eq=False)
@@ -630,6 +633,13 @@ def _maybe_prepare_rebalance(group: Group, now_ms: int, effects: list[Effect], i
     else:
         effects.append(AwaitJoin(group.join_epoch, group.rebalance_timeout_ms))
     group.transition_to(_P, now_ms)
+
+
+def rebalance(group: Group, now_ms: int) -> list[Effect]:
+    """Make ``group`` rebalance now (a consumer group downgraded to this classic group)."""
+    effects: list[Effect] = []
+    _maybe_prepare_rebalance(group, now_ms, effects)
+    return effects
 
 
 def _reset_and_propagate_assignment_error(group: Group, error: int, effects: list[Effect]) -> None:
