@@ -31,7 +31,7 @@ from itertools import repeat
 from operator import itemgetter
 from typing import Any
 
-from .base import ZIGZAG, Record, Tail
+from .base import ZIGZAG, Record, Tail, leads
 
 __all__ = ["read_uniform", "MIN_RUN"]
 
@@ -231,19 +231,6 @@ def read_uniform(
         return 0, pos
 
     run_end = pos + done * stride
-    stamps: Any = data[pos + ts_at : run_end : stride]
-    if view:
-        stamps = stamps.tobytes()
-    first_stamp = stamps[0]
-    timestamps: Any
-    if stamps.count(first_stamp) == done:
-        timestamps = repeat(base_ts + ZIGZAG[first_stamp], done)
-    elif done >= 256:
-        # one int per distinct delta instead of one per record
-        table = [base_ts + z for z in ZIGZAG[:128]]
-        timestamps = map(table.__getitem__, stamps)
-    else:
-        timestamps = map(base_ts.__add__, map(ZIGZAG.__getitem__, stamps))
     keys: Any
     values: Any
     if key_len >= 0 and value_len >= 0:
@@ -273,16 +260,27 @@ def read_uniform(
         keys = repeat(None, done)
         values = repeat(None, done)  # not the same iterator: zip takes one item from each
     first_offset = base_offset + first_delta
-    cls, extra = (Record, ()) if tail is None else tail
-    out.extend(
-        map(
-            _new,
-            repeat(cls, done),
-            zip(
-                range(first_offset, first_offset + done), timestamps, keys, values, repeat(_NO_HEADERS, done),
-                *[repeat(field, done) for field in extra],
-                strict=True,
-            ),
-        )
-    )
+    offsets = range(first_offset, first_offset + done)
+    columns: tuple[Any, ...]
+    if tail is not None and leads(tail):
+        # (lead) where it came from, then offset, key, value: no timestamps to build
+        cls = tail[0]
+        columns = (*[repeat(field, done) for field in tail[1]], offsets, keys, values)
+    else:
+        stamps: Any = data[pos + ts_at : run_end : stride]
+        if view:
+            stamps = stamps.tobytes()
+        first_stamp = stamps[0]
+        timestamps: Any
+        if stamps.count(first_stamp) == done:
+            timestamps = repeat(base_ts + ZIGZAG[first_stamp], done)
+        elif done >= 256:
+            # one int per distinct delta instead of one per record
+            table = [base_ts + z for z in ZIGZAG[:128]]
+            timestamps = map(table.__getitem__, stamps)
+        else:
+            timestamps = map(base_ts.__add__, map(ZIGZAG.__getitem__, stamps))
+        cls, extra = (Record, ()) if tail is None else (tail[0], tail[1])
+        columns = (offsets, timestamps, keys, values, repeat(_NO_HEADERS, done), *[repeat(field, done) for field in extra])
+    out.extend(map(_new, repeat(cls, done), zip(*columns, strict=True)))
     return done, run_end

@@ -51,6 +51,7 @@ from .base import (
     Record,
     Tail,
     encode_varint,
+    leads,
     read_uvarint,
     read_varint,
     with_tail,
@@ -711,7 +712,7 @@ def batch_records(data: Any, pos: int, bend: int, header: tuple[Any, ...], tail:
         raise CorruptRecordError(f"batch at offset {base}: malformed record: {e}") from None
     if rpos != rend:
         raise CorruptRecordError(f"batch at offset {base}: records do not fill the batch")
-    if attrs & TIMESTAMP_TYPE_MASK:
+    if attrs & TIMESTAMP_TYPE_MASK and (tail is None or not leads(tail)):  # (lead): no timestamp
         out = [r._replace(timestamp=max_ts) for r in out]
     return out
 
