@@ -31,10 +31,11 @@ the rest at once. So:
 * (position) the partition's position -- the offset after the last message handed out, what a
   commit writes (``pti.consumed``) -- is read under the stream's lock: for the current chunk
   from what its iterator has left (``__length_hint__``, one C call), for any other partition
-  from the position stored when its last chunk was cut.
+  (or before the current chunk's first message is out) from the position stored when its
+  last chunk was cut.
 * (cut) revoke, reset, pause and close cut the current chunk under the lock with one
   ``list(iterator)``: whatever the consuming thread had taken before is out, the rest never
-  leaves, and the position becomes the first offset of the rest (the chunk's end if none).
+  leaves, and the position moves past the last message out.
   After ``revoke`` returns not one more message of that partition leaves this stream, and the
   position it returned is exactly what was handed out -- the commit that follows (before the
   owner znode is released) loses nothing and duplicates nothing.
@@ -345,23 +346,28 @@ class KafkaStream:
     def _cut(self) -> list[Any]:
         # (cut) Stop handing out the current chunk: take its rest in one C-level step (a
         # message is out iff the consuming thread's step got it first) and move the
-        # partition's position to the first offset of the rest, or past the chunk.
+        # partition's position past the last message handed out (kept when none was).
         pti = self._cur_pti
         if pti is None:
             return []
+        records = self._cur_records
         rest = list(self._cur_iter)  # type: ignore[arg-type]
-        pti._consumed = rest[0].offset if rest else self._cur_records[-1].offset + 1
+        out = len(records) - len(rest)
+        if out:
+            pti._consumed = records[out - 1].offset + 1
         self._cur_pti = None
         self._cur_iter = None
         self._cur_records = []
         return rest
 
     def _position(self, pti: PartitionTopicInfo) -> int | None:
-        # (position) Lock held.
+        # (position) Lock held. After the last message handed out, not at the next one: a gap
+        # (aborted or compacted records) is not skipped before a message beyond it is out.
         if pti is self._cur_pti:
-            left = length_hint(self._cur_iter)
             records = self._cur_records
-            return records[-left].offset if left else records[-1].offset + 1
+            out = len(records) - length_hint(self._cur_iter)
+            if out:
+                return records[out - 1].offset + 1
         return pti._consumed
 
     def position(self, pti: PartitionTopicInfo) -> int | None:

@@ -210,3 +210,22 @@ def test_a_second_thread_needing_a_chunk_gets_a_clear_error() -> None:
     assert [m.offset for m in got] == [0]  # the waiting thread was not disturbed
     assert next(stream).offset == 1
     assert pti.consumed == 2
+
+
+def test_the_position_is_after_the_last_message_even_before_a_gap() -> None:
+    # A chunk with a gap (aborted records dropped by read_committed, or compacted away): the
+    # position is after the last message handed out, never at the next message beyond the gap.
+    stream = _stream()
+    pti = _pti(stream)
+    raw = encode_records(2, NONE, [(None, b"a", None)] * 3, base_offset=0) + encode_records(
+        2, NONE, [(None, b"b", None)] * 2, base_offset=7
+    )
+    assert stream.put(FetchedChunk(pti, decode_records(raw, stream.record_tail(pti))), STOP)
+    assert _offsets(stream, 3) == [0, 1, 2]
+    assert pti.consumed == 3
+    stream.set_paused(True)
+    assert pti.consumed == 3
+    stream.set_paused(False)
+    assert _offsets(stream, 1) == [7]
+    assert pti.consumed == 8
+    assert stream.revoke(pti) == 8
