@@ -41,7 +41,9 @@ in member id order).
 
 Offsets of a consumer group's members (:func:`validate_commit`, :func:`validate_fetch`):
 
-* C1 an empty member id with a negative epoch (an admin's commit): accepted.
+* C1 a negative epoch (an admin's commit, or a consumer outside group management) while the
+  group has no members: accepted. With members it is checked as any other (an empty member id
+  is UNKNOWN_MEMBER_ID: Kafka's rule, so an admin cannot move a live group's offsets).
 * C2 an unknown member id: UNKNOWN_MEMBER_ID.
 * C3 OffsetCommit below v9 from a member: UNSUPPORTED_VERSION (as Kafka: v9+ carries epochs).
 * C4 an epoch other than the member's (or its previous one, committed while the answer that
@@ -385,7 +387,7 @@ def state_of(group: ConsumerGroup) -> str:
 
 def validate_commit(group: ConsumerGroup, member_id: str, epoch: int, api_version: int = 9) -> int:
     """OffsetCommit from a member of a consumer group (cases C1-C4 of the module docstring)."""
-    if not member_id and epoch < 0:
+    if epoch < 0 and not group.members:
         return ErrorCode.NONE  # C1 an admin's (or a group-less consumer's) commit
     member = group.members.get(member_id)
     if member is None:
