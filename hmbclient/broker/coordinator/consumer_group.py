@@ -49,7 +49,7 @@ Offsets of a consumer group's members (:func:`validate_commit`, :func:`validate_
 * C4 an epoch other than the member's (or its previous one, committed while the answer that
   bumped it was on its way): STALE_MEMBER_EPOCH.
 * C5 OffsetFetch v9 naming a member: unknown -> UNKNOWN_MEMBER_ID; an epoch other than the
-  member's -> STALE_MEMBER_EPOCH.
+  member's -> STALE_MEMBER_EPOCH (a classic member: ILLEGAL_GENERATION, as K5).
 
 Classic members (KIP-848's online migration, ``group.consumer.migration.policy``): a member
 speaking JoinGroup/SyncGroup/Heartbeat with protocol type "consumer" may live in a consumer
@@ -74,7 +74,7 @@ the server-side assignor assigns for everyone, and its *generation* is its membe
   lacks are free now (Kafka's three conditions).
 * K4 leave (:func:`classic_leave`): removed, group epoch bumped.
 * K5 commit: a classic member commits with any OffsetCommit version; generation other than its
-  epoch -> ILLEGAL_GENERATION.
+  epoch -> ILLEGAL_GENERATION (an OffsetFetch v9 naming it too).
 * U upgrade (:func:`upgrade`): a ConsumerGroupHeartbeat joining a classic group whose members
   all use protocol type "consumer" (policy ``upgrade`` or ``bidirectional``) turns it into a
   consumer group: each member keeps its id, its last assignment as its current one and the
@@ -408,7 +408,8 @@ def validate_fetch(group: ConsumerGroup, member_id: str, epoch: int) -> int:
     if member is None:
         return ErrorCode.UNKNOWN_MEMBER_ID
     if epoch != member.member_epoch:
-        return ErrorCode.STALE_MEMBER_EPOCH
+        # K5: a classic member's epoch is its generation (Kafka's validateMemberEpoch)
+        return ErrorCode.ILLEGAL_GENERATION if member.classic is not None else ErrorCode.STALE_MEMBER_EPOCH
     return ErrorCode.NONE
 
 
