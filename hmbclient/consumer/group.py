@@ -1,6 +1,7 @@
-"""Membership of one consumer-group member through the brokers' group coordinator
-(``group.protocol=broker``): the classic group protocol of Kafka 0.9 and later, as Kafka 4 and
-Tansu, which have no ZooKeeper, balance groups.
+"""Membership of one consumer-group member through the brokers' group coordinator (the
+connector's ``group.coordination=broker``, the poll Consumer's ``group.protocol=classic``): the
+classic group protocol of Kafka 0.9 and later, as Kafka 4 and Tansu, which have no ZooKeeper,
+balance groups.
 
 One :class:`BrokerGroupMember` per ``ConsumerConnector`` in broker mode, in the place the
 ZooKeeper mode's :class:`rebalance.rebalancer.ZkRebalancer` takes: the same
