@@ -1,6 +1,7 @@
-"""Membership of one consumer-group member through the brokers' group coordinator
-(``group.protocol=broker``): the classic group protocol of Kafka 0.9 and later, as Kafka 4 and
-Tansu, which have no ZooKeeper, balance groups.
+"""Membership of one consumer-group member through the brokers' group coordinator (the
+connector's ``group.coordination=broker``, the poll Consumer's ``group.protocol=classic``): the
+classic group protocol of Kafka 0.9 and later, as Kafka 4 and Tansu, which have no ZooKeeper,
+balance groups.
 
 One :class:`BrokerGroupMember` per ``ConsumerConnector`` in broker mode, in the place the
 ZooKeeper mode's :class:`rebalance.rebalancer.ZkRebalancer` takes: the same
@@ -198,6 +199,43 @@ class _Closed(Exception):
     """close() was called: the group thread leaves whatever it was waiting for."""
 
 
+class _GroupThread:
+    """What the two kinds of group member share on their group thread (the classic
+    :class:`BrokerGroupMember` and KIP-848's ``group_consumer.ConsumerProtocolMember``): the
+    interruptible sleep, the wait for the coordinator's answer, the status events. The
+    subclass sets ``_wake`` and ``_closing`` (threading.Event) and ``_status``."""
+
+    _wake: threading.Event
+    _closing: threading.Event
+    _status: Callable[[str, dict[str, Any]], None] | None
+
+    def _sleep(self, seconds: float) -> None:
+        self._wake.wait(seconds)
+        self._wake.clear()
+        if self._closing.is_set():
+            raise _Closed()
+
+    def _wait(self, future: Future[Any], timeout_ms: float) -> Any:
+        # Wait for an answer, but leave at once when closing (the request is abandoned).
+        deadline = time.monotonic() + timeout_ms / 1000 + 1.0
+        while True:
+            if self._closing.is_set():
+                raise _Closed()
+            try:
+                return future.result(timeout=0.1)
+            except TimeoutError:
+                if time.monotonic() > deadline:
+                    raise RequestTimedOutError(f"no answer from the group coordinator in {timeout_ms:g} ms") from None
+
+    def _emit(self, kind: str, **fields: Any) -> None:
+        if self._status is None:
+            return
+        try:
+            self._status(kind, fields)
+        except Exception:  # noqa: BLE001 - listeners must not break the loop
+            log.exception("status listener failed on %s", kind)
+
+
 # ---------------------------------------------------------------------- the state machine
 
 
@@ -307,7 +345,7 @@ def _member_subscription(meta: Any, instance: str | None) -> MemberSubscription:
 
 
 
-class BrokerGroupMember:
+class BrokerGroupMember(_GroupThread):
     """Membership and assignment of one member of a broker-coordinated consumer group.
 
     Args:
@@ -599,24 +637,6 @@ class BrokerGroupMember:
         self._emit("rebalance_failed", consumer_id=self.consumer_id, error=repr(exc), failures=self._failures)
         delay = min(_MAX_RETRY_S, (self.backoff_s + 0.01) * 2 ** (self._failures - 1))
         self._sleep(delay)
-
-    def _sleep(self, seconds: float) -> None:
-        self._wake.wait(seconds)
-        self._wake.clear()
-        if self._closing.is_set():
-            raise _Closed()
-
-    def _wait(self, future: Future[Any], timeout_ms: float) -> Any:
-        # Wait for an answer, but leave at once when closing (the request is abandoned).
-        deadline = time.monotonic() + timeout_ms / 1000 + 1.0
-        while True:
-            if self._closing.is_set():
-                raise _Closed()
-            try:
-                return future.result(timeout=0.1)
-            except TimeoutError:
-                if time.monotonic() > deadline:
-                    raise RequestTimedOutError(f"no answer from the group coordinator in {timeout_ms:g} ms") from None
 
     def _call(self, api_key: ApiKey, timeout_ms: float, **fields: Any) -> Any:
         """Send one request to the coordinator and wait; a lost connection or no answer in
@@ -1097,11 +1117,3 @@ class BrokerGroupMember:
             log.info("%s: LeaveGroup failed (%s); the session timeout removes us", self.consumer_id, exc)
 
     # ------------------------------------------------------------------ status
-
-    def _emit(self, kind: str, **fields: Any) -> None:
-        if self._status is None:
-            return
-        try:
-            self._status(kind, fields)
-        except Exception:  # noqa: BLE001 - listeners must not break the loop
-            log.exception("status listener failed on %s", kind)

@@ -60,7 +60,6 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Mapping
-from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any
 
@@ -80,6 +79,7 @@ from hmbclient.protocol.api.metadata import MetadataRequest
 from rebalance.rebalancer import OwnershipListener, Subscription
 
 from .assignors import streams_for
+from .group import _Closed, _GroupThread
 from .offsets import KafkaOffsetStorage
 
 __all__ = ["Answer", "ConsumerProtocolMember", "Decision", "MemberState", "decide"]
@@ -179,16 +179,12 @@ def decide(state: MemberState, member_id: str, epoch: int, owned: frozenset[Topi
     )
 
 
-class _Closed(Exception):
-    pass
-
-
 def new_member_id() -> str:
     """A member id as Kafka's clients draw one (KIP-1082): a random Uuid, base64url."""
     return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode("ascii").rstrip("=")
 
 
-class ConsumerProtocolMember:
+class ConsumerProtocolMember(_GroupThread):
     """One member of a consumer-protocol group (KIP-848); see the module docstring.
 
     Args:
@@ -425,23 +421,6 @@ class ConsumerProtocolMember:
                 self._changed.notify_all()
         self._sleep(min(_MAX_RETRY_S, (self.backoff_s + 0.01) * 2 ** (self._failures - 1)))
 
-    def _sleep(self, seconds: float) -> None:
-        self._wake.wait(seconds)
-        self._wake.clear()
-        if self._closing.is_set():
-            raise _Closed()
-
-    def _wait(self, future: Future[Any], timeout_ms: float) -> Any:
-        deadline = time.monotonic() + timeout_ms / 1000 + 1.0
-        while True:
-            if self._closing.is_set():
-                raise _Closed()
-            try:
-                return future.result(timeout=0.1)
-            except TimeoutError:
-                if time.monotonic() > deadline:
-                    raise RequestTimedOutError(f"no answer from the group coordinator in {timeout_ms:g} ms") from None
-
     def _discover(self) -> None:
         try:
             self._coordinator = self.offsets.coordinator()
@@ -656,11 +635,3 @@ class ConsumerProtocolMember:
                 self._emit("left", consumer_id=self.consumer_id, member_id=self.member_id)
         except HmbError as exc:
             log.info("%s: leaving failed (%s); the session timeout removes us", self.consumer_id, exc)
-
-    def _emit(self, kind: str, **fields: Any) -> None:
-        if self._status is None:
-            return
-        try:
-            self._status(kind, fields)
-        except Exception:  # noqa: BLE001
-            log.exception("status listener failed on %s", kind)

@@ -76,6 +76,9 @@ def test_fencing_unknown_members_leave_and_session_expiry() -> None:
     assert cg.validate_commit(g, "C", c.member_epoch) == 0
     assert cg.validate_commit(g, "C", c.member_epoch + 1) == ErrorCode.STALE_MEMBER_EPOCH
     assert cg.validate_commit(g, "A", 1) == ErrorCode.UNKNOWN_MEMBER_ID
+    # an admin's commit (no member, epoch -1) only while the group is empty (Kafka's C1)
+    assert cg.validate_commit(g, "", -1) == ErrorCode.UNKNOWN_MEMBER_ID
+    assert cg.validate_commit(cg.ConsumerGroup("empty"), "", -1) == 0
     assert cg.validate_commit(g, "C", c.member_epoch, api_version=8) == ErrorCode.UNSUPPORTED_VERSION  # v9+ only
     assert cg.validate_fetch(g, "C", c.member_epoch) == 0 and cg.validate_fetch(g, "C", c.member_epoch - 1) == ErrorCode.STALE_MEMBER_EPOCH
     assert cg.validate_fetch(g, "A", 1) == ErrorCode.UNKNOWN_MEMBER_ID

@@ -88,6 +88,7 @@ def test_classic_members_in_a_consumer_group_decisions() -> None:
     # K5 A commits with its generation until it rejoins; anything else is ILLEGAL_GENERATION
     assert cg.validate_commit(g, "A", a.generation_id, api_version=2) == ErrorCode.NONE
     assert cg.validate_commit(g, "A", a.generation_id + 5, api_version=2) == ErrorCode.ILLEGAL_GENERATION
+    assert cg.validate_fetch(g, "A", a.generation_id + 5) == ErrorCode.ILLEGAL_GENERATION  # as Kafka's
     # an eager member rejoins owning nothing: it gets its half at the new epoch
     a2 = cg.classic_join(g, "A", None, _meta(), 10_000, 20_000, True, TOPICS, 40)
     assert a2.generation_id == g.assignment_epoch > a.generation_id

@@ -391,3 +391,33 @@ def _raw_record(delta: int, key_field: bytes, value_field: bytes) -> bytes:
 def test_non_canonical_length_varints(key_field: bytes, value_field: bytes) -> None:
     batch = _batch_of_raw_records([_raw_record(d, key_field, value_field) for d in range(40)])
     _same(batch)
+
+
+def test_the_decoders_gc_pause_ends_on_every_path() -> None:
+    """records.base.GcPaused: the cyclic GC is on again after a decode that returned records,
+    one that stopped at a corrupt batch, and one whose records could not be built (a tail class
+    that is no tuple); a GC the caller had turned off stays off."""
+    import gc
+
+    from hmbclient.protocol.records import encode_records
+
+    good = bytes(v2.encode(NONE, [(b"k", b"v" * 10, TS)] * 50, 0, 0))
+    bad = bytearray(good)
+    bad[-1] ^= 0xFF  # CRC mismatch
+    legacy = encode_records(1, NONE, [(b"k", b"v", TS)] * 5)
+
+    assert gc.isenabled()
+    assert len(decode_records(good)) == 50 and gc.isenabled()
+    with pytest.raises(CorruptRecordError):
+        decode_records(bytes(bad))
+    assert gc.isenabled()
+    for buf in (good, legacy):
+        with pytest.raises(TypeError):
+            decode_records(buf, (int, ("t", 0)))
+        assert gc.isenabled()
+    gc.disable()
+    try:
+        decode_records(good)
+        assert not gc.isenabled()
+    finally:
+        gc.enable()

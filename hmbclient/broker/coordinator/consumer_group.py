@@ -41,13 +41,15 @@ in member id order).
 
 Offsets of a consumer group's members (:func:`validate_commit`, :func:`validate_fetch`):
 
-* C1 an empty member id with a negative epoch (an admin's commit): accepted.
+* C1 a negative epoch (an admin's commit, or a consumer outside group management) while the
+  group has no members: accepted. With members it is checked as any other (an empty member id
+  is UNKNOWN_MEMBER_ID: Kafka's rule, so an admin cannot move a live group's offsets).
 * C2 an unknown member id: UNKNOWN_MEMBER_ID.
 * C3 OffsetCommit below v9 from a member: UNSUPPORTED_VERSION (as Kafka: v9+ carries epochs).
 * C4 an epoch other than the member's (or its previous one, committed while the answer that
   bumped it was on its way): STALE_MEMBER_EPOCH.
 * C5 OffsetFetch v9 naming a member: unknown -> UNKNOWN_MEMBER_ID; an epoch other than the
-  member's -> STALE_MEMBER_EPOCH.
+  member's -> STALE_MEMBER_EPOCH (a classic member: ILLEGAL_GENERATION, as K5).
 
 Classic members (KIP-848's online migration, ``group.consumer.migration.policy``): a member
 speaking JoinGroup/SyncGroup/Heartbeat with protocol type "consumer" may live in a consumer
@@ -72,7 +74,7 @@ the server-side assignor assigns for everyone, and its *generation* is its membe
   lacks are free now (Kafka's three conditions).
 * K4 leave (:func:`classic_leave`): removed, group epoch bumped.
 * K5 commit: a classic member commits with any OffsetCommit version; generation other than its
-  epoch -> ILLEGAL_GENERATION.
+  epoch -> ILLEGAL_GENERATION (an OffsetFetch v9 naming it too).
 * U upgrade (:func:`upgrade`): a ConsumerGroupHeartbeat joining a classic group whose members
   all use protocol type "consumer" (policy ``upgrade`` or ``bidirectional``) turns it into a
   consumer group: each member keeps its id, its last assignment as its current one and the
@@ -385,7 +387,7 @@ def state_of(group: ConsumerGroup) -> str:
 
 def validate_commit(group: ConsumerGroup, member_id: str, epoch: int, api_version: int = 9) -> int:
     """OffsetCommit from a member of a consumer group (cases C1-C4 of the module docstring)."""
-    if not member_id and epoch < 0:
+    if epoch < 0 and not group.members:
         return ErrorCode.NONE  # C1 an admin's (or a group-less consumer's) commit
     member = group.members.get(member_id)
     if member is None:
@@ -406,7 +408,8 @@ def validate_fetch(group: ConsumerGroup, member_id: str, epoch: int) -> int:
     if member is None:
         return ErrorCode.UNKNOWN_MEMBER_ID
     if epoch != member.member_epoch:
-        return ErrorCode.STALE_MEMBER_EPOCH
+        # K5: a classic member's epoch is its generation (Kafka's validateMemberEpoch)
+        return ErrorCode.ILLEGAL_GENERATION if member.classic is not None else ErrorCode.STALE_MEMBER_EPOCH
     return ErrorCode.NONE
 
 
