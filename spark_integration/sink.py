@@ -98,8 +98,8 @@ __all__ = [
 
 log = logging.getLogger("spark_integration.sink")
 
-#: Sends checked (and the producer flushed) at least this often, so a task's memory stays
-#: bounded by this many pending futures whatever its partition's size.
+#: Sends checked (and the producer flushed) after the Arrow batch that reaches this many rows
+#: since the last check, so a task's memory stays bounded whatever its partition's size.
 _CHECK_EVERY = 20_000
 
 
@@ -231,6 +231,18 @@ def _headers(value: Any) -> list[tuple[str, bytes | None]] | None:
     return out
 
 
+def _binary_list(column: Any) -> list[Any]:
+    """An Arrow string or binary column as a list of ``bytes`` / None: a string column is
+    cast to binary in Arrow (the same UTF-8 bytes, no copy), so no row is encoded in Python."""
+    import pyarrow as pa
+
+    if pa.types.is_string(column.type):
+        column = column.cast(pa.binary())
+    elif pa.types.is_large_string(column.type):
+        column = column.cast(pa.large_binary())
+    return column.to_pylist()
+
+
 def write_task(opts: SinkOptions, cfg: ProducerConfig, batches: Iterator[Any]) -> SinkCommit:
     """Send every row of one task's Arrow batches; returns the commit message.
 
@@ -250,8 +262,60 @@ def write_task(opts: SinkOptions, cfg: ProducerConfig, batches: Iterator[Any]) -
     return SinkCommit(rows, per_topic)
 
 
+class _Window:
+    """The rows sent since the last check, and the failures their delivery reports named.
+
+    Rows are queued with ``Producer.produce`` and one shared callback, :meth:`delivered`, so
+    no row has a future or a closure of its own. A failed report carries the row's key and
+    value objects: :meth:`check` finds the row by the identity of those objects among the
+    window's columns (each kept as the list the rows were sent from), so the error names the
+    first failed row in row order. (Identity can be shared only by equal contents, e.g. CPython's
+    one-byte objects; then the first row with that key and value is named.)"""
+
+    __slots__ = ("failed", "spans")
+
+    def __init__(self) -> None:
+        self.failed: list[tuple[Any, BaseException]] = []
+        #: (first row, keys or None, values, topics list or None, default topic)
+        self.spans: list[tuple[int, list[Any] | None, list[Any], list[Any] | None, str | None]] = []
+
+    def delivered(self, err: BaseException | None, report: Any) -> None:
+        if err is not None:
+            self.failed.append((report, err))
+
+    def check(self, producer: Producer) -> None:
+        """Flush and check every send of the window; raise for the first failed row."""
+        producer.flush()
+        failed = self.failed
+        spans = self.spans
+        self.failed = []
+        self.spans = []
+        if not failed:
+            return
+        by_id = {(id(r.key), id(r.value)): (r, e) for r, e in failed}
+        first: tuple[int, str, BaseException] | None = None
+        for start, keys, values, topics, default in spans:
+            for i, v in enumerate(values):
+                hit = by_id.get((id(keys[i]) if keys is not None else id(None), id(v)))
+                if hit is not None:
+                    topic = topics[i] if topics is not None and topics[i] is not None else default
+                    first = (start + i, str(topic), hit[1])
+                    break
+            if first is not None:
+                break
+        if first is None:  # not found by identity (cannot happen): name the report instead
+            r, e = failed[0]
+            raise SinkError(f"{len(failed)} row(s) not acknowledged; first: a row to {r.topic!r}: {type(e).__name__}: {e}") from e
+        row, topic, cause = first
+        raise SinkError(f"{len(failed)} row(s) not acknowledged; first: row {row} to {topic!r}: {type(cause).__name__}: {cause}") from cause
+
+
 def send_rows(producer: Producer, opts: SinkOptions, batches: Iterator[Any], skip: int = 0) -> tuple[int, dict[str, int]]:
     """Send every row of ``batches`` with ``producer`` and check every send.
+
+    Cases: (R1) a batch with only ``value`` (and ``key``) columns, wholly past ``skip``: one
+    tight loop of ``produce`` over the two columns (nulls checked in Arrow first); (R2) any
+    other batch: row by row, with the row's topic, partition and headers.
 
     Args:
         producer: The task's producer.
@@ -268,37 +332,73 @@ def send_rows(producer: Producer, opts: SinkOptions, batches: Iterator[Any], ski
     where = _task_name()
     row = 0
     per_topic: dict[str, int] = {}
-    pending: list[tuple[int, str, Any]] = []
+    window = _Window()
+    cb = window.delivered
+    produce = producer.produce
+    since_check = 0
     for batch in batches:
         names = batch.schema.names
-        cols = {name: batch.column(names.index(name)).to_pylist() for name in ("value", "key", "topic", "partition", "headers") if name in names}
-        values = cols["value"]
-        keys = cols.get("key")
-        topics = cols.get("topic")
-        partitions = cols.get("partition")
-        headers = cols.get("headers")
-        for i in range(len(values)):
-            topic = topics[i] if topics is not None and topics[i] is not None else opts.topic
-            key = _as_bytes(keys[i]) if keys is not None else None
-            value = _as_bytes(values[i])
+        n = batch.num_rows
+        if n == 0:
+            continue
+        value_col = batch.column(names.index("value"))
+        key_col = batch.column(names.index("key")) if "key" in names else None
+        values = _binary_list(value_col)
+        keys = _binary_list(key_col) if key_col is not None else None
+        if row >= skip and not ("topic" in names or "partition" in names or "headers" in names):
+            # (R1)
+            topic = opts.topic
             if topic is None:
                 raise SinkError(f"{where} row {row}: no topic (the row's topic column is null and no 'topic' option is set)")
-            if value is None and key is None:
-                raise SinkError(f"{where} row {row} to {topic!r}: value is null (a null value is only a tombstone for a keyed row)")
-            part = partitions[i] if partitions is not None else None
-            if row < skip:
-                row += 1
-                continue
+            if value_col.null_count and (key_col is None or key_col.null_count):
+                for i, v in enumerate(values):
+                    if v is None and (keys is None or keys[i] is None):
+                        raise SinkError(f"{where} row {row + i} to {topic!r}: value is null (a null value is only a tombstone for a keyed row)")
+            window.spans.append((row, keys, values, None, topic))
+            i = 0
             try:
-                fut = producer.send_record(topic, value, key, partition=part, headers=_headers(headers[i]) if headers is not None else None)
+                if keys is None:
+                    for v in values:
+                        produce(topic, v, None, None, None, None, cb)
+                        i += 1
+                else:
+                    for k, v in zip(keys, values):  # noqa: B905 (same length: one batch)
+                        produce(topic, v, k, None, None, None, cb)
+                        i += 1
             except (HmbError, ValueError, TypeError) as e:
-                raise SinkError(f"{where} row {row} to {topic!r}: {type(e).__name__}: {e}") from e
-            pending.append((row, topic, fut))
-            per_topic[topic] = per_topic.get(topic, 0) + 1
-            row += 1
-            if len(pending) >= _CHECK_EVERY:
-                _settle(producer, pending)
-    _settle(producer, pending)
+                raise SinkError(f"{where} row {row + i} to {topic!r}: {type(e).__name__}: {e}") from e
+            per_topic[topic] = per_topic.get(topic, 0) + n
+            row += n
+            since_check += n
+        else:
+            # (R2)
+            topics = batch.column(names.index("topic")).to_pylist() if "topic" in names else None
+            partitions = batch.column(names.index("partition")).to_pylist() if "partition" in names else None
+            headers = batch.column(names.index("headers")).to_pylist() if "headers" in names else None
+            window.spans.append((row, keys, values, topics, opts.topic))
+            for i in range(n):
+                topic = topics[i] if topics is not None and topics[i] is not None else opts.topic
+                key = keys[i] if keys is not None else None
+                value = values[i]
+                if topic is None:
+                    raise SinkError(f"{where} row {row}: no topic (the row's topic column is null and no 'topic' option is set)")
+                if value is None and key is None:
+                    raise SinkError(f"{where} row {row} to {topic!r}: value is null (a null value is only a tombstone for a keyed row)")
+                if row < skip:
+                    row += 1
+                    continue
+                part = partitions[i] if partitions is not None else None
+                try:
+                    produce(topic, value, key, part, _headers(headers[i]) if headers is not None else None, None, cb)
+                except (HmbError, ValueError, TypeError) as e:
+                    raise SinkError(f"{where} row {row} to {topic!r}: {type(e).__name__}: {e}") from e
+                per_topic[topic] = per_topic.get(topic, 0) + 1
+                row += 1
+                since_check += 1
+        if since_check >= _CHECK_EVERY:
+            window.check(producer)
+            since_check = 0
+    window.check(producer)
     return row, per_topic
 
 
@@ -308,21 +408,6 @@ def _task_name() -> str:
 
     ctx = TaskContext.get()
     return f"partition {ctx.partitionId()}" if ctx is not None else "task"
-
-
-def _settle(producer: Producer, pending: list[tuple[int, str, Any]]) -> None:
-    """Flush and check every pending send; raise for the first failure (after counting all)."""
-    producer.flush()
-    failed = []
-    for row, topic, fut in pending:
-        try:
-            fut.result(timeout=0)
-        except Exception as exc:
-            failed.append((row, topic, exc))
-    pending.clear()
-    if failed:
-        first_row, first_topic, cause = failed[0]
-        raise SinkError(f"{len(failed)} row(s) not acknowledged; first: row {first_row} to {first_topic!r}: {type(cause).__name__}: {cause}") from cause
 
 
 class _SinkTasks:

@@ -156,3 +156,43 @@ def test_spark_own_streaming_options_are_accepted_and_typos_are_not() -> None:
     assert (opts.query_name, opts.checkpoint_location) == ("q", "/ckpt")
     with pytest.raises(ConfigError, match="querynam"):
         parse_sink_options({"metadata.broker.list": "127.0.0.1:9092", "querynam": "q"})
+
+
+def test_a_failed_delivery_names_the_first_failed_row(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """send_rows queues rows without a future each (one delivery callback for all): a row the
+    broker refuses after it was queued (over the broker's message.max.bytes) still fails the
+    task, naming the first refused row in row order, for both row loops (value/key columns
+    only, and with a partition column), across Arrow batches and checks."""
+    import pyarrow as pa
+
+    from hmbclient import Producer
+    from hmbclient.broker import EmbeddedBroker
+    from spark_integration import sink
+    from spark_integration.sink import SinkError, parse_sink_options, send_rows
+
+    monkeypatch.setattr(sink, "_CHECK_EVERY", 3)  # a check after each 3-row batch below
+    big = "x" * 5000
+    with EmbeddedBroker(port=0, log_dir=str(tmp_path), num_partitions=2, message_max_bytes=3000) as b:
+        opts, cfg = parse_sink_options({"metadata.broker.list": b.bootstrap, "topic": "big",
+                                        "message.send.max.retries": "1"})
+
+        def send(batches: list[Any]) -> str:
+            producer = Producer(cfg)
+            try:
+                with pytest.raises(SinkError) as err:
+                    send_rows(producer, opts, iter(batches))
+            finally:
+                producer.close()
+            return str(err.value)
+
+        # (R1): rows 0-2 acknowledged (checked), then rows 3-5 in one partition batch refused
+        first = pa.RecordBatch.from_arrays([pa.array(["k"] * 3), pa.array(["a", "b", "c"])], names=["key", "value"])
+        second = pa.RecordBatch.from_arrays([pa.array(["k"] * 3), pa.array(["d", big, "f"])], names=["key", "value"])
+        msg = send([first, second])
+        assert "3 row(s) not acknowledged; first: row 3 to 'big'" in msg and "MessageTooLarge" in msg, msg
+        # (R2): only the rows to partition 1 are refused; the first of them is row 2
+        rows = pa.RecordBatch.from_arrays(
+            [pa.array([b"s", b"s", big.encode(), b"s", b"t"]), pa.array([0, 0, 1, 0, 1], pa.int32())],
+            names=["value", "partition"])
+        msg = send([rows])
+        assert "2 row(s) not acknowledged; first: row 2 to 'big'" in msg, msg
