@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import threading
 from collections import deque
-from typing import Any
+from typing import Any, Literal, overload
 
 from hmbclient.clock import monotonic_ms, wall_ms
 from hmbclient.errors import ProducerClosedError, QueueFullError
@@ -222,6 +222,18 @@ class RecordAccumulator:
         if self.sender_waiting:
             self.work.notify()
 
+    @overload
+    def append(
+        self, queue: PartitionQueue, values: list[Any], key: bytes | None, nbytes: int, headers: Any = ...,
+        timestamp: int | None = ..., on_delivery: Any = ..., handle: Literal[True] = ...,
+    ) -> SendFutures: ...
+
+    @overload
+    def append(
+        self, queue: PartitionQueue, values: list[Any], key: bytes | None, nbytes: int, headers: Any,
+        timestamp: int | None, on_delivery: Any, handle: Literal[False],
+    ) -> None: ...
+
     def append(
         self,
         queue: PartitionQueue,
@@ -231,13 +243,15 @@ class RecordAccumulator:
         headers: Any = None,
         timestamp: int | None = None,
         on_delivery: Any = None,
-    ) -> SendFutures:
+        handle: bool = True,
+    ) -> SendFutures | None:
         """Add checked messages to the open batch of ``queue``: the one way in (lock taken here).
 
         In order: room in the queue (waiting per queue_enqueue_timeout_ms), a producer not
         closed meanwhile, and the batch: rolled over when the messages do not fit (every batch
         stays under ``batch_max_bytes``), closed once full. ``nbytes`` is the messages'
-        estimated size. Returns the messages' futures.
+        estimated size. Returns the messages' futures; nothing with ``handle=False``
+        (produce(): no future per message, its report comes through ``on_delivery``).
 
         ``timestamp`` (ms; None: the batch's creation time): the messages go in a batch of
         their own stamped with it, closed at once (the sender may still merge it with its
@@ -284,6 +298,8 @@ class RecordAccumulator:
                 self.close_batch(queue)
         finally:
             lock.release()
+        if not handle:
+            return None
         if n == 1:
             # OneSendFuture without __init__: about half the cost of SendFutures(...)
             futures = _new(OneSendFuture)

@@ -591,7 +591,7 @@ class Producer:
                             if not 0 <= p < count:
                                 raise ValueError(f"partitioner returned {p} for {count} partitions of {topic!r}")
                             queue = ts.parts[p]
-                        acc.append(queue, [value], None, size + _RECORD_OVERHEAD, None, None, on_delivery)
+                        acc.append(queue, [value], None, size + _RECORD_OVERHEAD, None, None, on_delivery, False)
                         return
                 elif key.__class__ is bytes and self._allows_keys:
                     size += len(key)
@@ -603,7 +603,7 @@ class Producer:
                             if not 0 <= p < count:
                                 raise ValueError(f"partitioner returned {p} for {count} partitions of {topic!r}")
                             queue = ts.parts[p]
-                        acc.append(queue, [value], key, size + _RECORD_OVERHEAD, None, None, on_delivery)
+                        acc.append(queue, [value], key, size + _RECORD_OVERHEAD, None, None, on_delivery, False)
                         return
         acc = self._acc
         if acc is None:
@@ -665,7 +665,7 @@ class Producer:
             # Sync: nothing sends in the background; make room by sending in this thread.
             bound = self.config.queue_buffering_max_messages
             self._drive_sync(lambda: acc.queued < bound, None)
-        acc.append(queue, [value], key, size + _RECORD_OVERHEAD, headers, timestamp, on_delivery)
+        acc.append(queue, [value], key, size + _RECORD_OVERHEAD, headers, timestamp, on_delivery, False)
 
     def poll(self, timeout: float | None = None) -> int:
         """Serve delivery callbacks in this thread; returns how many were served.
