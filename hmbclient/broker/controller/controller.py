@@ -44,6 +44,11 @@ Every state write is conditional on the version this controller read and fenced 
 controller epoch (see the store); on a version conflict (a leader changed the ISR meanwhile)
 the state is re-read and the decision made again, a bounded number of times. All events run on
 one thread in arrival order, so the decision state needs no lock; watches only queue events.
+
+Shutdown (``shutdown``): the controller is marked stopped *before* it resigns, so the watch its
+own deletion of ``/controller`` fires cannot elect it again; every request sender stopped
+(resignation, a dead or moved broker) is joined, so a closed broker leaves no
+``controller-N-to-M`` thread behind.
 """
 
 from __future__ import annotations
@@ -64,6 +69,7 @@ from hmbclient.broker.controller.decisions import Change, ClusterState, LeaderIs
 from hmbclient.broker.controller.reassignment import Ongoing
 from hmbclient.broker.controller.store import CoordinationStore
 from hmbclient.broker.metadata import LEADER_DURING_DELETE, NO_LEADER, BrokerEndpoint
+from hmbclient.clock import monotonic_ms
 from hmbclient.errors import ErrorCode, HmbError
 from hmbclient.protocol.api.base import Request
 from hmbclient.protocol.api.cluster import (
@@ -168,6 +174,8 @@ class Controller:
         #: partitions being reassigned (Case I), as the topic znodes record them
         self.reassigning: dict[TP, Ongoing] = {}
         self._senders: dict[int, _Sender] = {}
+        #: senders stopped whose thread may still be finishing (joined at shutdown)
+        self._stopped_senders: list[_Sender] = []
         # What this broker knows of the current controller (any broker): (id, epoch).
         self.known_controller: tuple[int, int] = (-1, 0)
 
@@ -196,6 +204,22 @@ class Controller:
         self._stopped = True
         self._events.put(None)
         self._thread.join(timeout=10)
+        self._stop_senders(wait_s=5.0)
+
+    def _stop_senders(self, wait_s: float = 0.0) -> None:
+        """Stop every sender; given ``wait_s``, wait that long in all for the threads of every
+        sender stopped so far (a sender ends after the request it is delivering)."""
+        for s in self._senders.values():
+            s.stop()
+            self._stopped_senders.append(s)
+        self._senders = {}
+        self._stopped_senders = [s for s in self._stopped_senders if s.thread.is_alive()]
+        if not wait_s:
+            return
+        deadline_ms = monotonic_ms() + int(wait_s * 1000)
+        for s in self._stopped_senders:
+            if s.thread is not threading.current_thread():
+                s.thread.join(timeout=max(0, deadline_ms - monotonic_ms()) / 1000.0)
 
     def _schedule_rebalance(self) -> None:
         if self.auto_rebalance is None or self._stopped:
@@ -292,11 +316,13 @@ class Controller:
         self.state = None
         self.versions = {}
         self.reassigning = {}
-        for s in self._senders.values():
-            s.stop()
-        self._senders = {}
+        self._stop_senders()
 
     def _resign_and_stop(self, done: Future[None]) -> None:
+        # Stopped before resigning: deleting /controller fires this controller's own watch,
+        # whose _controller_changed -> _elect must not make it the controller again (with new
+        # senders nothing would stop).
+        self._stopped = True
         try:
             if self.active:
                 self._go_inactive("shutting down")
@@ -399,6 +425,7 @@ class Controller:
             return
         if cur is not None:
             cur.stop()
+            self._stopped_senders.append(cur)
         self._senders[endpoint.node_id] = _Sender(self, endpoint)
 
     def deliver(self, endpoint: BrokerEndpoint, channel: BrokerChannel, req: Request) -> Any:
@@ -491,6 +518,7 @@ class Controller:
                 s = self._senders.pop(b, None)
                 if s is not None:
                     s.stop()
+                    self._stopped_senders.append(s)
             changes = self._write(
                 decisions.on_broker_failure(state, dead, unclean=self.unclean),
                 lambda: decisions.on_broker_failure(self._state(), dead, unclean=self.unclean),
