@@ -354,7 +354,7 @@ class KafkaPythonWorker(ProducerWorker):
     def _send(self, values: list[int]) -> None:
         for value in values:
             future = self.producer.send(self.topic, value=encode_value(value))
-            future.add_callback(lambda meta, v=value: self.log.on_ack(v, meta.partition, meta.offset))
+            future.add_callback(lambda meta, v=value: self.log.on_ack(v, meta.partition, -1 if meta.offset is None else meta.offset))
             future.add_errback(lambda e, v=value: self.log.on_error(v, repr(e)))
 
     def _close(self, timeout_s: float) -> None:
