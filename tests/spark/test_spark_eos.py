@@ -121,7 +121,11 @@ def _finish(proc: subprocess.Popen[bytes], timeout: float = 240) -> None:
     except subprocess.TimeoutExpired:
         _kill9(proc)
         raise
-    assert proc.returncode == 0, out.decode(errors="replace")[-3000:]
+    if proc.returncode != 0:
+        text = out.decode(errors="replace")
+        # The Python error (a worker's or the driver's) first, then the tail (mostly Java's stack).
+        cause = text[text.find("Traceback (most recent call last)"):][:4000] if "Traceback (most recent call last)" in text else ""
+        raise AssertionError(f"driver exited {proc.returncode}\n{cause}\n...\n{text[-3000:]}")
 
 
 # --- pure parts of the design ---------------------------------------------------------------
