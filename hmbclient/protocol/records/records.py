@@ -532,7 +532,10 @@ def convert_records(buf: Buffer, to_magic: int) -> Buffer:
                 codec = codecs.NONE
             items = [(r.key, r.value, r.timestamp) for r in recs]
             offsets = [r.offset for r in recs]
-            parts.append(legacy.encode(to_magic, codec, items, 0, NO_TIMESTAMP, offsets))
+            try:
+                parts.append(legacy.encode(to_magic, codec, items, 0, NO_TIMESTAMP, offsets))
+            except ValueError as e:  # e.g. offsets past int64 from a damaged base offset
+                raise CorruptRecordError(f"entry at offset {offsets[0]}: cannot down-convert: {e}") from None
         return b"".join(parts)
     finally:
         mv.release()
