@@ -33,13 +33,12 @@ from __future__ import annotations
 
 import time
 
+import kafka  # a test dependency: its absence fails, not skips
 import pytest
 
 from hmbclient.broker.coordinator.state import GroupState
 from hmbclient.broker.embedded import EmbeddedBroker
 from tests.waiting import wait_until
-
-kafka = pytest.importorskip("kafka")
 
 
 class KafkaPythonLostJoin(AssertionError):
