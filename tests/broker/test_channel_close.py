@@ -5,29 +5,45 @@ request to a hung broker waits for its timeout. Stopping the broker, the fetcher
 closes their channel from the stopping thread: the blocked ``recv`` must end then (the socket is
 shut down, ``SHUT_RDWR``, before it is let go), not when the wait or the timeout runs out. Each
 test parks a real request on a real broker for 30 s and expects the blocked thread to be done
-within 3 s of the close (joined with a timeout, then checked).
+within 3 s of the close (joined with a timeout, then checked), over plaintext and over TLS (where
+a read on an ``SSLSocket`` closed under it could fail with a ValueError instead of the channel's
+``KafkaConnectionError``).
 """
 
 from __future__ import annotations
 
+import ssl
 import threading
 import time
 import uuid
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
 from hmbclient.broker import EmbeddedBroker, EmbeddedCluster
-from hmbclient.broker.channel import BrokerChannel
+from hmbclient.broker.channel import BrokerChannel, ChannelSecurity
 from hmbclient.errors import KafkaConnectionError
 from hmbclient.protocol.api import FetchRequest, MetadataRequest
+from hmbclient.testing.pki import Pki, make_pki
 
-from .conftest import RawClient, create_topic, wait_until
+from .conftest import wait_until
 
 pytestmark = pytest.mark.timeout(120)
 
 PARK_MS = 30_000  # how long the parked requests would wait (the bug: the close waited as long)
 PROMPT_S = 3.0  # what "at once" allows on a loaded 2-core machine
+
+
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
+    return make_pki(str(tmp_path_factory.mktemp("pki")))
+
+
+@pytest.fixture(scope="module")
+def tls_broker(pki: Pki) -> Iterator[EmbeddedBroker]:
+    with EmbeddedBroker(listeners=["SSL://127.0.0.1:0"], ssl_certfile=pki.server_cert, ssl_keyfile=pki.server_key, num_partitions=1) as b:
+        yield b
 
 
 def _long_poll(topic: str) -> Any:
@@ -38,14 +54,22 @@ def _long_poll(topic: str) -> Any:
     )
 
 
+@pytest.mark.parametrize("transport", ["plaintext", "tls"])
 @pytest.mark.parametrize("how", ["close", "shutdown"])
-def test_close_wakes_a_request_blocked_in_another_thread(broker: EmbeddedBroker, client: RawClient, how: str) -> None:
+def test_close_wakes_a_request_blocked_in_another_thread(request: pytest.FixtureRequest, transport: str, how: str) -> None:
+    if transport == "tls":
+        broker: EmbeddedBroker = request.getfixturevalue("tls_broker")
+        security = ChannelSecurity("SSL", ssl.create_default_context(cafile=request.getfixturevalue("pki").ca))
+    else:
+        broker = request.getfixturevalue("broker")
+        security = None
     topic = f"chan-close-{uuid.uuid4().hex[:8]}"
-    create_topic(client, topic)
+    ch = BrokerChannel(broker.host, broker.port, "test-close", security=security)
+    ch.request(MetadataRequest[1](topics=[topic]), timeout_s=10)  # creates the topic
+    ch.close()
     rm = broker.broker.replica_manager
     assert rm is not None
     parked = rm.fetch_purgatory.delayed()
-    ch = BrokerChannel(broker.host, broker.port, "test-close")
     failure: list[BaseException] = []
 
     def blocked() -> None:
