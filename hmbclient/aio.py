@@ -24,12 +24,14 @@ How each call avoids blocking the loop (the cases)
   batch wakes as many parked sends as it held messages (the room it made), not all of them:
   waking every parked send for every batch made the loop's work per batch grow with the
   number waiting (400 sends through a 20-message queue: ~4,000 failed tries instead of ~400,
-  up to ~380 in one loop iteration), and under CPU load such an iteration held the loop for
-  hundreds of milliseconds. No parked send is left behind: a send parks only while a batch
-  of ours is in flight (one that will settle and wake some); when none is (the queue was
-  filled by the producer's other users) it polls every 5 ms instead; a woken send that finds
-  the queue full again parks again, and one that leaves without queueing its message
-  (timeout, cancellation, an error) passes its wake-up on to the next.
+  up to ~380 in one loop iteration, 5x the loop's CPU), and their garbage (an exception and a
+  wait set-up each) made a full collection during the wait likely, which in a large heap
+  held the loop 0.3-0.5 s under load. No parked send is left behind: a send parks only while
+  a batch of ours is in flight (one that will settle and wake some); when none is (the queue
+  was filled by the producer's other users) it polls every 5 ms instead; a woken send that
+  finds the queue full again parks again, and one that leaves without queueing its message
+  (timeout, cancellation, an error) passes its wake-up on to the next. A new send may still
+  take room before a parked one (no strict first-come order across the two).
 * (flush, close, subscribe, assign, committed) They wait on the network by nature; they run
   in a thread (``asyncio.to_thread`` / the consumer's worker) and are awaited.
 * (poll) ``AIOConsumer.poll`` takes what the fetchers already queued, on the loop thread,
