@@ -1,10 +1,20 @@
 """``hmb top`` as a person sees it: run in a real terminal (tmux), against a real broker with
 its metrics endpoint, a group whose offsets kafka-python committed, and traffic from our
-producer; the screen is read with ``tmux capture-pane`` while it refreshes in place."""
+producer; the screen is read with ``tmux capture-pane`` while it refreshes in place.
+
+tmux and the exit status: Debian's tmux (3.3a) is linked with libutempter. When it reads the
+end of a pane's terminal before it has handled the SIGCHLD of the pane's process, it removes
+the utmp record first, and libutempter sets SIGCHLD to SIG_DFL while it forks and waits for its
+helper: a SIGCHLD arriving then is discarded, the pane is marked dead with no exit status and
+the process stays a zombie until tmux's next SIGCHLD (tmux issue #311; seen in about 1 run in 8
+at load 13 here, the zombie's exit code 0 each time). The test then sends the tmux server a
+SIGCHLD itself: tmux reaps with ``waitpid`` and records the real status, so a non-zero exit or a
+death by signal still fails the check."""
 
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import uuid
@@ -42,6 +52,8 @@ def test_hmb_top_in_tmux(tmp_path) -> None:
                    f"--metrics 127.0.0.1:{b.broker.metrics_endpoint.port} --interval 0.3")
             subprocess.run([*tmux, "new-session", "-d", "-s", "top", "-x", "150", "-y", "45", cmd, ";",
                             "set-option", "-t", "top", "remain-on-exit", "on"], check=True, env=env, timeout=30)
+            server_pid = int(subprocess.run([*tmux, "display-message", "-p", "#{pid}"], capture_output=True, text=True,
+                                            check=True, timeout=10).stdout)
 
             def screen() -> str:
                 return subprocess.run([*tmux, "capture-pane", "-p", "-t", "top"], capture_output=True, text=True,
@@ -65,10 +77,15 @@ def test_hmb_top_in_tmux(tmp_path) -> None:
             subprocess.run([*tmux, "send-keys", "-t", "top", "C-c"], check=True, timeout=10)
 
             def dead() -> str:
-                return subprocess.run([*tmux, "display-message", "-p", "-t", "top", "#{pane_dead} #{pane_dead_status}"],
-                                      capture_output=True, text=True, timeout=10).stdout.strip()
+                state = subprocess.run([*tmux, "display-message", "-p", "-t", "top",
+                                        "#{pane_dead} #{pane_dead_status} #{pane_dead_signal}"],
+                                       capture_output=True, text=True, timeout=10).stdout.strip()
+                if state == "1":  # dead, but tmux lost the SIGCHLD (module docstring): have it reap now
+                    os.kill(server_pid, signal.SIGCHLD)
+                return state
 
-            wait_until(lambda: dead() == "1 0", 20, "hmb top exits on Ctrl-C with status 0", diag=dead)
+            wait_until(lambda: dead() == "1 0", 20, "hmb top exits on Ctrl-C with status 0",
+                       diag=lambda: f"{dead()!r} (dead, status, signal); screen:\n{screen()}")
         finally:
             producer.close()
             subprocess.run([*tmux, "kill-server"], capture_output=True, timeout=10)
