@@ -47,6 +47,14 @@ Its checks are ``_queue``'s (key rule, type, size, partition), then ``RecordAccu
   first such exception (no report is lost or served twice).
 * delivery reports are not bounded by ``queue_buffering_max_messages``: call ``poll()``.
 
+``produce_batch(topic, values, keys, on_delivery)`` is ``produce`` for many messages to one
+topic: (P1) every message's checks (types, key rule, ``message_max_bytes``) before anything
+is queued, so a refused call queues nothing; (P2) the partitioner asked once per message, in
+order, grouping the messages per partition; (P3) one ``RecordAccumulator.append`` per group
+(per-message keys and sizes; the group is admitted whole and rolls over across batches). A
+public method rather than a sink-private one: any caller with columns of rows (the Spark sink,
+bulk loaders) gains the same, and it keeps every check in the producer.
+
 Errors raised by ``send`` itself (nothing was queued for the failing ProducerData): ConfigError,
 TypeError (a value that is not bytes and no serializer), MessageSizeTooLargeError (over
 ``message_max_bytes``), UnsupportedByBroker (a keyed message to HMB, which never answers one),
