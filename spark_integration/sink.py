@@ -265,7 +265,7 @@ def write_task(opts: SinkOptions, cfg: ProducerConfig, batches: Iterator[Any]) -
 class _Window:
     """The rows sent since the last check, and the failures their delivery reports named.
 
-    Rows are queued with ``Producer.produce`` and one shared callback, :meth:`delivered`, so
+    Rows are queued with ``Producer.produce_batch`` (or ``produce``) and one shared callback, :meth:`delivered`, so
     no row has a future or a closure of its own. A failed report carries the row's key and
     value objects: :meth:`check` finds the row by the identity of those objects among the
     window's columns (each kept as the list the rows were sent from), so the error names the

@@ -49,9 +49,10 @@ Its checks are ``_queue``'s (key rule, type, size, partition), then ``RecordAccu
 
 ``produce_batch(topic, values, keys, on_delivery)`` is ``produce`` for many messages to one
 topic: (P1) every message's checks (types, key rule, ``message_max_bytes``) before anything
-is queued, so a refused call queues nothing; (P2) the partitioner asked once per message, in
-order, grouping the messages per partition; (P3) one ``RecordAccumulator.append`` per group
-(per-message keys and sizes; the group is admitted whole and rolls over across batches). A
+is queued, so a refused call queues nothing; (P2) the partitioner asked once per message (the
+default one: once per distinct non-null key, being a pure function of it), in order, grouping
+the messages per partition; (P3) one ``RecordAccumulator.append`` per group (per-message keys
+and sizes; the group is admitted whole and rolls over across batches). A
 public method rather than a sink-private one: any caller with columns of rows (the Spark sink,
 bulk loaders) gains the same, and it keeps every check in the producer.
 
@@ -799,8 +800,16 @@ class Producer:
                     else:
                         g.append(i)
             else:
+                # The default partitioner is a pure function of a non-null key: asked once per
+                # distinct key of the call (rows often share few keys). Any other: per message.
+                memo = self._partitioner.__class__ is DefaultPartitioner
+                known: dict[Any, int] = {}
                 for i, k in enumerate(keys):
-                    p = partition(k, count)
+                    p = known.get(k)
+                    if p is None:
+                        p = partition(k, count)
+                        if memo and k is not None:
+                            known[k] = p
                     g = idx.get(p)
                     if g is None:
                         idx[p] = [i]

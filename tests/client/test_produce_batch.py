@@ -161,3 +161,28 @@ def test_transactional_producer(broker: EmbeddedBroker) -> None:
         p.close()
     stored = sorted(r.value for q in range(2) for r in read_partition(broker.host, broker.port, topic, q))
     assert stored == sorted(b"t%d" % i for i in range(50))
+
+
+class _Recording:
+    """A partitioner answering ``len(key) % n`` (0 for None), recording every key it is asked."""
+
+    def __init__(self) -> None:
+        self.keys: list[Any] = []
+
+    def partition(self, key: Any, num_partitions: int) -> int:
+        self.keys.append(key)
+        return 0 if key is None else len(key) % num_partitions
+
+
+def test_a_custom_partitioner_is_asked_per_message(broker: EmbeddedBroker) -> None:
+    topic = unique("pbatch-custom")
+    create_topic(broker.bootstrap, topic, 3)
+    part = _Recording()
+    keys: list[bytes | None] = [b"a", b"bb", b"a", None, b"ccc", b"bb"]
+    values = [b"v%d" % i for i in range(len(keys))]
+    with _producer(broker, partitioner=part) as p:
+        p.produce_batch(topic, values, keys)
+        assert p.flush(30) == 0
+    assert part.keys == keys
+    stored = {q: [r.value for r in read_partition(broker.host, broker.port, topic, q)] for q in range(3)}
+    assert stored == {0: [b"v3", b"v4"], 1: [b"v0", b"v2"], 2: [b"v1", b"v5"]}
