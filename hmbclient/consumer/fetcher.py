@@ -393,7 +393,8 @@ class _BrokerFetcher:
         # already moved past them by _advance): decode (CRC checked; read_committed: without
         # the aborted transactions) and queue them as one chunk, or queue the error the
         # stream will raise. Returns how many records were queued.
-        tail = pti.stream.record_tail(pti)
+        cls = pti.stream.record_class
+        tail = None if cls is None else (cls, (pti.topic, pti.partition))
         try:
             records = read_committed(raw, aborted, tail) if aborted else decode_records(raw, tail)
         except CorruptRecordError as exc:

@@ -202,12 +202,111 @@ class _Closed(Exception):
 class _GroupThread:
     """What the two kinds of group member share on their group thread (the classic
     :class:`BrokerGroupMember` and KIP-848's ``group_consumer.ConsumerProtocolMember``): the
-    interruptible sleep, the wait for the coordinator's answer, the status events. The
-    subclass sets ``_wake`` and ``_closing`` (threading.Event) and ``_status``."""
+    start-and-wait, the loop of steps with its backoff after a failure, the interruptible sleep,
+    the wait for the coordinator's answer, the coordinator lookup, the revocation, the stop of
+    the thread, the leave request and the status events. The subclass sets the attributes
+    below in its ``__init__`` and gives ``_step`` (one step of its loop) and
+    ``_refuses_start`` (a failure that ends ``start()`` at once)."""
 
+    _log: logging.Logger = log
+    group: str
+    consumer_id: str
+    client: NetClient
+    offsets: KafkaOffsetStorage
+    listener: OwnershipListener
+    owned: dict[TopicPartition, str]
+    backoff_s: float
+    _state: enum.Enum
+    _coordinator: int | None
     _wake: threading.Event
     _closing: threading.Event
+    _changed: threading.Condition
+    _thread: threading.Thread | None
+    _start_error: BaseException | None
+    _failures: int
+    _last_error: str
     _status: Callable[[str, dict[str, Any]], None] | None
+
+    def _step(self) -> None:
+        raise NotImplementedError
+
+    def _refuses_start(self, exc: BaseException) -> bool:
+        raise NotImplementedError
+
+    def _start_thread(self, name: str, wait_s: float, ready: Callable[[], bool]) -> None:
+        """Start the group thread; wait (under ``_changed``) until ``ready()`` or a refusal.
+
+        Raises:
+            CoordinationError: not ready within ``wait_s``.
+            HmbError: the coordinator refused us for good (``_start_error``).
+        """
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._thread.start()
+        deadline = time.monotonic() + wait_s
+        with self._changed:
+            while not ready() and self._start_error is None:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise CoordinationError(
+                        f"group {self.group!r}: no group coordinator answered within {wait_s:g}s"
+                        + (f" (last error: {self._last_error})" if self._last_error else "")
+                    )
+                self._changed.wait(min(left, 0.5))
+            if self._start_error is not None:
+                raise self._start_error
+
+    def _run(self) -> None:
+        while not self._closing.is_set():
+            try:
+                self._step()
+            except _Closed:
+                return
+            except Exception as exc:  # noqa: BLE001 - the loop must go on; logged, retried
+                try:
+                    self._step_failed(exc)
+                except _Closed:
+                    return
+
+    def _step_failed(self, exc: BaseException) -> None:
+        # A failing step is retried after a backoff that doubles per consecutive failure
+        # (capped), so a persistent problem neither spins nor floods the log.
+        self._failures += 1
+        text = f"{type(exc).__name__}: {exc}"
+        if isinstance(exc, HmbError):
+            self._log.warning("%s: group step in %s failed (%s); retrying", self.consumer_id, self._state.name, text)
+        elif self._failures == 1 or text != self._last_error:
+            self._log.error("%s: unexpected error in group step %s", self.consumer_id, self._state.name, exc_info=exc)
+        self._last_error = text
+        if self._refuses_start(exc):
+            # Before the member is in, a refusal for good ends start() (a wrong group id, no
+            # group APIs, no authorization) rather than leaving it to time out.
+            with self._changed:
+                self._start_error = exc
+                self._changed.notify_all()
+        self._emit("rebalance_failed", consumer_id=self.consumer_id, error=repr(exc), failures=self._failures)
+        self._sleep(min(_MAX_RETRY_S, (self.backoff_s + 0.01) * 2 ** (self._failures - 1)))
+
+    def _find_coordinator(self) -> int | None:
+        """FindCoordinator (shared with the offset storage); None after a failure worth a retry
+        (a lost connection, no answer, a retriable error), after a short sleep."""
+        try:
+            return self.offsets.coordinator()
+        except (KafkaConnectionError, RequestTimedOutError) as exc:
+            self._last_error = f"{type(exc).__name__}: {exc}"
+            self._log.info("%s: FindCoordinator failed: %s", self.consumer_id, exc)
+        except BrokerError as exc:
+            if not exc.retriable:
+                raise
+            self._last_error = f"{type(exc).__name__}: {exc}"
+        self._sleep(self.backoff_s + 0.05)
+        return None
+
+    def _stop_thread(self) -> None:
+        """Wake the group thread and wait for it to end (close(); not from the thread itself)."""
+        self._closing.set()
+        self._wake.set()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(timeout=30)
 
     def _sleep(self, seconds: float) -> None:
         self._wake.wait(seconds)
@@ -227,13 +326,48 @@ class _GroupThread:
                 if time.monotonic() > deadline:
                     raise RequestTimedOutError(f"no answer from the group coordinator in {timeout_ms:g} ms") from None
 
+    def _revoke(self, owned: Mapping[TopicPartition, str], *, commit: bool, reason: str) -> None:
+        committed = commit
+        if commit:
+            try:
+                self.listener.on_revoke(dict(owned), True)
+            except Exception as exc:  # noqa: BLE001 - the rebalance goes on without the commit
+                # Holding on would not keep the partitions (the coordinator moves on without
+                # us): forget the uncommitted positions; the next owner repeats them.
+                self._log.warning("%s: commit before revoking failed (%s); %d partitions revoked uncommitted",
+                                  self.consumer_id, exc, len(owned))
+                committed = False
+                self.listener.on_revoke(dict(owned), False)
+        else:
+            self.listener.on_revoke(dict(owned), False)
+        self._emit(
+            "partitions_revoked",
+            consumer_id=self.consumer_id,
+            partitions=sorted(owned),
+            committed=committed,
+            reason=reason,
+        )
+
+    def _send_leave(self, api_key: ApiKey, build: Callable[[BrokerVersions], Any], member_id: str) -> None:
+        """Send the leave request (LeaveGroup, or a heartbeat with a leaving epoch); a failure
+        is only logged: the session timeout removes us."""
+        try:
+            answer = self.client.call(self._coordinator, build, timeout_ms=_LEAVE_TIMEOUT_MS, api_key=api_key)  # type: ignore[arg-type]
+            code = answer.error_code or next((m.error_code for m in getattr(answer, "members", None) or () if m.error_code), 0)
+            if code:
+                self._log.info("%s: %s (leave) answered %s", self.consumer_id, api_key.name, for_code(code).__name__)
+            else:
+                self._emit("left", consumer_id=self.consumer_id, member_id=member_id)
+        except HmbError as exc:
+            self._log.info("%s: leaving failed (%s); the session timeout removes us", self.consumer_id, exc)
+
     def _emit(self, kind: str, **fields: Any) -> None:
         if self._status is None:
             return
         try:
             self._status(kind, fields)
         except Exception:  # noqa: BLE001 - listeners must not break the loop
-            log.exception("status listener failed on %s", kind)
+            self._log.exception("status listener failed on %s", kind)
 
 
 # ---------------------------------------------------------------------- the state machine
@@ -369,6 +503,8 @@ class BrokerGroupMember(_GroupThread):
             JoinGroup v5+). Restarted within the session timeout it gets its partitions back
             without a rebalance; it sends no LeaveGroup on close.
     """
+
+    _state: MemberState
 
     def __init__(
         self,
@@ -509,22 +645,9 @@ class BrokerGroupMember(_GroupThread):
                 authorization, a broker without group APIs...).
             IllegalTransition: already started or closed.
         """
-        self._thread = threading.Thread(target=self._run, name=f"hmb-group-{self.group}", daemon=True)
         self._transition(Event.START)
-        self._thread.start()
         wait_s = self.find_timeout_ms / 1000 if timeout_s is None else timeout_s
-        deadline = time.monotonic() + wait_s
-        with self._changed:
-            while not self._join_sent and self._start_error is None:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    raise CoordinationError(
-                        f"group {self.group!r}: no group coordinator answered within {wait_s:g}s"
-                        + (f" (last error: {self._last_error})" if self._last_error else "")
-                    )
-                self._changed.wait(min(left, 0.5))
-            if self._start_error is not None:
-                raise self._start_error
+        self._start_thread(f"hmb-group-{self.group}", wait_s, lambda: self._join_sent)
 
     def close(self, release: bool = True) -> None:
         """Stop: revoke our partitions (committing when ``release``), LeaveGroup, end the thread.
@@ -536,10 +659,7 @@ class BrokerGroupMember(_GroupThread):
         previous = self._transition(Event.CLOSE)
         if previous is MemberState.CLOSED:
             return
-        self._closing.set()
-        self._wake.set()
-        if self._thread is not None and self._thread is not threading.current_thread():
-            self._thread.join(timeout=30)
+        self._stop_thread()
         try:
             if self.owned:
                 # Commit under a generation we still hold (not after being dropped: FENCED
@@ -595,7 +715,7 @@ class BrokerGroupMember(_GroupThread):
 
     # ------------------------------------------------------------------ the group thread
 
-    def _run(self) -> None:
+    def _step(self) -> None:
         steps: dict[MemberState, Callable[[], None]] = {
             MemberState.DISCOVERING: self._discover,
             MemberState.REDISCOVERING: self._discover,
@@ -603,40 +723,14 @@ class BrokerGroupMember(_GroupThread):
             MemberState.SYNCING: self._sync,
             MemberState.STABLE: self._stable,
         }
-        while not self._closing.is_set():
-            step = steps.get(self._state)
-            if step is None:
-                return
-            try:
-                step()
-                self._failures = 0
-            except _Closed:
-                return
-            except Exception as exc:  # noqa: BLE001 - the loop must go on; logged, retried
-                try:
-                    self._step_failed(exc)
-                except _Closed:
-                    return
+        step = steps.get(self._state)
+        if step is None:
+            raise _Closed()
+        step()
+        self._failures = 0
 
-    def _step_failed(self, exc: BaseException) -> None:
-        # A failing step is retried after a backoff that doubles per consecutive failure
-        # (capped), so a persistent problem neither spins nor floods the log.
-        self._failures += 1
-        text = f"{type(exc).__name__}: {exc}"
-        if isinstance(exc, HmbError):
-            log.warning("%s: group step in %s failed (%s); retrying", self.consumer_id, self._state.name, text)
-        elif self._failures == 1 or text != self._last_error:
-            log.error("%s: unexpected error in group step %s", self.consumer_id, self._state.name, exc_info=exc)
-        self._last_error = text
-        if not self._join_sent and isinstance(exc, (UnsupportedByBroker, BrokerError)) and not exc.retriable:
-            # Before the first join a refusal for good ends start() (a wrong group id, no
-            # group APIs, no authorization) rather than leaving it to time out.
-            with self._changed:
-                self._start_error = exc
-                self._changed.notify_all()
-        self._emit("rebalance_failed", consumer_id=self.consumer_id, error=repr(exc), failures=self._failures)
-        delay = min(_MAX_RETRY_S, (self.backoff_s + 0.01) * 2 ** (self._failures - 1))
-        self._sleep(delay)
+    def _refuses_start(self, exc: BaseException) -> bool:
+        return not self._join_sent and isinstance(exc, (UnsupportedByBroker, BrokerError)) and not exc.retriable
 
     def _call(self, api_key: ApiKey, timeout_ms: float, **fields: Any) -> Any:
         """Send one request to the coordinator and wait; a lost connection or no answer in
@@ -665,18 +759,8 @@ class BrokerGroupMember(_GroupThread):
             self._check_session()
             if self._state is not MemberState.REDISCOVERING:
                 return
-        try:
-            node = self.offsets.coordinator()
-        except (KafkaConnectionError, RequestTimedOutError) as exc:
-            self._last_error = f"{type(exc).__name__}: {exc}"
-            log.info("%s: FindCoordinator failed: %s", self.consumer_id, exc)
-            self._sleep(self.backoff_s + 0.05)
-            return
-        except BrokerError as exc:
-            if not exc.retriable:
-                raise
-            self._last_error = f"{type(exc).__name__}: {exc}"
-            self._sleep(self.backoff_s + 0.05)
+        node = self._find_coordinator()
+        if node is None:
             return
         self._coordinator = node
         self._emit("coordinator_found", consumer_id=self.consumer_id, node=node, address=self.client.address(node))
@@ -1070,50 +1154,19 @@ class BrokerGroupMember(_GroupThread):
         self._transition(Event.CLOSE)
         raise _Closed()
 
-    def _revoke(self, owned: Mapping[TopicPartition, str], *, commit: bool, reason: str) -> None:
-        committed = commit
-        if commit:
-            try:
-                self.listener.on_revoke(dict(owned), True)
-            except Exception as exc:  # noqa: BLE001 - the rebalance goes on without the commit
-                # Holding on would not keep the partitions (the coordinator moves on without
-                # us): forget the uncommitted positions; the next owner repeats them.
-                log.warning("%s: commit before revoking failed (%s); %d partitions revoked uncommitted",
-                            self.consumer_id, exc, len(owned))
-                committed = False
-                self.listener.on_revoke(dict(owned), False)
-        else:
-            self.listener.on_revoke(dict(owned), False)
-        self._emit(
-            "partitions_revoked",
-            consumer_id=self.consumer_id,
-            partitions=sorted(owned),
-            committed=committed,
-            reason=reason,
-        )
-
     # ------------------------------------------------------------------ leaving
 
     def _leave(self) -> None:
         member_id = self.member_id
-        try:
-            def build(versions: BrokerVersions) -> Any:
-                return versions.build(
-                    ApiKey.LEAVE_GROUP,
-                    group_id=self.group,
-                    member_id=member_id,
-                    members=[{"member_id": member_id, "group_instance_id": None}],
-                )
 
-            answer = self.client.call(
-                self._coordinator, build, timeout_ms=_LEAVE_TIMEOUT_MS, api_key=ApiKey.LEAVE_GROUP  # type: ignore[arg-type]
+        def build(versions: BrokerVersions) -> Any:
+            return versions.build(
+                ApiKey.LEAVE_GROUP,
+                group_id=self.group,
+                member_id=member_id,
+                members=[{"member_id": member_id, "group_instance_id": None}],
             )
-            code = answer.error_code or next((m.error_code for m in getattr(answer, "members", ()) if m.error_code), 0)
-            if code:
-                log.info("%s: LeaveGroup answered %s", self.consumer_id, for_code(code).__name__)
-            else:
-                self._emit("left", consumer_id=self.consumer_id, member_id=member_id)
-        except HmbError as exc:
-            log.info("%s: LeaveGroup failed (%s); the session timeout removes us", self.consumer_id, exc)
+
+        self._send_leave(ApiKey.LEAVE_GROUP, build, member_id)
 
     # ------------------------------------------------------------------ status

@@ -64,7 +64,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from hmbclient.errors import (
-    CoordinationError,
     ErrorCode,
     HmbError,
     KafkaConnectionError,
@@ -90,8 +89,6 @@ TopicPartition = tuple[str, int]
 MetadataPartitions = Callable[[list[str] | None], Mapping[str, list[int]]]
 StatusCallback = Callable[[str, Mapping[str, Any]], None]
 
-_MAX_RETRY_S = 5.0
-_LEAVE_TIMEOUT_MS = 3_000
 _DEFAULT_INTERVAL_MS = 3_000
 
 _MOVED = frozenset({ErrorCode.NOT_COORDINATOR, ErrorCode.COORDINATOR_NOT_AVAILABLE, ErrorCode.COORDINATOR_LOAD_IN_PROGRESS})
@@ -206,6 +203,9 @@ class ConsumerProtocolMember(_GroupThread):
         group_instance_id: ``group.instance.id`` (static member: leaves with epoch -2).
     """
 
+    _log = log
+    _state: MemberState
+
     def __init__(
         self,
         *,
@@ -309,21 +309,8 @@ class ConsumerProtocolMember(_GroupThread):
             HmbError: the coordinator refused us for good.
         """
         self._set(MemberState.JOINING)
-        self._thread = threading.Thread(target=self._run, name=f"hmb-group848-{self.group}", daemon=True)
-        self._thread.start()
         wait_s = self.request_timeout_ms / 1000 if timeout_s is None else timeout_s
-        deadline = time.monotonic() + wait_s
-        with self._changed:
-            while not self._started and self._start_error is None:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    raise CoordinationError(
-                        f"group {self.group!r}: no group coordinator answered within {wait_s:g}s"
-                        + (f" (last error: {self._last_error})" if self._last_error else "")
-                    )
-                self._changed.wait(min(left, 0.5))
-            if self._start_error is not None:
-                raise self._start_error
+        self._start_thread(f"hmb-group848-{self.group}", wait_s, lambda: self._started)
 
     def trigger(self, reason: str = "manual") -> None:
         """Heartbeat at once (the subscription changed): the coordinator reassigns."""
@@ -369,10 +356,7 @@ class ConsumerProtocolMember(_GroupThread):
             joined = self._state is not MemberState.NEW
             self._state = MemberState.LEAVING
             self._changed.notify_all()
-        self._closing.set()
-        self._wake.set()
-        if self._thread is not None and self._thread is not threading.current_thread():
-            self._thread.join(timeout=30)
+        self._stop_thread()
         try:
             if self.owned:
                 owned, self.owned = dict(self.owned), {}
@@ -385,49 +369,27 @@ class ConsumerProtocolMember(_GroupThread):
 
     # ------------------------------------------------------------------ the member's thread
 
-    def _run(self) -> None:
-        while not self._closing.is_set():
-            try:
-                if self._coordinator is None:
-                    self._discover()
-                    continue
-                self._check_session()
-                with self._lock:
-                    now_wanted = self._heartbeat_wanted
-                if now_wanted or time.monotonic() >= self._next_heartbeat:
-                    self._heartbeat()
-                    self._failures = 0
-                else:
-                    self._sleep(max(0.0, self._next_heartbeat - time.monotonic()))
-            except _Closed:
-                return
-            except Exception as exc:  # noqa: BLE001 - logged, retried after a backoff
-                try:
-                    self._step_failed(exc)
-                except _Closed:
-                    return
-
-    def _step_failed(self, exc: BaseException) -> None:
-        self._failures += 1
-        text = f"{type(exc).__name__}: {exc}"
-        if isinstance(exc, HmbError):
-            log.warning("%s: group step failed (%s); retrying", self.consumer_id, text)
+    def _step(self) -> None:
+        if self._coordinator is None:
+            self._discover()
+            return
+        self._check_session()
+        with self._lock:
+            now_wanted = self._heartbeat_wanted
+        if now_wanted or time.monotonic() >= self._next_heartbeat:
+            self._heartbeat()
+            self._failures = 0
         else:
-            log.error("%s: unexpected error in the group step", self.consumer_id, exc_info=exc)
-        self._last_error = text
-        if not self._started and isinstance(exc, HmbError) and not getattr(exc, "retriable", True):
-            with self._changed:
-                self._start_error = exc
-                self._changed.notify_all()
-        self._sleep(min(_MAX_RETRY_S, (self.backoff_s + 0.01) * 2 ** (self._failures - 1)))
+            self._sleep(max(0.0, self._next_heartbeat - time.monotonic()))
+
+    def _refuses_start(self, exc: BaseException) -> bool:
+        return not self._started and isinstance(exc, HmbError) and not getattr(exc, "retriable", True)
 
     def _discover(self) -> None:
-        try:
-            self._coordinator = self.offsets.coordinator()
-        except (KafkaConnectionError, RequestTimedOutError) as exc:
-            self._last_error = f"{type(exc).__name__}: {exc}"
-            self._sleep(self.backoff_s + 0.05)
+        node = self._find_coordinator()
+        if node is None:
             return
+        self._coordinator = node
         self._next_heartbeat = 0.0
         self._emit("coordinator_found", consumer_id=self.consumer_id, node=self._coordinator)
 
@@ -493,18 +455,13 @@ class ConsumerProtocolMember(_GroupThread):
         self._next_heartbeat = sent + self._interval_s
 
         def build(versions: BrokerVersions) -> Any:
-            return versions.build(
-                ApiKey.CONSUMER_GROUP_HEARTBEAT,
-                group_id=self.group,
-                member_id=self.member_id,
-                member_epoch=epoch,
-                instance_id=self.group_instance_id,
-                rack_id=None,
+            return self._heartbeat_request(
+                versions,
+                epoch,
                 rebalance_timeout_ms=self.rebalance_timeout_ms,
-                subscribed_topic_names=[t for t in topics if t in self._names],
-                subscribed_topic_regex=None,
-                server_assignor=self.remote_assignor,
-                topic_partitions=reported,
+                topics=[t for t in topics if t in self._names],
+                assignor=self.remote_assignor,
+                owned=reported,
             )
 
         assert self._coordinator is not None
@@ -536,6 +493,31 @@ class ConsumerProtocolMember(_GroupThread):
         elif resp.error_code:
             self._last_error = f"{for_code(resp.error_code).__name__}: {resp.error_message or ''}"
         self._apply(decision, resp.error_message or "")
+
+    def _heartbeat_request(
+        self,
+        versions: BrokerVersions,
+        epoch: int,
+        *,
+        rebalance_timeout_ms: int,
+        topics: list[str] | None,
+        assignor: str | None,
+        owned: list[dict[str, Any]] | None,
+    ) -> Any:
+        """A ConsumerGroupHeartbeat of this member (``epoch`` -1 / -2: the leave)."""
+        return versions.build(
+            ApiKey.CONSUMER_GROUP_HEARTBEAT,
+            group_id=self.group,
+            member_id=self.member_id,
+            member_epoch=epoch,
+            instance_id=self.group_instance_id,
+            rack_id=None,
+            rebalance_timeout_ms=rebalance_timeout_ms,
+            subscribed_topic_names=topics,
+            subscribed_topic_regex=None,
+            server_assignor=assignor,
+            topic_partitions=owned,
+        )
 
     def _apply(self, d: Decision, message: str) -> None:
         """Carry out a :class:`Decision` (the shell of :func:`decide`)."""
@@ -596,42 +578,10 @@ class ConsumerProtocolMember(_GroupThread):
                 self._heartbeat_wanted = True  # acknowledge at once
         self._set(MemberState.STABLE)
 
-    def _revoke(self, owned: Mapping[TopicPartition, str], *, commit: bool, reason: str) -> None:
-        committed = commit
-        if commit:
-            try:
-                self.listener.on_revoke(dict(owned), True)
-            except Exception as exc:  # noqa: BLE001 - the revocation goes on without the commit
-                log.warning("%s: commit before revoking failed (%s)", self.consumer_id, exc)
-                committed = False
-                self.listener.on_revoke(dict(owned), False)
-        else:
-            self.listener.on_revoke(dict(owned), False)
-        self._emit("partitions_revoked", consumer_id=self.consumer_id, partitions=sorted(owned), committed=committed, reason=reason)
-
     def _leave(self) -> None:
         epoch = -2 if self.group_instance_id is not None else -1
 
         def build(versions: BrokerVersions) -> Any:
-            return versions.build(
-                ApiKey.CONSUMER_GROUP_HEARTBEAT,
-                group_id=self.group,
-                member_id=self.member_id,
-                member_epoch=epoch,
-                instance_id=self.group_instance_id,
-                rack_id=None,
-                rebalance_timeout_ms=-1,
-                subscribed_topic_names=None,
-                subscribed_topic_regex=None,
-                server_assignor=None,
-                topic_partitions=None,
-            )
+            return self._heartbeat_request(versions, epoch, rebalance_timeout_ms=-1, topics=None, assignor=None, owned=None)
 
-        try:
-            answer = self.client.call(self._coordinator, build, timeout_ms=_LEAVE_TIMEOUT_MS, api_key=ApiKey.CONSUMER_GROUP_HEARTBEAT)  # type: ignore[arg-type]
-            if answer.error_code:
-                log.info("%s: leaving answered %s", self.consumer_id, for_code(answer.error_code).__name__)
-            else:
-                self._emit("left", consumer_id=self.consumer_id, member_id=self.member_id)
-        except HmbError as exc:
-            log.info("%s: leaving failed (%s); the session timeout removes us", self.consumer_id, exc)
+        self._send_leave(ApiKey.CONSUMER_GROUP_HEARTBEAT, build, self.member_id)

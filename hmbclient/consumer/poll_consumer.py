@@ -356,50 +356,40 @@ class Consumer:
         # A new member of the group (first subscribe, or the next poll after a poll timeout).
         cfg = self.config
         assert self._group_client is not None and self._storage is not None and self._subscription is not None
-        extra: dict[str, Any] = {}
+        # What both kinds of member take alike (one engine: same listener, fetchers, stream
+        # and offset storage).
+        common: dict[str, Any] = dict(
+            client=self._group_client,
+            offsets=self._storage,
+            group=cfg.group_id,
+            consumer_id=self.consumer_id,
+            subscription=self._subscription,
+            listener=self,
+            metadata_partitions=self._metadata_partitions,
+            rebalance_timeout_ms=cfg.max_poll_interval_ms,
+            request_timeout_ms=cfg.request_timeout_ms,
+            retry_backoff_ms=cfg.retry_backoff_ms,
+            exclude_internal_topics=cfg.exclude_internal_topics,
+            status=self._member_status,
+        )
         if cfg.group_instance_id is not None:
-            extra["group_instance_id"] = cfg.group_instance_id
+            common["group_instance_id"] = cfg.group_instance_id
         member: BrokerGroupMember | ConsumerProtocolMember
         if cfg.group_protocol == "consumer":
-            # Kafka 4's protocol (KIP-848): the coordinator assigns; same listener, fetchers,
-            # stream and offset storage (one engine).
+            # Kafka 4's protocol (KIP-848): the coordinator assigns.
             member = ConsumerProtocolMember(
-                client=self._group_client,
-                offsets=self._storage,
-                group=cfg.group_id,  # type: ignore[arg-type]
-                consumer_id=self.consumer_id,
-                subscription=self._subscription,
-                listener=self,
-                metadata_partitions=self._metadata_partitions,
                 remote_assignor=cfg.group_remote_assignor,
                 # (the session is the coordinator's, unknown here: partitions count as lost after
                 # its default group.consumer.session.timeout.ms without an answered heartbeat)
                 session_timeout_ms=45_000,
-                rebalance_timeout_ms=cfg.max_poll_interval_ms,
-                request_timeout_ms=cfg.request_timeout_ms,
-                retry_backoff_ms=cfg.retry_backoff_ms,
-                exclude_internal_topics=cfg.exclude_internal_topics,
-                status=self._member_status,
-                **extra,
+                **common,
             )
         else:
             member = BrokerGroupMember(
-                client=self._group_client,
-                offsets=self._storage,
-                group=cfg.group_id,  # type: ignore[arg-type]
-                consumer_id=self.consumer_id,
-                subscription=self._subscription,
-                listener=self,
-                metadata_partitions=self._metadata_partitions,
                 assignor=cfg.partition_assignment_strategy or "range",
                 session_timeout_ms=cfg.session_timeout_ms or 45_000,  # (set by the config for classic)
                 heartbeat_interval_ms=cfg.heartbeat_interval_ms or 3_000,
-                rebalance_timeout_ms=cfg.max_poll_interval_ms,
-                request_timeout_ms=cfg.request_timeout_ms,
-                retry_backoff_ms=cfg.retry_backoff_ms,
-                exclude_internal_topics=cfg.exclude_internal_topics,
-                status=self._member_status,
-                **extra,
+                **common,
             )
         self._storage.generation = member.commit_generation
         self._member = member

@@ -129,6 +129,10 @@ def test_unreplicated_partitions_are_offline_while_their_broker_is_down(cluster:
         for p in led:
             wait_until(lambda p=p: _state(zk, "sr", p).leader == -1, 10, f"sr-{p} offline")
         with _client(cluster, 0) as c:
+            # The znodes change first; broker 0's cache follows with the controller's
+            # UpdateMetadata (as in Kafka), so its answer is waited for.
+            wait_until(lambda: sorted(b.node_id for b in c.request(MetadataRequest[1](topics=["sr"])).brokers) == [0, 1],
+                       10, "broker 0's metadata without the victim")
             md = c.request(MetadataRequest[1](topics=["sr"]))
             assert sorted(b.node_id for b in md.brokers) == [0, 1]
             for p in md.topics[0].partitions:

@@ -161,6 +161,7 @@ def test_refusals(cluster: EmbeddedCluster, zk: KazooClient) -> None:
 
 
 RATE = 100_000  # bytes/s of the throttle test
+CLI_RATE = 20_000  # bytes/s of the CLI test
 
 
 def _log_bytes(cluster: EmbeddedCluster, broker: int, topic: str) -> int:
@@ -289,18 +290,20 @@ def test_hmb_reassign_cli_execute_verify_cancel(cluster: EmbeddedCluster, zk: Ka
     from hmbclient.cli import main as hmb
     from hmbclient.testing import kafka_java
 
+    # 1 MB at CLI_RATE moves in ~50 s: still in progress when Kafka's tool (a JVM start, slow
+    # on a loaded machine) verifies it after ours; the move is cancelled right after.
     topic = _topic("cli")
     admin.create_topic(cluster.bootstrap, topic, 1, 2)
     cluster.await_isr(topic)
     _fill(cluster, topic, 1_000_000)
     (a, b), (_b, c) = _move_plan(zk, topic)
     moves = _json_file(tmp_path, {(topic, 0): [b, c]})
-    assert hmb(["reassign", "-b", cluster.bootstrap, "--execute", "--reassignment-json-file", moves, "--throttle", str(RATE)]) == 0
+    assert hmb(["reassign", "-b", cluster.bootstrap, "--execute", "--reassignment-json-file", moves, "--throttle", str(CLI_RATE)]) == 0
     out = capsys.readouterr().out
     assert f'"replicas":[{a},{b}]' in out and "Successfully started partition reassignment" in out
     # Kafka's throttle layout: the current replicas send, the new one fetches.
     described = admin.describe_configs(cluster.bootstrap, "broker", str(c))
-    assert described["follower.replication.throttled.rate"].value == str(RATE)
+    assert described["follower.replication.throttled.rate"].value == str(CLI_RATE)
     assert json_config(zk, topic) == {"leader.replication.throttled.replicas": f"0:{a},0:{b}",
                                       "follower.replication.throttled.replicas": f"0:{c}"}
     # In progress: exit 0 and the same report as Kafka's own tool; the throttles stay.
@@ -311,7 +314,7 @@ def test_hmb_reassign_cli_execute_verify_cancel(cluster: EmbeddedCluster, zk: Ka
     lines = [line for line in theirs.stdout.splitlines() if line]  # (its log-dir moves section: empty)
     assert theirs.returncode == 0 and ours.splitlines() == lines, (ours, theirs.stdout, theirs.stderr[-2000:])
     assert ours == f"Status of partition reassignment:\nReassignment of partition {topic}-0 is still in progress.\n"
-    assert described["follower.replication.throttled.rate"].value == str(RATE) and json_config(zk, topic) != {}
+    assert described["follower.replication.throttled.rate"].value == str(CLI_RATE) and json_config(zk, topic) != {}
     assert hmb(["reassign", "-b", cluster.bootstrap, "--cancel", "--reassignment-json-file", moves]) == 0
     assert f"Successfully cancelled partition reassignment(s) for: {topic}-0" in capsys.readouterr().out
     assert set(_replicas(zk, topic)) == {a, b} and json_config(zk, topic) == {}

@@ -354,7 +354,7 @@ class KafkaPythonWorker(ProducerWorker):
     def _send(self, values: list[int]) -> None:
         for value in values:
             future = self.producer.send(self.topic, value=encode_value(value))
-            future.add_callback(lambda meta, v=value: self.log.on_ack(v, meta.partition, meta.offset))
+            future.add_callback(lambda meta, v=value: self.log.on_ack(v, meta.partition, -1 if meta.offset is None else meta.offset))
             future.add_errback(lambda e, v=value: self.log.on_error(v, repr(e)))
 
     def _close(self, timeout_s: float) -> None:
@@ -1007,16 +1007,20 @@ class FaultRun:
                 except (TimeoutError, HmbError, AssertionError, OSError) as e:
                     self.result.problems.append(f"validation could not finish: {type(e).__name__}: {e}")
         finally:
-            for b in range(BROKERS):  # the processes' last words, shutdown included
-                self._save_output(b, "end of run")
-            for w in self.workers:  # after an error midway: do not leave clients running
-                if w.alive:
-                    w.stop()
-                    w.close(5.0)
-            for reader in self.readers:
-                reader.stop()
-            self.zk.stop()
-            self.zk.close()
+            try:
+                for b in range(BROKERS):  # the processes' last words, shutdown included
+                    self._save_output(b, "end of run")
+                for w in self.workers:  # after an error midway: do not leave clients running
+                    if w.alive:
+                        w.stop()
+                        w.close(5.0)
+                for reader in self.readers:
+                    reader.stop()
+            finally:
+                # whatever failed above: a client left started here reconnects to the run's
+                # (stopped) ZooKeeper for the rest of the test process
+                self.zk.stop()
+                self.zk.close()
             self.result.seconds = time.monotonic() - self._t0
             self._write_report()
         return self.result

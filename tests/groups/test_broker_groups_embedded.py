@@ -25,12 +25,11 @@ from waiting import wait_until
 from hmbclient.broker import EmbeddedBroker
 from hmbclient.consumer.connector import Consumer, ConsumerConnector
 
-from .conftest import Collector, Producer, drain, unique
+from .conftest import Collector, Producer, unique
 from .test_broker_groups import (
     FAST,
     PARTITIONS,
     check_members_get_every_message_once,
-    committed,
     create_topic,
     start_victim,
 )
@@ -121,36 +120,3 @@ def test_killed_member_loses_its_partitions_after_the_session_timeout(
     assert all(n == 2 for n in duplicates.values())
     assert set(duplicates) <= set(victim)
     assert {p for p, _ in duplicates} <= victim_partitions
-
-
-def test_commits_and_a_rebalance_in_the_middle_of_a_fetched_chunk(
-    broker: EmbeddedBroker, make_member: Any, producer: Producer
-) -> None:
-    # Each partition's 300 messages come back in one Fetch answer, so every cut below falls in
-    # the middle of a chunk the stream hands out without a lock per message: the auto commit,
-    # commit_offsets and the rebalance's final commit must each record exactly the offset after
-    # the last message handed out (KafkaStream's cases position and cut).
-    topic, group = unique("midchunk"), unique("g-midchunk")
-    create_topic(broker.bootstrap, topic, 2)
-    for partition in (0, 1):
-        producer.send(topic, partition, [b"%d-%d" % (partition, i) for i in range(300)])
-    first = make_member(group)  # auto commit every 200 ms (FAST)
-    stream = first.create_message_streams({topic: 1})[topic][0]
-    handed: list[Any] = [next(stream) for _ in range(37)]
-    part = handed[0].partition
-    assert [(m.partition, m.offset) for m in handed] == [(part, i) for i in range(37)]
-    wait_until(lambda: committed(broker.bootstrap, group, topic, 2)[part] == 37, what="the auto commit of 37")
-    handed += [next(stream) for _ in range(5)]
-    first.commit_offsets()
-    assert committed(broker.bootstrap, group, topic, 2)[part] == 42
-    handed.append(next(stream))
-    # A second member joins: the first revokes both partitions in the middle of the chunk and
-    # commits 43 before the coordinator hands any partition out again.
-    second = make_member(group)
-    streams = [("first", stream), ("second", second.create_message_streams({topic: 1})[topic][0])]
-    wait_until(lambda: first.await_rebalance(0.1) and second.await_rebalance(0.1) and len(first.owned_partitions()) == 1,
-               timeout_s=30, what="the two members each owning a partition")
-    rest = drain(streams)
-    seen = Counter((m.partition, m.offset) for m in handed) + Counter((m.partition, m.offset) for _, m in rest.messages)
-    assert set(seen) == {(p, i) for p in (0, 1) for i in range(300)}  # nothing lost
-    assert max(seen.values()) == 1  # nothing handed out twice

@@ -20,38 +20,42 @@ What the wire shows (kafka.coordinator at debug, our coordinator at debug):
 
 The window is the JoinGroup→SyncGroup round trip against the caller's poll timeout, hence
 "1 in 3 / 1 in 10" with ``poll(100)``-ish loops and never with extra logging. ``poll(1)`` makes it
-deterministic. Workaround in tests: poll with timeouts longer than a join round trip, or create
+likely (5 of 5 on a quiet machine, about half on a loaded one). Workaround in tests: poll with timeouts longer than a join round trip, or create
 the topic before the kafka-python consumer subscribes.
 
 The test first checks our side (the coordinator completed generation 2: Stable, the member
 holding every partition), then the kafka-python symptom, raised as :class:`KafkaPythonLostJoin`
-so the strict xfail catches only that: it turns into a failure (XPASS) once kafka-python is fixed,
-and any failure of our side fails the test.
+so the xfail catches only that (not strict: the race may go kafka-python's way), and any failure
+of our side fails the test.
 """
 
 from __future__ import annotations
 
 import time
 
+import kafka  # a test dependency: its absence fails, not skips
 import pytest
 
 from hmbclient.broker.coordinator.state import GroupState
 from hmbclient.broker.embedded import EmbeddedBroker
 from tests.waiting import wait_until
 
-kafka = pytest.importorskip("kafka")
-
 
 class KafkaPythonLostJoin(AssertionError):
     """kafka-python reached the generation but never took its assignment."""
 
 
-@pytest.mark.xfail(strict=True, raises=KafkaPythonLostJoin, reason="kafka-python 3.0.12: a join finished after poll() timed out is never completed")
+# Not strict: whether kafka-python's poll gives up inside the join round trip is a race (about
+# half of the runs on a loaded 2-core machine); our side (generation 2 Stable with an assignment
+# stored) is asserted either way and fails the test with any other exception.
+@pytest.mark.xfail(strict=False, raises=KafkaPythonLostJoin, reason="kafka-python 3.0.12: a join finished after poll() timed out is never completed")
 def test_kafka_python_rejoin_finished_after_poll_timeout_is_lost() -> None:
     from kafka import KafkaConsumer
     from kafka.admin import KafkaAdminClient, NewTopic
 
-    with EmbeddedBroker(group_initial_rebalance_delay_ms=0) as b:
+    # auto.create.topics.enable=false: kafka-python's metadata requests must not create "late"
+    # before the test does (seen once on a loaded machine: TopicAlreadyExistsError).
+    with EmbeddedBroker(group_initial_rebalance_delay_ms=0, auto_create_topics_enable=False) as b:
         b.start()
         c = KafkaConsumer("late", bootstrap_servers=b.bootstrap, group_id="g-late", session_timeout_ms=6000,
                           heartbeat_interval_ms=500, metadata_max_age_ms=100)
@@ -68,6 +72,8 @@ def test_kafka_python_rejoin_finished_after_poll_timeout_is_lost() -> None:
             admin = KafkaAdminClient(bootstrap_servers=b.bootstrap)
             try:
                 admin.create_topics([NewTopic("late", 4, 1)])
+            except kafka.errors.TopicAlreadyExistsError:
+                pass  # a retry of a create that went through (its answer slow under load): created
             finally:
                 admin.close()
 

@@ -49,16 +49,6 @@ class _Tailed(NamedTuple):
     partition: int
 
 
-class _Led(NamedTuple):
-    """The connector's record shape: where it came from, then offset, key, value."""
-
-    topic: str
-    partition: int
-    offset: int
-    key: Any
-    value: Any
-
-
 def _check(magic: int, codec: int, items: list[tuple[Any, ...]], base_offset: int) -> None:
     buf = encode_records(magic, codec, items, base_offset=base_offset, timestamp_ms=DEFAULT_TS)
     recs = decode_records(buf)
@@ -84,10 +74,6 @@ def _check(magic: int, codec: int, items: list[tuple[Any, ...]], base_offset: in
         tailed = decode_records(data, (_Tailed, ("t", 3)))
         assert all(type(r) is _Tailed for r in tailed)
         assert [tuple(r) for r in tailed] == [(*r, "t", 3) for r in recs]
-        # the lead form: (topic, partition) first, then offset, key, value
-        led = decode_records(data, (_Led, ("t", 3), True))
-        assert all(type(r) is _Led for r in led)
-        assert [tuple(r) for r in led] == [("t", 3, r.offset, r.key, r.value) for r in recs]
     entries, valid = scan_entries(buf)
     assert valid == len(buf)
     assert entries[0].base_offset == base_offset

@@ -12,7 +12,7 @@ any offsets keeps exactly the records in between.
 from __future__ import annotations
 
 import struct
-from typing import Any, NamedTuple
+from typing import Any
 
 import pytest
 from crc32c import crc32c
@@ -84,16 +84,6 @@ def _reference(buf: bytes) -> list[tuple[Any, ...]] | type[Exception]:
     return [tuple(r) for r in out]
 
 
-class _Led(NamedTuple):
-    """A record built lead-first: where it came from, then offset, key, value."""
-
-    topic: str
-    partition: int
-    offset: int
-    key: Any
-    value: Any
-
-
 def _fast(buf: bytes) -> list[tuple[Any, ...]] | type[Exception]:
     """decode_records of ``buf`` as bytes, and the same from a bytearray and a memoryview (read
     in place): all three must agree."""
@@ -102,11 +92,6 @@ def _fast(buf: bytes) -> list[tuple[Any, ...]] | type[Exception]:
         try:
             got = [tuple(r) for r in decode_records(source)]
             assert all(type(r[2]) in (bytes, type(None)) and type(r[3]) in (bytes, type(None)) for r in got)
-            # the lead form (the connector's MessageAndMetadata): the same records, built as
-            # (topic, partition, offset, key, value) by the decoder itself
-            led = decode_records(source, (_Led, ("t", 3), True))
-            assert all(type(r) is _Led for r in led)
-            assert [tuple(r) for r in led] == [("t", 3, r[0], r[2], r[3]) for r in got]
             results.append(got)
         except CorruptRecordError:
             results.append(CorruptRecordError)

@@ -18,7 +18,7 @@ from crc32c import crc32c
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from hmbclient import ConsumerRecord, MessageAndMetadata
+from hmbclient import ConsumerRecord
 from hmbclient.errors import CorruptRecordError
 from hmbclient.protocol.records import GZIP, NONE, decode_records, scan_entries
 from hmbclient.protocol.records.control import (
@@ -269,10 +269,6 @@ def test_read_committed_drops_aborted_and_control_like_kafka_python() -> None:
     tailed = read_committed(buf, aborted, (ConsumerRecord, ("t", 0)))
     assert all(type(r) is ConsumerRecord for r in tailed)
     assert [tuple(r) for r in tailed] == [(*r, "t", 0) for r in read_committed(buf, aborted)]
-    # lead form: the connector's MessageAndMetadata, built by the decoder
-    led = read_committed(buf, aborted, (MessageAndMetadata, ("t", 0), True))
-    assert all(type(r) is MessageAndMetadata for r in led)
-    assert [tuple(r) for r in led] == [("t", 0, r.offset, r.key, r.value) for r in read_committed(buf, aborted)]
     # read_uncommitted sees everything but the markers
     assert len(decode_records(buf)) == 12
 

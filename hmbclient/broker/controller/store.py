@@ -207,9 +207,15 @@ class ZkStore:
         except Exception as e:
             self.zk.close()
             raise CoordinationError(f"cannot reach ZooKeeper at {connect}: {e}") from e
-        self.zk.add_listener(self._on_state)
-        for p in (paths.BROKER_IDS_PATH, paths.BROKER_TOPICS_PATH, ISR_CHANGE_PATH, paths.DELETE_TOPICS_PATH):
-            self.zk.ensure_path(p)
+        try:
+            self.zk.add_listener(self._on_state)
+            for p in (paths.BROKER_IDS_PATH, paths.BROKER_TOPICS_PATH, ISR_CHANGE_PATH, paths.DELETE_TOPICS_PATH):
+                self.zk.ensure_path(p)
+        except BaseException:
+            # No store to close comes back to the caller: a started client left here would
+            # run (and reconnect) for the life of the process.
+            self.close()
+            raise
 
     def _ensure_chroot(self) -> None:
         # Kafka creates a missing chroot ("host:port/kafka") itself; kazoo would only warn and

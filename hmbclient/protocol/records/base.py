@@ -11,12 +11,12 @@ import gc
 import struct
 from collections.abc import Iterable, Iterator
 from itertools import repeat
-from operator import add, itemgetter
+from operator import add
 from typing import Any, NamedTuple
 
 from hmbclient.errors import CorruptRecordError
 
-__all__ = ["Record", "Entry", "Headers", "NO_TIMESTAMP", "GcPaused", "Tail", "with_tail", "leads"]
+__all__ = ["Record", "Entry", "Headers", "NO_TIMESTAMP", "GcPaused", "Tail", "with_tail"]
 
 Headers = tuple[tuple[str, bytes | None], ...]
 
@@ -43,26 +43,15 @@ CONTROL_MASK = 0x20  # v2 only
 #: ``(cls, fields)``: decode each record as ``cls`` built from ``(offset, timestamp, key, value,
 #: headers) + fields`` -- a consumer's own record tuple (the poll consumer's ConsumerRecord:
 #: ``fields`` = ``(topic, partition)``) made by the decoder itself, with no Record in between.
-#: ``(cls, fields, True)`` (lead): ``cls`` built from ``fields + (offset, key, value)``, no
-#: timestamp or headers -- the 0.8 connector's ``MessageAndMetadata(topic, partition, offset,
-#: key, message)``.
-Tail = tuple[type, tuple[Any, ...]] | tuple[type, tuple[Any, ...], bool]
+Tail = tuple[type, tuple[Any, ...]]
 
 _new_tuple = tuple.__new__
-_OFFSET_KEY_VALUE = itemgetter(0, 2, 3)
-
-
-def leads(tail: Tail) -> bool:
-    """Whether ``tail`` is the lead form (its fields first, then offset, key and value)."""
-    return len(tail) > 2 and bool(tail[2])
 
 
 def with_tail(records: Iterable[Record], tail: Tail) -> Iterator[Any]:
     """Records rebuilt as ``tail`` says (the decoders' paths that build Records first), each by
     one C-level concatenation."""
-    cls, fields = tail[0], tail[1]
-    if leads(tail):
-        return map(_new_tuple, repeat(cls), map(add, repeat(fields), map(_OFFSET_KEY_VALUE, records)))
+    cls, fields = tail
     return map(_new_tuple, repeat(cls), map(add, records, repeat(fields)))
 
 

@@ -231,7 +231,7 @@ def read_committed(buf: Any, aborted: Any, tail: Tail | None = None) -> list[Rec
             the last stable offset.
         aborted: the answer's aborted transactions, as (producer_id, first_offset) pairs (or
             objects with those attributes); None when there are none.
-        tail: as :func:`decode_records`'s (the records' class and their other fields).
+        tail: as :func:`decode_records`'s (the records' class and trailing fields).
 
     Returns:
         The records in order, without control records and without the records of aborted

@@ -157,9 +157,8 @@ def decode_records(buf: Buffer, tail: Tail | None = None) -> list[Record]:
             one v2 batch at a time (batches of large records are read in place; keys and values
             are always ``bytes`` copies) and, from its first v0/v1 message on, once.
         tail: ``(cls, fields)``: each record built as ``cls`` from the Record's fields followed
-            by ``fields`` (a consumer's own record tuple, with no Record made first);
-            ``(cls, fields, True)``: built as ``cls`` from ``fields`` followed by the offset,
-            key and value (the lead form, see ``base.Tail``); None: Records.
+            by ``fields`` (a consumer's own record tuple, with no Record made first); None:
+            Records.
 
     Returns:
         The records in order, compressed wrappers and batches expanded with absolute offsets,
@@ -533,7 +532,10 @@ def convert_records(buf: Buffer, to_magic: int) -> Buffer:
                 codec = codecs.NONE
             items = [(r.key, r.value, r.timestamp) for r in recs]
             offsets = [r.offset for r in recs]
-            parts.append(legacy.encode(to_magic, codec, items, 0, NO_TIMESTAMP, offsets))
+            try:
+                parts.append(legacy.encode(to_magic, codec, items, 0, NO_TIMESTAMP, offsets))
+            except ValueError as e:  # e.g. offsets past int64 from a damaged base offset
+                raise CorruptRecordError(f"entry at offset {offsets[0]}: cannot down-convert: {e}") from None
         return b"".join(parts)
     finally:
         mv.release()

@@ -32,7 +32,7 @@ from itertools import repeat
 from operator import itemgetter
 from typing import Any, NamedTuple
 
-from .base import ZIGZAG, Record, Tail, leads
+from .base import ZIGZAG, Record, Tail
 
 __all__ = ["read_uniform", "find_run", "run_records", "UniformRun", "MIN_RUN"]
 
@@ -296,6 +296,22 @@ def run_records(run: UniformRun, tail: Tail | None = None) -> Iterator[Record]:
     base_ts = run.base_ts
     view = type(data) is not bytes
     run_end = pos + done * stride
+    timestamps: Any
+    if run.append_ts is not None:  # LogAppendTime: the batch's max timestamp for every record
+        timestamps = repeat(run.append_ts, done)
+    else:
+        stamps: Any = data[pos + run.ts_at : run_end : stride]
+        if view:
+            stamps = stamps.tobytes()
+        first_stamp = stamps[0]
+        if stamps.count(first_stamp) == done:
+            timestamps = repeat(base_ts + ZIGZAG[first_stamp], done)
+        elif done >= 256:
+            # one int per distinct delta instead of one per record
+            table = [base_ts + z for z in ZIGZAG[:128]]
+            timestamps = map(table.__getitem__, stamps)
+        else:
+            timestamps = map(base_ts.__add__, map(ZIGZAG.__getitem__, stamps))
     keys: Any
     values: Any
     if key_len >= 0 and value_len >= 0:
@@ -325,29 +341,15 @@ def run_records(run: UniformRun, tail: Tail | None = None) -> Iterator[Record]:
         keys = repeat(None, done)
         values = repeat(None, done)  # not the same iterator: zip takes one item from each
     first_offset = run.offset
-    offsets = range(first_offset, first_offset + done)
-    columns: tuple[Any, ...]
-    if tail is not None and leads(tail):
-        # (lead) where it came from, then offset, key, value: no timestamps to build
-        cls = tail[0]
-        columns = (*[repeat(field, done) for field in tail[1]], offsets, keys, values)
-    else:
-        timestamps: Any
-        if run.append_ts is not None:  # LogAppendTime: the batch's max timestamp for every record
-            timestamps = repeat(run.append_ts, done)
-        else:
-            stamps: Any = data[pos + run.ts_at : run_end : stride]
-            if view:
-                stamps = stamps.tobytes()
-            first_stamp = stamps[0]
-            if stamps.count(first_stamp) == done:
-                timestamps = repeat(base_ts + ZIGZAG[first_stamp], done)
-            elif done >= 256:
-                # one int per distinct delta instead of one per record
-                table = [base_ts + z for z in ZIGZAG[:128]]
-                timestamps = map(table.__getitem__, stamps)
-            else:
-                timestamps = map(base_ts.__add__, map(ZIGZAG.__getitem__, stamps))
-        cls, extra = (Record, ()) if tail is None else (tail[0], tail[1])
-        columns = (offsets, timestamps, keys, values, repeat(_NO_HEADERS, done), *[repeat(field, done) for field in extra])
-    return iter(map(_new, repeat(cls, done), zip(*columns, strict=True)))
+    cls, extra = (Record, ()) if tail is None else tail
+    return iter(
+        map(
+            _new,
+            repeat(cls, done),
+            zip(
+                range(first_offset, first_offset + done), timestamps, keys, values, repeat(_NO_HEADERS, done),
+                *[repeat(field, done) for field in extra],
+                strict=True,
+            ),
+        )
+    )

@@ -51,7 +51,6 @@ from .base import (
     Record,
     Tail,
     encode_varint,
-    leads,
     read_uvarint,
     read_varint,
     with_tail,
@@ -734,9 +733,8 @@ def batch_records(
     if rpos != rend:
         raise CorruptRecordError(f"batch at offset {base}: records do not fill the batch")
     if attrs & TIMESTAMP_TYPE_MASK:
-        lead = tail is not None and leads(tail)  # (lead): no timestamp field to stamp
         out = [
-            r._replace(append_ts=max_ts) if type(r) is UniformRun else r if lead else r._replace(timestamp=max_ts)
+            r._replace(append_ts=max_ts) if type(r) is UniformRun else r._replace(timestamp=max_ts)
             for r in out
         ]
     return out
