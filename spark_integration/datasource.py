@@ -61,6 +61,7 @@ Streaming contract (exactly-once reading):
 from __future__ import annotations
 
 import logging
+import tempfile
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -481,6 +482,11 @@ def source_metrics(source_progress: Mapping[str, Any]) -> dict[str, str]:
     )
 
 
+#: The entries Spark 4's ``PythonStreamingSourceRunner.init`` puts into the environment map of
+#: the registered data source (see :func:`_settle_environment`), with how it computes them.
+_STREAMING_RUNNER_ENV = ("SPARK_LOCAL_DIRS", "SPARK_AUTH_SOCKET_TIMEOUT", "SPARK_BUFFER_SIZE", "SPARK_PYTHON_RUNTIME")
+
+
 def register(spark: Any) -> None:
     """Register the ``"hmb"`` data source with a SparkSession.
 
@@ -488,3 +494,44 @@ def register(spark: Any) -> None:
         spark: The SparkSession (classic; Spark Connect sessions work the same way).
     """
     spark.dataSource.register(HmbDataSource)
+    _settle_environment(spark)
+
+
+def _settle_environment(spark: Any) -> None:
+    """Put the streaming source runner's four entries into the registered source's environment
+    map now, on this thread, with the values the runner would put.
+
+    Why (a race in Spark 4.x, not in this package): every use of a registered Python data source
+    -- each query's reader and writer functions, shipped inside its tasks -- shares ONE
+    ``java.util.HashMap`` of environment variables (``UserDefinedPythonDataSource
+    .createPythonFunction`` passes the registration's own map), and
+    ``PythonStreamingSourceRunner.init`` (run when a streaming query on the source starts) puts
+    these four keys into it, unsynchronized. The first time, those puts change the map's
+    structure: two streaming queries starting together (or one starting while another query's
+    task is being serialized) can leave the map's size and entries disagreeing, and every task
+    serialized with it afterwards fails to deserialize (``java.io.OptionalDataException`` in
+    ``HashMap.readObject``: the task is lost and, with no retries left, the query fails). Seen as
+    the intermittent driver exit of tests/spark/test_spark_eos.py's two-query streaming test.
+    With the keys already present, the runner's puts only replace values (no structural change).
+    The values put here are never used: each runner that starts a Python worker with this map
+    (the streaming source runner on the map itself, the planner runner and the executors'
+    ``BasePythonRunner`` on their copies) sets all four itself first; they are the runner's own
+    where cheaply known (SparkEnv's block manager dirs are not reachable through py4j here: its
+    reflection over SparkEnv fails on classes missing from PySpark's jars). Spark Connect
+    sessions (no JVM handle here) and other Spark builds are left as they are.
+    """
+    try:
+        jsession = spark._jsparkSession
+        source = jsession.sessionState().dataSourceManager().lookupDataSource(HmbDataSource.name())
+        env = source.dataSourceCls().envVars()
+        conf = jsession.sparkContext().conf()
+        values = {
+            "SPARK_LOCAL_DIRS": conf.get("spark.local.dir", tempfile.gettempdir()),
+            "SPARK_AUTH_SOCKET_TIMEOUT": str(conf.getTimeAsSeconds("spark.python.authenticate.socketTimeout", "15s")),
+            "SPARK_BUFFER_SIZE": str(conf.getInt("spark.buffer.size", 65536)),
+            "SPARK_PYTHON_RUNTIME": "PYTHON_WORKER",
+        }
+        for key in _STREAMING_RUNNER_ENV:
+            env.putIfAbsent(key, values[key])
+    except Exception:  # noqa: BLE001 - a session without the JVM classes this reaches for
+        log.debug("format 'hmb': the data source's environment map was not settled", exc_info=True)

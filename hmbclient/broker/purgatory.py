@@ -8,6 +8,12 @@ A ``DelayedOperation`` has a tiny contract:
   whichever of try_complete / expiry / shutdown gets there first;
 * ``on_expire()`` runs after ``on_complete`` when the op completed because its delay ran out;
 * ``force_complete()`` is the one gate: only the first caller wins (a lock-guarded flag).
+  It runs under the op's check lock, the one ``try_complete`` runs under, so a completion by
+  expiry or shutdown waits for a check in progress on another thread and the check after it
+  sees the op completed: ``on_complete`` answers from one consistent state, never a blend of the
+  expiry's and a half-done check's (a DelayedProduce answering some partitions NONE and the rest
+  REQUEST_TIMED_OUT although one append had satisfied them all), and no losing check rewrites
+  the statuses after the answer went out.
 
 The ``Purgatory`` is generic: ``try_complete_else_watch(op, keys)`` checks, watches the op under
 every key, then checks again; ``check_and_complete(key)`` re-checks the ops watching one key
@@ -52,8 +58,8 @@ class DelayedOperation:
         self.deadline_ms = 0
         self._completed = False
         self._expired = False
-        self._gate = threading.Lock()
-        # Serialises try_complete calls of one op (several appends may re-check it at once).
+        # Serialises try_complete calls of one op (several appends may re-check it at once) and
+        # the completion by expiry or shutdown with them (see force_complete).
         # Blocking, not try-lock-and-skip: a skipped check could be the one that follows the
         # append the holder's check did not see yet, and that wake-up would be lost.
         self._checking = lock if lock is not None else threading.RLock()
@@ -68,14 +74,20 @@ class DelayedOperation:
 
     def force_complete(self) -> bool:
         """Complete the op now. Returns True for the one caller that completed it."""
-        with self._gate:
+        return self._complete_once(expired=False)
+
+    def _complete_once(self, expired: bool) -> bool:
+        # Under the check lock (re-entered when try_complete calls force_complete): an expiry
+        # waits for a check in progress on another thread, whose statuses on_complete reads.
+        with self._checking:
             if self._completed:
                 return False
             self._completed = True
-        try:
-            self.on_complete()
-        except Exception:  # a failing callback must not kill the caller's thread
-            log.exception("%r: on_complete failed", self)
+            self._expired = expired
+            try:
+                self.on_complete()
+            except Exception:  # a failing callback must not kill the caller's thread
+                log.exception("%r: on_complete failed", self)
         return True
 
     def try_complete(self) -> bool:  # pragma: no cover - interface
@@ -97,15 +109,13 @@ class DelayedOperation:
             return self.try_complete()
 
     def _expire(self) -> bool:
-        self._expired = True
-        if self.force_complete():
-            try:
-                self.on_expire()
-            except Exception:
-                log.exception("%r: on_expire failed", self)
-            return True
-        self._expired = False
-        return False
+        if not self._complete_once(expired=True):
+            return False
+        try:
+            self.on_expire()
+        except Exception:
+            log.exception("%r: on_expire failed", self)
+        return True
 
 
 Op = TypeVar("Op", bound=DelayedOperation)

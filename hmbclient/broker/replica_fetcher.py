@@ -364,7 +364,9 @@ class _FetcherThread:
 
     def shutdown(self) -> None:
         self.stop_event.set()
-        self.channel.close()
+        # For good (not close): wakes a fetch parked on the leader now, and the thread cannot
+        # open a new connection between its stop check and its next request.
+        self.channel.shutdown()
 
     def join(self, timeout: float) -> None:
         if self.thread.is_alive():

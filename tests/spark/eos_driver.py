@@ -157,10 +157,15 @@ def _hold_while(cond: Any, limit_s: float = 150) -> None:
         time.sleep(0.05)
 
 
-def stream(bootstrap: str, specs: list[str], master: str = "local[8]") -> None:
+def stream(bootstrap: str, specs: list[str], master: str = "local[8,4]") -> None:
     from pyspark.sql.functions import col, udf
 
-    spark = _session(master)  # a blocked task per query must not starve the others
+    # 8 slots: a blocked task per query must not starve the others. 4 attempts per task, a
+    # cluster's default (spark.task.maxFailures; local mode's is 1): a task attempt lost to a
+    # Spark-side failure is run again, as on a cluster, instead of failing the query -- seen
+    # once in ~20 runs: a task that failed to deserialize (OptionalDataException in
+    # HashMap.readObject, see spark_integration.datasource._settle_environment).
+    spark = _session(master)
     queries = []
     for spec in specs:
         mode, src, dst, ckpt, gate_value, gate_marker, reached = spec.split("|")

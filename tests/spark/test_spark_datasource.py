@@ -131,6 +131,32 @@ def test_stream_limits_batches_and_restarts_exactly_once(
     assert set(rows) == produced
 
 
+def test_streaming_start_leaves_the_shared_environment_map_unchanged(
+    spark: Any, broker: Any, tmp_path: Path
+) -> None:
+    """Every use of the registered source shares one java.util.HashMap of environment
+    variables, which Spark's streaming source runner writes to, unsynchronized, when a query
+    starts; its first writes used to add keys (a structural change), which two queries starting
+    together could corrupt (tasks then failed with OptionalDataException; the eos streaming
+    test's intermittent driver exit). register() puts those keys first: a starting query only
+    replaces values."""
+    from spark_integration import register
+
+    register(spark)  # a fresh registration: a fresh map, as in a new driver
+    env = spark._jsparkSession.sessionState().dataSourceManager().lookupDataSource("hmb").dataSourceCls().envVars()
+    before = {k: env.get(k) for k in env.keySet().toArray()}
+    create_topic(broker.bootstrap, "ds-env", 1)
+    produce(broker.bootstrap, "ds-env", _messages("e", 5, 1))
+    queries = [_sink(_stream(spark, broker, topic="ds-env", startingOffsets="earliest"), tmp_path / f"out{i}",
+                     tmp_path / f"ckpt{i}").trigger(availableNow=True).start() for i in range(2)]
+    for q in queries:
+        q.awaitTermination(120)
+        assert q.exception() is None
+    after = {k: env.get(k) for k in env.keySet().toArray()}
+    assert set(after) == set(before), f"keys added by the streaming runner: {set(after) - set(before)}"
+    assert env.size() == len(after)
+
+
 def test_available_now_reads_up_to_start_and_commits_group_offsets(
     spark: Any, broker: Any, zookeeper: Any, tmp_path: Path
 ) -> None:

@@ -8,7 +8,7 @@ without it.
 * batch write (8000 rows, 4 tasks): the task of partition 2 fails once (a UDF raises) after its
   first rows reached the broker; Spark retries it. The failed attempt's writer saw its input end
   early and committed a prefix of the partition; the retry sends only the rest (eos E2/E3).
-* streaming ``hmb`` -> UDF -> ``hmb`` (trigger availableNow, 4 input partitions): the driver is
+* streaming ``hmb`` -> UDF -> ``hmb`` (trigger availableNow, 4 input partitions, ``local[8,4]``): the driver is
   killed with SIGKILL twice while partition 3's task of a micro-batch is held in the UDF (the
   other three tasks of the batch have committed; the held one has sent its first rows: its
   transaction is open), and restarted from its checkpoint each time; the replayed batch's
@@ -225,11 +225,6 @@ def _executor_pids(cluster: Any) -> set[int]:
     return out
 
 
-# In make chaos, not make test: its driver exited non-zero at the last (unheld) run in 3 of about
-# 10 runs beside other load (committed offsets at 50 of 100, no Python error in the kept tail;
-# the report now shows the traceback), cause not found (issue 23 stays open for it). make test
-# keeps the driver kills through the standalone-cluster test below, which shares this scenario.
-@pytest.mark.chaos
 def test_streaming_killed_twice_and_restarted(broker: Any, tmp_path: Path) -> None:
     _streaming_scenario(broker, tmp_path, ("stream",))
 

@@ -117,6 +117,8 @@ class _Sender:
                         log.warning("%s to broker %d answered error %d", type(req).__name__, self.endpoint.node_id, code)
                     break
                 except HmbError as e:
+                    if self.stopped.is_set():  # (its channel shut by _stop_senders)
+                        break
                     log.info("%s to broker %d failed (%s); retrying", type(req).__name__, self.endpoint.node_id, e)
                     self.stopped.wait(0.2)
         self.channel.close()
@@ -208,7 +210,9 @@ class Controller:
 
     def _stop_senders(self, wait_s: float = 0.0) -> None:
         """Stop every sender; given ``wait_s``, wait that long in all for the threads of every
-        sender stopped so far (a sender ends after the request it is delivering)."""
+        sender stopped so far (a sender ends after the request it is delivering), then shut the
+        channels of those still delivering: their requests (to a hung broker) end now, not at
+        ``request_timeout_s``."""
         for s in self._senders.values():
             s.stop()
             self._stopped_senders.append(s)
@@ -220,6 +224,9 @@ class Controller:
         for s in self._stopped_senders:
             if s.thread is not threading.current_thread():
                 s.thread.join(timeout=max(0, deadline_ms - monotonic_ms()) / 1000.0)
+        for s in self._stopped_senders:
+            if s.thread.is_alive():
+                s.channel.shutdown()
 
     def _schedule_rebalance(self) -> None:
         if self.auto_rebalance is None or self._stopped:

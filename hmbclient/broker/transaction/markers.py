@@ -192,9 +192,13 @@ class MarkerSender:
         with self._cond:
             self._running = False
             self._cond.notify_all()
+        # Shut the channels first: a WriteTxnMarkers blocked on a slow broker ends now, so the
+        # join below does not wait for its request timeout.
+        for ch in list(self._channels.values()):
+            ch.shutdown()
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(timeout=5)
-        for ch in self._channels.values():
+        for ch in list(self._channels.values()):
             ch.close()
         self._channels.clear()
 
@@ -273,6 +277,8 @@ class MarkerSender:
 
     def _remote(self, leader: int, markers: list[Marker]) -> MarkerResults:
         failed: MarkerResults = [(m[0], {tp: ErrorCode.NETWORK_EXCEPTION for tp in m[4]}) for m in markers]
+        if not self._running:  # shutting down: no new connection the shutdown cannot see
+            return failed
         ch = self._channels.get(leader)
         if ch is None:
             ch = self.channel_for(leader)
