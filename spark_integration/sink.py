@@ -81,7 +81,7 @@ from hmbclient.config import (
     parse_broker_list,
     setting,
 )
-from hmbclient.errors import ConfigError, HmbError
+from hmbclient.errors import ConfigError, HmbError, MessageSizeTooLargeError, UnsupportedByBroker
 from rebalance.paths import TOPIC_NAME_RULE, is_valid_topic_name
 from spark_integration import eos
 
@@ -265,7 +265,7 @@ def write_task(opts: SinkOptions, cfg: ProducerConfig, batches: Iterator[Any]) -
 class _Window:
     """The rows sent since the last check, and the failures their delivery reports named.
 
-    Rows are queued with ``Producer.produce`` and one shared callback, :meth:`delivered`, so
+    Rows are queued with ``Producer.produce_batch`` (or ``produce``) and one shared callback, :meth:`delivered`, so
     no row has a future or a closure of its own. A failed report carries the row's key and
     value objects: :meth:`check` finds the row by the identity of those objects among the
     window's columns (each kept as the list the rows were sent from), so the error names the
@@ -314,7 +314,9 @@ def send_rows(producer: Producer, opts: SinkOptions, batches: Iterator[Any], ski
     """Send every row of ``batches`` with ``producer`` and check every send.
 
     Cases: (R1) a batch with only ``value`` (and ``key``) columns, wholly past ``skip``: one
-    tight loop of ``produce`` over the two columns (nulls checked in Arrow first); (R2) any
+    ``produce_batch`` of the two columns (nulls checked in Arrow first; a call refused before
+    queueing anything, e.g. a too-large row, is redone row by row with ``produce`` so the
+    error names the row); (R2) any
     other batch: row by row, with the row's topic, partition and headers.
 
     Args:
@@ -335,6 +337,7 @@ def send_rows(producer: Producer, opts: SinkOptions, batches: Iterator[Any], ski
     window = _Window()
     cb = window.delivered
     produce = producer.produce
+    produce_batch = producer.produce_batch
     since_check = 0
     for batch in batches:
         names = batch.schema.names
@@ -357,12 +360,14 @@ def send_rows(producer: Producer, opts: SinkOptions, batches: Iterator[Any], ski
             window.spans.append((row, keys, values, None, topic))
             i = 0
             try:
-                if keys is None:
-                    for v in values:
-                        produce(topic, v, None, None, None, None, cb)
-                        i += 1
-                else:
-                    for k, v in zip(keys, values):  # noqa: B905 (same length: one batch)
+                try:
+                    # One call for the batch: per partition one accumulator append.
+                    produce_batch(topic, values, keys, cb)
+                    refused = False
+                except (MessageSizeTooLargeError, UnsupportedByBroker, ValueError, TypeError):
+                    refused = True  # nothing was queued: row by row below names the row
+                if refused:
+                    for k, v in zip(keys if keys is not None else [None] * n, values):  # noqa: B905 (one batch)
                         produce(topic, v, k, None, None, None, cb)
                         i += 1
             except (HmbError, ValueError, TypeError) as e:

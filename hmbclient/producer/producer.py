@@ -47,6 +47,15 @@ Its checks are ``_queue``'s (key rule, type, size, partition), then ``RecordAccu
   first such exception (no report is lost or served twice).
 * delivery reports are not bounded by ``queue_buffering_max_messages``: call ``poll()``.
 
+``produce_batch(topic, values, keys, on_delivery)`` is ``produce`` for many messages to one
+topic: (P1) every message's checks (types, key rule, ``message_max_bytes``) before anything
+is queued, so a refused call queues nothing; (P2) the partitioner asked once per message (the
+default one: once per distinct non-null key, being a pure function of it), in order, grouping
+the messages per partition; (P3) one ``RecordAccumulator.append`` per group (per-message keys
+and sizes; the group is admitted whole and rolls over across batches). A
+public method rather than a sink-private one: any caller with columns of rows (the Spark sink,
+bulk loaders) gains the same, and it keeps every check in the producer.
+
 Errors raised by ``send`` itself (nothing was queued for the failing ProducerData): ConfigError,
 TypeError (a value that is not bytes and no serializer), MessageSizeTooLargeError (over
 ``message_max_bytes``), UnsupportedByBroker (a keyed message to HMB, which never answers one),
@@ -666,6 +675,165 @@ class Producer:
             bound = self.config.queue_buffering_max_messages
             self._drive_sync(lambda: acc.queued < bound, None)
         acc.append(queue, [value], key, size + _RECORD_OVERHEAD, headers, timestamp, on_delivery, False)
+
+    def produce_batch(
+        self,
+        topic: str,
+        values: list[Any],
+        keys: list[Any] | None = None,
+        on_delivery: Any = None,
+    ) -> None:
+        """Queue many messages to one topic at once: ``produce(topic, values[i], keys[i],
+        on_delivery=on_delivery)`` for every ``i``, in order, at a fraction of the cost.
+
+        The same checks as ``produce`` for every message, all made before anything is queued:
+        a bad type, a key for a broker that takes none, or a message over ``message_max_bytes``
+        refuses the whole call with nothing queued (the error names the message's index). Each
+        message goes to the partition ``produce`` would choose (the partitioner asked once per
+        message, in order), and each partition's messages enter its queue with one accumulator
+        call (one lock, one queue admission; a group may fill several batches). Per-partition
+        order is the order of ``values``. ``on_delivery(err, report)`` is called once per
+        message, as for ``produce``.
+
+        Args:
+            topic: the topic (its metadata is fetched on first use).
+            values: the messages' values (bytes-like or None, or what the serializer takes).
+            keys: the messages' keys, aligned with ``values`` (None: every key is null).
+            on_delivery: ``callable(err, DeliveryReport)``, for every message.
+
+        Raises:
+            TypeError: a value or key of a type that cannot be sent; nothing was queued.
+            ValueError: ``keys`` not aligned with ``values``; nothing was queued.
+            MessageSizeTooLargeError: a message exceeds the limit; nothing was queued.
+            UnsupportedByBroker: a key for a broker that takes none (HMB); nothing was queued.
+            QueueFullError: the queue stayed full (also a ``BufferError``); the partitions
+                already appended stay queued (their reports come as usual).
+            ProducerClosedError: the producer is closed; nothing was queued.
+        """
+        acc = self._acc
+        if acc is None:
+            raise TypeError("produce_batch() is not available with an event_handler; use send()")
+        if self._closed:
+            raise ProducerClosedError("produce_batch() after close()")
+        if self._txn is not None:
+            self._txn.check_send()
+        if on_delivery is not None and not callable(on_delivery):
+            raise TypeError(f"on_delivery must be callable, not {type(on_delivery).__name__}")
+        n = len(values)
+        if keys is not None and len(keys) != n:
+            raise ValueError(f"produce_batch(): {len(keys)} keys for {n} values")
+        if not n:
+            return
+        # (P1) every message's checks first: nothing is queued for a refused call.
+        encode_value = self._encode_value
+        encode_key = self._encode_key
+        if encode_value is not None:
+            values = [encode_value(v) for v in values]
+        if keys is not None and encode_key is not None:
+            keys = [None if k is None else encode_key(k) for k in keys]
+        limit = self._message_max_bytes
+        sizes: list[int] = []
+        add_size = sizes.append
+        if keys is None:
+            for i, v in enumerate(values):
+                if v.__class__ is bytes or isinstance(v, (bytearray, memoryview)):
+                    size = len(v)
+                elif v is None:
+                    size = 0
+                else:
+                    raise TypeError(f"message {i}: {_bad_value(v, 'value')}")
+                if size > limit:
+                    raise MessageSizeTooLargeError(
+                        f"message {i}: {size} bytes (key + value) to {topic!r} is over "
+                        f"message_max_bytes={limit}; nothing was sent"
+                    )
+                add_size(size + _RECORD_OVERHEAD)
+        else:
+            fixed: list[Any] | None = None
+            for i, v in enumerate(values):
+                if v.__class__ is bytes or isinstance(v, (bytearray, memoryview)):
+                    size = len(v)
+                elif v is None:
+                    size = 0
+                else:
+                    raise TypeError(f"message {i}: {_bad_value(v, 'value')}")
+                k = keys[i]
+                if k is not None:
+                    if k.__class__ is not bytes:
+                        if not isinstance(k, (bytearray, memoryview)):
+                            raise TypeError(f"message {i}: {_bad_value(k, 'key')}")
+                        if fixed is None:
+                            fixed = list(keys)
+                        fixed[i] = bytes(k)
+                    if not self._allows_keys:
+                        raise UnsupportedByBroker(
+                            f"{self._dialect_label} cannot take a message with a non-null key (it never answers "
+                            f"such a request); message {i} has one. Nothing was sent."
+                        )
+                    size += len(k)
+                if size > limit:
+                    raise MessageSizeTooLargeError(
+                        f"message {i}: {size} bytes (key + value) to {topic!r} is over "
+                        f"message_max_bytes={limit}; nothing was sent"
+                    )
+                add_size(size + _RECORD_OVERHEAD)
+            if fixed is not None:
+                keys = fixed
+        ts = acc.topics.get(topic)
+        if ts is None:
+            ts = self._topic_state(acc, topic)
+        # (P2) group per partition, in order: the partition produce() would choose.
+        queue = ts.sole
+        if queue is not None:
+            groups = [(queue, values, keys, sizes)]
+        else:
+            parts = ts.parts
+            count = len(parts)
+            partition = self._partitioner.partition
+            idx: dict[int, list[int]] = {}
+            if keys is None:
+                for i in range(n):
+                    p = partition(None, count)
+                    g = idx.get(p)
+                    if g is None:
+                        idx[p] = [i]
+                    else:
+                        g.append(i)
+            else:
+                # The default partitioner is a pure function of a non-null key: asked once per
+                # distinct key of the call (rows often share few keys). Any other: per message.
+                memo = self._partitioner.__class__ is DefaultPartitioner
+                known: dict[Any, int] = {}
+                for i, k in enumerate(keys):
+                    p = known.get(k)
+                    if p is None:
+                        p = partition(k, count)
+                        if memo and k is not None:
+                            known[k] = p
+                    g = idx.get(p)
+                    if g is None:
+                        idx[p] = [i]
+                    else:
+                        g.append(i)
+            for p in idx:
+                if p.__class__ is not int or not 0 <= p < count:
+                    raise ValueError(f"partitioner returned {p} for {count} partitions of {topic!r}")
+            groups = [
+                (
+                    parts[p],
+                    [values[i] for i in ix],
+                    None if keys is None else [keys[i] for i in ix],
+                    [sizes[i] for i in ix],
+                )
+                for p, ix in idx.items()
+            ]
+        # (P3) one accumulator call per partition.
+        bound = self.config.queue_buffering_max_messages
+        for queue, vs, ks, ss in groups:
+            if not self._async and acc.queued >= bound:
+                # Sync: nothing sends in the background; make room by sending in this thread.
+                self._drive_sync(lambda: acc.queued < bound, None)
+            acc.append(queue, vs, None, 0, None, None, on_delivery, False, [None] * len(vs) if ks is None else ks, ss)
 
     def poll(self, timeout: float | None = None) -> int:
         """Serve delivery callbacks in this thread; returns how many were served.
