@@ -580,31 +580,18 @@ class Producer:
             # key, to a topic the accumulator knows), its checks inlined: the general path's
             # below, step for step.
             ts = acc.topics.get(topic)
-            if ts is not None:
-                size = len(value)
-                if key is None:
-                    if size <= self._message_max_bytes:
-                        queue = ts.sole
-                        if queue is None:
-                            count = len(ts.parts)
-                            p = self._partitioner.partition(None, count)
-                            if not 0 <= p < count:
-                                raise ValueError(f"partitioner returned {p} for {count} partitions of {topic!r}")
-                            queue = ts.parts[p]
-                        acc.append(queue, [value], None, size + _RECORD_OVERHEAD, None, None, on_delivery, False)
-                        return
-                elif key.__class__ is bytes and self._allows_keys:
-                    size += len(key)
-                    if size <= self._message_max_bytes:
-                        queue = ts.sole
-                        if queue is None:
-                            count = len(ts.parts)
-                            p = self._partitioner.partition(key, count)
-                            if not 0 <= p < count:
-                                raise ValueError(f"partitioner returned {p} for {count} partitions of {topic!r}")
-                            queue = ts.parts[p]
-                        acc.append(queue, [value], key, size + _RECORD_OVERHEAD, None, None, on_delivery, False)
-                        return
+            if ts is not None and (key is None or (key.__class__ is bytes and self._allows_keys)):
+                size = len(value) if key is None else len(value) + len(key)
+                if size <= self._message_max_bytes:
+                    queue = ts.sole
+                    if queue is None:
+                        count = len(ts.parts)
+                        p = self._partitioner.partition(key, count)
+                        if not 0 <= p < count:
+                            raise ValueError(f"partitioner returned {p} for {count} partitions of {topic!r}")
+                        queue = ts.parts[p]
+                    acc.append(queue, [value], key, size + _RECORD_OVERHEAD, None, None, on_delivery, False)
+                    return
         acc = self._acc
         if acc is None:
             raise TypeError("produce() is not available with an event_handler; use send()")
