@@ -135,7 +135,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future
-from typing import Any
+from typing import Any, TypedDict, Unpack
 
 from hmbclient.errors import (
     BrokerError,
@@ -177,6 +177,25 @@ TopicPartition = tuple[str, int]
 MetadataPartitions = Callable[[list[str] | None], Mapping[str, list[int]]]
 StatusCallback = Callable[[str, Mapping[str, Any]], None]
 
+
+class _RequiredMemberArgs(TypedDict):
+    client: NetClient
+    offsets: KafkaOffsetStorage
+    group: str
+    consumer_id: str
+    subscription: Subscription
+    listener: OwnershipListener
+    metadata_partitions: MetadataPartitions
+
+
+class MemberArgs(_RequiredMemberArgs, total=False):
+    """The keyword arguments both kinds of group member take alike (see their Args); the
+    last three may be left out (``True``, ``None``, ``None``)."""
+
+    exclude_internal_topics: bool
+    status: StatusCallback | None
+    group_instance_id: str | None
+
 #: How often a stable member compares its topics and their partitions with the ones it
 #: joined with (a change means a rebalance).
 METADATA_CHECK_S = 2.0
@@ -204,9 +223,10 @@ class _GroupThread:
     :class:`BrokerGroupMember` and KIP-848's ``group_consumer.ConsumerProtocolMember``): the
     start-and-wait, the loop of steps with its backoff after a failure, the interruptible sleep,
     the wait for the coordinator's answer, the coordinator lookup, the revocation, the stop of
-    the thread, the leave request and the status events. The subclass sets the attributes
-    below in its ``__init__`` and gives ``_step`` (one step of its loop) and
-    ``_refuses_start`` (a failure that ends ``start()`` at once)."""
+    the thread, the leave request and the status events. The subclass's ``__init__`` sets the
+    attributes below through ``_init_member`` (with the :class:`MemberArgs` both take), then
+    its own; it gives ``_step`` (one step of its loop), ``_refuses_start`` (a failure that
+    ends ``start()`` at once) and ``_CLOSED`` (its closed state)."""
 
     _log: logging.Logger = log
     group: str
@@ -230,38 +250,38 @@ class _GroupThread:
 
     def _init_member(
         self,
-        *,
-        client: NetClient,
-        offsets: KafkaOffsetStorage,
-        group: str,
-        consumer_id: str,
-        subscription: Subscription,
-        listener: OwnershipListener,
-        metadata_partitions: MetadataPartitions,
         state: enum.Enum,
         session_timeout_ms: int,
         rebalance_timeout_ms: int,
         retry_backoff_ms: int,
-        exclude_internal_topics: bool,
-        status: StatusCallback | None,
-        group_instance_id: str | None,
+        **member: Unpack[MemberArgs],
     ) -> None:
         """Set what both members keep alike (the subclass's ``__init__`` calls it first, then
         sets its own): the arguments they share, the first ``state``, the thread's events and
-        Condition, the owned partitions and the step-failure counters."""
-        self.client = client
-        self.offsets = offsets
-        self.group = group
-        self.consumer_id = consumer_id
-        self.subscription = subscription
-        self.listener = listener
-        self.metadata_partitions = metadata_partitions
+        Condition, the owned partitions and the step-failure counters.
+
+        Raises:
+            TypeError: an argument :class:`MemberArgs` does not name, or one it requires
+                missing (as a signature that listed them would refuse).
+        """
+        unknown = member.keys() - MemberArgs.__required_keys__ - MemberArgs.__optional_keys__
+        missing = MemberArgs.__required_keys__ - member.keys()
+        if unknown or missing:
+            raise TypeError(f"{type(self).__name__}(): unexpected arguments {sorted(unknown)}, "
+                            f"missing arguments {sorted(missing)}")
+        self.client = member["client"]
+        self.offsets = member["offsets"]
+        self.group = member["group"]
+        self.consumer_id = member["consumer_id"]
+        self.subscription = member["subscription"]
+        self.listener = member["listener"]
+        self.metadata_partitions = member["metadata_partitions"]
         self.session_timeout_s = session_timeout_ms / 1000
         self.rebalance_timeout_ms = rebalance_timeout_ms
         self.backoff_s = retry_backoff_ms / 1000
-        self.exclude_internal_topics = exclude_internal_topics
-        self._status = status
-        self.group_instance_id = group_instance_id
+        self.exclude_internal_topics = member.get("exclude_internal_topics", True)
+        self._status = member.get("status")
+        self.group_instance_id = member.get("group_instance_id")
         #: Set when the member stopped for good (another member took our group.instance.id,
         #: or the coordinator refused us for good); the member is CLOSED then and owns nothing.
         self.fatal_error: BaseException | None = None
@@ -601,43 +621,19 @@ class BrokerGroupMember(_GroupThread):
     def __init__(
         self,
         *,
-        client: NetClient,
-        offsets: KafkaOffsetStorage,
-        group: str,
-        consumer_id: str,
-        subscription: Subscription,
-        listener: OwnershipListener,
-        metadata_partitions: MetadataPartitions,
         assignor: str = "range",
         session_timeout_ms: int = 10_000,
         heartbeat_interval_ms: int = 3_000,
         rebalance_timeout_ms: int = 300_000,
         request_timeout_ms: int = 30_000,
         retry_backoff_ms: int = 200,
-        exclude_internal_topics: bool = True,
-        status: StatusCallback | None = None,
-        group_instance_id: str | None = None,
+        **member: Unpack[MemberArgs],
     ) -> None:
         if assignor not in GROUP_ASSIGNORS:
             raise ValueError(f"assignor must be one of {sorted(GROUP_ASSIGNORS)}, got {assignor!r}")
-        if group_instance_id is not None and not group_instance_id:
+        if member.get("group_instance_id") == "":
             raise ValueError("group_instance_id must be a non-empty string or None")
-        self._init_member(
-            client=client,
-            offsets=offsets,
-            group=group,
-            consumer_id=consumer_id,
-            subscription=subscription,
-            listener=listener,
-            metadata_partitions=metadata_partitions,
-            state=MemberState.NEW,
-            session_timeout_ms=session_timeout_ms,
-            rebalance_timeout_ms=rebalance_timeout_ms,
-            retry_backoff_ms=retry_backoff_ms,
-            exclude_internal_topics=exclude_internal_topics,
-            status=status,
-            group_instance_id=group_instance_id,
-        )
+        self._init_member(MemberState.NEW, session_timeout_ms, rebalance_timeout_ms, retry_backoff_ms, **member)
         #: COOPERATIVE rebalance protocol (KIP-429): offered alone, so a group never picks an
         #: eager assignor for it (members sharing no assignor are refused by the coordinator).
         self.cooperative = assignor in COOPERATIVE_ASSIGNORS

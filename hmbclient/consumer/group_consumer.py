@@ -58,9 +58,8 @@ import enum
 import logging
 import time
 import uuid
-from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Unpack
 
 from hmbclient.errors import (
     ErrorCode,
@@ -70,23 +69,18 @@ from hmbclient.errors import (
     UnsupportedByBroker,
     for_code,
 )
-from hmbclient.net.client import NetClient
 from hmbclient.net.versions import BrokerVersions
 from hmbclient.protocol.api.base import ApiKey
 from hmbclient.protocol.api.metadata import MetadataRequest
-from rebalance.rebalancer import OwnershipListener, Subscription
 
 from .assignors import streams_for
-from .group import _Closed, _GroupThread
-from .offsets import KafkaOffsetStorage
+from .group import MemberArgs, _Closed, _GroupThread
 
 __all__ = ["Answer", "ConsumerProtocolMember", "Decision", "MemberState", "decide"]
 
 log = logging.getLogger("hmbclient.consumer.group_consumer")
 
 TopicPartition = tuple[str, int]
-MetadataPartitions = Callable[[list[str] | None], Mapping[str, list[int]]]
-StatusCallback = Callable[[str, Mapping[str, Any]], None]
 
 _DEFAULT_INTERVAL_MS = 3_000
 
@@ -209,38 +203,14 @@ class ConsumerProtocolMember(_GroupThread):
     def __init__(
         self,
         *,
-        client: NetClient,
-        offsets: KafkaOffsetStorage,
-        group: str,
-        consumer_id: str,
-        subscription: Subscription,
-        listener: OwnershipListener,
-        metadata_partitions: MetadataPartitions,
         remote_assignor: str | None = None,
         session_timeout_ms: int = 45_000,
         rebalance_timeout_ms: int = 300_000,
         request_timeout_ms: int = 30_000,
         retry_backoff_ms: int = 100,
-        exclude_internal_topics: bool = True,
-        status: StatusCallback | None = None,
-        group_instance_id: str | None = None,
+        **member: Unpack[MemberArgs],
     ) -> None:
-        self._init_member(
-            client=client,
-            offsets=offsets,
-            group=group,
-            consumer_id=consumer_id,
-            subscription=subscription,
-            listener=listener,
-            metadata_partitions=metadata_partitions,
-            state=MemberState.NEW,
-            session_timeout_ms=session_timeout_ms,
-            rebalance_timeout_ms=rebalance_timeout_ms,
-            retry_backoff_ms=retry_backoff_ms,
-            exclude_internal_topics=exclude_internal_topics,
-            status=status,
-            group_instance_id=group_instance_id,
-        )
+        self._init_member(MemberState.NEW, session_timeout_ms, rebalance_timeout_ms, retry_backoff_ms, **member)
         self.remote_assignor = remote_assignor
         self.request_timeout_ms = request_timeout_ms
         # The coordinator answered our first heartbeat (start() returns then).
