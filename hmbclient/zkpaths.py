@@ -190,10 +190,14 @@ def _element(kind: str, name: str) -> str:
     return name
 
 
+def _number(kind: str, value: int) -> str:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"bad {kind} {value!r}: must be an int >= 0")
+    return str(value)
+
+
 def _partition(partition: int) -> str:
-    if isinstance(partition, bool) or not isinstance(partition, int) or partition < 0:
-        raise ValueError(f"bad partition {partition!r}: must be an int >= 0")
-    return str(partition)
+    return _number("partition", partition)
 
 
 def consumer_group_path(group: str) -> str:
@@ -242,6 +246,12 @@ def consumer_registration_path(group: str, consumer_id: str) -> str:
     return f"{consumer_ids_path(group)}/{_element('consumer id', consumer_id)}"
 
 
+def _group_topic_path(group: str, kind: str, topic: str | None) -> str:
+    # /consumers/<group>/<kind> or /consumers/<group>/<kind>/<topic> (owners, offsets)
+    base = f"{consumer_group_path(group)}/{kind}"
+    return base if topic is None else f"{base}/{_element('topic', topic)}"
+
+
 def consumer_owners_path(group: str, topic: str | None = None) -> str:
     """``/consumers/<group>/owners`` or ``/consumers/<group>/owners/<topic>``.
 
@@ -255,8 +265,7 @@ def consumer_owners_path(group: str, topic: str | None = None) -> str:
     Raises:
         ValueError: Bad group or topic name.
     """
-    base = f"{consumer_group_path(group)}/owners"
-    return base if topic is None else f"{base}/{_element('topic', topic)}"
+    return _group_topic_path(group, "owners", topic)
 
 
 def owner_path(group: str, topic: str, partition: int) -> str:
@@ -289,8 +298,7 @@ def consumer_offsets_path(group: str, topic: str | None = None) -> str:
     Raises:
         ValueError: Bad group or topic name.
     """
-    base = f"{consumer_group_path(group)}/offsets"
-    return base if topic is None else f"{base}/{_element('topic', topic)}"
+    return _group_topic_path(group, "offsets", topic)
 
 
 def offset_path(group: str, topic: str, partition: int) -> str:
@@ -322,9 +330,7 @@ def broker_path(broker_id: int) -> str:
     Raises:
         ValueError: Negative or non-int id.
     """
-    if isinstance(broker_id, bool) or not isinstance(broker_id, int) or broker_id < 0:
-        raise ValueError(f"bad broker id {broker_id!r}: must be an int >= 0")
-    return f"{BROKER_IDS_PATH}/{broker_id}"
+    return f"{BROKER_IDS_PATH}/{_number('broker id', broker_id)}"
 
 
 def topic_path(topic: str) -> str:

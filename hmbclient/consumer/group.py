@@ -135,7 +135,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future
-from typing import Any
+from typing import Any, TypedDict, Unpack
 
 from hmbclient.errors import (
     BrokerError,
@@ -177,6 +177,25 @@ TopicPartition = tuple[str, int]
 MetadataPartitions = Callable[[list[str] | None], Mapping[str, list[int]]]
 StatusCallback = Callable[[str, Mapping[str, Any]], None]
 
+
+class _RequiredMemberArgs(TypedDict):
+    client: NetClient
+    offsets: KafkaOffsetStorage
+    group: str
+    consumer_id: str
+    subscription: Subscription
+    listener: OwnershipListener
+    metadata_partitions: MetadataPartitions
+
+
+class MemberArgs(_RequiredMemberArgs, total=False):
+    """The keyword arguments both kinds of group member take alike (see their Args); the
+    last three may be left out (``True``, ``None``, ``None``)."""
+
+    exclude_internal_topics: bool
+    status: StatusCallback | None
+    group_instance_id: str | None
+
 #: How often a stable member compares its topics and their partitions with the ones it
 #: joined with (a change means a rebalance).
 METADATA_CHECK_S = 2.0
@@ -204,9 +223,10 @@ class _GroupThread:
     :class:`BrokerGroupMember` and KIP-848's ``group_consumer.ConsumerProtocolMember``): the
     start-and-wait, the loop of steps with its backoff after a failure, the interruptible sleep,
     the wait for the coordinator's answer, the coordinator lookup, the revocation, the stop of
-    the thread, the leave request and the status events. The subclass sets the attributes
-    below in its ``__init__`` and gives ``_step`` (one step of its loop) and
-    ``_refuses_start`` (a failure that ends ``start()`` at once)."""
+    the thread, the leave request and the status events. The subclass's ``__init__`` sets the
+    attributes below through ``_init_member`` (with the :class:`MemberArgs` both take), then
+    its own; it gives ``_step`` (one step of its loop), ``_refuses_start`` (a failure that
+    ends ``start()`` at once) and ``_CLOSED`` (its closed state)."""
 
     _log: logging.Logger = log
     group: str
@@ -217,6 +237,7 @@ class _GroupThread:
     owned: dict[TopicPartition, str]
     backoff_s: float
     _state: enum.Enum
+    _CLOSED: enum.Enum  # the subclass's MemberState.CLOSED
     _coordinator: int | None
     _wake: threading.Event
     _closing: threading.Event
@@ -226,6 +247,68 @@ class _GroupThread:
     _failures: int
     _last_error: str
     _status: Callable[[str, dict[str, Any]], None] | None
+
+    def _init_member(
+        self,
+        state: enum.Enum,
+        session_timeout_ms: int,
+        rebalance_timeout_ms: int,
+        retry_backoff_ms: int,
+        **member: Unpack[MemberArgs],
+    ) -> None:
+        """Set what both members keep alike (the subclass's ``__init__`` calls it first, then
+        sets its own): the arguments they share, the first ``state``, the thread's events and
+        Condition, the owned partitions and the step-failure counters.
+
+        Raises:
+            TypeError: an argument :class:`MemberArgs` does not name, or one it requires
+                missing (as a signature that listed them would refuse).
+        """
+        unknown = member.keys() - MemberArgs.__required_keys__ - MemberArgs.__optional_keys__
+        missing = MemberArgs.__required_keys__ - member.keys()
+        if unknown or missing:
+            raise TypeError(f"{type(self).__name__}(): unexpected arguments {sorted(unknown)}, "
+                            f"missing arguments {sorted(missing)}")
+        self.client = member["client"]
+        self.offsets = member["offsets"]
+        self.group = member["group"]
+        self.consumer_id = member["consumer_id"]
+        self.subscription = member["subscription"]
+        self.listener = member["listener"]
+        self.metadata_partitions = member["metadata_partitions"]
+        self.session_timeout_s = session_timeout_ms / 1000
+        self.rebalance_timeout_ms = rebalance_timeout_ms
+        self.backoff_s = retry_backoff_ms / 1000
+        self.exclude_internal_topics = member.get("exclude_internal_topics", True)
+        self._status = member.get("status")
+        self.group_instance_id = member.get("group_instance_id")
+        #: Set when the member stopped for good (another member took our group.instance.id,
+        #: or the coordinator refused us for good); the member is CLOSED then and owns nothing.
+        self.fatal_error: BaseException | None = None
+
+        # The state and the Condition await_rebalance and start wait on.
+        self._lock = threading.RLock()
+        self._changed = threading.Condition(self._lock)
+        self._state = state
+        # Wakes the group thread: close, a rejoin or a heartbeat asked for.
+        self._wake = threading.Event()
+        self._closing = threading.Event()
+        self._thread = None
+        # Set by other threads (under _lock): heartbeat at once.
+        self._heartbeat_wanted = False
+        # What stopped start() for good.
+        self._start_error = None
+
+        #: Partitions the consumer fetches for us (tp -> stream thread id). Group thread only.
+        self.owned = {}
+        #: Completed rebalances (for tests and benchmarks).
+        self.rounds = 0
+        self._coordinator = None
+        # monotonic() at which the last heartbeat that succeeded was *sent*.
+        self._last_alive = 0.0
+        self._next_heartbeat = 0.0
+        self._failures = 0
+        self._last_error = ""
 
     def _step(self) -> None:
         raise NotImplementedError
@@ -347,6 +430,34 @@ class _GroupThread:
             committed=committed,
             reason=reason,
         )
+
+    def _await_settled(
+        self, timeout: float | None, settled: Callable[[float], bool], nudge: Callable[[], bool]
+    ) -> bool:
+        """await_rebalance's wait: under ``_changed`` until ``settled(started)`` (True), the
+        state ``_CLOSED`` or ``timeout`` seconds (False; None: forever); while ``nudge()``, asks
+        the thread for a heartbeat at once, so ``_last_alive`` passes ``started`` soon."""
+        started = time.monotonic()
+        deadline = None if timeout is None else started + timeout
+        with self._changed:
+            while True:
+                if settled(started):
+                    return True
+                if self._state is self._CLOSED:
+                    return False
+                if not self._heartbeat_wanted and nudge():
+                    self._heartbeat_wanted = True
+                    self._wake.set()
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    return False
+                self._changed.wait(min(left, 0.5) if left is not None else 0.5)
+
+    def _revoke_all(self, *, commit: bool, reason: str) -> None:
+        """Give up every owned partition: revoked (committing first when ``commit``)."""
+        owned, self.owned = self.owned, {}
+        if owned:
+            self._revoke(owned, commit=commit, reason=reason)
 
     def _send_leave(self, api_key: ApiKey, build: Callable[[BrokerVersions], Any], member_id: str) -> None:
         """Send the leave request (LeaveGroup, or a heartbeat with a leaving epoch); a failure
@@ -505,36 +616,24 @@ class BrokerGroupMember(_GroupThread):
     """
 
     _state: MemberState
+    _CLOSED = MemberState.CLOSED
 
     def __init__(
         self,
         *,
-        client: NetClient,
-        offsets: KafkaOffsetStorage,
-        group: str,
-        consumer_id: str,
-        subscription: Subscription,
-        listener: OwnershipListener,
-        metadata_partitions: MetadataPartitions,
         assignor: str = "range",
         session_timeout_ms: int = 10_000,
         heartbeat_interval_ms: int = 3_000,
         rebalance_timeout_ms: int = 300_000,
         request_timeout_ms: int = 30_000,
         retry_backoff_ms: int = 200,
-        exclude_internal_topics: bool = True,
-        status: StatusCallback | None = None,
-        group_instance_id: str | None = None,
+        **member: Unpack[MemberArgs],
     ) -> None:
         if assignor not in GROUP_ASSIGNORS:
             raise ValueError(f"assignor must be one of {sorted(GROUP_ASSIGNORS)}, got {assignor!r}")
-        self.client = client
-        self.offsets = offsets
-        self.group = group
-        self.consumer_id = consumer_id
-        self.subscription = subscription
-        self.listener = listener
-        self.metadata_partitions = metadata_partitions
+        if member.get("group_instance_id") == "":
+            raise ValueError("group_instance_id must be a non-empty string or None")
+        self._init_member(MemberState.NEW, session_timeout_ms, rebalance_timeout_ms, retry_backoff_ms, **member)
         #: COOPERATIVE rebalance protocol (KIP-429): offered alone, so a group never picks an
         #: eager assignor for it (members sharing no assignor are refused by the coordinator).
         self.cooperative = assignor in COOPERATIVE_ASSIGNORS
@@ -543,49 +642,23 @@ class BrokerGroupMember(_GroupThread):
         else:
             eager = set(GROUP_ASSIGNORS) - COOPERATIVE_ASSIGNORS - {assignor}
             self.protocols = [assignor, *sorted(eager)]
-        self.session_timeout_s = session_timeout_ms / 1000
         self.heartbeat_interval_s = heartbeat_interval_ms / 1000
-        self.rebalance_timeout_ms = rebalance_timeout_ms
         self.session_timeout_ms = session_timeout_ms
         self.request_timeout_ms = min(request_timeout_ms, session_timeout_ms)
         self.find_timeout_ms = request_timeout_ms
-        self.backoff_s = retry_backoff_ms / 1000
-        self.exclude_internal_topics = exclude_internal_topics
-        self._status = status
-        if group_instance_id is not None and not group_instance_id:
-            raise ValueError("group_instance_id must be a non-empty string or None")
-        self.group_instance_id = group_instance_id
-        #: Set when the member stopped for good (FENCED_INSTANCE_ID: another member took our
-        #: group.instance.id); the member is CLOSED then and owns nothing.
-        self.fatal_error: BaseException | None = None
 
-        # The state and the Condition await_rebalance and start wait on.
-        self._lock = threading.RLock()
-        self._changed = threading.Condition(self._lock)
-        self._state = MemberState.NEW
-        # Wakes the group thread: close, a rejoin or a heartbeat asked for.
-        self._wake = threading.Event()
-        self._closing = threading.Event()
-        self._thread: threading.Thread | None = None
         # Flags other threads set (under _lock) and the group thread acts on.
         self._rejoin_wanted = False
-        self._heartbeat_wanted = False
-        # The first real JoinGroup is on its way (start() returns then), or what stopped it.
+        # The first real JoinGroup is on its way (start() returns then).
         self._join_sent = False
-        self._start_error: BaseException | None = None
 
         #: This member's id and generation as the coordinator knows them.
         self.member_id = ""
         self.generation_id = -1
         self.leader_id = ""
         self.protocol = ""
-        #: Partitions the consumer fetches for us (tp -> thread id). Group thread only.
-        self.owned: dict[TopicPartition, str] = {}
-        #: Completed rebalances (for tests and benchmarks).
-        self.rounds = 0
         self.last_view: dict[str, Any] = {}
 
-        self._coordinator: int | None = None
         # What the last join was based on: our topics and their partition counts, and (as
         # the leader) every member's topics and theirs.
         self._joined_topics: list[str] = []
@@ -593,13 +666,8 @@ class BrokerGroupMember(_GroupThread):
         self._group_topics: list[str] = []
         self._group_partitions: dict[str, int] = {}
         self._join_members: list[Any] = []
-        # monotonic() at which the last heartbeat (or SyncGroup) that succeeded was *sent*.
-        self._last_alive = 0.0
-        self._next_heartbeat = 0.0
         self._next_metadata_check = 0.0
         self._rebalance_started = 0.0
-        self._failures = 0
-        self._last_error = ""
 
     # ------------------------------------------------------------------ state
 
@@ -661,11 +729,9 @@ class BrokerGroupMember(_GroupThread):
             return
         self._stop_thread()
         try:
-            if self.owned:
-                # Commit under a generation we still hold (not after being dropped: FENCED
-                # cleared it); a SyncGroup that completed while we closed counts too.
-                owned, self.owned = dict(self.owned), {}
-                self._revoke(owned, commit=release and self.generation_id >= 0, reason="close")
+            # Commit under a generation we still hold (not after being dropped: FENCED
+            # cleared it); a SyncGroup that completed while we closed counts too.
+            self._revoke_all(commit=release and self.generation_id >= 0, reason="close")
         finally:
             # A static member does not leave (as Java's): restarted within the session timeout
             # it takes its partitions back with no rebalance.
@@ -693,25 +759,13 @@ class BrokerGroupMember(_GroupThread):
         Returns:
             True when settled, False on timeout.
         """
-        started = time.monotonic()
-        deadline = None if timeout is None else started + timeout
-        with self._changed:
-            while True:
-                if (
-                    self._state is MemberState.STABLE
-                    and not self._rejoin_wanted
-                    and self._last_alive >= started
-                ):
-                    return True
-                if self._state is MemberState.CLOSED:
-                    return False
-                if self._state is MemberState.STABLE and not self._heartbeat_wanted:
-                    self._heartbeat_wanted = True
-                    self._wake.set()
-                remaining = None if deadline is None else deadline - time.monotonic()
-                if remaining is not None and remaining <= 0:
-                    return False
-                self._changed.wait(min(remaining, 0.5) if remaining is not None else 0.5)
+        return self._await_settled(
+            timeout,
+            lambda started: (
+                self._state is MemberState.STABLE and not self._rejoin_wanted and self._last_alive >= started
+            ),
+            lambda: self._state is MemberState.STABLE,
+        )
 
     # ------------------------------------------------------------------ the group thread
 
@@ -1108,26 +1162,20 @@ class BrokerGroupMember(_GroupThread):
         self._rebalance_started = time.monotonic()
         self._emit("rebalance_started", consumer_id=self.consumer_id, reason=reason, owned=len(self.owned))
         if not self.cooperative:
-            owned, self.owned = self.owned, {}
-            if owned:
-                self._revoke(owned, commit=True, reason=reason)
+            self._revoke_all(commit=True, reason=reason)
         self._transition(Event.REJOIN)
 
     def _lose_owned(self, reason: str) -> None:
         """Partitions kept through a cooperative rebalance are lost (revoked uncommitted):
         the coordinator dropped us or cannot be reached while we rejoin."""
-        owned, self.owned = self.owned, {}
-        if owned:
-            self._revoke(owned, commit=False, reason=reason)
+        self._revoke_all(commit=False, reason=reason)
 
     def _fence(self, reason: str, *, forget_member: bool) -> None:
         """The coordinator dropped us: revoke everything *without* a commit, then join anew."""
         log.warning("%s: dropped from group %s (%s)", self.consumer_id, self.group, reason)
         self._rebalance_started = time.monotonic()
         self._emit("fenced", consumer_id=self.consumer_id, reason=reason, owned=len(self.owned))
-        owned, self.owned = self.owned, {}
-        if owned:
-            self._revoke(owned, commit=False, reason=reason)
+        self._revoke_all(commit=False, reason=reason)
         if forget_member:
             self.member_id = ""
         self.generation_id = -1
@@ -1141,9 +1189,7 @@ class BrokerGroupMember(_GroupThread):
             f"taken by another member; this member stops"
         )
         log.error("%s: %s", self.consumer_id, exc)
-        owned, self.owned = self.owned, {}
-        if owned:
-            self._revoke(owned, commit=False, reason="fenced instance")
+        self._revoke_all(commit=False, reason="fenced instance")
         self.generation_id = -1
         with self._changed:
             self.fatal_error = exc

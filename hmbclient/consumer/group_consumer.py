@@ -56,12 +56,10 @@ from __future__ import annotations
 import base64
 import enum
 import logging
-import threading
 import time
 import uuid
-from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Unpack
 
 from hmbclient.errors import (
     ErrorCode,
@@ -71,23 +69,18 @@ from hmbclient.errors import (
     UnsupportedByBroker,
     for_code,
 )
-from hmbclient.net.client import NetClient
 from hmbclient.net.versions import BrokerVersions
 from hmbclient.protocol.api.base import ApiKey
 from hmbclient.protocol.api.metadata import MetadataRequest
-from rebalance.rebalancer import OwnershipListener, Subscription
 
 from .assignors import streams_for
-from .group import _Closed, _GroupThread
-from .offsets import KafkaOffsetStorage
+from .group import MemberArgs, _Closed, _GroupThread
 
 __all__ = ["Answer", "ConsumerProtocolMember", "Decision", "MemberState", "decide"]
 
 log = logging.getLogger("hmbclient.consumer.group_consumer")
 
 TopicPartition = tuple[str, int]
-MetadataPartitions = Callable[[list[str] | None], Mapping[str, list[int]]]
-StatusCallback = Callable[[str, Mapping[str, Any]], None]
 
 _DEFAULT_INTERVAL_MS = 3_000
 
@@ -205,66 +198,28 @@ class ConsumerProtocolMember(_GroupThread):
 
     _log = log
     _state: MemberState
+    _CLOSED = MemberState.CLOSED
 
     def __init__(
         self,
         *,
-        client: NetClient,
-        offsets: KafkaOffsetStorage,
-        group: str,
-        consumer_id: str,
-        subscription: Subscription,
-        listener: OwnershipListener,
-        metadata_partitions: MetadataPartitions,
         remote_assignor: str | None = None,
         session_timeout_ms: int = 45_000,
         rebalance_timeout_ms: int = 300_000,
         request_timeout_ms: int = 30_000,
         retry_backoff_ms: int = 100,
-        exclude_internal_topics: bool = True,
-        status: StatusCallback | None = None,
-        group_instance_id: str | None = None,
+        **member: Unpack[MemberArgs],
     ) -> None:
-        self.client = client
-        self.offsets = offsets
-        self.group = group
-        self.consumer_id = consumer_id
-        self.subscription = subscription
-        self.listener = listener
-        self.metadata_partitions = metadata_partitions
+        self._init_member(MemberState.NEW, session_timeout_ms, rebalance_timeout_ms, retry_backoff_ms, **member)
         self.remote_assignor = remote_assignor
-        self.session_timeout_s = session_timeout_ms / 1000
-        self.rebalance_timeout_ms = rebalance_timeout_ms
         self.request_timeout_ms = request_timeout_ms
-        self.backoff_s = retry_backoff_ms / 1000
-        self.exclude_internal_topics = exclude_internal_topics
-        self._status = status
-        self.group_instance_id = group_instance_id
-        self.fatal_error: BaseException | None = None
-
-        self._lock = threading.RLock()
-        self._changed = threading.Condition(self._lock)
-        self._state = MemberState.NEW
-        self._wake = threading.Event()
-        self._closing = threading.Event()
-        self._thread: threading.Thread | None = None
-        self._heartbeat_wanted = False
+        # The coordinator answered our first heartbeat (start() returns then).
         self._started = False
-        self._start_error: BaseException | None = None
 
         #: our member id (drawn here, KIP-1082) and epoch as the coordinator gave it
         self.member_id = new_member_id()
         self.member_epoch = 0
-        #: partitions fetched for us (tp -> stream thread id); member thread only
-        self.owned: dict[TopicPartition, str] = {}
-        #: completed reconciliations (tests, benchmarks)
-        self.rounds = 0
-        self._coordinator: int | None = None
         self._interval_s = _DEFAULT_INTERVAL_MS / 1000
-        self._next_heartbeat = 0.0
-        self._last_alive = 0.0
-        self._failures = 0
-        self._last_error = ""
         self._ids: dict[uuid.UUID, str] = {}
         self._names: dict[str, uuid.UUID] = {}
         #: the coordinator's last assignment by topic id (None: none yet since joining)
@@ -328,21 +283,9 @@ class ConsumerProtocolMember(_GroupThread):
         Returns:
             True when settled, False on timeout or once closed.
         """
-        started = time.monotonic()
-        deadline = None if timeout is None else started + timeout
-        with self._changed:
-            while True:
-                if self._state is MemberState.STABLE and self._last_alive >= started:
-                    return True
-                if self._state is MemberState.CLOSED:
-                    return False
-                if not self._heartbeat_wanted:
-                    self._heartbeat_wanted = True
-                    self._wake.set()
-                left = None if deadline is None else deadline - time.monotonic()
-                if left is not None and left <= 0:
-                    return False
-                self._changed.wait(min(left, 0.5) if left is not None else 0.5)
+        return self._await_settled(
+            timeout, lambda started: self._state is MemberState.STABLE and self._last_alive >= started, lambda: True
+        )
 
     def close(self, release: bool = True) -> None:
         """Revoke (committing when ``release``), leave with epoch -1 (static: -2), stop.
@@ -358,9 +301,7 @@ class ConsumerProtocolMember(_GroupThread):
             self._changed.notify_all()
         self._stop_thread()
         try:
-            if self.owned:
-                owned, self.owned = dict(self.owned), {}
-                self._revoke(owned, commit=release and self.member_epoch > 0, reason="close")
+            self._revoke_all(commit=release and self.member_epoch > 0, reason="close")
         finally:
             if joined and self._coordinator is not None and self.fatal_error is None:
                 self._leave()
@@ -529,9 +470,7 @@ class ConsumerProtocolMember(_GroupThread):
         if d.fatal:
             exc = for_code(d.fatal)(f"ConsumerGroupHeartbeat of group {self.group!r}: {message}")
             log.error("%s: %s; the member stops", self.consumer_id, exc)
-            owned, self.owned = self.owned, {}
-            if owned:
-                self._revoke(owned, commit=False, reason="fatal")
+            self._revoke_all(commit=False, reason="fatal")
             with self._changed:
                 self.fatal_error = exc
                 self._start_error = self._start_error or (exc if not self._started else None)

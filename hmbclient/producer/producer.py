@@ -358,6 +358,20 @@ class Producer:
                 key = bytes(key)
         return topic, key, values
 
+    def _partitioned(self, ts: TopicState, key: bytes | None, topic: str) -> PartitionQueue:
+        """The partition queue the partitioner picks for ``key`` among ``ts.parts`` (a topic of
+        more than one partition; with one, ``ts.sole`` is the queue and it is not asked). The
+        inlined hot paths of ``send`` and ``produce`` repeat it: a call costs them ~5%.
+
+        Raises:
+            ValueError: the partitioner answered a partition the topic does not have.
+        """
+        count = len(ts.parts)
+        p = self._partitioner.partition(key, count)
+        if not 0 <= p < count:
+            raise ValueError(f"partitioner returned {p} for {count} partitions of {topic!r}")
+        return ts.parts[p]
+
     def _queue(
         self,
         acc: RecordAccumulator,
@@ -418,15 +432,9 @@ class Producer:
             ts = acc.topics.get(topic)
             if ts is None:
                 ts = self._topic_state(acc, topic)
-            parts = ts.parts
-            count = len(parts)
-            if count == 1:  # nothing to choose: the partitioner is not asked
-                queue = parts[0]
-            else:
-                p = self._partitioner.partition(key, count)
-                if not 0 <= p < count:
-                    raise ValueError(f"partitioner returned {p} for {count} partitions of {topic!r}")
-                queue = parts[p]
+            queue = ts.sole  # one partition: nothing to choose, the partitioner is not asked
+            if queue is None:
+                queue = self._partitioned(ts, key, topic)
         if n != 1:
             if not n:
                 return SendFutures([], 0)
@@ -589,31 +597,18 @@ class Producer:
             # key, to a topic the accumulator knows), its checks inlined: the general path's
             # below, step for step.
             ts = acc.topics.get(topic)
-            if ts is not None:
-                size = len(value)
-                if key is None:
-                    if size <= self._message_max_bytes:
-                        queue = ts.sole
-                        if queue is None:
-                            count = len(ts.parts)
-                            p = self._partitioner.partition(None, count)
-                            if not 0 <= p < count:
-                                raise ValueError(f"partitioner returned {p} for {count} partitions of {topic!r}")
-                            queue = ts.parts[p]
-                        acc.append(queue, [value], None, size + _RECORD_OVERHEAD, None, None, on_delivery, False)
-                        return
-                elif key.__class__ is bytes and self._allows_keys:
-                    size += len(key)
-                    if size <= self._message_max_bytes:
-                        queue = ts.sole
-                        if queue is None:
-                            count = len(ts.parts)
-                            p = self._partitioner.partition(key, count)
-                            if not 0 <= p < count:
-                                raise ValueError(f"partitioner returned {p} for {count} partitions of {topic!r}")
-                            queue = ts.parts[p]
-                        acc.append(queue, [value], key, size + _RECORD_OVERHEAD, None, None, on_delivery, False)
-                        return
+            if ts is not None and (key is None or (key.__class__ is bytes and self._allows_keys)):
+                size = len(value) if key is None else len(value) + len(key)
+                if size <= self._message_max_bytes:
+                    queue = ts.sole
+                    if queue is None:
+                        count = len(ts.parts)
+                        p = self._partitioner.partition(key, count)
+                        if not 0 <= p < count:
+                            raise ValueError(f"partitioner returned {p} for {count} partitions of {topic!r}")
+                        queue = ts.parts[p]
+                    acc.append(queue, [value], key, size + _RECORD_OVERHEAD, None, None, on_delivery, False)
+                    return
         acc = self._acc
         if acc is None:
             raise TypeError("produce() is not available with an event_handler; use send()")
@@ -655,11 +650,7 @@ class Producer:
         if partition is None or partition == -1:  # -1: confluent-kafka's "unassigned"
             queue = ts.sole
             if queue is None:
-                count = len(ts.parts)
-                p = self._partitioner.partition(key, count)
-                if not 0 <= p < count:
-                    raise ValueError(f"partitioner returned {p} for {count} partitions of {topic!r}")
-                queue = ts.parts[p]
+                queue = self._partitioned(ts, key, topic)
         else:
             if partition.__class__ is not int or not 0 <= partition < len(ts.parts):
                 raise ValueError(f"partition {partition!r} is out of range: {topic!r} has {len(ts.parts)} partitions")

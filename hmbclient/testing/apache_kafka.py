@@ -44,7 +44,7 @@ Contract of a cluster:
   :meth:`restart` brings the node back. :meth:`close` (and ``__exit__``) also removes the temp dir.
 
 Note: sockets belong to ``hmbclient.net``, the broker and these local servers
-(docs/architecture.md); here the ApiVersions probe and free-port picking open plain sockets.
+(docs/architecture.md); here the ApiVersions probe opens plain sockets (free ports: ``_process``).
 """
 
 from __future__ import annotations
@@ -54,7 +54,7 @@ import contextlib
 import os
 import shutil
 import signal
-import socket  # readiness probe and free ports only (see module docstring)
+import socket  # readiness probe only (see module docstring)
 import struct
 import subprocess
 import tempfile
@@ -62,10 +62,16 @@ import time
 import uuid
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from types import TracebackType
 from typing import Any
 
-from hmbclient.testing._process import at_exit, preexec_for_current_thread
+from hmbclient.testing._process import (
+    StartedOrClosed,
+    at_exit,
+    free_ports,
+    launch_logged,
+    preexec_for_current_thread,
+    stop_process,
+)
 
 __all__ = [
     "ApacheKafka",
@@ -333,19 +339,6 @@ def _tail(text: str, lines: int = _LOG_TAIL_LINES) -> str:
 # --------------------------------------------------------------------- probes
 
 
-def _free_ports(count: int) -> list[int]:
-    socks = []
-    try:
-        for _ in range(count):
-            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            s.bind(("127.0.0.1", 0))
-            socks.append(s)
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
-
-
 # ApiVersions v0 (every Kafka since 0.10 answers it; 0.8 closes the connection), correlation 7.
 _API_VERSIONS_PROBE = (lambda body: struct.pack(">i", len(body)) + body)(
     struct.pack(">hhih", 18, 0, 7, 5) + b"ready"
@@ -435,13 +428,7 @@ class _Node:
         cmd = [self._java, *self._jvm_options, *self.logging_options(), "-cp",
                os.pathsep.join(self._classpath), "kafka.Kafka", str(self.config_path)]
         self._log_offset = self.log_path.stat().st_size if self.log_path.exists() else 0
-        with open(self.log_path, "ab") as log:
-            log.write(f"=== starting: {' '.join(cmd)}\n".encode())
-            log.flush()
-            self._proc = subprocess.Popen(
-                cmd, cwd=self.workdir, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                start_new_session=True, preexec_fn=preexec_for_current_thread(),
-            )
+        self._proc = launch_logged(cmd, log_path=self.log_path, cwd=self.workdir)
         at_exit.add_server(self)
 
     def log_since_launch(self) -> str:
@@ -473,17 +460,9 @@ class _Node:
                                    f"{self.log_tail()}")
 
     def signal(self, sig: int, timeout: float) -> None:
-        proc = self._proc
-        if proc is None:
+        if self._proc is None:
             return
-        if proc.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                proc.send_signal(sig)
-            try:
-                proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(10)
+        stop_process(self._proc, timeout, sig)
         self._proc = None
         at_exit.discard_server(self)
 
@@ -494,7 +473,7 @@ class _Node:
 # --------------------------------------------------------------------- the cluster
 
 
-class ApacheKafka:
+class ApacheKafka(StartedOrClosed):
     """A real Apache Kafka cluster of ``nodes`` JVMs on 127.0.0.1 (see the module docstring)."""
 
     def __init__(
@@ -565,7 +544,7 @@ class ApacheKafka:
         self._zookeeper: Any = None
         self._zookeeper_connect = zookeeper_connect
         per_node = 1 if self.legacy else len(listeners) + 2
-        ports = _free_ports(per_node * nodes)
+        ports = free_ports(per_node * nodes)
         self.ports: list[dict[str, int]] = []
         for i in range(nodes):
             mine = ports[i * per_node:(i + 1) * per_node]
@@ -809,17 +788,6 @@ class ApacheKafka:
         if self._owns_root:
             shutil.rmtree(self._root, ignore_errors=True)
             at_exit.discard_dir(str(self._root))
-
-    def __enter__(self) -> ApacheKafka:
-        try:
-            return self.start()
-        except BaseException:
-            self.close()
-            raise
-
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
-        self.close()
 
     def __repr__(self) -> str:
         running = [n.index for n in self._nodes if n.is_running()]

