@@ -253,13 +253,18 @@ class Producer:
             self._drive = threading.Lock()  # one sync caller drives the engine at a time
         # The accumulator when send() may skip _convert: no serializer (messages are taken as
         # they are) and no after_enqueue hook to call; else None. Cleared by close().
-        self._direct_acc = (
-            self._acc
-            if self._async
-            and self._encode_value is None and self._encode_key is None and "after_enqueue" not in self._hooks
-            and self._txn is None  # (T2) every transactional send checks the state
-            else None
+        self._direct_ok = (
+            self._async and self._encode_value is None and self._encode_key is None and "after_enqueue" not in self._hooks
         )
+        self._direct_acc = self._acc if self._direct_ok and self._txn is None else None
+        if self._txn is not None:
+            # (T2) a transactional producer's inlined path is on only while a transaction is
+            # open (the manager calls back on every state change): no state check per message.
+            self._txn.on_state = self._txn_state
+
+    def _txn_state(self, state: TxnState) -> None:
+        # (T2) see __init__; never on again after close().
+        self._direct_acc = self._acc if state is TxnState.IN_TRANSACTION and self._direct_ok and not self._closed else None
 
     @classmethod
     def from_properties(cls, props: dict[str, Any], /, **overrides: Any) -> Producer:

@@ -41,7 +41,7 @@ Cases, labelled where the code acts on them:
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from enum import Enum
 
 from hmbclient.clock import monotonic_ms
@@ -163,6 +163,14 @@ class TransactionManager:
         self.started_ms = 0.0  # monotonic, at begin_transaction
         self.error: BaseException | None = None  # why AbortableError / FatalError
         self.lock = threading.Lock()
+        #: Called with the new state after every change, under ``lock`` (the producer turns its
+        #: inlined send path on in InTransaction only: T2 without a check per message).
+        self.on_state: Callable[[TxnState], None] | None = None
+
+    def _set(self, state: TxnState) -> None:
+        self.state = state
+        if self.on_state is not None:
+            self.on_state(state)
 
     # -- transitions -----------------------------------------------------------------------
 
@@ -196,7 +204,8 @@ class TransactionManager:
             nxt = TRANSITIONS.get((self.state, event))
             if nxt is None:
                 raise self._refuse(event)
-            prev, self.state = self.state, nxt
+            prev = self.state
+            self._set(nxt)
             if event == "begin":
                 self.started_ms = monotonic_ms()
                 self.partitions = set()
@@ -221,14 +230,14 @@ class TransactionManager:
             if nxt is not None:
                 if self.state is not TxnState.ABORTING and self.error is None:
                     self.error = err
-                self.state = nxt
+                self._set(nxt)
 
     def fatal(self, err: BaseException) -> None:
         """(T7) Nothing transactional may be done any more."""
         with self.lock:
             if self.state is not TxnState.FATAL_ERROR:
                 self.error = err
-                self.state = TxnState.FATAL_ERROR
+                self._set(TxnState.FATAL_ERROR)
 
     # -- what the engine asks --------------------------------------------------------------
 

@@ -23,6 +23,7 @@ from hmbclient.consumer.simple import LATEST_TIME
 from hmbclient.errors import (
     MessageSizeTooLargeError,
     TransactionAbortableError,
+    TransactionStateError,
     TransactionTimedOutError,
 )
 
@@ -126,3 +127,25 @@ def test_transaction_timed_out_by_the_coordinator(broker):
     finally:
         successor.close()
     assert _committed(broker, topic) == [b"on time"]
+
+
+def test_produce_only_inside_a_transaction_on_the_inlined_path(broker):
+    """(T2) with a topic the producer knows, a bytes value and no key, produce() takes the
+    inlined path, which is on only while a transaction is open: after commit and after abort
+    it refuses (nothing queued), inside a transaction it queues."""
+    topic = unique("inlined")
+    p = Producer(metadata_broker_list=broker.bootstrap, transactional_id=unique("tx"), request_required_acks=-1,
+                 producer_type="async", queue_buffering_max_ms=5)
+    try:
+        p.init_transactions(30)
+        for end, kept in ((p.commit_transaction, True), (p.abort_transaction, False)):
+            p.begin_transaction()
+            for i in range(100):
+                p.produce(topic, b"%d-%d" % (kept, i))
+            end(30)
+            with pytest.raises(TransactionStateError, match="begin_transaction"):
+                p.produce(topic, b"after")
+            assert p.flush(5) == 0
+        assert _committed(broker, topic) == [b"1-%d" % i for i in range(100)]
+    finally:
+        p.close()
