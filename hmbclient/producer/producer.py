@@ -14,6 +14,8 @@ it); then the partition's open batch, through the accumulator's one entry point
 holding one ``bytes`` message with a null or ``bytes`` key, to a topic already known, is
 inlined in ``send`` and needs only the type and size checks and the partition; the rest is
 ``append``'s, and tests/client/test_producer_fast_path.py holds it to ``_queue``'s behaviour.
+A transactional producer takes it only while a transaction is open (T2: the transaction
+manager switches it on and off with its state), so the check stays out of the message loop.
 From there both modes use the one :class:`SendEngine` (sender.py: drain, group by leader,
 send, apply the answers, retry or fail):
 
