@@ -82,6 +82,7 @@ from hmbclient.config import (
     setting,
 )
 from hmbclient.errors import ConfigError, HmbError, MessageSizeTooLargeError, UnsupportedByBroker
+from hmbclient.producer import BatchOutcome
 from rebalance.paths import TOPIC_NAME_RULE, is_valid_topic_name
 from spark_integration import eos
 
@@ -263,21 +264,25 @@ def write_task(opts: SinkOptions, cfg: ProducerConfig, batches: Iterator[Any]) -
 
 
 class _Window:
-    """The rows sent since the last check, and the failures their delivery reports named.
+    """The rows sent since the last check, and how to find the failed ones.
 
-    Rows are queued with ``Producer.produce_batch`` (or ``produce``) and one shared callback, :meth:`delivered`, so
-    no row has a future or a closure of its own. A failed report carries the row's key and
-    value objects: :meth:`check` finds the row by the identity of those objects among the
-    window's columns (each kept as the list the rows were sent from), so the error names the
-    first failed row in row order. (Identity can be shared only by equal contents, e.g. CPython's
-    one-byte objects; then the first row with that key and value is named.)"""
+    Two kinds of span, in row order: (R1) a ``produce_batch`` call's rows and its
+    :class:`~hmbclient.producer.BatchOutcome`, which names its failed rows by index (no
+    report is made per row); (R2, and R1 redone row by row) rows queued with ``produce`` and
+    one shared callback, :meth:`delivered`, so no row has a future or a closure of its own. A
+    failed report carries the row's key and value objects: :meth:`check` finds the row by the
+    identity of those objects among the span's columns (each kept as the list the rows were
+    sent from), so the error names the first failed row in row order. (Identity can be shared
+    only by equal contents, e.g. CPython's one-byte objects; then the first row with that key
+    and value is named.)"""
 
     __slots__ = ("failed", "spans")
 
     def __init__(self) -> None:
         self.failed: list[tuple[Any, BaseException]] = []
-        #: (first row, keys or None, values, topics list or None, default topic)
-        self.spans: list[tuple[int, list[Any] | None, list[Any], list[Any] | None, str | None]] = []
+        #: (first row, outcome, None, None, topic) for R1; (first row, None, keys or None,
+        #: values, topics list or None, default topic) for the rows sent with produce().
+        self.spans: list[tuple[int, BatchOutcome | None, list[Any] | None, list[Any] | None, list[Any] | None, str | None]] = []
 
     def delivered(self, err: BaseException | None, report: Any) -> None:
         if err is not None:
@@ -290,33 +295,46 @@ class _Window:
         spans = self.spans
         self.failed = []
         self.spans = []
-        if not failed:
-            return
         by_id = {(id(r.key), id(r.value)): (r, e) for r, e in failed}
-        first: tuple[int, str, BaseException] | None = None
-        for start, keys, values, topics, default in spans:
+        count = len(failed)
+        first: tuple[int, str, BaseException | None] | None = None
+        for start, outcome, keys, values, topics, default in spans:
+            if outcome is not None:
+                lost = outcome.failed()
+                if lost:
+                    count += len(lost)
+                    if first is None:
+                        first = (start + lost[0][0], str(default), lost[0][1])
+                continue
+            if first is not None or not by_id:
+                continue
+            assert values is not None
             for i, v in enumerate(values):
                 hit = by_id.get((id(keys[i]) if keys is not None else id(None), id(v)))
                 if hit is not None:
                     topic = topics[i] if topics is not None and topics[i] is not None else default
                     first = (start + i, str(topic), hit[1])
                     break
-            if first is not None:
-                break
-        if first is None:  # not found by identity (cannot happen): name the report instead
+        if first is None:
+            if not failed:
+                return
+            # not found by identity (cannot happen): name the report instead
             r, e = failed[0]
-            raise SinkError(f"{len(failed)} row(s) not acknowledged; first: a row to {r.topic!r}: {type(e).__name__}: {e}") from e
+            raise SinkError(f"{count} row(s) not acknowledged; first: a row to {r.topic!r}: {type(e).__name__}: {e}") from e
         row, topic, cause = first
-        raise SinkError(f"{len(failed)} row(s) not acknowledged; first: row {row} to {topic!r}: {type(cause).__name__}: {cause}") from cause
+        if cause is None:  # flush returned with the row's batch not done (the sender stopped)
+            raise SinkError(f"{count} row(s) not acknowledged; first: row {row} to {topic!r}: no answer before the producer stopped")
+        raise SinkError(f"{count} row(s) not acknowledged; first: row {row} to {topic!r}: {type(cause).__name__}: {cause}") from cause
 
 
 def send_rows(producer: Producer, opts: SinkOptions, batches: Iterator[Any], skip: int = 0) -> tuple[int, dict[str, int]]:
     """Send every row of ``batches`` with ``producer`` and check every send.
 
     Cases: (R1) a batch with only ``value`` (and ``key``) columns, wholly past ``skip``: one
-    ``produce_batch`` of the two columns (nulls checked in Arrow first; a call refused before
-    queueing anything, e.g. a too-large row, is redone row by row with ``produce`` so the
-    error names the row); (R2) any
+    ``produce_batch`` of the two columns without a delivery callback (nulls checked in Arrow
+    first; its outcome names the failed rows by index after the flush, so an acknowledged row
+    costs nothing after the send; a call refused before queueing anything, e.g. a too-large
+    row, is redone row by row with ``produce`` so the error names the row); (R2) any
     other batch: row by row, with the row's topic, partition and headers.
 
     Args:
@@ -357,16 +375,17 @@ def send_rows(producer: Producer, opts: SinkOptions, batches: Iterator[Any], ski
                 for i, v in enumerate(values):
                     if v is None and (keys is None or keys[i] is None):
                         raise SinkError(f"{where} row {row + i} to {topic!r}: value is null (a null value is only a tombstone for a keyed row)")
-            window.spans.append((row, keys, values, None, topic))
             i = 0
             try:
                 try:
-                    # One call for the batch: per partition one accumulator append.
-                    produce_batch(topic, values, keys, cb)
+                    # One call for the batch: per partition one accumulator append, and no
+                    # report per row: the outcome names the failed rows after the flush.
+                    window.spans.append((row, produce_batch(topic, values, keys), None, None, None, topic))
                     refused = False
                 except (MessageSizeTooLargeError, UnsupportedByBroker, ValueError, TypeError):
                     refused = True  # nothing was queued: row by row below names the row
                 if refused:
+                    window.spans.append((row, None, keys, values, None, topic))
                     for k, v in zip(keys if keys is not None else [None] * n, values):  # noqa: B905 (one batch)
                         produce(topic, v, k, None, None, None, cb)
                         i += 1
@@ -380,7 +399,7 @@ def send_rows(producer: Producer, opts: SinkOptions, batches: Iterator[Any], ski
             topics = batch.column(names.index("topic")).to_pylist() if "topic" in names else None
             partitions = batch.column(names.index("partition")).to_pylist() if "partition" in names else None
             headers = batch.column(names.index("headers")).to_pylist() if "headers" in names else None
-            window.spans.append((row, keys, values, topics, opts.topic))
+            window.spans.append((row, None, keys, values, topics, opts.topic))
             for i in range(n):
                 topic = topics[i] if topics is not None and topics[i] is not None else opts.topic
                 key = keys[i] if keys is not None else None

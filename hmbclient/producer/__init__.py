@@ -5,6 +5,7 @@
 
 from hmbclient.producer.callbacks import CallbackHandler, EventHandler
 from hmbclient.producer.data import (
+    BatchOutcome,
     DeliveryReport,
     ProducerBatch,
     ProducerData,
@@ -26,4 +27,5 @@ __all__ = [
     "EventHandler",
     "ProducerEvent",
     "DeliveryReport",
+    "BatchOutcome",
 ]

@@ -13,7 +13,8 @@ State (all guarded by ``lock``; the sender and every caller thread share it):
   and stops; ``closing_hard``: no more retries either.
 
 A sync producer has one the same way (no linger, no message bound); its ``send`` drives the
-sender's engine in the caller's thread. Messages enter only through :meth:`append`.
+sender's engine in the caller's thread. Messages enter only through :meth:`append` (and its
+form for a group of keyed messages, :meth:`append_group`).
 
 Transitions: a batch opens on the first message for its partition; it closes (open -> ready)
 when it reaches ``batch_num_messages`` or ``batch_max_bytes`` (in the appending thread, in
@@ -226,14 +227,12 @@ class RecordAccumulator:
     def append(
         self, queue: PartitionQueue, values: list[Any], key: bytes | None, nbytes: int, headers: Any = ...,
         timestamp: int | None = ..., on_delivery: Any = ..., handle: Literal[True] = ...,
-        keys: None = ..., sizes: None = ...,
     ) -> SendFutures: ...
 
     @overload
     def append(
         self, queue: PartitionQueue, values: list[Any], key: bytes | None, nbytes: int, headers: Any,
         timestamp: int | None, on_delivery: Any, handle: Literal[False],
-        keys: list[Any] | None = ..., sizes: list[int] | None = ...,
     ) -> None: ...
 
     def append(
@@ -246,8 +245,6 @@ class RecordAccumulator:
         timestamp: int | None = None,
         on_delivery: Any = None,
         handle: bool = True,
-        keys: list[Any] | None = None,
-        sizes: list[int] | None = None,
     ) -> SendFutures | None:
         """Add checked messages to the open batch of ``queue``: the one way in (lock taken here).
 
@@ -262,22 +259,12 @@ class RecordAccumulator:
         neighbours into one record set, each keeping its timestamp). ``on_delivery``: the
         messages' produce() callback, served by poll() once their batch completes.
 
-        ``keys`` (Producer.produce_batch, with ``handle=False``, no ``timestamp``, no
-        ``headers``; ``key`` and ``nbytes`` unused): each message's own key, aligned with
-        ``values``, and ``sizes`` each message's estimated size. The group is admitted whole
-        (one lock, one ``admit``), then filled batch after batch with the same per-message
-        rule as one message at a time: a message that does not fit a non-empty batch rolls it
-        over; a batch closes once it holds ``batch_num_messages`` or reaches
-        ``batch_max_bytes``. (B1) below.
+        Messages with a key each: :meth:`append_group`.
 
         Raises:
             QueueFullError, ProducerClosedError: see :meth:`admit`.
         """
         n = len(values)
-        if keys is not None:
-            assert sizes is not None and timestamp is None and headers is None and not handle
-            self._append_keyed(queue, values, keys, sizes, on_delivery)
-            return None
         # acquire/release, not ``with``: the lock's __exit__ alone measured ~75 ns of a ~1 us send.
         lock = self.lock
         lock.acquire()
@@ -324,11 +311,27 @@ class RecordAccumulator:
             return futures
         return SendFutures([(batch, start, n)], n)
 
-    def _append_keyed(
+    def append_group(
         self, queue: PartitionQueue, values: list[Any], keys: list[Any], sizes: list[int], on_delivery: Any
-    ) -> None:
-        """(B1) :meth:`append` for messages with a key each (see there); lock taken here."""
+    ) -> list[tuple[ProducerBatch, int, int]]:
+        """(B1) :meth:`append` for messages with a key each (Producer.produce_batch); lock
+        taken here.
+
+        ``keys`` is each message's own key, aligned with ``values``, and ``sizes`` each
+        message's estimated size; no headers, no timestamp. The group is admitted whole (one
+        lock, one ``admit``), then filled batch after batch with the same per-message rule as
+        one message at a time: a message that does not fit a non-empty batch rolls it over; a
+        batch closes once it holds ``batch_num_messages`` or reaches ``batch_max_bytes``.
+
+        Returns:
+            ``(batch, i, j)`` per batch the group entered, in order: ``values[i:j]`` went to
+            ``batch`` (one tuple per batch, nothing per message).
+
+        Raises:
+            QueueFullError, ProducerClosedError: see :meth:`admit`.
+        """
         n = len(values)
+        entered: list[tuple[ProducerBatch, int, int]] = []
         cap = self.batch_max_bytes
         per_batch = self.last_index + 1
         lock = self.lock
@@ -368,12 +371,14 @@ class RecordAccumulator:
                         batch.add_report(start, m, on_delivery, self.reports)
                     batch.nbytes = nb
                     self.queued += m
+                    entered.append((batch, i, j))
                 if j < n or start + m > self.last_index or nb >= cap:
                     self.close_batch(queue)
                     batch = None
                 i = j
         finally:
             lock.release()
+        return entered
 
     def add_topic(self, name: str, num_partitions: int) -> TopicState:
         """The queues of topic ``name`` (made with ``num_partitions`` partitions if new)."""

@@ -29,6 +29,7 @@ __all__ = [
     "OneSendFuture",
     "DeliveryReport",
     "DeliveryQueue",
+    "BatchOutcome",
 ]
 
 
@@ -348,3 +349,53 @@ class OneSendFuture(SendFutures):
 
     def __iter__(self) -> Iterator[RecordFuture]:
         yield RecordFuture(self._batch, self._index)
+
+
+class BatchOutcome:
+    """What one ``Producer.produce_batch`` call queued, per accumulator batch: which of the
+    call's messages (by index into its ``values``) went to which batch. Its messages' outcomes
+    are their batches' futures, so a caller that only needs the failures pays nothing per
+    acknowledged message: no report object and no callback (compare ``on_delivery``).
+
+    ``segments`` are ``(batch, indices, lo, hi)``: the call's messages ``indices[lo:hi]``
+    (``range(lo, hi)`` when ``indices`` is None: the call's messages all went to one
+    partition) are, in that order, consecutive messages of ``batch``.
+    """
+
+    __slots__ = ("segments", "count")
+
+    def __init__(self, segments: list[tuple[ProducerBatch, list[int] | None, int, int]], count: int) -> None:
+        self.segments = segments
+        self.count = count
+
+    def __len__(self) -> int:
+        return self.count
+
+    def done(self) -> bool:
+        """Every message acknowledged or failed (after ``flush()`` returned 0: True)."""
+        return all(s[0].future.done() for s in self.segments)
+
+    def failed(self) -> list[tuple[int, BaseException | None]]:
+        """The call's messages not acknowledged, as ``(index, error)`` in index order: those
+        whose batch failed (``error`` is the batch's error), and those whose batch is not done
+        yet (``error`` None). Empty when every message was acknowledged."""
+        out: list[tuple[int, BaseException | None]] = []
+        for batch, indices, lo, hi in self.segments:
+            future = batch.future
+            if future.done():
+                err = future.exception()
+                if err is None:
+                    continue
+            else:
+                err = None
+            span = range(lo, hi) if indices is None else indices[lo:hi]
+            out.extend([(i, err) for i in span])
+        out.sort(key=_first)
+        return out
+
+    def __repr__(self) -> str:
+        return f"BatchOutcome({self.count} messages in {len(self.segments)} batch(es))"
+
+
+def _first(item: tuple[int, Any]) -> int:
+    return item[0]

@@ -54,7 +54,10 @@ topic: (P1) every message's checks (types, key rule, ``message_max_bytes``) befo
 is queued, so a refused call queues nothing; (P2) the partitioner asked once per message (the
 default one: once per distinct non-null key, being a pure function of it), in order, grouping
 the messages per partition; (P3) one ``RecordAccumulator.append`` per group (per-message keys
-and sizes; the group is admitted whole and rolls over across batches). A
+and sizes; the group is admitted whole and rolls over across batches). It returns a
+:class:`BatchOutcome` (per batch entered, which of the call's messages are in it): without
+``on_delivery`` no report is made, and ``outcome.failed()`` after a flush names the failed
+messages by index, so a caller that only needs failures pays nothing per acknowledged message. A
 public method rather than a sink-private one: any caller with columns of rows (the Spark sink,
 bulk loaders) gains the same, and it keeps every check in the producer.
 
@@ -94,6 +97,7 @@ from hmbclient.producer.accumulator import PartitionQueue, RecordAccumulator, To
 from hmbclient.producer.callbacks import overridden_hooks
 from hmbclient.producer.config import ProducerConfig
 from hmbclient.producer.data import (
+    BatchOutcome,
     DeliveryReport,
     ProducerBatch,
     ProducerData,
@@ -680,7 +684,7 @@ class Producer:
         values: list[Any],
         keys: list[Any] | None = None,
         on_delivery: Any = None,
-    ) -> None:
+    ) -> BatchOutcome:
         """Queue many messages to one topic at once: ``produce(topic, values[i], keys[i],
         on_delivery=on_delivery)`` for every ``i``, in order, at a fraction of the cost.
 
@@ -693,11 +697,18 @@ class Producer:
         order is the order of ``values``. ``on_delivery(err, report)`` is called once per
         message, as for ``produce``.
 
+        Without ``on_delivery`` no report is made at all: the returned :class:`BatchOutcome`
+        says, once ``flush()`` returned, which messages were not acknowledged
+        (``outcome.failed()``: their indices and errors), at no cost per acknowledged message.
+
         Args:
             topic: the topic (its metadata is fetched on first use).
             values: the messages' values (bytes-like or None, or what the serializer takes).
             keys: the messages' keys, aligned with ``values`` (None: every key is null).
             on_delivery: ``callable(err, DeliveryReport)``, for every message.
+
+        Returns:
+            The messages' :class:`BatchOutcome` (which batch each went to; their failures).
 
         Raises:
             TypeError: a value or key of a type that cannot be sent; nothing was queued.
@@ -721,7 +732,7 @@ class Producer:
         if keys is not None and len(keys) != n:
             raise ValueError(f"produce_batch(): {len(keys)} keys for {n} values")
         if not n:
-            return
+            return BatchOutcome([], 0)
         # (P1) every message's checks first: nothing is queued for a refused call.
         encode_value = self._encode_value
         encode_key = self._encode_key
@@ -782,8 +793,9 @@ class Producer:
             ts = self._topic_state(acc, topic)
         # (P2) group per partition, in order: the partition produce() would choose.
         queue = ts.sole
+        groups: list[tuple[PartitionQueue, list[Any], list[Any] | None, list[int], list[int] | None]]
         if queue is not None:
-            groups = [(queue, values, keys, sizes)]
+            groups = [(queue, values, keys, sizes, None)]
         else:
             parts = ts.parts
             count = len(parts)
@@ -822,16 +834,20 @@ class Producer:
                     [values[i] for i in ix],
                     None if keys is None else [keys[i] for i in ix],
                     [sizes[i] for i in ix],
+                    ix,
                 )
                 for p, ix in idx.items()
             ]
         # (P3) one accumulator call per partition.
         bound = self.config.queue_buffering_max_messages
-        for queue, vs, ks, ss in groups:
+        segments: list[tuple[ProducerBatch, list[int] | None, int, int]] = []
+        for queue, vs, ks, ss, ix in groups:
             if not self._async and acc.queued >= bound:
                 # Sync: nothing sends in the background; make room by sending in this thread.
                 self._drive_sync(lambda: acc.queued < bound, None)
-            acc.append(queue, vs, None, 0, None, None, on_delivery, False, [None] * len(vs) if ks is None else ks, ss)
+            for batch, lo, hi in acc.append_group(queue, vs, [None] * len(vs) if ks is None else ks, ss, on_delivery):
+                segments.append((batch, ix, lo, hi))
+        return BatchOutcome(segments, n)
 
     def poll(self, timeout: float | None = None) -> int:
         """Serve delivery callbacks in this thread; returns how many were served.

@@ -7,6 +7,8 @@ Against a real embedded broker, every message read back from it:
   batch under the cap, nothing lost or reordered;
 * a too-large message (or a bad type) refuses the whole call with nothing queued;
 * delivery failures reach the callback once per message, naming the message (its key and value);
+* without a callback, the returned outcome names exactly the messages the broker refused, by
+  index (one partition, several partitions with keys, several without), and no report is made;
 * a transactional producer: refused outside a transaction, committed inside one.
 """
 
@@ -143,6 +145,33 @@ def test_failures_are_reported_per_message(broker: EmbeddedBroker) -> None:
     assert by_value[b"s3"][0] is None  # rolled into a batch of its own
     stored = [rec.value for rec in read_partition(broker.host, broker.port, topic, 0)]
     assert b"s3" in stored and b"y" * 30_000 not in stored
+
+
+@pytest.mark.parametrize(("partitions", "keyed"), [(1, False), (3, True), (3, False)])
+def test_the_outcome_names_exactly_the_refused_messages(broker: EmbeddedBroker, partitions: int, keyed: bool) -> None:
+    """No on_delivery: after the flush, ``outcome.failed()`` lists exactly the messages the
+    broker refused (30000-byte values, over its message_max_bytes=20000; each rolls into a
+    batch of its own under batch_max_bytes=10000), by index and in index order, with the
+    broker's error; every other message is stored, and no delivery report was queued."""
+    topic = unique("pbatch-outcome")
+    create_topic(broker.bootstrap, topic, partitions)
+    n = 300
+    big = {0, 5, 6, 41, 150, n - 1}
+    values = [b"y" * 30_000 if i in big else b"v%d" % i for i in range(n)]
+    keys = [b"k%d" % (i % 7) for i in range(n)] if keyed else None
+    with _producer(broker, message_max_bytes=100_000, message_send_max_retries=0) as p:
+        outcome = p.produce_batch(topic, values, keys)
+        assert len(outcome) == n
+        assert p.flush(30) == 0 and outcome.done()
+        acc = p._acc
+        assert acc is not None and not acc.reports.done  # nothing for poll() to serve
+        failed = outcome.failed()
+    assert [i for i, _ in failed] == sorted(big)
+    assert all(isinstance(e, MessageSizeTooLargeError) for _, e in failed), failed
+    stored = sorted(r.value for q in range(partitions) for r in read_partition(broker.host, broker.port, topic, q))
+    assert stored == sorted(v for i, v in enumerate(values) if i not in big)
+    # the refused batches are the big messages' own: the rows beside them are not named
+    assert sorted(hi - lo for b, _, lo, hi in outcome.segments if b.future.exception() is not None) == [1] * len(big)
 
 
 def test_transactional_producer(broker: EmbeddedBroker) -> None:
