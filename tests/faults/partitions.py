@@ -165,6 +165,29 @@ class PartitionRun(FaultRun):
         r.failed[self.probe.name] = len(self.probe.log.failed)
 
     # -- probes -------------------------------------------------------------------------------
+    def _followers_moved(self, victim: int, partitions: Sequence[int]) -> None:
+        """Wait until every other broker names a leader other than ``victim`` for ``partitions``
+        in its own Metadata answer (it has heard from the controller). Before that a follower may
+        still fetch from the old leader, which then acknowledges an acks=-1 write with the
+        follower's copy (Kafka's window too; the write is kept): not what the probe is for."""
+        def moved() -> bool:
+            for b in range(BROKERS):
+                if b == victim:
+                    continue
+                info = self.cluster.broker(b)
+                ch = BrokerChannel(info.host, info.port, "faults-probe")
+                try:
+                    resp = ch.request(REQUESTS[(ApiKey.METADATA, 1)].build(topics=[TOPIC]), PROBE_TIMEOUT_S)
+                except HmbError:
+                    return False
+                finally:
+                    ch.close()
+                if any(part.partition in partitions and part.leader in (-1, victim) for t in resp.topics for part in t.partitions):
+                    return False
+            return True
+
+        _wait(f"brokers other than {victim} naming new leaders for {list(partitions)}", moved, RECOVERY_TIMEOUT_S)
+
     def _probe_isolated(self, broker_id: int, partition: int, why: str) -> None:
         """Write (acks=-1) to ``broker_id`` directly and read ``partition`` from it: it must
         acknowledge nothing; what it serves is judged with the readers."""
@@ -239,6 +262,7 @@ class PartitionRun(FaultRun):
         try:
             self._deregistered(victim)
             self._leaderships_moved(victim, moved)
+            self._followers_moved(victim, moved)
             self._event(f"broker {victim}'s session expired, {moved} have new leaders")
             self._probe_isolated(victim, p, "after its ZooKeeper session expired")
         finally:
