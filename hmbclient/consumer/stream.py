@@ -221,17 +221,7 @@ class KafkaStream:
                         if floor is None or record.offset >= floor:
                             pti.consumed = record.offset + 1
                             return record
-                self._cur_iter = None
-                self._cur_pti = None
-                if self._chunks:
-                    chunk = self._chunks.popleft()
-                    self._cond.notify_all()  # room for a blocked fetcher
-                    if chunk.pti.revoked:
-                        continue
-                    if chunk.error is not None:
-                        raise chunk.error
-                    self._cur_pti = chunk.pti
-                    self._cur_iter = iter(chunk.records)
+                if self._next_chunk(False):
                     continue
             if self._timeout_s is None:
                 self._cond.wait()
@@ -245,6 +235,39 @@ class KafkaStream:
                         f"no message on stream {self.name} for {int(self._timeout_s * 1000)} ms"
                     )
                 self._cond.wait(left)
+
+    def _next_chunk(self, holding: bool) -> bool:
+        """With the lock held, the current chunk done: make the next queued one current
+        (chunks of revoked partitions are dropped). The one hand-off of ``next()`` and ``take``.
+
+        Args:
+            holding: records are already out in this call (``take``): a chunk carrying an error
+                stays queued, to be raised by the next call, after what came before it.
+
+        Returns:
+            True when a chunk is current; False when none is queued (or, holding, the next one
+            carries an error).
+
+        Raises:
+            HmbError: the next chunk carries an error (not holding).
+        """
+        self._cur_iter = None
+        self._cur_pti = None
+        chunks = self._chunks
+        while chunks:
+            chunk = chunks[0]
+            if chunk.error is not None and holding:
+                return False
+            chunks.popleft()
+            self._cond.notify_all()  # room for a blocked fetcher
+            if chunk.pti.revoked:
+                continue
+            if chunk.error is not None:
+                raise chunk.error
+            self._cur_pti = chunk.pti
+            self._cur_iter = iter(chunk.records)
+            return True
+        return False
 
     def take(self, max_records: int, timeout_s: float | None) -> list[tuple[PartitionTopicInfo, list[Any]]]:
         """Hand out up to ``max_records`` raw records at once, grouped by partition (the batch
@@ -288,20 +311,7 @@ class KafkaStream:
                                 return out
                         if not exhausted:
                             continue
-                    self._cur_iter = None
-                    self._cur_pti = None
-                    if self._chunks:
-                        chunk = self._chunks[0]
-                        if chunk.error is not None and out:
-                            return out  # hand out what came before; raise on the next call
-                        self._chunks.popleft()
-                        self._cond.notify_all()  # room for a blocked fetcher
-                        if chunk.pti.revoked:
-                            continue
-                        if chunk.error is not None:
-                            raise chunk.error
-                        self._cur_pti = chunk.pti
-                        self._cur_iter = iter(chunk.records)
+                    if self._next_chunk(bool(out)):
                         continue
                 if out:
                     return out
