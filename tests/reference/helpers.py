@@ -8,6 +8,10 @@ import base64
 import uuid
 from typing import Any
 
+from kazoo.client import KazooClient
+from kazoo.exceptions import NoNodeError
+
+from hmbclient import zkpaths
 from hmbclient.testing import kafka_java
 
 
@@ -38,3 +42,25 @@ def java_read_all(bootstrap: str, topics: list[str] | str, count: int, *, timeou
 
 def values(records: list[Any]) -> list[bytes]:
     return [r[4] for r in records]
+
+
+def zookeeper_owners(zk: str, group: str, topic: str) -> set[str]:
+    """The members (consumer ids) owning the topic's partitions, from ZooKeeper's owner znodes
+    (data: the owning thread id, ``<consumer id>-<thread>``)."""
+    client = KazooClient(hosts=zk)
+    client.start(timeout=30)
+    try:
+        root = zkpaths.consumer_owners_path(group, topic)
+        if not client.exists(root):
+            return set()
+        owners = set()
+        for child in client.get_children(root):
+            data = client.get(f"{root}/{child}")[0]
+            if data:
+                owners.add(data.decode().rsplit("-", 1)[0])
+        return owners
+    except NoNodeError:  # an owner released between listing and reading: ask again
+        return set()
+    finally:
+        client.stop()
+        client.close()

@@ -21,7 +21,7 @@ from hmbclient import Consumer, Producer, ProducerData, admin
 from hmbclient.errors import ConsumerTimeoutError
 from hmbclient.testing import kafka_java_process
 
-from .helpers import unique
+from .helpers import unique, zookeeper_owners
 
 
 class JavaMember:
@@ -157,7 +157,10 @@ def test_zookeeper_group_over_kafka4(kafka4, zookeeper):
         _produce(kafka4.bootstrap, topic, first)
         wait_until(lambda: set(members[0].values) >= set(first), 60, "one member read batch a")
         members.append(OurZkMember(zk, kafka4.bootstrap, topic, group))
-        # Small batches until the second member owns partitions too (bounded: 20 batches).
+        # The rebalance takes a while on a loaded machine: wait until ZooKeeper's owner znodes
+        # name both members, then small batches until the second has read some (bounded: 20).
+        wait_until(lambda: len(zookeeper_owners(zk, group, topic)) == 2, 120, "two members own partitions",
+                   lambda: zookeeper_owners(zk, group, topic))
         sent = list(first)
         for round_ in range(20):
             batch = [f"b{round_}-{i}" for i in range(40)]

@@ -21,8 +21,6 @@ from collections import Counter
 from typing import Any
 
 import pytest
-from kazoo.client import KazooClient
-from kazoo.exceptions import NoNodeError
 from waiting import wait_until
 
 from hmbclient import (
@@ -33,13 +31,12 @@ from hmbclient import (
     Producer,
     ProducerData,
     SimpleConsumer,
-    zkpaths,
 )
 from hmbclient.errors import ConsumerTimeoutError
 from hmbclient.testing import ApacheKafka, kafka_java, kafka_java_process
 from hmbclient.testing.apache_kafka import jar_version
 
-from .helpers import unique
+from .helpers import unique, zookeeper_owners
 
 VERSION = "0.8.2.2"
 
@@ -147,28 +144,6 @@ class OurMember:
         self.connector.shutdown()
 
 
-def _owners(zk: str, group: str, topic: str) -> set[str]:
-    """The members (consumer ids) owning the topic's partitions, from ZooKeeper's owner znodes
-    (data: the owning thread id, ``<consumer id>-<thread>``)."""
-    client = KazooClient(hosts=zk)
-    client.start(timeout=30)
-    try:
-        root = zkpaths.consumer_owners_path(group, topic)
-        if not client.exists(root):
-            return set()
-        owners = set()
-        for child in client.get_children(root):
-            data = client.get(f"{root}/{child}")[0]
-            if data:
-                owners.add(data.decode().rsplit("-", 1)[0])
-        return owners
-    except NoNodeError:  # an owner released between listing and reading: ask again
-        return set()
-    finally:
-        client.stop()
-        client.close()
-
-
 def test_mixed_zookeeper_group_with_a_member_killed(kafka08, tmp_path):
     zk = str(kafka08.zookeeper_connect)
     topic, group = unique("k08-group"), unique("mixed")
@@ -208,8 +183,8 @@ def test_mixed_zookeeper_group_with_a_member_killed(kafka08, tmp_path):
         # The third member's JVM start and rebalance take a while on a loaded machine: wait until
         # ZooKeeper's owner znodes name three members, then small batches until all three have
         # read some (bounded: at most 20 batches).
-        wait_until(lambda: len(_owners(zk, group, topic)) == 3, 120, "three members own partitions",
-                   lambda: _owners(zk, group, topic))
+        wait_until(lambda: len(zookeeper_owners(zk, group, topic)) == 3, 120, "three members own partitions",
+                   lambda: zookeeper_owners(zk, group, topic))
         for round_ in range(20):
             delivered(produce(f"three{round_}", 60), f"two Java members + ours read batch three{round_}")
             if all(m.partitions for m in members) and any(v.startswith("three") for v in j2.values):
