@@ -303,17 +303,18 @@ class FaultProxy:
             client, _ = self._listener.accept()
         except (BlockingIOError, InterruptedError):
             return
+        # Counted before the close: a client that sees its connection closed reads the count.
         if not self._link_up:
-            client.close()
             with self._lock:
                 self._stats["refused"] += 1
+            client.close()
             return
         try:
             upstream = socket.create_connection(self.upstream, timeout=5.0)
         except OSError:
-            client.close()  # the broker is down: the client sees what it would see without us
             with self._lock:
                 self._stats["refused"] += 1
+            client.close()  # the broker is down: the client sees what it would see without us
             return
         for s in (client, upstream):
             s.setblocking(False)
